@@ -1,0 +1,74 @@
+"""Training configuration: what a run trains, with which plugins, for how long.
+
+The model's own configuration is :class:`hfncl.models.NCLConfig` (a transformers
+``PretrainedConfig``); this dataclass holds everything else and is parsed from the
+command line by recipes with ``transformers.HfArgumentParser``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+
+class PluginOptions(dict[str, Any]):
+    """Plugin options by name; built from a mapping or, on the command line, a JSON object."""
+
+    def __init__(self, value: str | Mapping[str, Any] | Iterable[tuple[str, Any]] | None = None) -> None:
+        if isinstance(value, str):
+            try:
+                value = json.loads(value) if value.strip() else {}
+            except json.JSONDecodeError as error:
+                raise ValueError(f"options must be a JSON object, got {value!r}: {error}") from error
+            if not isinstance(value, dict):
+                raise ValueError(f"options must be a JSON object, got {type(value).__name__}")
+        super().__init__(value or {})
+
+
+@dataclass
+class TrainConfig:
+    """Hyper-parameters of the trainer and the names of the active plugins."""
+
+    plugins: list[str] = field(default_factory=list, metadata={"help": "Active method plugins, by entry-point name."})
+    options: "PluginOptions" = field(
+        default_factory=lambda: PluginOptions(),
+        metadata={"help": 'Plugin options overriding their declared defaults, as JSON: \'{"ncr.alpha": 0.2}\'.'},
+    )
+    output_dir: str = field(default="runs/hfncl", metadata={"help": "Checkpoints, logs and the best model."})
+    epochs: int = field(default=40, metadata={"help": "Epochs, warmup included."})
+    warmup_epochs: int = field(default=0, metadata={"help": "Epochs trained with the warmup loss before dividing."})
+    batch_size: int = field(default=128, metadata={"help": "Global batch size (split across processes)."})
+    eval_batch_size: int = field(default=256, metadata={"help": "Batch size of encoding passes."})
+    learning_rate: float = field(default=2e-4, metadata={"help": "Adam learning rate."})
+    lr_decay_epochs: list[int] = field(default_factory=lambda: [30], metadata={"help": "Epochs at which lr decays."})
+    lr_decay_factor: float = field(default=0.1, metadata={"help": "Multiplier applied at each decay epoch."})
+    grad_clip: float = field(default=2.0, metadata={"help": "Gradient norm clip (0 disables)."})
+    seed: int = field(default=0, metadata={"help": "Seeds initialisation, shuffling and everything random."})
+    save_steps: int = field(default=0, metadata={"help": "Also checkpoint every N optimiser steps (0: epoch ends only)."})
+    num_workers: int = field(default=0, metadata={"help": "DataLoader worker processes."})
+    mixed_precision: str = field(default="no", metadata={"help": "no, fp16 or bf16 (Accelerate)."})
+    log_with: list[str] = field(default_factory=list, metadata={"help": "Accelerate trackers (tensorboard, wandb, ...)."})
+    resume: bool = field(default=False, metadata={"help": "Resume from the latest checkpoint in output_dir."})
+    progress: bool = field(default=True, metadata={"help": "Show tqdm progress bars on the main process."})
+
+    def __post_init__(self) -> None:
+        self.options = PluginOptions(self.options)
+        if self.batch_size < 2:
+            raise ValueError(f"TrainConfig.batch_size must be >= 2 (a batch needs negatives), got {self.batch_size}")
+        if not 0 <= self.warmup_epochs <= self.epochs:
+            raise ValueError(
+                f"TrainConfig.warmup_epochs must be between 0 and epochs={self.epochs}, got {self.warmup_epochs}"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "TrainConfig":
+        return cls(**json.loads(Path(path).read_text()))

@@ -1,0 +1,171 @@
+"""PyTorch datasets over a :class:`~hfncl.data.precomp.PrecompSplit`.
+
+Training iterates over (possibly wrongly) paired captions and images with
+:class:`NoisyPairDataset` and :func:`collate_pairs`; evaluation encodes the unique
+images (:class:`ImageDataset`) and all captions (:class:`CaptionDataset`) separately.
+All three implement ``__getitems__``, which ``torch.utils.data.DataLoader`` calls with
+a whole batch of indices, so region features are read in one batched Arrow access.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from hfncl.data.noise import caption_pairing, clean_mask
+from hfncl.data.precomp import PrecompSplit
+from hfncl.data.vocab import Vocabulary
+
+
+class EncodedCaptions:
+    """Token ids of many captions in one flat int32 array with offsets (cheap to pickle)."""
+
+    def __init__(self, captions: Sequence[str], vocab: Vocabulary) -> None:
+        encoded = [vocab.encode(caption) for caption in captions]
+        lengths = np.fromiter((len(ids) for ids in encoded), dtype=np.int64, count=len(encoded))
+        self.offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=self.offsets[1:])
+        self.tokens = np.fromiter((t for ids in encoded for t in ids), dtype=np.int32, count=int(self.offsets[-1]))
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        """Token ids of caption ``i`` as a long tensor."""
+        return torch.from_numpy(self.tokens[self.offsets[i] : self.offsets[i + 1]].astype(np.int64))
+
+
+def _positions(indices: Sequence[int], size: int, what: str) -> list[int]:
+    """``indices`` as a list of ints, each checked to lie in ``0..size - 1``."""
+    positions = [int(i) for i in indices]
+    for i in positions:
+        if not 0 <= i < size:
+            raise IndexError(f"{what} index {i} is outside 0..{size - 1}")
+    return positions
+
+
+class NoisyPairDataset(torch.utils.data.Dataset):
+    """The training pairs of a split: item ``i`` is caption ``i`` with the image it is paired with.
+
+    ``caption_to_image`` is a caption- or image-level noise index (see
+    :func:`hfncl.data.noise.caption_pairing`); ``None`` pairs every caption with its
+    own image. Items are ``{"image": (R, D) float32, "caption": (L,) long, "index": i}``.
+    """
+
+    def __init__(
+        self, split: PrecompSplit, vocab: Vocabulary, caption_to_image: np.ndarray | None = None
+    ) -> None:
+        self.split = split
+        k = split.captions_per_image
+        if caption_to_image is None:
+            caption_to_image = np.arange(split.num_captions, dtype=np.int64) // k
+        self.caption_to_image = caption_pairing(
+            caption_to_image, split.num_images, k, source="caption_to_image"
+        )
+        self.captions = EncodedCaptions(split.captions, vocab)
+
+    @property
+    def captions_per_image(self) -> int:
+        return self.split.captions_per_image
+
+    @property
+    def num_images(self) -> int:
+        return self.split.num_images
+
+    @property
+    def clean_mask(self) -> np.ndarray:
+        """Ground truth: which pairs are correct. For diagnostics only; never give it to a method."""
+        return clean_mask(self.caption_to_image, self.captions_per_image)
+
+    def __len__(self) -> int:
+        return len(self.captions)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.__getitems__([i])[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        positions = _positions(indices, len(self), "pair")
+        images = torch.from_numpy(self.split.regions(self.caption_to_image[positions]))
+        return [
+            {"image": image, "caption": self.captions[i], "index": i} for image, i in zip(images, positions)
+        ]
+
+
+class ImageDataset(torch.utils.data.Dataset):
+    """The unique images of a split, in order: item ``i`` is ``{"image": (R, D) float32, "index": i}``."""
+
+    def __init__(self, split: PrecompSplit) -> None:
+        self.split = split
+
+    @property
+    def captions_per_image(self) -> int:
+        return self.split.captions_per_image
+
+    def __len__(self) -> int:
+        return self.split.num_images
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.__getitems__([i])[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        positions = _positions(indices, len(self), "image")
+        images = torch.from_numpy(self.split.regions(positions))
+        return [{"image": image, "index": i} for image, i in zip(images, positions)]
+
+
+class CaptionDataset(torch.utils.data.Dataset):
+    """All captions of a split, in order: item ``c`` is ``{"caption": (L,) long, "index": c}``.
+
+    Caption ``c`` describes image ``c // captions_per_image``.
+    """
+
+    def __init__(self, split: PrecompSplit, vocab: Vocabulary) -> None:
+        self.captions_per_image = split.captions_per_image
+        self.captions = EncodedCaptions(split.captions, vocab)
+
+    def __len__(self) -> int:
+        return len(self.captions)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.__getitems__([i])[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        positions = _positions(indices, len(self), "caption")
+        return [{"caption": self.captions[i], "index": i} for i in positions]
+
+
+def _pad_captions(captions: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    lengths = torch.tensor([len(c) for c in captions], dtype=torch.long)
+    padded = torch.zeros(len(captions), int(lengths.max()), dtype=torch.long)
+    for row, caption in zip(padded, captions):
+        row[: len(caption)] = caption
+    return padded, lengths
+
+
+def _index(items: Sequence[dict[str, Any]]) -> torch.Tensor:
+    return torch.tensor([item["index"] for item in items], dtype=torch.long)
+
+
+def collate_pairs(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    """Batch of :class:`NoisyPairDataset` items, as documented in :mod:`hfncl.types`.
+
+    ``images`` (B, R, D) float32, ``captions`` (B, L) long padded with 0 (``<pad>``),
+    ``lengths`` (B,) long, ``index`` (B,) long; items keep their order.
+    """
+    captions, lengths = _pad_captions([item["caption"] for item in items])
+    images = torch.stack([item["image"] for item in items]).float()
+    return {"images": images, "captions": captions, "lengths": lengths, "index": _index(items)}
+
+
+def collate_images(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    """Batch of :class:`ImageDataset` items: ``images`` (B, R, D) float32 and ``index`` (B,)."""
+    return {"images": torch.stack([item["image"] for item in items]).float(), "index": _index(items)}
+
+
+def collate_captions(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    """Batch of :class:`CaptionDataset` items: ``captions`` (B, L) padded with 0, ``lengths``, ``index``."""
+    captions, lengths = _pad_captions([item["caption"] for item in items])
+    return {"captions": captions, "lengths": lengths, "index": _index(items)}

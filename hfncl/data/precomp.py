@@ -1,0 +1,293 @@
+"""Reader for the SCAN "precomp" format of image-text retrieval data.
+
+A split ``{split}`` of a precomp directory is
+
+``{split}_ims.npy``   float (N_images, R, D): R region features of D dims per image
+                      (bottom-up-attention Faster R-CNN: R = 36, D = 2048).
+``{split}_caps.txt``  one caption per line, k consecutive lines per image (k = 5 for
+                      Flickr30K and MS-COCO), or
+``{split}_caps.tsv``  tab-separated, caption in field 1 (CC152K, one caption per image;
+                      read with ``csv.reader`` as NCR does).
+
+The region features are streamed from a memory-mapped ``.npy`` into a memory-mapped
+Arrow dataset (Hugging Face ``datasets``), chunk by chunk, and cached: a whole F30K
+training split (29000 x 36 x 2048 floats) is never held in RAM.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import hashlib
+import io
+import json
+import pickle
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import datasets
+import numpy as np
+from datasets.exceptions import DatasetGenerationError
+
+FEATURE_DTYPES = ("float32", "float16")
+_CACHE_FORMAT_VERSION = 1
+
+
+class DataFormatError(ValueError):
+    """Input data that does not have the expected format; the message names the file."""
+
+
+@dataclass
+class PrecompSplit:
+    """One split of a precomp directory.
+
+    ``images`` is a memory-mapped Arrow dataset with one column ``regions``
+    (``Array2D(shape=(R, D))``), one row per image. ``captions[c]`` describes image
+    ``c // captions_per_image``.
+    """
+
+    data_dir: Path
+    split: str
+    images: datasets.Dataset = field(repr=False)
+    captions: list[str] = field(repr=False)
+    captions_per_image: int
+
+    def __post_init__(self) -> None:
+        self._numpy_images = self.images.with_format("numpy")
+
+    @property
+    def name(self) -> str:
+        """The directory name, e.g. ``f30k_precomp``."""
+        return self.data_dir.name
+
+    @property
+    def num_images(self) -> int:
+        return self.images.num_rows
+
+    @property
+    def num_captions(self) -> int:
+        return len(self.captions)
+
+    @property
+    def region_shape(self) -> tuple[int, int]:
+        """(R, D): regions per image and feature dimension."""
+        regions, dim = self.images.features["regions"].shape
+        return regions, dim
+
+    def regions(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Region features of the images ``indices`` as a float32 array (len, R, D).
+
+        One batched Arrow read of the distinct indices, in sorted order; repeated
+        indices (several captions of one image) are read once.
+        """
+        index = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if index.size == 0:
+            return np.empty((0, *self.region_shape), dtype=np.float32)
+        if index.min() < 0 or index.max() >= self.num_images:
+            bad = index[(index < 0) | (index >= self.num_images)][0]
+            raise IndexError(f"image index {bad} is outside 0..{self.num_images - 1} of split {self.split!r}")
+        unique, inverse = np.unique(index, return_inverse=True)
+        rows = self._numpy_images[unique.tolist()]["regions"]
+        return np.asarray(rows, dtype=np.float32)[inverse]
+
+
+def load_precomp_split(
+    data_dir: str | Path,
+    split: str,
+    *,
+    feature_dtype: str = "float32",
+    expected_feature_dim: int | None = None,
+    expected_regions: int | None = None,
+    cache_dir: str | Path | None = None,
+    check_finite: bool = True,
+    chunk_size: int = 256,
+) -> PrecompSplit:
+    """Read split ``split`` of the precomp directory ``data_dir``.
+
+    The region features are converted once into an Arrow dataset stored as
+    ``feature_dtype`` under ``cache_dir`` (default ``~/.cache/hfncl/precomp``), in a
+    folder keyed by the absolute path, size and modification time of the ``.npy`` and
+    by the storage options; later calls reuse it. The conversion reads ``chunk_size``
+    images at a time from the memory-mapped file and, with ``check_finite``, rejects
+    NaN and infinite features (and values that overflow float16 storage).
+
+    Raises :class:`DataFormatError` naming the file and what was expected when a file
+    is missing or malformed, the feature shape differs from ``expected_regions`` x
+    ``expected_feature_dim``, or the caption count is not a positive multiple of the
+    image count. If both caption files exist, ``{split}_caps.txt`` is read.
+    """
+    if feature_dtype not in FEATURE_DTYPES:
+        raise ValueError(f"feature_dtype must be one of {FEATURE_DTYPES}, got {feature_dtype!r}")
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        raise DataFormatError(f"precomp data directory {str(data_dir)!r} does not exist or is not a directory")
+    ims_path = data_dir / f"{split}_ims.npy"
+    if not ims_path.is_file():
+        found = sorted(p.name[: -len("_ims.npy")] for p in data_dir.glob("*_ims.npy"))
+        raise DataFormatError(
+            f"{ims_path}: image features file not found (expected {split}_ims.npy; splits present: {found or 'none'})"
+        )
+    caps_path = next(
+        (p for p in (data_dir / f"{split}_caps.txt", data_dir / f"{split}_caps.tsv") if p.is_file()), None
+    )
+    if caps_path is None:
+        raise DataFormatError(
+            f"no captions for split {split!r} in {data_dir}: tried {split}_caps.txt and {split}_caps.tsv"
+        )
+    captions = read_captions(caps_path)
+
+    shape = _feature_shape(ims_path)
+    _check_shape(ims_path, shape, expected_regions, expected_feature_dim)
+    num_images = shape[0]
+    if len(captions) < num_images or len(captions) % num_images:
+        raise DataFormatError(
+            f"{caps_path} has {len(captions)} captions but {ims_path} has {num_images} images: the caption count "
+            f"must be a positive multiple of the image count (k consecutive captions per image)"
+        )
+    images = _regions_dataset(ims_path, shape, feature_dtype, cache_dir, check_finite, chunk_size)
+    return PrecompSplit(data_dir, split, images, captions, len(captions) // num_images)
+
+
+def read_captions(path: str | Path) -> list[str]:
+    """Captions of a ``.txt`` (one per line) or ``.tsv`` (field 1 of each row) file, stripped.
+
+    Empty lines at the end of the file are ignored; an empty or whitespace-only caption
+    elsewhere, a ``.tsv`` row with fewer than two fields or bytes that are not UTF-8
+    raise :class:`DataFormatError` naming ``file:line``.
+    """
+    path = Path(path)
+    data = path.read_bytes()
+    if data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8):]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise DataFormatError(f"{path}:{line}: not UTF-8 text ({err.reason})") from None
+    text = text.rstrip("\r\n")
+    if path.suffix == ".tsv":
+        reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t")
+        rows = ((reader.line_num, row) for row in reader)
+        captions = [_tsv_caption(path, line, row) for line, row in rows]
+    else:
+        lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n") if text else []
+        captions = [_caption(path, line, raw) for line, raw in enumerate(lines, start=1)]
+    if not captions:
+        raise DataFormatError(f"{path}: no captions")
+    return captions
+
+
+def iter_feature_chunks(path: str | Path, chunk_size: int) -> Iterator[tuple[int, np.ndarray]]:
+    """``(start, features[start:start + chunk_size])`` over a memory-mapped ``.npy``.
+
+    Only the chunk being consumed is paged in; the file is never read whole.
+    """
+    features = np.load(path, mmap_mode="r", allow_pickle=False)
+    for start in range(0, features.shape[0], chunk_size):
+        yield start, np.asarray(features[start : start + chunk_size])
+
+
+def _caption(path: Path, line: int, raw: str) -> str:
+    caption = raw.strip()
+    if not caption:
+        raise DataFormatError(f"{path}:{line}: empty caption (expected one non-empty caption per line)")
+    return caption
+
+
+def _tsv_caption(path: Path, line: int, row: list[str]) -> str:
+    if len(row) < 2:
+        raise DataFormatError(
+            f"{path}:{line}: expected at least 2 tab-separated fields (image id, caption), found {len(row)}"
+        )
+    return _caption(path, line, row[1])
+
+
+def _feature_shape(path: Path) -> tuple[int, ...]:
+    """Shape of a ``.npy`` file of floats, read from its header only."""
+    try:
+        features = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError, EOFError, pickle.UnpicklingError) as err:
+        raise DataFormatError(f"{path}: not a readable .npy array of numbers ({err})") from None
+    if not isinstance(features, np.ndarray):
+        raise DataFormatError(f"{path}: expected a single .npy array, found {type(features).__name__}")
+    if features.dtype.kind != "f":
+        raise DataFormatError(f"{path}: expected floating-point features, found dtype {features.dtype}")
+    return features.shape
+
+
+def _check_shape(
+    path: Path, shape: tuple[int, ...], expected_regions: int | None, expected_dim: int | None
+) -> None:
+    expected = f"(N_images, {expected_regions or 'R'}, {expected_dim or 'D'})"
+    wrong = (
+        len(shape) != 3
+        or shape[0] == 0
+        or 0 in shape[1:]
+        or expected_regions not in (None, shape[1])
+        or expected_dim not in (None, shape[2])
+    )
+    if wrong:
+        raise DataFormatError(f"{path}: region features have shape {shape}, expected {expected}")
+
+
+def _regions_dataset(
+    path: Path,
+    shape: tuple[int, ...],
+    feature_dtype: str,
+    cache_dir: str | Path | None,
+    check_finite: bool,
+    chunk_size: int,
+) -> datasets.Dataset:
+    """The cached Arrow dataset of ``path``'s regions, built on first use."""
+    stat = path.stat()
+    identity = {
+        "path": str(path.resolve()),
+        "size": stat.st_size,
+        "mtime_ns": stat.st_mtime_ns,
+        "dtype": feature_dtype,
+        "check_finite": check_finite,
+        "version": _CACHE_FORMAT_VERSION,
+    }
+    key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
+    root = Path(cache_dir) if cache_dir is not None else Path.home() / ".cache" / "hfncl" / "precomp"
+    features = datasets.Features({"regions": datasets.Array2D(shape=tuple(shape[1:]), dtype=feature_dtype)})
+    try:
+        return datasets.Dataset.from_generator(
+            _region_rows,
+            features=features,
+            cache_dir=str(root / key),
+            fingerprint=key,
+            gen_kwargs={"path": str(path), "dtype": feature_dtype, "check_finite": check_finite, "chunk_size": chunk_size},
+            writer_batch_size=chunk_size,
+        )
+    except DatasetGenerationError as err:
+        cause = err.__cause__
+        while cause is not None and not isinstance(cause, DataFormatError):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None:
+            raise
+        raise cause from None
+
+
+def _region_rows(path: str, dtype: str, check_finite: bool, chunk_size: int) -> Iterator[dict[str, np.ndarray]]:
+    """Rows ``{"regions": (R, D)}`` of ``path`` in storage dtype, validated chunk by chunk."""
+    for start, chunk in iter_feature_chunks(path, chunk_size):
+        with np.errstate(over="ignore"):  # overflow is reported below, naming the image
+            stored = chunk.astype(dtype, copy=False)
+        if check_finite:
+            _check_finite(path, start, chunk, "a NaN or infinite feature")
+            if stored.dtype != chunk.dtype:
+                limit = float(np.finfo(stored.dtype).max)
+                _check_finite(path, start, stored, f"a feature beyond +-{limit:g}, which overflows {dtype} storage")
+        for row in stored:
+            yield {"regions": row}
+
+
+def _check_finite(path: str, start: int, chunk: np.ndarray, problem: str) -> None:
+    finite = np.isfinite(chunk).reshape(len(chunk), -1).all(axis=1)
+    if not finite.all():
+        first = start + int(np.flatnonzero(~finite)[0])
+        raise DataFormatError(f"{path}: image {first} has {problem} (all region features must be finite)")

@@ -1,0 +1,67 @@
+"""Encoding a test split with every network and scoring retrieval on it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from hfncl.evaluation import retrieval_metrics
+
+
+@dataclass
+class RetrievalSplit:
+    """What evaluation needs of a split: its unique images and all their captions.
+
+    ``images`` yields dicts with ``images`` (R, D) per image; ``captions`` yields dicts
+    with ``caption`` token ids; caption ``c`` describes image ``c // captions_per_image``.
+    """
+
+    images: torch.utils.data.Dataset
+    captions: torch.utils.data.Dataset
+    captions_per_image: int
+
+    @classmethod
+    def from_precomp(cls, split, vocab) -> "RetrievalSplit":
+        """The evaluation view of a :class:`hfncl.data.PrecompSplit`."""
+        from hfncl.data import CaptionDataset, ImageDataset
+
+        return cls(ImageDataset(split), CaptionDataset(split, vocab), split.captions_per_image)
+
+    @property
+    def num_images(self) -> int:
+        return len(self.images)
+
+
+@torch.no_grad()
+def encode_split(model, split: RetrievalSplit, *, batch_size: int, device: torch.device | str = "cpu"):
+    """(K, N, d) image and (K, N*k, d) caption embeddings of every network of ``model``."""
+    from hfncl.data import collate_captions, collate_images
+
+    was_training = model.training
+    model.eval()
+    try:
+        image_loader = torch.utils.data.DataLoader(split.images, batch_size=batch_size, collate_fn=collate_images)
+        caption_loader = torch.utils.data.DataLoader(split.captions, batch_size=batch_size, collate_fn=collate_captions)
+        image_embeds = torch.cat([model.encode_image(b["images"].to(device)) for b in image_loader], dim=1)
+        text_embeds = torch.cat(
+            [model.encode_text(b["captions"].to(device), b["lengths"].to(device)) for b in caption_loader], dim=1
+        )
+    finally:
+        model.train(was_training)
+    return image_embeds, text_embeds
+
+
+def evaluate_retrieval(
+    model, split: RetrievalSplit, *, batch_size: int = 256, device: torch.device | str = "cpu"
+) -> dict[str, float]:
+    """i2t / t2i R@1/5/10, rSum, medr, meanr with the similarity averaged over the networks.
+
+    Every process encodes the whole split, so every process reports the same metrics.
+    """
+    image_embeds, text_embeds = encode_split(model, split, batch_size=batch_size, device=device)
+
+    def score_rows(rows: slice) -> torch.Tensor:
+        return model.similarity(image_embeds[:, rows], text_embeds)
+
+    return retrieval_metrics(score_rows, split.num_images, split.captions_per_image)

@@ -1,0 +1,368 @@
+"""The Accelerate training loop that runs whatever the active plugins define.
+
+The trainer knows no method: it asks the plugins how many networks to build, which to
+train in each pass, how to divide, rectify and score, and it supplies the shared
+machinery -- global batches across processes, per-sample statistics passes, resumable
+checkpoints, validation, division diagnostics against the hidden clean mask.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+from safetensors.torch import load_file, save_file
+from tqdm.auto import tqdm
+
+from hfncl.config import TrainConfig
+from hfncl.engine.distributed import gather, world
+from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
+from hfncl.engine.ledger import Ledger
+from hfncl.engine.sampler import GlobalBatchSampler
+from hfncl.evaluation import division_quality
+from hfncl.models import NCLConfig, NCLModel
+from hfncl.plugins import PluginError, build_plugin_manager
+from hfncl.types import Batch, Division, PairOutputs
+
+LATEST = "latest"
+
+
+@dataclass
+class TrainerState:
+    """Where training stands; saved as JSON with every checkpoint."""
+
+    epoch: int = 0
+    pass_index: int = 0
+    batch_in_pass: int = 0
+    global_step: int = 0
+    best_rsum: float = -math.inf
+    best_epoch: int = -1
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Trainer:
+    """Train an :class:`NCLModel` with the plugins named in ``config.plugins``.
+
+    ``train_data`` is a :class:`hfncl.data.NoisyPairDataset`; its hidden clean mask is
+    used only to report division quality, never handed to a plugin.
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        model_config: NCLConfig,
+        train_data: Any,
+        val_split: RetrievalSplit | None = None,
+        accelerator: Accelerator | None = None,
+    ) -> None:
+        self.config = config
+        self.hook = build_plugin_manager(config.plugins).hook
+        self.options = self._merge_options()
+        self.accelerator = accelerator or Accelerator(
+            mixed_precision=config.mixed_precision, log_with=config.log_with or None, project_dir=config.output_dir
+        )
+        set_seed(config.seed)
+        self.num_networks = int(self.hook.num_networks(config=config) or 1)
+        self.passes = self.hook.training_passes(config=config, num_networks=self.num_networks) or [
+            list(range(self.num_networks))
+        ]
+        self._check_passes()
+        model_config.num_networks = self.num_networks
+        model_config.plugins = list(config.plugins)
+        self.model = NCLModel(model_config)
+        self.train_data = train_data
+        self.val_split = val_split
+        self.num_train = len(train_data)
+        self._true_clean = np.asarray(train_data.clean_mask, dtype=bool)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.learning_rate)
+        prepared = self.accelerator.prepare(*self.model.networks, self.optimizer)
+        self.wrapped_networks, self.optimizer = list(prepared[:-1]), prepared[-1]
+        self.rank, self.world_size = world()
+        self.divisions: list[Division | None] = [None] * self.num_networks
+        self.ledger = Ledger(self.num_train)
+        self.state = TrainerState()
+        self.epoch = 0
+        self.in_warmup = True
+        self.output_dir = Path(config.output_dir)
+        if config.log_with:
+            self.accelerator.init_trackers("hfncl", config={k: str(v) for k, v in config.to_dict().items()})
+
+    # ----------------------------------------------------------------- plugin API
+    def option(self, name: str) -> Any:
+        """The value of a plugin option (declared default, overridden by ``config.options``)."""
+        if name not in self.options:
+            raise KeyError(f"Unknown option {name!r}; declared by the active plugins: {sorted(self.options)}")
+        return self.options[name]
+
+    def forward(self, net: int, batch: Batch, *, grad: bool = True) -> PairOutputs:
+        """Network ``net`` on ``batch``, gathered into the global batch of every process."""
+        module = self.wrapped_networks[net] if grad else self.model.networks[net]
+        with torch.set_grad_enabled(grad), self.accelerator.autocast():
+            image_embeds, text_embeds = module(batch["images"], batch["captions"], batch["lengths"])
+        image_embeds, text_embeds = gather(image_embeds.float()), gather(text_embeds.float())
+        similarity = self.model.networks[net].similarity(image_embeds, text_embeds)
+        return PairOutputs(image_embeds, text_embeds, similarity, gather(batch["index"]))
+
+    def optimize(self, loss: torch.Tensor, networks: list[int]) -> None:
+        """One optimiser step on ``loss`` for the given networks (clip, step, zero)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        self.accelerator.backward(loss)
+        self._clip(networks)
+        self.optimizer.step()
+
+    def collect(
+        self, statistic: Callable[[Batch], dict[str, torch.Tensor]], description: str = "statistics"
+    ) -> dict[str, torch.Tensor]:
+        """Run ``statistic`` over the training set in order and assemble (N, ...) tensors.
+
+        ``statistic(batch)`` gets this process's slice of a global batch and returns
+        per-sample values of the global batch, in the order of
+        ``trainer.forward(...).index`` (which it is expected to use). The result is the
+        same on every process. Networks are in eval mode while it runs.
+        """
+        loader = self._loader(seed=None, drop_last=False, batch_size=self.config.eval_batch_size)
+        columns: dict[str, torch.Tensor] = {}
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                for batch in self._progress(loader, description):
+                    batch = {k: v.to(self.accelerator.device) for k, v in batch.items()}
+                    index = gather(batch["index"]).cpu()
+                    for name, values in statistic(batch).items():
+                        values = values.detach().float().cpu()
+                        if name not in columns:
+                            columns[name] = torch.full((self.num_train, *values.shape[1:]), float("nan"))
+                        columns[name][index] = values
+        finally:
+            self.model.train()
+        return columns
+
+    # ------------------------------------------------------------------ training
+    def train(self) -> dict[str, Any]:
+        """Train to ``config.epochs`` (resuming if asked), keep the best model, return a summary."""
+        if self.config.resume:
+            self.resume()
+        self.model.train()
+        while self.state.epoch < self.config.epochs:
+            self._train_epoch(self.state.epoch)
+        self.accelerator.wait_for_everyone()
+        self.accelerator.end_training()
+        return {"best_rsum": self.state.best_rsum, "best_epoch": self.state.best_epoch, "history": self.state.history}
+
+    def _train_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.in_warmup = epoch < self.config.warmup_epochs
+        self._set_learning_rate(epoch)
+        record: dict[str, Any] = {"epoch": epoch, "warmup": self.in_warmup}
+        starting = self.state.pass_index == 0 and self.state.batch_in_pass == 0
+        if starting:
+            self.hook.epoch_start(trainer=self, epoch=epoch)
+            if not self.in_warmup:
+                self.divisions = self._divide(epoch)
+        if not self.in_warmup:
+            record.update(self._division_report())
+        sums: dict[str, float] = {}
+        steps = 0
+        while self.state.pass_index < len(self.passes):
+            networks = self.passes[self.state.pass_index]
+            loader = self._loader(
+                seed=self._pass_seed(epoch, self.state.pass_index),
+                drop_last=True,
+                batch_size=self.config.batch_size,
+                start_batch=self.state.batch_in_pass,
+            )
+            description = f"epoch {epoch} " + ("warmup" if self.in_warmup else f"networks {networks}")
+            for batch in self._progress(loader, description):
+                for name, value in self._step(batch, networks).items():
+                    sums[name] = sums.get(name, 0.0) + value
+                steps += 1
+                self.state.batch_in_pass += 1
+                self.state.global_step += 1
+                if self.config.save_steps and self.state.global_step % self.config.save_steps == 0:
+                    self.save_checkpoint()
+            self.state.pass_index += 1
+            self.state.batch_in_pass = 0
+        self.hook.epoch_end(trainer=self, epoch=epoch)
+        record.update({f"train/{k}": v / max(steps, 1) for k, v in sums.items()})
+        if self.val_split is not None:
+            metrics = self.evaluate(self.val_split)
+            record.update({f"val/{k}": v for k, v in metrics.items()})
+            if metrics["rsum"] > self.state.best_rsum:
+                self.state.best_rsum, self.state.best_epoch = metrics["rsum"], epoch
+                self._save_best(metrics)
+        self.state.history.append(record)
+        self.accelerator.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=epoch)
+        self.state.epoch += 1
+        self.state.pass_index = 0
+        self.save_checkpoint()
+
+    def _step(self, batch: Batch, networks: list[int]) -> dict[str, float]:
+        batch = {k: v.to(self.accelerator.device) for k, v in batch.items()}
+        overridden = self.hook.train_step(trainer=self, batch=batch, networks=networks)
+        if overridden is not None:
+            return dict(overridden)
+        self.optimizer.zero_grad(set_to_none=True)
+        logged: dict[str, float] = {}
+        for net in networks:
+            targets = None
+            if not self.in_warmup:
+                targets = self.hook.rectify(trainer=self, batch=batch, net=net, division=self.divisions[net])
+            inputs = targets.get("inputs", batch) if targets else batch
+            outputs = self.forward(net, inputs)
+            if self.in_warmup:
+                answers = self.hook.warmup_loss(trainer=self, batch=inputs, outputs=outputs, net=net)
+            else:
+                answers = self.hook.loss(trainer=self, batch=inputs, outputs=outputs, targets=targets, net=net)
+            terms = self._merge_terms(answers)
+            self.accelerator.backward(sum(terms.values()))
+            suffix = f"/net{net}" if self.num_networks > 1 else ""
+            logged.update({f"{name}{suffix}": float(value.detach()) for name, value in terms.items()})
+        self._clip(networks)
+        self.optimizer.step()
+        return logged
+
+    def _merge_terms(self, answers: list[dict[str, torch.Tensor] | None]) -> dict[str, torch.Tensor]:
+        terms: dict[str, torch.Tensor] = {}
+        for answer in answers:
+            for name, value in (answer or {}).items():
+                if name in terms:
+                    raise PluginError(f"Two active plugins return a loss term named {name!r}; rename one of them.")
+                terms[name] = value
+        if not terms:
+            stage = "warmup_loss" if self.in_warmup else "loss"
+            raise PluginError(
+                f"No active plugin ({', '.join(self.config.plugins)}) returned a loss term from `{stage}` "
+                f"in epoch {self.epoch}; name a plugin that trains in this stage."
+            )
+        return terms
+
+    def _divide(self, epoch: int) -> list[Division | None]:
+        result = self.hook.divide(trainer=self, epoch=epoch)
+        if result is None:
+            return [None] * self.num_networks
+        divisions = result if isinstance(result, list) else [result] * self.num_networks
+        if len(divisions) != self.num_networks:
+            raise PluginError(f"divide returned {len(divisions)} divisions for {self.num_networks} networks")
+        for division in divisions:
+            if len(division) != self.num_train:
+                raise PluginError(f"divide returned a division of {len(division)} pairs for {self.num_train}")
+        return divisions
+
+    def _division_report(self) -> dict[str, float]:
+        report: dict[str, float] = {}
+        for net, division in enumerate(self.divisions):
+            if division is None:
+                continue
+            quality = division_quality(division.clean_prob, division.clean, self._true_clean)
+            prefix = f"division/net{net}" if self.num_networks > 1 else "division"
+            report.update({f"{prefix}/{k}": float(v) for k, v in quality.items()})
+        return report
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, split: RetrievalSplit) -> dict[str, float]:
+        """R@1/5/10, rSum, medr and meanr on a split, similarity averaged over the networks."""
+        return evaluate_retrieval(self.model, split, batch_size=self.config.eval_batch_size, device=self.accelerator.device)
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_checkpoint(self) -> Path:
+        """Save everything needed to resume (accelerate state, trainer state, divisions, ledger)."""
+        root = self.output_dir / "checkpoints"
+        target = root / f"step-{self.state.global_step:08d}-epoch-{self.state.epoch:04d}"
+        self.accelerator.save_state(str(target))
+        if self.accelerator.is_main_process:
+            tensors = self.ledger.state()
+            for net, division in enumerate(self.divisions):
+                if division is not None:
+                    tensors.update(division.state(f"division.{net}"))
+            save_file(tensors, str(target / "trainer_tensors.safetensors"))
+            (target / "trainer_state.json").write_text(json.dumps(asdict(self.state), indent=1))
+            pointer = root / f"{LATEST}.tmp"
+            pointer.write_text(target.name)
+            os.replace(pointer, root / LATEST)
+            for old in sorted(p for p in root.glob("step-*") if p != target)[:-1]:
+                shutil.rmtree(old, ignore_errors=True)
+        self.accelerator.wait_for_everyone()
+        return target
+
+    def resume(self) -> bool:
+        """Load the latest checkpoint of ``output_dir`` if there is one."""
+        pointer = self.output_dir / "checkpoints" / LATEST
+        if not pointer.exists():
+            return False
+        source = pointer.parent / pointer.read_text().strip()
+        self.accelerator.load_state(str(source))
+        self.state = TrainerState(**json.loads((source / "trainer_state.json").read_text()))
+        tensors = load_file(str(source / "trainer_tensors.safetensors"))
+        self.ledger.load_state(tensors)
+        self.divisions = [
+            Division.from_state(tensors, f"division.{net}") if f"division.{net}.clean" in tensors else None
+            for net in range(self.num_networks)
+        ]
+        return True
+
+    def _save_best(self, metrics: dict[str, float]) -> None:
+        if self.accelerator.is_main_process:
+            best = self.output_dir / "best"
+            self.model.save_pretrained(str(best))
+            (best / "eval_results.json").write_text(json.dumps({"epoch": self.epoch, **metrics}, indent=1))
+
+    # ------------------------------------------------------------------ internals
+    def _merge_options(self) -> dict[str, Any]:
+        merged: dict[str, Any] = {}
+        for declared in self.hook.option_defaults():
+            merged.update(declared or {})
+        unknown = sorted(set(self.config.options) - set(merged))
+        if unknown:
+            raise PluginError(
+                f"Unknown option(s) {unknown} for plugins {self.config.plugins}; declared options: {sorted(merged)}"
+            )
+        merged.update(self.config.options)
+        return merged
+
+    def _check_passes(self) -> None:
+        flat = [net for networks in self.passes for net in networks]
+        if not flat or any(not 0 <= net < self.num_networks for net in flat):
+            raise PluginError(f"training_passes {self.passes} must name networks in 0..{self.num_networks - 1}")
+
+    def _pass_seed(self, epoch: int, pass_index: int) -> int:
+        return int(np.random.SeedSequence([self.config.seed, epoch, pass_index]).generate_state(1)[0])
+
+    def _loader(self, *, seed: int | None, drop_last: bool, batch_size: int, start_batch: int = 0):
+        from hfncl.data import collate_pairs
+
+        sampler = GlobalBatchSampler(
+            self.num_train,
+            batch_size,
+            seed=seed,
+            drop_last=drop_last,
+            rank=self.rank,
+            world_size=self.world_size,
+            start_batch=start_batch,
+        )
+        return torch.utils.data.DataLoader(
+            self.train_data, batch_sampler=sampler, collate_fn=collate_pairs, num_workers=self.config.num_workers
+        )
+
+    def _progress(self, loader, description: str):
+        show = self.config.progress and self.accelerator.is_local_main_process
+        return tqdm(loader, desc=description, disable=not show, leave=False, dynamic_ncols=True)
+
+    def _clip(self, networks: list[int]) -> None:
+        if self.config.grad_clip > 0:
+            params = [p for net in networks for p in self.model.networks[net].parameters() if p.grad is not None]
+            if params:
+                self.accelerator.clip_grad_norm_(params, self.config.grad_clip)
+
+    def _set_learning_rate(self, epoch: int) -> None:
+        decays = sum(epoch >= e for e in self.config.lr_decay_epochs)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.config.learning_rate * self.config.lr_decay_factor**decays

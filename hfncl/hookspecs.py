@@ -1,0 +1,145 @@
+"""The plugin contract: every hook a method can implement.
+
+A method is a module (or any object) with functions marked ``@hfncl.hookimpl`` whose
+names are the hooks below. It is installed through the ``hfncl`` entry-point group and
+made active by naming it in ``TrainConfig.plugins``; only active plugins are registered
+for a run, so stages of different methods combine by listing several names.
+
+Training, as the trainer runs it::
+
+    networks = num_networks(config)                 (default 1)
+    for epoch:
+        epoch_start(trainer, epoch)
+        warm = epoch < config.warmup_epochs
+        if not warm: trainer.divisions = divide(trainer, epoch)
+        for networks_of_pass in training_passes(config, networks):   (default: all jointly)
+            for batch:
+                train_step(trainer, batch, networks_of_pass)         (override, if any)
+                or, per network k of the pass:
+                    targets = None if warm else rectify(trainer, batch, k, division_k)
+                    outputs = trainer.forward(k, batch)
+                    terms = warmup_loss(...) if warm else loss(...)  (all plugins, summed)
+                backward, clip, step
+        epoch_end(trainer, epoch)
+
+Hooks marked *first result* stop at the first plugin that returns something other than
+``None``; the other hooks collect every active plugin's answer.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    import torch
+
+    from hfncl.config import TrainConfig
+    from hfncl.engine.trainer import Trainer
+    from hfncl.types import Batch, Division, PairOutputs
+
+PROJECT = "hfncl"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def option_defaults() -> dict[str, Any]:
+    """Return this plugin's hyper-parameters with their defaults.
+
+    Keys are option names, values their defaults. ``TrainConfig.options`` overrides
+    them; ``trainer.option(name)`` reads the merged value. An option no active plugin
+    declares is rejected when the run starts, so a typo never passes silently.
+    """
+
+
+@hookspec(firstresult=True)
+def num_networks(config: "TrainConfig") -> int | None:
+    """Return how many networks the method trains (first result; default 1).
+
+    Co-teaching methods train two peers; branch methods train one network per branch.
+    All of them live in one checkpoint, and inference averages their similarities.
+    """
+
+
+@hookspec(firstresult=True)
+def training_passes(config: "TrainConfig", num_networks: int) -> list[list[int]] | None:
+    """Return which networks each pass over the training data updates (first result).
+
+    ``[[0, 1]]`` (the default) trains all networks jointly in one pass; ``[[0], [1]]``
+    trains them in turn, each on its own shuffle of the data, as co-teaching does.
+    """
+
+
+@hookspec(firstresult=True)
+def divide(trainer: "Trainer", epoch: int) -> "list[Division] | Division | None":
+    """Split the training set into clean and noisy pairs, once per epoch (first result).
+
+    Called after warmup, before the epoch's first batch. Return one :class:`Division`
+    per network (a single one is shared by all). Per-sample statistics come from
+    ``trainer.collect`` (a pass over the training set, gathered over processes) or
+    from ``trainer.ledger`` (values recorded during the previous epoch's steps); the
+    result must be identical on every process.
+    """
+
+
+@hookspec(firstresult=True)
+def rectify(trainer: "Trainer", batch: "Batch", net: int, division: "Division | None") -> dict[str, Any] | None:
+    """Turn the division into this batch's training targets for network ``net`` (first result).
+
+    Runs before the network's forward pass. Targets are whatever ``loss`` needs (soft
+    correspondence labels, margins, mixed inputs); a rectifier may run gradient-free
+    forward passes of any network with ``trainer.forward(k, batch, grad=False)``.
+    The returned dict reaches ``loss`` as ``targets``; if it holds a batch under
+    ``"inputs"`` (e.g. noisy samples mixed with clean ones), the network is trained on
+    that batch instead of the loaded one.
+    """
+
+
+@hookspec
+def loss(
+    trainer: "Trainer", batch: "Batch", outputs: "PairOutputs", targets: dict[str, Any] | None, net: int
+) -> "dict[str, torch.Tensor] | None":
+    """Return named loss terms for network ``net`` on this batch after warmup.
+
+    Every active plugin may contribute terms; the trainer sums all of them and logs
+    each by name. Per-sample statistics for the next division can be stored here with
+    ``trainer.ledger.record(batch['index'], name, values)``.
+    """
+
+
+@hookspec
+def warmup_loss(
+    trainer: "Trainer", batch: "Batch", outputs: "PairOutputs", net: int
+) -> "dict[str, torch.Tensor] | None":
+    """Return named loss terms for network ``net`` during the warmup epochs.
+
+    Warmup trains on all pairs before any division exists (``config.warmup_epochs``).
+    A plugin without this hook contributes nothing during warmup.
+    """
+
+
+@hookspec(firstresult=True)
+def train_step(trainer: "Trainer", batch: "Batch", networks: list[int]) -> dict[str, float] | None:
+    """Replace the whole optimisation step for this batch (first result).
+
+    For methods whose step is not one forward and one backward (e.g. a second
+    objective optimised several times after a fresh forward pass). The implementation
+    uses ``trainer.forward``, ``trainer.optimize`` and the other public trainer
+    methods, and returns the metrics to log. Returning ``None`` keeps the default step.
+    """
+
+
+@hookspec
+def epoch_start(trainer: "Trainer", epoch: int) -> None:
+    """Called at the start of every epoch, before division."""
+
+
+@hookspec
+def epoch_end(trainer: "Trainer", epoch: int) -> None:
+    """Called at the end of every epoch's training, before validation.
+
+    For example, fold the statistics recorded in ``trainer.ledger`` into the labels the
+    next epoch will use.
+    """

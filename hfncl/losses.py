@@ -1,0 +1,50 @@
+"""Ranking losses shared by many methods, written once for the similarity matrix of a batch.
+
+``similarity[i, j]`` = S(I_i, T_j); pair ``i`` is the diagonal. All functions return
+per-sample losses (one value per pair) so that methods can weight, record or divide on
+them; sum them for the batch loss, as the reference implementations do.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _margin_matrices(similarity: torch.Tensor, margin: float | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Hinge costs of every negative, for image queries and for text queries.
+
+    ``to_text[i, j]`` = [m_i - S(I_i, T_i) + S(I_i, T_j)]_+ (image i ranks caption j above its own),
+    ``to_image[j, i]`` = [m_i - S(I_i, T_i) + S(I_j, T_i)]_+ (caption i ranks image j above its own);
+    the diagonal (the positive itself) is zeroed.
+    """
+    n = similarity.size(0)
+    if similarity.dim() != 2 or similarity.size(1) != n:
+        raise ValueError(f"similarity must be a square (B, B) matrix, got {tuple(similarity.shape)}")
+    positive = similarity.diagonal()
+    margin = torch.as_tensor(margin, dtype=similarity.dtype, device=similarity.device)
+    if margin.dim() == 0:
+        margin = margin.expand(n)
+    to_text = (margin[:, None] - positive[:, None] + similarity).clamp(min=0)
+    to_image = (margin[None, :] - positive[None, :] + similarity).clamp(min=0)
+    off_diagonal = ~torch.eye(n, dtype=torch.bool, device=similarity.device)
+    return to_text * off_diagonal, to_image * off_diagonal
+
+
+def triplet_sum_negatives(similarity: torch.Tensor, margin: float | torch.Tensor = 0.2) -> torch.Tensor:
+    """Bidirectional hinge triplet loss summed over all negatives of the batch, per pair.
+
+    L(I_i, T_i) = sum_j [m - S_ii + S_ij]_+ + sum_j [m - S_ii + S_ji]_+ (VSE0; NCR Eq. 2, L_w).
+    """
+    to_text, to_image = _margin_matrices(similarity, margin)
+    return to_text.sum(dim=1) + to_image.sum(dim=0)
+
+
+def triplet_hardest_negative(similarity: torch.Tensor, margin: float | torch.Tensor = 0.2) -> torch.Tensor:
+    """Bidirectional hinge triplet loss on the hardest negative of the batch, per pair.
+
+    L(I_i, T_i) = [m - S_ii + max_{j!=i} S_ij]_+ + [m - S_ii + max_{j!=i} S_ji]_+
+    (VSE++ max violation; with a per-pair margin it is NCR Eq. 6). Because the hinge is
+    monotone, the max of the hinged costs equals the hinge of the hardest negative.
+    """
+    to_text, to_image = _margin_matrices(similarity, margin)
+    return to_text.max(dim=1).values + to_image.max(dim=0).values

@@ -1,0 +1,135 @@
+"""Image and text towers of the SCAN / VSE++ precomp encoder.
+
+Both towers map their input into the same ``embed_dim``-dimensional joint space and
+L2-normalise the result, so the cosine similarity of an image and a caption is the
+dot product of their embeddings.
+
+The initialisers below work on single layers and use only ``torch.nn.init``
+functions, which transformers guards while it loads a checkpoint: a weight read from
+a file is never overwritten by a fresh draw, a weight the file lacks is drawn anew.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+POOLINGS = ("mean", "max")
+
+
+def init_xavier_linear(linear: nn.Linear) -> None:
+    """Xavier-uniform weight, zero bias, as SCAN's ``EncoderImagePrecomp.init_weights``."""
+    r = math.sqrt(6.0) / math.sqrt(linear.in_features + linear.out_features)
+    nn.init.uniform_(linear.weight, -r, r)
+    if linear.bias is not None:
+        nn.init.zeros_(linear.bias)
+
+
+def init_word_embedding(embedding: nn.Embedding) -> None:
+    """Uniform word vectors in [-0.1, 0.1], as SCAN's ``EncoderText.init_weights``.
+
+    The padding row is drawn like the others, as in SCAN; packed sequences never read it.
+    """
+    nn.init.uniform_(embedding.weight, -0.1, 0.1)
+
+
+def l2_normalize(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """Scale every row of ``x`` (last dimension) to unit L2 norm, as SCAN's ``l2norm``."""
+    return x / x.norm(dim=-1, keepdim=True).clamp_min(eps)
+
+
+class RegionImageEncoder(nn.Module):
+    """Precomputed region features -> one image embedding (SCAN / VSE++ precomp encoder).
+
+    A linear layer projects each of the R region features into the joint space; the
+    regions are then pooled (mean or max) and the result L2-normalised.
+
+    Args:
+        image_dim: size D of one region feature (2048 for bottom-up attention features).
+        embed_dim: size of the joint embedding space.
+        pooling: ``"mean"`` or ``"max"`` over the regions.
+    """
+
+    def __init__(self, image_dim: int, embed_dim: int, pooling: str = "mean") -> None:
+        super().__init__()
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+        self.pooling = pooling
+        self.fc = nn.Linear(image_dim, embed_dim)
+        self.init_weights()
+
+    def init_weights(self) -> None:
+        """Draw the projection anew (:func:`init_xavier_linear`)."""
+        init_xavier_linear(self.fc)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """Embed a batch of images.
+
+        Args:
+            images: float tensor (B, R, D) of region features.
+
+        Returns:
+            float tensor (B, embed_dim) of unit-norm image embeddings.
+        """
+        regions = self.fc(images)
+        pooled = regions.mean(dim=1) if self.pooling == "mean" else regions.amax(dim=1)
+        return l2_normalize(pooled)
+
+
+class GRUTextEncoder(nn.Module):
+    """Token ids -> one caption embedding with a (bi)GRU over word embeddings (SCAN / VSE++).
+
+    The word embeddings are read by a GRU; with ``bidirectional=True`` the forward and
+    backward hidden states are averaged at every position (SCAN: ``(fwd + bwd) / 2``).
+    The hidden states of the valid positions are mean-pooled and L2-normalised.
+
+    Args:
+        vocab_size: number of token ids; id 0 is padding.
+        word_dim: size of a word embedding.
+        embed_dim: size of the joint embedding space (the GRU hidden size).
+        num_layers: stacked GRU layers.
+        bidirectional: read captions in both directions and average the two.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        word_dim: int,
+        embed_dim: int,
+        num_layers: int = 1,
+        bidirectional: bool = True,
+    ) -> None:
+        super().__init__()
+        self.bidirectional = bidirectional
+        self.embed = nn.Embedding(vocab_size, word_dim, padding_idx=0)
+        self.rnn = nn.GRU(word_dim, embed_dim, num_layers, batch_first=True, bidirectional=bidirectional)
+        self.init_weights()
+
+    def init_weights(self) -> None:
+        """Draw the word embeddings (:func:`init_word_embedding`) and the GRU (torch's default, as SCAN) anew."""
+        init_word_embedding(self.embed)
+        self.rnn.reset_parameters()
+
+    def forward(self, captions: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """Embed a batch of captions.
+
+        Args:
+            captions: long tensor (B, L) of token ids, padded with 0.
+            lengths: long tensor (B,) with the number of tokens of each caption (>= 1).
+
+        Returns:
+            float tensor (B, embed_dim) of unit-norm caption embeddings.
+        """
+        lengths = lengths.to(device="cpu", dtype=torch.long)
+        packed = pack_padded_sequence(self.embed(captions), lengths, batch_first=True, enforce_sorted=False)
+        hidden, _ = pad_packed_sequence(self.rnn(packed)[0], batch_first=True)
+        if self.bidirectional:
+            fwd, bwd = hidden.chunk(2, dim=-1)
+            hidden = (fwd + bwd) / 2
+        positions = torch.arange(hidden.size(1), device=hidden.device)
+        mask = (positions[None, :] < lengths.to(hidden.device)[:, None]).unsqueeze(-1).to(hidden.dtype)
+        pooled = (hidden * mask).sum(dim=1) / lengths.to(hidden.device, hidden.dtype)[:, None]
+        return l2_normalize(pooled)

@@ -1,0 +1,136 @@
+"""Discovering installed methods and building the plugin manager of one run.
+
+Installed methods are the entry points of the ``hfncl`` group (the built-in ones too:
+``pyproject.toml`` registers them exactly as a third-party package would). A run
+registers only the plugins its configuration names, in that order.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+import pluggy
+
+from hfncl import hookspecs
+
+ENTRY_POINT_GROUP = hookspecs.PROJECT
+
+
+class PluginError(RuntimeError):
+    """A plugin is unknown, cannot be imported, or does not fit the hook specification."""
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """One installed plugin, as ``hfncl plugins`` lists it."""
+
+    name: str
+    value: str
+    distribution: str
+    version: str
+    hooks: tuple[str, ...]
+    error: str | None = None
+
+
+def installed_entry_points() -> dict[str, EntryPoint]:
+    """The entry points of the ``hfncl`` group, by name."""
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def load_plugin(name: str) -> Any:
+    """Import the plugin registered under ``name``, with an error that names it."""
+    installed = installed_entry_points()
+    if name not in installed:
+        known = ", ".join(sorted(installed)) or "none"
+        raise PluginError(
+            f"Unknown plugin {name!r}: no entry point of that name in group {ENTRY_POINT_GROUP!r} "
+            f"(installed: {known}). Install the package that provides it, or fix the name."
+        )
+    entry_point = installed[name]
+    try:
+        plugin = entry_point.load()
+    except Exception as error:
+        raise PluginError(
+            f"Plugin {name!r} is installed but failed to import ({entry_point.value}): "
+            f"{type(error).__name__}: {error}"
+        ) from error
+    if inspect.isclass(plugin):
+        raise PluginError(
+            f"Plugin {name!r} ({entry_point.value}) exports a class; export a module or an instance, "
+            "because pluggy registers the loaded object as it is."
+        )
+    return plugin
+
+
+def hook_names() -> list[str]:
+    """Names of every hook in the specification."""
+    return [name for name, value in vars(hookspecs).items() if hasattr(value, f"{hookspecs.PROJECT}_spec")]
+
+
+def implemented_hooks(plugin: Any) -> tuple[str, ...]:
+    """Hooks a plugin object implements."""
+    marker = f"{hookspecs.PROJECT}_impl"
+    return tuple(name for name in hook_names() if hasattr(getattr(plugin, name, None), marker))
+
+
+def build_plugin_manager(names: list[str]) -> pluggy.PluginManager:
+    """A plugin manager with exactly the named plugins registered, validated against the spec.
+
+    pluggy calls the most recently registered plugin first; plugins are registered in
+    reverse order so that for first-result hooks the plugin named first wins
+    (``["ncr", "extra"]``: ncr divides and rectifies, both add loss terms).
+    """
+    if not names:
+        raise PluginError("No plugins named: a run needs at least one method plugin (see `hfncl plugins`).")
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise PluginError(f"Plugins named more than once: {', '.join(duplicates)}")
+    manager = pluggy.PluginManager(hookspecs.PROJECT)
+    manager.add_hookspecs(hookspecs)
+    known_hooks = hook_names()
+    for name in reversed(names):
+        plugin = load_plugin(name)
+        try:
+            manager.register(plugin, name=name)
+        except pluggy.PluginValidationError as error:
+            raise PluginError(f"Plugin {name!r} does not fit the hook specification: {error}") from error
+        except ValueError as error:
+            raise PluginError(f"Plugin {name!r} is the same object as another named plugin: {error}") from error
+        unknown = [
+            attr
+            for attr in dir(plugin)
+            if hasattr(getattr(plugin, attr, None), f"{hookspecs.PROJECT}_impl") and attr not in known_hooks
+        ]
+        if unknown:
+            raise PluginError(
+                f"Plugin {name!r} implements unknown hook(s) {', '.join(unknown)}; "
+                f"the hooks are: {', '.join(hook_names())}"
+            )
+    return manager
+
+
+def describe_installed() -> list[PluginInfo]:
+    """Every installed plugin with its distribution, version and hooks (for ``hfncl plugins``)."""
+    infos = []
+    for name, entry_point in sorted(installed_entry_points().items()):
+        dist = entry_point.dist
+        hooks: tuple[str, ...] = ()
+        problem = None
+        try:
+            hooks = implemented_hooks(load_plugin(name))
+        except PluginError as error:
+            problem = str(error)
+        infos.append(
+            PluginInfo(
+                name=name,
+                value=entry_point.value,
+                distribution=dist.name if dist else "?",
+                version=dist.version if dist else "?",
+                hooks=hooks,
+                error=problem,
+            )
+        )
+    return infos

@@ -1,0 +1,39 @@
+"""Argument parsing shared by the scripts in ``recipes/``: one method x one dataset each."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from transformers import HfArgumentParser
+
+from hfncl.config import TrainConfig
+from hfncl.data import DataFormatError
+from hfncl.experiment import DataArguments, run_experiment
+from hfncl.plugins import PluginError
+
+
+def run_recipe(
+    description: str,
+    plugins: list[str],
+    defaults: dict[str, Any],
+    model_defaults: dict[str, Any] | None = None,
+    argv: Sequence[str] | None = None,
+) -> int:
+    """Parse ``argv`` into data and training arguments with the recipe's defaults, train, print results.
+
+    ``defaults`` are TrainConfig / DataArguments values the recipe fixes unless the
+    command line overrides them (the paper's settings for that dataset).
+    """
+    parser = HfArgumentParser((DataArguments, TrainConfig), description=description)
+    parser.set_defaults(plugins=plugins, **defaults)
+    data_args, config = parser.parse_args_into_dataclasses(args=list(argv) if argv is not None else None)
+    try:
+        result = run_experiment(data_args, config, model_defaults)
+    except (DataFormatError, PluginError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps({"test": result["test"], "division": result["division"]}, indent=1))
+    return 0

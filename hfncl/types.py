@@ -1,0 +1,74 @@
+"""Data types that cross the boundary between the core and the plugins.
+
+A *batch* is a plain ``dict`` produced by :func:`hfncl.data.collate_pairs`:
+
+``images``   float tensor (B, R, D): the region features of the image each pair shows.
+``captions`` long tensor (B, L): token ids, padded with 0.
+``lengths``  long tensor (B,): number of tokens of each caption.
+``index``    long tensor (B,): position of each pair in the training set; divisions,
+             ledgers and noise masks are indexed by it.
+
+The hidden clean/noisy mask never travels in a batch: methods cannot see it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+Batch = dict[str, torch.Tensor]
+
+
+@dataclass
+class PairOutputs:
+    """What one network says about a batch of pairs.
+
+    ``similarity[i, j]`` is S(I_i, T_j): rows are the images of the batch, columns its
+    captions, and pair ``i`` is the diagonal entry. Under data parallelism the tensors
+    cover the *global* batch (gathered from every process, with gradients), so a loss
+    computed from them is the same on every rank and equals the single-process loss.
+    """
+
+    image_embeds: torch.Tensor
+    text_embeds: torch.Tensor
+    similarity: torch.Tensor
+    index: torch.Tensor
+
+
+@dataclass
+class Division:
+    """A method's verdict on every training pair, indexed by dataset position.
+
+    ``clean_prob``  (N,) float: probability that the pair is correctly matched (w_i).
+    ``clean``       (N,) bool: the predicted clean set (the rest is the noisy set).
+    ``extras``      named (N, ...) tensors a method wants to carry into ``rectify``
+                    (soft labels, uncertainty, a three-way partition, ...).
+    """
+
+    clean_prob: torch.Tensor
+    clean: torch.Tensor
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.clean_prob.shape != self.clean.shape or self.clean_prob.dim() != 1:
+            raise ValueError(
+                f"Division.clean_prob {tuple(self.clean_prob.shape)} and Division.clean "
+                f"{tuple(self.clean.shape)} must be 1-D tensors of the same length"
+            )
+        self.clean = self.clean.bool()
+
+    def __len__(self) -> int:
+        return self.clean.numel()
+
+    def state(self, prefix: str) -> dict[str, torch.Tensor]:
+        """Flat tensor dict for a safetensors checkpoint."""
+        out = {f"{prefix}.clean_prob": self.clean_prob, f"{prefix}.clean": self.clean.to(torch.uint8)}
+        out.update({f"{prefix}.extras.{k}": v for k, v in self.extras.items()})
+        return {k: v.detach().cpu().contiguous() for k, v in out.items()}
+
+    @classmethod
+    def from_state(cls, tensors: dict[str, torch.Tensor], prefix: str) -> "Division":
+        extras_prefix = f"{prefix}.extras."
+        extras = {k[len(extras_prefix):]: v for k, v in tensors.items() if k.startswith(extras_prefix)}
+        return cls(tensors[f"{prefix}.clean_prob"], tensors[f"{prefix}.clean"].bool(), extras)

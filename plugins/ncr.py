@@ -1,0 +1,140 @@
+"""NCR: Noisy Correspondence Rectifier (Huang et al., NeurIPS 2021).
+
+Two networks A and B trained in turn (co-teaching). After warmup with L_w (Eq. 2),
+every epoch each network's clean probabilities come from a two-component GMM on the
+per-sample L_w of its *peer* (co-divide, Eq. 1-3, Algorithm 1 lines 3-4); each batch's
+labels are rectified with the adaptive prediction P (co-rectify, Eq. 4-5) and recast as
+soft margins of a hardest-negative triplet loss (Eq. 6-7).
+
+Reading choices, where the paper leaves room:
+- Eq. 5 prints 1/b before the sums over the b - 1 negatives; its text asks for "the
+  mean of the negatives", so we divide by b - 1 (with 1/b a batch of equal scores would
+  show a positive margin S/b and be predicted clean). tau is the mean of Theta(s) over
+  the top 10% of the batch's pairs by s, and P = min(Theta(s) / tau, 1) so that "pairs
+  with a margin larger than tau are predicted as 1" (tau = 0 gives P = 0).
+- Algorithm 1 samples a clean and a noisy mini-batch; here one batch is drawn from the
+  whole training set and every pair is rectified by the subset it falls in. Each
+  network still sees every pair once per epoch, and hard negatives come from the batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from hfncl.division import gmm_clean_probability, threshold_division
+from hfncl.hookspecs import hookimpl
+from hfncl.losses import triplet_hardest_negative, triplet_sum_negatives
+from hfncl.types import Division
+
+NETWORKS = 2
+
+
+@hookimpl
+def option_defaults() -> dict[str, Any]:
+    return {
+        "ncr.alpha": 0.2,
+        "ncr.curve": 10.0,
+        "ncr.threshold": 0.5,
+        "ncr.top_fraction": 0.1,
+        "ncr.gmm_max_iter": 10,
+        "ncr.gmm_reg_covar": 5e-4,
+    }
+
+
+@hookimpl
+def num_networks(config) -> int:
+    return NETWORKS
+
+
+@hookimpl
+def training_passes(config, num_networks) -> list[list[int]]:
+    return [[net] for net in range(num_networks)]
+
+
+@hookimpl
+def warmup_loss(trainer, batch, outputs, net) -> dict[str, torch.Tensor]:
+    return {"warmup_lw": triplet_sum_negatives(outputs.similarity, trainer.option("ncr.alpha")).sum()}
+
+
+def adaptive_prediction(similarity: torch.Tensor, alpha: float, top_fraction: float = 0.1) -> torch.Tensor:
+    """P(I_i, T_i) of Eq. 5 for every pair of the batch, in [0, 1].
+
+    s_i = S_ii - (mean_{j!=i} S_ij + mean_{j!=i} S_ji) / 2; P = min(Theta(s) / tau, 1)
+    with Theta clamping to [0, alpha] and tau the mean of Theta(s) over the top
+    ``top_fraction`` of pairs by s.
+    """
+    b = similarity.size(0)
+    positive = similarity.diagonal()
+    negatives_of_image = (similarity.sum(dim=1) - positive) / (b - 1)
+    negatives_of_text = (similarity.sum(dim=0) - positive) / (b - 1)
+    margin = positive - (negatives_of_image + negatives_of_text) / 2
+    clamped = margin.clamp(min=0.0, max=alpha)
+    top = max(1, int(round(top_fraction * b)))
+    tau = clamped[margin.topk(top).indices].mean()
+    if tau <= 0:
+        return torch.zeros_like(clamped)
+    return (clamped / tau).clamp(max=1.0)
+
+
+def rectified_labels(
+    clean_prob: torch.Tensor, clean: torch.Tensor, own_prediction: torch.Tensor, peer_prediction: torch.Tensor
+) -> torch.Tensor:
+    """Eq. 4: y^ = w y + (1 - w) P^k on the clean set (y = 1), (P^A + P^B) / 2 on the noisy set."""
+    clean_label = clean_prob + (1 - clean_prob) * own_prediction
+    noisy_label = (own_prediction + peer_prediction) / 2
+    return torch.where(clean, clean_label, noisy_label)
+
+
+def soft_margin(labels: torch.Tensor, alpha: float, curve: float) -> torch.Tensor:
+    """Eq. 7: alpha^ = (m^y^ - 1) / (m - 1) * alpha."""
+    return (curve**labels - 1) / (curve - 1) * alpha
+
+
+@hookimpl
+def divide(trainer, epoch) -> list[Division]:
+    """Co-divide: network k's division is the GMM fitted on its peer's per-sample L_w."""
+    alpha = trainer.option("ncr.alpha")
+
+    def per_sample_loss(batch) -> dict[str, torch.Tensor]:
+        return {
+            f"loss{net}": triplet_sum_negatives(trainer.forward(net, batch, grad=False).similarity, alpha)
+            for net in range(NETWORKS)
+        }
+
+    losses = trainer.collect(per_sample_loss, description=f"epoch {epoch} co-divide")
+    divisions = []
+    for net in range(NETWORKS):
+        peer_loss = losses[f"loss{(net + 1) % NETWORKS}"]
+        clean_prob = gmm_clean_probability(
+            peer_loss,
+            max_iter=trainer.option("ncr.gmm_max_iter"),
+            reg_covar=trainer.option("ncr.gmm_reg_covar"),
+            seed=trainer.config.seed + epoch,
+        )
+        divisions.append(threshold_division(clean_prob, trainer.option("ncr.threshold"), peer_loss=peer_loss))
+    return divisions
+
+
+@hookimpl
+def rectify(trainer, batch, net, division) -> dict[str, torch.Tensor]:
+    """Co-rectify (Eq. 4-5) with gradient-free predictions of both networks."""
+    alpha, top = trainer.option("ncr.alpha"), trainer.option("ncr.top_fraction")
+    own = trainer.forward(net, batch, grad=False)
+    peer = trainer.forward((net + 1) % NETWORKS, batch, grad=False)
+    index = own.index.cpu()
+    labels = rectified_labels(
+        division.clean_prob[index].to(own.similarity.device),
+        division.clean[index].to(own.similarity.device),
+        adaptive_prediction(own.similarity, alpha, top),
+        adaptive_prediction(peer.similarity, alpha, top),
+    )
+    return {"labels": labels}
+
+
+@hookimpl
+def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
+    """L_soft (Eq. 6) with the soft margins of Eq. 7."""
+    margins = soft_margin(targets["labels"], trainer.option("ncr.alpha"), trainer.option("ncr.curve"))
+    return {"soft_margin_triplet": triplet_hardest_negative(outputs.similarity, margins).sum()}

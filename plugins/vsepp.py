@@ -1,0 +1,33 @@
+"""VSE++ (Faghri et al. 2018): hinge triplet loss on the hardest negatives, no division.
+
+The baseline every noisy-correspondence paper starts from; hard negatives make it
+collapse when many pairs are wrong.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from hfncl.hookspecs import hookimpl
+from hfncl.losses import triplet_hardest_negative
+
+
+@hookimpl
+def option_defaults() -> dict[str, Any]:
+    return {"vsepp.margin": 0.2}
+
+
+def _hardest_negative_loss(trainer, outputs) -> dict[str, torch.Tensor]:
+    return {"triplet_hardest": triplet_hardest_negative(outputs.similarity, trainer.option("vsepp.margin")).sum()}
+
+
+@hookimpl
+def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
+    return _hardest_negative_loss(trainer, outputs)
+
+
+@hookimpl
+def warmup_loss(trainer, batch, outputs, net) -> dict[str, torch.Tensor]:
+    return _hardest_negative_loss(trainer, outputs)

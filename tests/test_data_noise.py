@@ -1,0 +1,133 @@
+"""Noisy correspondence: NCR caption-level and DECL/RCL image-level protocols."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _shared_data import published_file
+
+from hfncl.data import (
+    DataFormatError,
+    caption_level_noise,
+    caption_pairing,
+    clean_mask,
+    image_level_noise,
+    load_noise_index,
+    make_noise,
+    save_noise_index,
+    shuffle_subset,
+)
+
+
+def test_caption_level_noise_is_seeded_and_keeps_every_image_k_times():
+    index = caption_level_noise(200, 5, 0.4, seed=3)
+    assert index.shape == (1000,) and index.dtype == np.int64
+    np.testing.assert_array_equal(index, caption_level_noise(200, 5, 0.4, seed=3))
+    assert not np.array_equal(index, caption_level_noise(200, 5, 0.4, seed=4))
+    np.testing.assert_array_equal(np.bincount(index, minlength=200), np.full(200, 5))
+
+
+def test_shuffle_subset_repairs_exactly_the_picked_positions():
+    values = np.arange(1000) // 5
+    shuffled, picked = shuffle_subset(values, 0.3, seed=0)
+    assert len(picked) == 300 and len(np.unique(picked)) == 300
+    untouched = np.setdiff1d(np.arange(1000), picked)
+    np.testing.assert_array_equal(shuffled[untouched], values[untouched])
+    np.testing.assert_array_equal(np.sort(shuffled[picked]), np.sort(values[picked]))
+    np.testing.assert_array_equal(shuffled, caption_level_noise(200, 5, 0.3, seed=0))
+
+
+@pytest.mark.parametrize("ratio", [0.2, 0.5, 0.8])
+def test_caption_level_clean_fraction_is_about_one_minus_ratio(ratio):
+    index = caption_level_noise(2000, 5, ratio, seed=0)
+    noisy = 1.0 - clean_mask(index, 5).mean()
+    assert ratio - 0.01 <= noisy <= ratio
+
+
+def test_image_level_noise_permutes_the_picked_images():
+    index = image_level_noise(1000, 0.5, seed=1)
+    assert index.shape == (1000,) and index.dtype == np.int64
+    np.testing.assert_array_equal(np.sort(index), np.arange(1000))
+    assert 0.49 <= (index != np.arange(1000)).mean() <= 0.5
+    np.testing.assert_array_equal(index, image_level_noise(1000, 0.5, seed=1))
+    assert not np.array_equal(index, image_level_noise(1000, 0.5, seed=2))
+
+
+def test_zero_ratio_is_clean_and_bad_ratio_is_rejected():
+    np.testing.assert_array_equal(caption_level_noise(4, 5, 0.0, seed=0), np.arange(20) // 5)
+    with pytest.raises(ValueError, match="ratio"):
+        image_level_noise(10, 1.5, seed=0)
+
+
+def test_caption_pairing_expands_image_level_indices():
+    image_level = np.array([2, 0, 1])
+    np.testing.assert_array_equal(caption_pairing(image_level, 3, 2), [2, 2, 0, 0, 1, 1])
+    caption_level = np.array([0, 1, 1, 2, 2, 0], dtype=np.int32)
+    out = caption_pairing(caption_level, 3, 2)
+    assert out.dtype == np.int64
+    np.testing.assert_array_equal(out, caption_level)
+
+
+@pytest.mark.parametrize(
+    ("index", "match"),
+    [
+        (np.zeros(5, np.int64), r"shape \(5,\), expected \(6,\) .* or \(3,\)"),
+        (np.zeros((3, 2), np.int64), r"shape \(3, 2\)"),
+        (np.array([0, 1, 3]), "entry 2 is 3, expected an image index in 0..2"),
+        (np.array([0, -1, 2]), "entry 1 is -1"),
+        (np.array([0.0, 1.0, 2.0]), "dtype float64, expected integer"),
+    ],
+)
+def test_caption_pairing_rejects_bad_indices(index, match):
+    with pytest.raises(DataFormatError, match=match):
+        caption_pairing(index, 3, 2)
+
+
+def test_clean_mask():
+    np.testing.assert_array_equal(clean_mask(np.array([0, 1, 1, 1, 0, 2]), 2), [True, False, True, True, False, True])
+
+
+@pytest.mark.parametrize("kind", ["caption", "image"])
+def test_save_and_load_roundtrip(tmp_path, kind):
+    index = caption_level_noise(50, 5, 0.5, 0) if kind == "caption" else image_level_noise(50, 0.5, 0)
+    path = save_noise_index(tmp_path / "sub" / "noise", index)
+    assert path == tmp_path / "sub" / "noise.npy"
+    loaded = load_noise_index(path, 50, 5)
+    assert loaded.shape == (250,)
+    np.testing.assert_array_equal(loaded, caption_pairing(index, 50, 5))
+
+
+def test_make_noise():
+    np.testing.assert_array_equal(make_noise("caption", 20, 5, 0.5, 7), caption_level_noise(20, 5, 0.5, 7))
+    np.testing.assert_array_equal(make_noise("image", 20, 5, 0.5, 7), np.repeat(image_level_noise(20, 0.5, 7), 5))
+    with pytest.raises(ValueError, match="noise kind"):
+        make_noise("label", 20, 5, 0.5, 7)
+
+
+def test_load_errors_name_the_file(tmp_path):
+    with pytest.raises(DataFormatError, match="not found"):
+        load_noise_index(tmp_path / "absent.npy", 3, 5)
+    path = tmp_path / "short.npy"
+    np.save(path, np.zeros(4, np.int64))
+    with pytest.raises(DataFormatError, match=r"short\.npy: shape \(4,\)"):
+        load_noise_index(path, 3, 5)
+    np.save(path, np.array([{"a": 1}], dtype=object))
+    with pytest.raises(DataFormatError, match=r"short\.npy: not a readable"):
+        load_noise_index(path, 3, 5)
+
+
+@pytest.mark.parametrize(
+    ("name", "num_images", "ratio"),
+    [
+        ("bicro_f30k_precomp_0.2.npy", 29000, 0.2),
+        ("bicro_f30k_precomp_0.5.npy", 29000, 0.5),
+        ("rcl_f30k_precomp_noise_inx_0.2.npy", 29000, 0.2),
+        ("rcl_f30k_precomp_noise_inx_0.5.npy", 29000, 0.5),
+        ("rcl_f30k_precomp_noise_inx_0.8.npy", 29000, 0.8),
+        ("rcl_coco_precomp_noise_inx_0.2.npy", 113287, 0.2),
+    ],
+)
+def test_published_noise_indices_read_as_they_are(name, num_images, ratio):
+    pairing = load_noise_index(published_file(name), num_images, 5)
+    assert pairing.shape == (num_images * 5,) and pairing.dtype == np.int64
+    assert abs(clean_mask(pairing, 5).mean() - (1.0 - ratio)) < 0.03

@@ -1,0 +1,39 @@
+"""NCR's equations (plugins/ncr.py) against values computed by hand."""
+
+import math
+
+import torch
+
+from hfncl_plugins.ncr import adaptive_prediction, rectified_labels, soft_margin
+
+S = torch.tensor([[0.5, 0.6, 0.4], [0.3, 0.2, 0.5], [0.1, 0.3, 0.4]])
+
+
+def test_adaptive_prediction_eq5_by_hand():
+    # mean of the 2 negatives of each pair, image side and text side:
+    # s_0 = 0.5 - ((0.6+0.4)/2 + (0.3+0.1)/2)/2 = 0.15   -> Theta = 0.15
+    # s_1 = 0.2 - ((0.3+0.5)/2 + (0.6+0.3)/2)/2 = -0.225 -> Theta = 0
+    # s_2 = 0.4 - ((0.1+0.3)/2 + (0.4+0.5)/2)/2 = 0.075  -> Theta = 0.075
+    # top 10% of 3 pairs -> the best one (pair 0): tau = 0.15
+    expected = torch.tensor([1.0, 0.0, 0.5])
+    torch.testing.assert_close(adaptive_prediction(S, alpha=0.2, top_fraction=0.1), expected)
+
+
+def test_adaptive_prediction_is_zero_when_no_pair_beats_its_negatives():
+    assert torch.all(adaptive_prediction(torch.ones(4, 4), alpha=0.2) == 0)
+
+
+def test_rectified_labels_eq4_by_hand():
+    w = torch.tensor([0.9, 0.2, 0.6])
+    clean = torch.tensor([True, False, True])
+    own = torch.tensor([1.0, 0.0, 0.9166667])
+    peer = torch.tensor([0.5, 0.4, 0.3])
+    expected = torch.tensor([0.9 + 0.1 * 1.0, (0.0 + 0.4) / 2, 0.6 + 0.4 * 0.9166667])
+    torch.testing.assert_close(rectified_labels(w, clean, own, peer), expected)
+
+
+def test_soft_margin_eq7_closed_form():
+    labels = torch.tensor([0.0, 0.5, 1.0])
+    expected = torch.tensor([0.0, (math.sqrt(10) - 1) / 9 * 0.2, 0.2])
+    torch.testing.assert_close(soft_margin(labels, alpha=0.2, curve=10.0), expected)
+    assert torch.all(soft_margin(torch.linspace(0, 1, 11), 0.2, 10.0).diff() > 0)
