@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status (argparse exits on its own errors)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["train"]:
+        return train(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return COMMANDS[args.command].run(args)
@@ -118,6 +121,27 @@ def demo_command(args: argparse.Namespace) -> int:
     from hfncl.demo import main as demo_main
 
     return demo_main(args.output_dir, seed=args.seed, progress=not args.no_progress)
+
+
+def _train_arguments(parser: argparse.ArgumentParser) -> None:
+    """``hfncl train`` hands its arguments to the recipe parser; ``hfncl train --help`` lists them."""
+
+
+@command(
+    "train",
+    help="Train installed plugin(s) by name on a precomp data directory: hfncl train --plugins NAME --data-dir DIR",
+    add_arguments=_train_arguments,
+)
+def train_command(args: argparse.Namespace) -> int:
+    """Reached only through ``main``, which hands the raw arguments to :func:`train`."""
+    return train([])
+
+
+def train(arguments: list[str]) -> int:
+    """Like a recipe, with the plugins named on the command line."""
+    from hfncl.recipe import run_recipe
+
+    return run_recipe("hfncl train: train the named plugins.", plugins=[], defaults={}, argv=arguments)
 
 
 if __name__ == "__main__":

@@ -16,9 +16,9 @@ from typing import Any
 
 from hfncl.config import TrainConfig
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
-from hfncl.experiment import DataArguments, run_experiment
+from hfncl.experiment import DataArguments, ModelArguments, run_experiment
 
-DEMO_MODEL = {"embed_dim": 256, "word_dim": 64}
+DEMO_MODEL = ModelArguments(embed_dim=256, word_dim=64)
 
 
 @dataclass(frozen=True)

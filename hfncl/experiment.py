@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,16 @@ class DataArguments:
             raise ValueError(f"noise_kind must be one of {NOISE_KINDS}, got {self.noise_kind!r}")
 
 
+@dataclass
+class ModelArguments:
+    """The two-tower model's size (the papers' defaults: word 300, joint space 1024)."""
+
+    embed_dim: int = field(default=1024, metadata={"help": "Joint embedding dimension."})
+    word_dim: int = field(default=300, metadata={"help": "Word embedding dimension."})
+    text_layers: int = field(default=1, metadata={"help": "BiGRU layers."})
+    image_pooling: str = field(default="mean", metadata={"help": "Pooling over regions: mean or max."})
+
+
 def _noise_index(args: DataArguments, num_images: int, captions_per_image: int, output_dir: Path) -> np.ndarray:
     if args.noise_file:
         return load_noise_index(args.noise_file, num_images, captions_per_image)
@@ -90,11 +100,13 @@ def prepare_data(args: DataArguments, output_dir: str | Path, image_dim: int | N
 
 
 def run_experiment(
-    data_args: DataArguments, config: TrainConfig, model_overrides: dict[str, Any] | None = None
+    data_args: DataArguments, config: TrainConfig, model_args: ModelArguments | None = None
 ) -> dict[str, Any]:
     """Train on ``data_args`` with ``config``; evaluate the best checkpoint on the test split."""
     data = prepare_data(data_args, config.output_dir)
-    model_config = NCLConfig(image_dim=data["image_dim"], vocab_size=len(data["vocab"]), **(model_overrides or {}))
+    model_config = NCLConfig(
+        image_dim=data["image_dim"], vocab_size=len(data["vocab"]), **asdict(model_args or ModelArguments())
+    )
     trainer = Trainer(config, model_config, data["train"], data["val"])
     summary = trainer.train()
     best_dir = Path(config.output_dir) / "best"

@@ -11,27 +11,25 @@ from transformers import HfArgumentParser
 
 from hfncl.config import TrainConfig
 from hfncl.data import DataFormatError
-from hfncl.experiment import DataArguments, run_experiment
+from hfncl.experiment import DataArguments, ModelArguments, run_experiment
 from hfncl.plugins import PluginError
 
 
 def run_recipe(
-    description: str,
-    plugins: list[str],
-    defaults: dict[str, Any],
-    model_defaults: dict[str, Any] | None = None,
-    argv: Sequence[str] | None = None,
+    description: str, plugins: list[str], defaults: dict[str, Any], argv: Sequence[str] | None = None
 ) -> int:
-    """Parse ``argv`` into data and training arguments with the recipe's defaults, train, print results.
+    """Parse ``argv`` into data, training and model arguments with the recipe's defaults; train; print results.
 
-    ``defaults`` are TrainConfig / DataArguments values the recipe fixes unless the
-    command line overrides them (the paper's settings for that dataset).
+    ``defaults`` are DataArguments / TrainConfig / ModelArguments values the recipe
+    fixes unless the command line overrides them (the paper's settings for that dataset).
     """
-    parser = HfArgumentParser((DataArguments, TrainConfig), description=description)
+    parser = HfArgumentParser((DataArguments, TrainConfig, ModelArguments), description=description)
     parser.set_defaults(plugins=plugins, **defaults)
-    data_args, config = parser.parse_args_into_dataclasses(args=list(argv) if argv is not None else None)
+    data_args, config, model_args = parser.parse_args_into_dataclasses(
+        args=list(argv) if argv is not None else None
+    )
     try:
-        result = run_experiment(data_args, config, model_defaults)
+        result = run_experiment(data_args, config, model_args)
     except (DataFormatError, PluginError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

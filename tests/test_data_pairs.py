@@ -130,7 +130,9 @@ def test_evaluation_datasets_cover_images_and_captions_in_order(split, vocab, fe
     caption_batches = list(torch.utils.data.DataLoader(captions, batch_size=7, collate_fn=collate_captions))
     assert set(caption_batches[0]) == {"captions", "lengths", "index"}
     decoded = [
-        vocab.decode(row[:length]) for b in caption_batches for row, length in zip(b["captions"], b["lengths"])
+        vocab.decode(row[:length])
+        for b in caption_batches
+        for row, length in zip(b["captions"], b["lengths"], strict=True)
     ]
     assert decoded == [vocab.decode(vocab.encode(c)) for c in split.captions]
     with pytest.raises(IndexError):

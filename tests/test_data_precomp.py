@@ -180,7 +180,8 @@ def test_caption_count_must_be_a_multiple_of_image_count(tmp_path, num_captions)
 
 
 def test_wrong_feature_dim(data_dir):
-    with pytest.raises(DataFormatError, match=r"train_ims\.npy: region features have shape \(6, 3, 8\), expected \(N_images, R, 2048\)"):
+    expected = r"train_ims\.npy: region features have shape \(6, 3, 8\), expected \(N_images, R, 2048\)"
+    with pytest.raises(DataFormatError, match=expected):
         load(data_dir, expected_feature_dim=2048)
 
 

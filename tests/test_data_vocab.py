@@ -15,7 +15,7 @@ def test_tokenize_splits_words_and_punctuation():
 
 
 def test_tokenize_follows_treebank_conventions():
-    text = 'He said "don\'t" -- it\'s a T-shirt... 3.5 in the U.S. (ok)'
+    text = "He said \"don't\" -- it's a T-shirt... 3.5 in the U.S. (ok)"
     assert tokenize(text) == [
         "he", "said", "``", "do", "n't", "''", "--", "it", "'s", "a", "t-shirt", "...",
         "3.5", "in", "the", "u.s.", "(", "ok", ")",
@@ -58,7 +58,11 @@ def test_from_dict_accepts_integer_keys():
 
 def _vocab_dict() -> dict:
     words = ["<pad>", "<start>", "<end>", "<unk>", "dog"]
-    return {"idx2word": {str(i): w for i, w in enumerate(words)}, "word2idx": {w: i for i, w in enumerate(words)}, "idx": 5}
+    return {
+        "idx2word": {str(i): w for i, w in enumerate(words)},
+        "word2idx": {w: i for i, w in enumerate(words)},
+        "idx": 5,
+    }
 
 
 @pytest.mark.parametrize(

@@ -214,7 +214,7 @@ def test_toy_plugin_loss_is_symmetric_infonce(monkeypatch: pytest.MonkeyPatch) -
     assert toy.symmetric_infonce(similarity.t(), 0.5) == pytest.approx(expected.item())
 
 
-def test_toy_plugin_installs_and_is_listed(tmp_path: Path) -> None:
+def test_toy_plugin_installs_is_listed_and_trains(tmp_path: Path, tiny_data_dir: Path) -> None:
     source, site = tmp_path / "src", tmp_path / "site"
     shutil.copytree(TOY_PLUGIN, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     pip = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--target", str(site)]
@@ -234,6 +234,18 @@ def test_toy_plugin_installs_and_is_listed(tmp_path: Path) -> None:
     assert sorted(toy["hooks"]) == ["loss", "option_defaults", "warmup_loss"]
     assert (toy["distribution"], toy["version"], toy["value"]) == ("hfncl-toy-plugin", "0.1.0", "hfncl_toy_plugin")
     assert {"vsepp", "ncr"} <= set(records)
+    trained = subprocess.run(
+        [sys.executable, "-m", "hfncl.cli", "train", "--plugins", "toy_infonce", "--data-dir", str(tiny_data_dir)]
+        + ["--output-dir", str(tmp_path / "run"), "--epochs", "1", "--batch-size", "32", "--embed-dim", "32"]
+        + ["--word-dim", "16", "--noise-ratio", "0.2", "--no-progress", "--options", '{"toy_temperature": 0.05}'],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    history = json.loads((tmp_path / "run" / "results.json").read_text())["history"]
+    assert history[0]["train/toy_infonce"] > 0 and history[0]["val/rsum"] > 0
 
 
 # --- the command line ----------------------------------------------------------------------------

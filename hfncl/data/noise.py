@@ -145,6 +145,4 @@ def load_noise_index(path: str | Path, num_images: int, captions_per_image: int)
 
 def _check_sizes(num_images: int, captions_per_image: int) -> None:
     if num_images < 1 or captions_per_image < 1:
-        raise ValueError(
-            f"num_images and captions_per_image must be >= 1, got {num_images} and {captions_per_image}"
-        )
+        raise ValueError(f"num_images and captions_per_image must be >= 1, got {num_images} and {captions_per_image}")

@@ -55,16 +55,12 @@ class NoisyPairDataset(torch.utils.data.Dataset):
     own image. Items are ``{"image": (R, D) float32, "caption": (L,) long, "index": i}``.
     """
 
-    def __init__(
-        self, split: PrecompSplit, vocab: Vocabulary, caption_to_image: np.ndarray | None = None
-    ) -> None:
+    def __init__(self, split: PrecompSplit, vocab: Vocabulary, caption_to_image: np.ndarray | None = None) -> None:
         self.split = split
         k = split.captions_per_image
         if caption_to_image is None:
             caption_to_image = np.arange(split.num_captions, dtype=np.int64) // k
-        self.caption_to_image = caption_pairing(
-            caption_to_image, split.num_images, k, source="caption_to_image"
-        )
+        self.caption_to_image = caption_pairing(caption_to_image, split.num_images, k, source="caption_to_image")
         self.captions = EncodedCaptions(split.captions, vocab)
 
     @property
@@ -90,7 +86,8 @@ class NoisyPairDataset(torch.utils.data.Dataset):
         positions = _positions(indices, len(self), "pair")
         images = torch.from_numpy(self.split.regions(self.caption_to_image[positions]))
         return [
-            {"image": image, "caption": self.captions[i], "index": i} for image, i in zip(images, positions)
+            {"image": image, "caption": self.captions[i], "index": i}
+            for image, i in zip(images, positions, strict=True)
         ]
 
 
@@ -113,7 +110,7 @@ class ImageDataset(torch.utils.data.Dataset):
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         positions = _positions(indices, len(self), "image")
         images = torch.from_numpy(self.split.regions(positions))
-        return [{"image": image, "index": i} for image, i in zip(images, positions)]
+        return [{"image": image, "index": i} for image, i in zip(images, positions, strict=True)]
 
 
 class CaptionDataset(torch.utils.data.Dataset):
@@ -140,7 +137,7 @@ class CaptionDataset(torch.utils.data.Dataset):
 def _pad_captions(captions: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     lengths = torch.tensor([len(c) for c in captions], dtype=torch.long)
     padded = torch.zeros(len(captions), int(lengths.max()), dtype=torch.long)
-    for row, caption in zip(padded, captions):
+    for row, caption in zip(padded, captions, strict=True):
         row[: len(caption)] = caption
     return padded, lengths
 

@@ -78,18 +78,17 @@ class PrecompSplit:
     def regions(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
         """Region features of the images ``indices`` as a float32 array (len, R, D).
 
-        One batched Arrow read of the distinct indices, in sorted order; repeated
-        indices (several captions of one image) are read once.
+        One batched read of the memory-mapped Arrow dataset (repeated indices allowed).
         """
         index = np.asarray(indices, dtype=np.int64).reshape(-1)
         if index.size == 0:
             return np.empty((0, *self.region_shape), dtype=np.float32)
-        if index.min() < 0 or index.max() >= self.num_images:
-            bad = index[(index < 0) | (index >= self.num_images)][0]
-            raise IndexError(f"image index {bad} is outside 0..{self.num_images - 1} of split {self.split!r}")
-        unique, inverse = np.unique(index, return_inverse=True)
-        rows = self._numpy_images[unique.tolist()]["regions"]
-        return np.asarray(rows, dtype=np.float32)[inverse]
+        outside = (index < 0) | (index >= self.num_images)
+        if outside.any():
+            raise IndexError(
+                f"image index {index[outside][0]} is outside 0..{self.num_images - 1} of split {self.split!r}"
+            )
+        return np.asarray(self._numpy_images[index.tolist()]["regions"], dtype=np.float32)
 
 
 def load_precomp_split(
@@ -130,9 +129,7 @@ def load_precomp_split(
         raise DataFormatError(
             f"{ims_path}: image features file not found (expected {split}_ims.npy; splits present: {found or 'none'})"
         )
-    caps_path = next(
-        (p for p in (data_dir / f"{split}_caps.txt", data_dir / f"{split}_caps.tsv") if p.is_file()), None
-    )
+    caps_path = next((p for p in (data_dir / f"{split}_caps.txt", data_dir / f"{split}_caps.tsv") if p.is_file()), None)
     if caps_path is None:
         raise DataFormatError(
             f"no captions for split {split!r} in {data_dir}: tried {split}_caps.txt and {split}_caps.tsv"
@@ -161,7 +158,7 @@ def read_captions(path: str | Path) -> list[str]:
     path = Path(path)
     data = path.read_bytes()
     if data.startswith(codecs.BOM_UTF8):
-        data = data[len(codecs.BOM_UTF8):]
+        data = data[len(codecs.BOM_UTF8) :]
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -218,9 +215,7 @@ def _feature_shape(path: Path) -> tuple[int, ...]:
     return features.shape
 
 
-def _check_shape(
-    path: Path, shape: tuple[int, ...], expected_regions: int | None, expected_dim: int | None
-) -> None:
+def _check_shape(path: Path, shape: tuple[int, ...], expected_regions: int | None, expected_dim: int | None) -> None:
     expected = f"(N_images, {expected_regions or 'R'}, {expected_dim or 'D'})"
     wrong = (
         len(shape) != 3
@@ -260,7 +255,12 @@ def _regions_dataset(
             features=features,
             cache_dir=str(root / key),
             fingerprint=key,
-            gen_kwargs={"path": str(path), "dtype": feature_dtype, "check_finite": check_finite, "chunk_size": chunk_size},
+            gen_kwargs={
+                "path": str(path),
+                "dtype": feature_dtype,
+                "check_finite": check_finite,
+                "chunk_size": chunk_size,
+            },
             writer_batch_size=chunk_size,
         )
     except DatasetGenerationError as err:

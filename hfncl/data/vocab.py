@@ -82,7 +82,7 @@ class Vocabulary:
             self.idx2word.append(word)
 
     @classmethod
-    def build(cls, captions: Iterable[str], min_count: int = 4) -> "Vocabulary":
+    def build(cls, captions: Iterable[str], min_count: int = 4) -> Vocabulary:
         """Vocabulary of the words seen at least ``min_count`` times in ``captions``.
 
         SCAN builds its vocabularies from the training captions with threshold 4. Words
@@ -96,7 +96,7 @@ class Vocabulary:
         return cls(word for word, _ in kept)
 
     @classmethod
-    def from_json(cls, path: str | Path) -> "Vocabulary":
+    def from_json(cls, path: str | Path) -> Vocabulary:
         """Read a SCAN vocabulary JSON file (validated as in :meth:`from_dict`).
 
         Raises :class:`DataFormatError` naming the file and the missing or invalid field.
@@ -113,7 +113,7 @@ class Vocabulary:
         return cls.from_dict(data, source=str(path))
 
     @classmethod
-    def from_dict(cls, data: Any, source: str = "vocabulary") -> "Vocabulary":
+    def from_dict(cls, data: Any, source: str = "vocabulary") -> Vocabulary:
         """Vocabulary of a parsed SCAN vocabulary (``idx2word`` keys may be ``str`` or ``int``).
 
         Raises :class:`DataFormatError` naming ``source`` and the missing or invalid field.
@@ -154,7 +154,7 @@ class Vocabulary:
                 )
         if len(word2idx) != len(ordered):
             raise DataFormatError(f"{source}: word2idx has {len(word2idx)} entries, idx2word has {len(ordered)}")
-        return cls(ordered[len(cls.SPECIALS):])
+        return cls(ordered[len(cls.SPECIALS) :])
 
     def save_json(self, path: str | Path) -> None:
         """Write the vocabulary in the SCAN JSON format (``idx2word`` keys as strings)."""

@@ -46,6 +46,8 @@ class TrainerState:
     global_step: int = 0
     best_rsum: float = -math.inf
     best_epoch: int = -1
+    epoch_loss_sums: dict[str, float] = field(default_factory=dict)
+    epoch_steps: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -170,8 +172,7 @@ class Trainer:
                 self.divisions = self._divide(epoch)
         if not self.in_warmup:
             record.update(self._division_report())
-        sums: dict[str, float] = {}
-        steps = 0
+        sums = self.state.epoch_loss_sums
         while self.state.pass_index < len(self.passes):
             networks = self.passes[self.state.pass_index]
             loader = self._loader(
@@ -184,7 +185,7 @@ class Trainer:
             for batch in self._progress(loader, description):
                 for name, value in self._step(batch, networks).items():
                     sums[name] = sums.get(name, 0.0) + value
-                steps += 1
+                self.state.epoch_steps += 1
                 self.state.batch_in_pass += 1
                 self.state.global_step += 1
                 if self.config.save_steps and self.state.global_step % self.config.save_steps == 0:
@@ -192,7 +193,7 @@ class Trainer:
             self.state.pass_index += 1
             self.state.batch_in_pass = 0
         self.hook.epoch_end(trainer=self, epoch=epoch)
-        record.update({f"train/{k}": v / max(steps, 1) for k, v in sums.items()})
+        record.update({f"train/{k}": v / max(self.state.epoch_steps, 1) for k, v in sums.items()})
         if self.val_split is not None:
             metrics = self.evaluate(self.val_split)
             record.update({f"val/{k}": v for k, v in metrics.items()})
@@ -203,6 +204,7 @@ class Trainer:
         self.accelerator.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=epoch)
         self.state.epoch += 1
         self.state.pass_index = 0
+        self.state.epoch_loss_sums, self.state.epoch_steps = {}, 0
         self.save_checkpoint()
 
     def _step(self, batch: Batch, networks: list[int]) -> dict[str, float]:

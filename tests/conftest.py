@@ -1,0 +1,38 @@
+"""Fixtures shared by the end-to-end tests: a tiny generated benchmark and fast settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hfncl.config import TrainConfig
+from hfncl.data.synthetic import SyntheticConfig, generate_precomp
+from hfncl.experiment import ModelArguments
+
+TINY_DATA = SyntheticConfig(
+    num_train=160, num_dev=40, num_test=40, num_concepts=16, num_regions=8, feature_dim=16, seed=1
+)
+TINY_MODEL = ModelArguments(embed_dim=32, word_dim=16)
+
+
+@pytest.fixture(scope="session")
+def tiny_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """SCAN-format splits of 160/40/40 images x 5 captions with 8 x 16 region features."""
+    return generate_precomp(tmp_path_factory.mktemp("tiny_precomp"), TINY_DATA)
+
+
+def tiny_config(output_dir: Path, plugins: list[str], **overrides) -> TrainConfig:
+    """Settings small enough for a unit-test budget (a few seconds per epoch)."""
+    values = dict(
+        plugins=plugins,
+        output_dir=str(output_dir),
+        epochs=3,
+        warmup_epochs=1,
+        batch_size=32,
+        eval_batch_size=64,
+        lr_decay_epochs=[2],
+        progress=False,
+    )
+    values.update(overrides)
+    return TrainConfig(**values)

@@ -1,0 +1,86 @@
+"""The trainer end to end on tiny generated data: resume, errors, plugin combination."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import TINY_MODEL, tiny_config
+from hfncl.engine.trainer import Trainer
+from hfncl.experiment import DataArguments, ModelArguments, prepare_data, run_experiment
+from hfncl.models import NCLConfig
+from hfncl.plugins import PluginError
+
+
+def _trainer(data_dir, config):
+    data = prepare_data(DataArguments(data_dir=str(data_dir), noise_ratio=0.4), config.output_dir)
+    model_config = NCLConfig(image_dim=data["image_dim"], vocab_size=len(data["vocab"]), embed_dim=32, word_dim=16)
+    return Trainer(config, model_config, data["train"], data["val"])
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_killed_mid_epoch_resumes_to_the_same_result(tiny_data_dir, tmp_path, monkeypatch):
+    reference = _trainer(tiny_data_dir, tiny_config(tmp_path / "ref", ["ncr"], save_steps=3))
+    expected = reference.train()
+
+    interrupted = _trainer(tiny_data_dir, tiny_config(tmp_path / "run", ["ncr"], save_steps=3))
+    original_step = Trainer._step
+    calls = {"n": 0}
+
+    def dying_step(self, batch, networks):
+        calls["n"] += 1
+        if calls["n"] == 17:  # mid-epoch, after division, between checkpoints
+            raise Interrupted
+        return original_step(self, batch, networks)
+
+    monkeypatch.setattr(Trainer, "_step", dying_step)
+    with pytest.raises(Interrupted):
+        interrupted.train()
+    monkeypatch.setattr(Trainer, "_step", original_step)
+
+    resumed = _trainer(tiny_data_dir, tiny_config(tmp_path / "run", ["ncr"], save_steps=3, resume=True))
+    result = resumed.train()
+    assert resumed.state.global_step == reference.state.global_step
+    assert json.dumps(result["history"], sort_keys=True) == json.dumps(expected["history"], sort_keys=True)
+    ref_weights = load_file(str(tmp_path / "ref" / "best" / "model.safetensors"))
+    run_weights = load_file(str(tmp_path / "run" / "best" / "model.safetensors"))
+    assert all(torch.equal(ref_weights[k], run_weights[k]) for k in ref_weights)
+
+
+def test_same_seed_same_division_and_metrics(tiny_data_dir, tmp_path):
+    first = _trainer(tiny_data_dir, tiny_config(tmp_path / "a", ["ncr"], epochs=2)).train()
+    second = _trainer(tiny_data_dir, tiny_config(tmp_path / "b", ["ncr"], epochs=2)).train()
+    assert first["history"] == second["history"]
+    assert "division/net0/auc" in first["history"][-1]
+
+
+def test_unknown_plugin_and_unknown_option_are_named(tiny_data_dir, tmp_path):
+    with pytest.raises(PluginError, match="'ncrr'"):
+        _trainer(tiny_data_dir, tiny_config(tmp_path, ["ncrr"]))
+    with pytest.raises(PluginError, match="ncr.alfa"):
+        _trainer(tiny_data_dir, tiny_config(tmp_path, ["ncr"], options={"ncr.alfa": 0.1}))
+
+
+def test_stages_of_two_plugins_combine(tiny_data_dir, tmp_path):
+    # ncr divides and rectifies; vsepp adds its hardest-negative term to ncr's loss.
+    trainer = _trainer(tiny_data_dir, tiny_config(tmp_path, ["ncr", "vsepp"], epochs=2))
+    history = trainer.train()["history"]
+    assert {"train/soft_margin_triplet/net0", "train/triplet_hardest/net0"} <= set(history[-1])
+
+
+def test_run_experiment_reports_test_metrics_and_division(tiny_data_dir, tmp_path):
+    result = run_experiment(
+        DataArguments(data_dir=str(tiny_data_dir), noise_ratio=0.4),
+        tiny_config(tmp_path, ["ncr"], epochs=2),
+        TINY_MODEL,
+    )
+    assert set(result["test"]) >= {"i2t_r1", "t2i_r10", "rsum", "i2t_medr"}
+    assert 0.3 < result["true_noise_ratio"] <= 0.4
+    assert (tmp_path / "best" / "model.safetensors").exists() and (tmp_path / "noise_index.npy").exists()
+    assert isinstance(ModelArguments(), ModelArguments)

@@ -1,0 +1,66 @@
+"""Recipes as users launch them: accelerate with one and two CPU processes, bad data dirs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+ACCELERATE = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_machines", "1"]
+ACCELERATE += ["--mixed_precision", "no", "--dynamo_backend", "no"]
+TINY_ARGS = ["--epochs", "2", "--warmup-epochs", "1", "--batch-size", "32", "--eval-batch-size", "64"]
+TINY_ARGS += ["--embed-dim", "32", "--word-dim", "16", "--noise-ratio", "0.4", "--no-progress"]
+
+
+def _launch(processes: int, data_dir: Path, output_dir: Path) -> dict:
+    command = ACCELERATE + ["--num_processes", str(processes), str(REPO / "recipes" / "ncr_f30k.py")]
+    command += ["--data-dir", str(data_dir), "--output-dir", str(output_dir), *TINY_ARGS]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return json.loads((output_dir / "results.json").read_text())
+
+
+@pytest.mark.slow
+def test_two_processes_give_the_division_and_metrics_of_one(tiny_data_dir, tmp_path):
+    one = _launch(1, tiny_data_dir, tmp_path / "one")
+    two = _launch(2, tiny_data_dir, tmp_path / "two")
+    assert one["test"] == two["test"]
+    for epoch_one, epoch_two in zip(one["history"], two["history"], strict=True):
+        assert {k: v for k, v in epoch_one.items() if not k.startswith("train/")} == {
+            k: v for k, v in epoch_two.items() if not k.startswith("train/")
+        }
+        for key, value in epoch_one.items():
+            if key.startswith("train/"):
+                assert epoch_two[key] == pytest.approx(value, rel=1e-5)
+
+
+def _recipe(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(REPO / "recipes" / "ncr_f30k.py"), *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_recipe_help_works():
+    completed = _recipe("--help")
+    assert completed.returncode == 0 and "--noise-ratio" in completed.stdout and "--resume" in completed.stdout
+
+
+def test_missing_data_dir_is_a_clear_error(tmp_path):
+    completed = _recipe("--data-dir", str(tmp_path / "nowhere"), "--output-dir", str(tmp_path / "out"))
+    assert completed.returncode == 2
+    assert "nowhere" in completed.stderr and "does not exist" in completed.stderr
+    assert "Traceback" not in completed.stderr
+
+
+def test_malformed_data_dir_names_the_file(tiny_data_dir, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_data_dir, broken)
+    (broken / "dev_caps.txt").unlink()
+    completed = _recipe("--data-dir", str(broken), "--output-dir", str(tmp_path / "out"), *TINY_ARGS)
+    assert completed.returncode == 2 and "dev_caps" in completed.stderr
+    assert "Traceback" not in completed.stderr
