@@ -109,18 +109,28 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-dir", default="runs/demo", help="Where the data, checkpoints and table go.")
     parser.add_argument("--seed", type=int, default=0, help="Seed of the data, the noise and the training.")
     parser.add_argument("--no-progress", action="store_true", help="Hide the progress bars.")
+    parser.add_argument(
+        "--noise-ratios", type=float, nargs="+", default=[0.5], help="Noise ratios to train at (0 adds a clean run)."
+    )
+    parser.add_argument("--plugins", nargs="+", help="Only these plugins (default: every plugin with demo settings).")
 
 
 @command(
     "demo",
-    help="Train the built-in methods on the generated benchmark with 50%% noise and print the comparison.",
+    help="Train every installed method on the generated benchmark with noise and print the comparison.",
     add_arguments=_demo_arguments,
 )
 def demo_command(args: argparse.Namespace) -> int:
     """The README's main job (see :mod:`hfncl.demo`)."""
     from hfncl.demo import main as demo_main
 
-    return demo_main(args.output_dir, seed=args.seed, progress=not args.no_progress)
+    return demo_main(
+        args.output_dir,
+        seed=args.seed,
+        progress=not args.no_progress,
+        noise_ratios=tuple(args.noise_ratios),
+        plugins=args.plugins,
+    )
 
 
 def _train_arguments(parser: argparse.ArgumentParser) -> None:

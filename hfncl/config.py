@@ -35,7 +35,7 @@ class TrainConfig:
     plugins: list[str] = field(default_factory=list, metadata={"help": "Active method plugins, by entry-point name."})
     options: "PluginOptions" = field(
         default_factory=lambda: PluginOptions(),
-        metadata={"help": 'Plugin options overriding their declared defaults, as JSON: \'{"ncr.alpha": 0.2}\'.'},
+        metadata={"help": 'Plugin options overriding their declared defaults, as JSON: \'{"plugin.option": 0.2}\'.'},
     )
     output_dir: str = field(default="runs/hfncl", metadata={"help": "Checkpoints, logs and the best model."})
     epochs: int = field(default=40, metadata={"help": "Epochs, warmup included."})

@@ -1,8 +1,9 @@
 """The README's main job: methods side by side on the generated benchmark with noise.
 
 Generates the seeded benchmark (:mod:`hfncl.data.synthetic`), corrupts the training
-pairs by the NCR caption-shuffling protocol, trains each method with the same seed
-and prints R@1/5/10, rSum and how well each method found the noisy pairs.
+pairs by caption-level shuffling (the NCR protocol), trains every installed plugin that
+declares ``demo_settings`` with the same seed, and prints R@1/5/10, rSum and how well
+each method found the noisy pairs.
 """
 
 from __future__ import annotations
@@ -17,48 +18,58 @@ from typing import Any
 from hfncl.config import TrainConfig
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.experiment import DataArguments, ModelArguments, run_experiment
+from hfncl.plugins import PluginError, build_plugin_manager, installed_entry_points
 
 DEMO_MODEL = ModelArguments(embed_dim=256, word_dim=64)
 
 
 @dataclass(frozen=True)
 class DemoRun:
-    """One row of the comparison: a method at a noise ratio."""
+    """One row of the comparison: a plugin at a noise ratio, with the settings it declared."""
 
-    label: str
-    plugins: tuple[str, ...]
+    plugin: str
     noise_ratio: float
-    epochs: int
-    warmup_epochs: int = 0
-    options: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"{self.plugin}_noise{int(round(self.noise_ratio * 100))}"
 
 
-DEFAULT_RUNS = (
-    DemoRun("vsepp", ("vsepp",), 0.0, epochs=12),
-    DemoRun("vsepp", ("vsepp",), 0.5, epochs=12),
-    DemoRun("ncr", ("ncr",), 0.5, epochs=12, warmup_epochs=3),
-)
+def demo_runs(noise_ratios: tuple[float, ...] = (0.5,), plugins: list[str] | None = None) -> tuple[DemoRun, ...]:
+    """A run per installed plugin that declares ``demo_settings`` (or per named plugin), per noise ratio."""
+    names = plugins if plugins is not None else sorted(installed_entry_points())
+    runs = []
+    for name in names:
+        settings = build_plugin_manager([name]).hook.demo_settings()
+        if settings is None:
+            if plugins is not None:
+                raise PluginError(f"Plugin {name!r} declares no demo_settings, so the demo cannot train it alone")
+            continue
+        runs.extend(DemoRun(name, ratio, dict(settings)) for ratio in noise_ratios)
+    return tuple(runs)
 
 
 def demo_train_config(run: DemoRun, output_dir: Path, seed: int, progress: bool) -> TrainConfig:
-    """The training settings of the demo: the papers' optimiser at the benchmark's small scale."""
-    return TrainConfig(
-        plugins=list(run.plugins),
-        options=dict(run.options),
+    """The papers' optimiser (Adam 2e-4, batch 128, x0.1 decay late in training) with the plugin's settings."""
+    epochs = int(run.settings.get("epochs", 10))
+    values: dict[str, Any] = dict(
+        plugins=[run.plugin],
         output_dir=str(output_dir),
-        epochs=run.epochs,
-        warmup_epochs=run.warmup_epochs,
+        epochs=epochs,
         batch_size=128,
         learning_rate=2e-4,
-        lr_decay_epochs=[int(run.epochs * 0.75)],
+        lr_decay_epochs=[int(epochs * 0.8)],
         seed=seed,
         progress=progress,
     )
+    values.update(run.settings)
+    return TrainConfig(**values)
 
 
 def run_demo(
     output_dir: str | Path = "runs/demo",
-    runs: tuple[DemoRun, ...] = DEFAULT_RUNS,
+    runs: tuple[DemoRun, ...] | None = None,
     data: SyntheticConfig = SyntheticConfig(),
     seed: int = 0,
     progress: bool = True,
@@ -67,15 +78,15 @@ def run_demo(
     output_dir = Path(output_dir)
     data_dir = generate_precomp(output_dir / "data", data)
     results = []
-    for run in runs:
-        run_dir = output_dir / f"{run.label}_noise{int(round(run.noise_ratio * 100))}"
+    for run in runs if runs is not None else demo_runs():
+        run_dir = output_dir / run.label
         started = time.perf_counter()
         result = run_experiment(
             DataArguments(data_dir=str(data_dir), noise_ratio=run.noise_ratio, noise_seed=seed),
             demo_train_config(run, run_dir, seed, progress),
             DEMO_MODEL,
         )
-        result.update(label=run.label, seconds=time.perf_counter() - started)
+        result.update(label=run.plugin, seconds=time.perf_counter() - started)
         results.append(result)
     return results
 
@@ -111,9 +122,15 @@ def _division_of_network_a(division: dict[str, float]) -> dict[str, float]:
     return out
 
 
-def main(output_dir: str = "runs/demo", seed: int = 0, progress: bool = True) -> int:
-    """Run the default comparison, print the table, save it as JSON and markdown."""
-    results = run_demo(output_dir, seed=seed, progress=progress)
+def main(
+    output_dir: str = "runs/demo",
+    seed: int = 0,
+    progress: bool = True,
+    noise_ratios: tuple[float, ...] = (0.5,),
+    plugins: list[str] | None = None,
+) -> int:
+    """Run the comparison, print the table, save it as JSON and markdown."""
+    results = run_demo(output_dir, demo_runs(noise_ratios, plugins), seed=seed, progress=progress)
     table = format_table(results)
     print(table)
     Path(output_dir, "comparison.md").write_text(table + "\n")

@@ -34,7 +34,7 @@ class DataArguments:
     data_dir: str = field(metadata={"help": "SCAN precomp directory ({split}_ims.npy, {split}_caps.txt|tsv)."})
     noise_ratio: float = field(default=0.0, metadata={"help": "Share of training pairs to corrupt."})
     noise_kind: str = field(
-        default="caption", metadata={"help": "caption: NCR caption shuffling; image: DECL/RCL image permutation."}
+        default="caption", metadata={"help": "caption: re-pair a share of captions (caption level); image: permute a share of images (image level)."}
     )
     noise_file: str | None = field(
         default=None, metadata={"help": "Read this noise index (.npy, ours or a published one) instead of generating."}

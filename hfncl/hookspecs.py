@@ -55,6 +55,17 @@ def option_defaults() -> dict[str, Any]:
 
 
 @hookspec(firstresult=True)
+def demo_settings() -> dict[str, Any] | None:
+    """Return how this method trains on the generated benchmark of ``hfncl demo`` (first result).
+
+    A dict of :class:`hfncl.config.TrainConfig` fields (``epochs``, ``warmup_epochs``,
+    ``options``, ...). ``hfncl demo`` trains every installed plugin that answers, each
+    alone, with the same data, noise and seed, and prints them side by side; a plugin
+    that is only a stage to combine with others does not implement it.
+    """
+
+
+@hookspec(firstresult=True)
 def num_networks(config: "TrainConfig") -> int | None:
     """Return how many networks the method trains (first result; default 1).
 

@@ -81,7 +81,7 @@ def build_plugin_manager(names: list[str]) -> pluggy.PluginManager:
 
     pluggy calls the most recently registered plugin first; plugins are registered in
     reverse order so that for first-result hooks the plugin named first wins
-    (``["ncr", "extra"]``: ncr divides and rectifies, both add loss terms).
+    (``["method", "extra"]``: method divides and rectifies, both add loss terms).
     """
     if not names:
         raise PluginError("No plugins named: a run needs at least one method plugin (see `hfncl plugins`).")

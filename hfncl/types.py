@@ -65,7 +65,7 @@ class Division:
         """Flat tensor dict for a safetensors checkpoint."""
         out = {f"{prefix}.clean_prob": self.clean_prob, f"{prefix}.clean": self.clean.to(torch.uint8)}
         out.update({f"{prefix}.extras.{k}": v for k, v in self.extras.items()})
-        return {k: v.detach().cpu().contiguous() for k, v in out.items()}
+        return {k: v.detach().cpu().clone().contiguous() for k, v in out.items()}
 
     @classmethod
     def from_state(cls, tensors: dict[str, torch.Tensor], prefix: str) -> "Division":

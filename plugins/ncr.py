@@ -12,6 +12,10 @@ Reading choices, where the paper leaves room:
   show a positive margin S/b and be predicted clean). tau is the mean of Theta(s) over
   the top 10% of the batch's pairs by s, and P = min(Theta(s) / tau, 1) so that "pairs
   with a margin larger than tau are predicted as 1" (tau = 0 gives P = 0).
+- Co-divide fits the GMM on L_w averaged over the b - 1 negatives of the statistics
+  batch rather than summed: after min-max normalisation this is the same division for
+  equal batches, and the last, smaller batch of the pass is no longer a spurious
+  low-loss mode (with sums its pairs see fewer negatives and always look clean).
 - Algorithm 1 samples a clean and a noisy mini-batch; here one batch is drawn from the
   whole training set and every pair is rectified by the subset it falls in. Each
   network still sees every pair once per epoch, and hard negatives come from the batch.
@@ -41,6 +45,11 @@ def option_defaults() -> dict[str, Any]:
         "ncr.gmm_max_iter": 10,
         "ncr.gmm_reg_covar": 5e-4,
     }
+
+
+@hookimpl
+def demo_settings() -> dict[str, Any]:
+    return {"epochs": 10, "warmup_epochs": 4}
 
 
 @hookimpl
@@ -98,10 +107,11 @@ def divide(trainer, epoch) -> list[Division]:
     alpha = trainer.option("ncr.alpha")
 
     def per_sample_loss(batch) -> dict[str, torch.Tensor]:
-        return {
-            f"loss{net}": triplet_sum_negatives(trainer.forward(net, batch, grad=False).similarity, alpha)
-            for net in range(NETWORKS)
-        }
+        losses = {}
+        for net in range(NETWORKS):
+            similarity = trainer.forward(net, batch, grad=False).similarity
+            losses[f"loss{net}"] = triplet_sum_negatives(similarity, alpha) / max(similarity.size(0) - 1, 1)
+        return losses
 
     losses = trainer.collect(per_sample_loss, description=f"epoch {epoch} co-divide")
     divisions = []

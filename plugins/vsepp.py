@@ -19,6 +19,11 @@ def option_defaults() -> dict[str, Any]:
     return {"vsepp.margin": 0.2}
 
 
+@hookimpl
+def demo_settings() -> dict[str, Any]:
+    return {"epochs": 10}
+
+
 def _hardest_negative_loss(trainer, outputs) -> dict[str, torch.Tensor]:
     return {"triplet_hardest": triplet_hardest_negative(outputs.similarity, trainer.option("vsepp.margin")).sum()}
 

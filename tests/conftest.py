@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,12 @@ TINY_DATA = SyntheticConfig(
     num_train=160, num_dev=40, num_test=40, num_concepts=16, num_regions=8, feature_dim=16, seed=1
 )
 TINY_MODEL = ModelArguments(embed_dim=32, word_dim=16)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Converted datasets go to a temporary cache, not the user's ~/.cache/hfncl."""
+    os.environ["HFNCL_CACHE"] = str(tmp_path_factory.mktemp("hfncl_cache"))
 
 
 @pytest.fixture(scope="session")

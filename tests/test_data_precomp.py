@@ -86,9 +86,13 @@ def test_changed_file_or_dtype_gets_a_new_cache(data_dir):
     np.testing.assert_array_equal(rebuilt.regions([0]), new[:1])
 
 
-def test_default_cache_dir_is_under_home(data_dir, monkeypatch, tmp_path):
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+def test_default_cache_dir_is_hfncl_cache_or_under_home(data_dir, monkeypatch, tmp_path):
+    monkeypatch.setenv("HFNCL_CACHE", str(tmp_path / "cache"))
     split = load_precomp_split(data_dir, "train")
+    assert Path(split.images.cache_files[0]["filename"]).is_relative_to(tmp_path / "cache" / "precomp")
+    monkeypatch.delenv("HFNCL_CACHE")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    split = load_precomp_split(data_dir, "dev")
     root = tmp_path / "home" / ".cache" / "hfncl" / "precomp"
     assert Path(split.images.cache_files[0]["filename"]).is_relative_to(root)
 

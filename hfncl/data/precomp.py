@@ -21,6 +21,7 @@ import csv
 import hashlib
 import io
 import json
+import os
 import pickle
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -91,6 +92,11 @@ class PrecompSplit:
         return np.asarray(self._numpy_images[index.tolist()]["regions"], dtype=np.float32)
 
 
+def default_cache_root() -> Path:
+    """Where hfncl caches converted data: ``$HFNCL_CACHE`` or ``~/.cache/hfncl``."""
+    return Path(os.environ.get("HFNCL_CACHE", Path.home() / ".cache" / "hfncl"))
+
+
 def load_precomp_split(
     data_dir: str | Path,
     split: str,
@@ -105,7 +111,7 @@ def load_precomp_split(
     """Read split ``split`` of the precomp directory ``data_dir``.
 
     The region features are converted once into an Arrow dataset stored as
-    ``feature_dtype`` under ``cache_dir`` (default ``~/.cache/hfncl/precomp``), in a
+    ``feature_dtype`` under ``cache_dir`` (default ``$HFNCL_CACHE/precomp``, ``~/.cache/hfncl/precomp``), in a
     folder keyed by the absolute path, size and modification time of the ``.npy`` and
     by the storage options; later calls reuse it. The conversion reads ``chunk_size``
     images at a time from the memory-mapped file and, with ``check_finite``, rejects
@@ -247,7 +253,7 @@ def _regions_dataset(
         "version": _CACHE_FORMAT_VERSION,
     }
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
-    root = Path(cache_dir) if cache_dir is not None else Path.home() / ".cache" / "hfncl" / "precomp"
+    root = Path(cache_dir) if cache_dir is not None else default_cache_root() / "precomp"
     features = datasets.Features({"regions": datasets.Array2D(shape=tuple(shape[1:]), dtype=feature_dtype)})
     try:
         return datasets.Dataset.from_generator(

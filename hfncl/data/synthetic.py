@@ -39,12 +39,12 @@ class SyntheticConfig:
     concepts_per_caption: int = 2
     words_per_concept: int = 2
     num_fillers: int = 12
-    fillers_per_caption: int = 3
-    num_regions: int = 12
+    fillers_per_caption: int = 2
+    num_regions: int = 8
     regions_per_concept: int = 2
     feature_dim: int = 64
-    region_noise: float = 0.8
-    appearance_shift: float = 0.5
+    region_noise: float = 0.4
+    appearance_shift: float = 0.3
     seed: int = 0
 
     def __post_init__(self) -> None:
