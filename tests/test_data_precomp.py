@@ -92,7 +92,7 @@ def test_default_cache_dir_is_hfncl_cache_or_under_home(data_dir, monkeypatch, t
     assert Path(split.images.cache_files[0]["filename"]).is_relative_to(tmp_path / "cache" / "precomp")
     monkeypatch.delenv("HFNCL_CACHE")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    split = load_precomp_split(data_dir, "dev")
+    split = load_precomp_split(data_dir, "train", feature_dtype="float16")
     root = tmp_path / "home" / ".cache" / "hfncl" / "precomp"
     assert Path(split.images.cache_files[0]["filename"]).is_relative_to(root)
 
