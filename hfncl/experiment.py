@@ -47,6 +47,9 @@ class DataArguments:
     val_split: str = "dev"
     test_split: str = "test"
     feature_dtype: str = field(default="float32", metadata={"help": "Arrow storage of region features."})
+    test_folds: int = field(
+        default=1, metadata={"help": "Also report test metrics averaged over this many folds (MS-COCO: 5 x 1K)."}
+    )
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.noise_ratio < 1.0:
@@ -113,7 +116,7 @@ def run_experiment(
     model = NCLModel.from_pretrained(str(best_dir)) if best_dir.exists() else trainer.model
     if trainer.accelerator.is_main_process and best_dir.exists():
         data["vocab"].save_json(best_dir / "vocab.json")
-    test = evaluate_retrieval(model, data["test"], batch_size=config.eval_batch_size)
+    test = evaluate_retrieval(model, data["test"], batch_size=config.eval_batch_size, folds=data_args.test_folds)
     divisions = [h for h in summary["history"] if any(k.startswith("division") for k in h)]
     result = {
         "plugins": config.plugins,

@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 
 from conftest import TINY_MODEL, tiny_config
 from hfncl.engine.trainer import Trainer
-from hfncl.experiment import DataArguments, ModelArguments, prepare_data, run_experiment
+from hfncl.experiment import DataArguments, prepare_data, run_experiment
 from hfncl.models import NCLConfig
 from hfncl.plugins import PluginError
 
@@ -76,11 +76,10 @@ def test_stages_of_two_plugins_combine(tiny_data_dir, tmp_path):
 
 def test_run_experiment_reports_test_metrics_and_division(tiny_data_dir, tmp_path):
     result = run_experiment(
-        DataArguments(data_dir=str(tiny_data_dir), noise_ratio=0.4),
+        DataArguments(data_dir=str(tiny_data_dir), noise_ratio=0.4, test_folds=2),
         tiny_config(tmp_path, ["ncr"], epochs=2),
         TINY_MODEL,
     )
-    assert set(result["test"]) >= {"i2t_r1", "t2i_r10", "rsum", "i2t_medr"}
+    assert set(result["test"]) >= {"i2t_r1", "t2i_r10", "rsum", "i2t_medr", "fold_rsum", "fold_i2t_r1"}
     assert 0.3 < result["true_noise_ratio"] <= 0.4
     assert (tmp_path / "best" / "model.safetensors").exists() and (tmp_path / "noise_index.npy").exists()
-    assert isinstance(ModelArguments(), ModelArguments)
