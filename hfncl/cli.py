@@ -26,6 +26,7 @@ class Command:
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
+    passthrough: Callable[[list[str]], int] | None = None
 
 
 COMMANDS: dict[str, Command] = {}
@@ -59,8 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status (argparse exits on its own errors)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["train"]:
-        return train(argv[1:])
+    handler = COMMANDS[argv[0]].passthrough if argv and argv[0] in COMMANDS else None
+    if handler is not None:
+        return handler(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return COMMANDS[args.command].run(args)
@@ -133,25 +135,19 @@ def demo_command(args: argparse.Namespace) -> int:
     )
 
 
-def _train_arguments(parser: argparse.ArgumentParser) -> None:
-    """``hfncl train`` hands its arguments to the recipe parser; ``hfncl train --help`` lists them."""
-
-
-@command(
-    "train",
-    help="Train installed plugin(s) by name on a precomp data directory: hfncl train --plugins NAME --data-dir DIR",
-    add_arguments=_train_arguments,
-)
-def train_command(args: argparse.Namespace) -> int:
-    """Reached only through ``main``, which hands the raw arguments to :func:`train`."""
-    return train([])
-
-
 def train(arguments: list[str]) -> int:
-    """Like a recipe, with the plugins named on the command line."""
+    """``hfncl train``: like a recipe, with the plugins named on the command line (``--help`` lists all)."""
     from hfncl.recipe import run_recipe
 
     return run_recipe("hfncl train: train the named plugins.", plugins=[], defaults={}, argv=arguments)
+
+
+COMMANDS["train"] = Command(
+    help="Train installed plugin(s) by name on a precomp data directory: hfncl train --plugins NAME --data-dir DIR",
+    add_arguments=lambda parser: None,
+    run=lambda args: train([]),
+    passthrough=train,
+)
 
 
 if __name__ == "__main__":

@@ -16,9 +16,11 @@ Reading choices, where the paper leaves room:
   batch rather than summed: after min-max normalisation this is the same division for
   equal batches, and the last, smaller batch of the pass is no longer a spurious
   low-loss mode (with sums its pairs see fewer negatives and always look clean).
-- Algorithm 1 samples a clean and a noisy mini-batch; here one batch is drawn from the
-  whole training set and every pair is rectified by the subset it falls in. Each
-  network still sees every pair once per epoch, and hard negatives come from the batch.
+- Algorithm 1 samples a clean mini-batch B_c and a noisy mini-batch B_n. Here one batch
+  is drawn from the whole training set and split by the division into its clean and
+  noisy parts; Eq. 5 (tau from the top 10%) and Eq. 6 (hardest negatives) are computed
+  within each part, as they would be within B_c and B_n. Each network still sees every
+  pair once per epoch.
 """
 
 from __future__ import annotations
@@ -127,24 +129,38 @@ def divide(trainer, epoch) -> list[Division]:
     return divisions
 
 
+def _parts(clean: torch.Tensor) -> list[torch.Tensor]:
+    """Positions of the clean part and of the noisy part of a batch (parts of one pair have no negative)."""
+    return [part for part in (clean.nonzero().squeeze(1), (~clean).nonzero().squeeze(1)) if part.numel() > 1]
+
+
+def _within(similarity: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
+    return similarity.index_select(0, part).index_select(1, part)
+
+
 @hookimpl
 def rectify(trainer, batch, net, division) -> dict[str, torch.Tensor]:
-    """Co-rectify (Eq. 4-5) with gradient-free predictions of both networks."""
+    """Co-rectify (Eq. 4-5) with gradient-free predictions of both networks, per part of the batch."""
     alpha, top = trainer.option("ncr.alpha"), trainer.option("ncr.top_fraction")
     own = trainer.forward(net, batch, grad=False)
     peer = trainer.forward((net + 1) % NETWORKS, batch, grad=False)
     index = own.index.cpu()
-    labels = rectified_labels(
-        division.clean_prob[index].to(own.similarity.device),
-        division.clean[index].to(own.similarity.device),
-        adaptive_prediction(own.similarity, alpha, top),
-        adaptive_prediction(peer.similarity, alpha, top),
-    )
-    return {"labels": labels}
+    device = own.similarity.device
+    clean = division.clean[index].to(device)
+    own_prediction = torch.zeros(clean.shape, device=device)
+    peer_prediction = torch.zeros(clean.shape, device=device)
+    for part in _parts(clean):
+        own_prediction[part] = adaptive_prediction(_within(own.similarity, part), alpha, top)
+        peer_prediction[part] = adaptive_prediction(_within(peer.similarity, part), alpha, top)
+    labels = rectified_labels(division.clean_prob[index].to(device), clean, own_prediction, peer_prediction)
+    return {"labels": labels, "clean": clean}
 
 
 @hookimpl
 def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
-    """L_soft (Eq. 6) with the soft margins of Eq. 7."""
+    """L_soft (Eq. 6) with the soft margins of Eq. 7, hardest negatives within each part of the batch."""
     margins = soft_margin(targets["labels"], trainer.option("ncr.alpha"), trainer.option("ncr.curve"))
-    return {"soft_margin_triplet": triplet_hardest_negative(outputs.similarity, margins).sum()}
+    total = outputs.similarity.new_zeros(())
+    for part in _parts(targets["clean"]):
+        total = total + triplet_hardest_negative(_within(outputs.similarity, part), margins[part]).sum()
+    return {"soft_margin_triplet": total}

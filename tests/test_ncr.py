@@ -37,3 +37,25 @@ def test_soft_margin_eq7_closed_form():
     expected = torch.tensor([0.0, (math.sqrt(10) - 1) / 9 * 0.2, 0.2])
     torch.testing.assert_close(soft_margin(labels, alpha=0.2, curve=10.0), expected)
     assert torch.all(soft_margin(torch.linspace(0, 1, 11), 0.2, 10.0).diff() > 0)
+
+
+def test_soft_margin_loss_takes_hardest_negatives_within_the_clean_and_noisy_parts():
+    from types import SimpleNamespace
+
+    from hfncl.losses import triplet_hardest_negative
+    from hfncl_plugins.ncr import loss
+
+    similarity = torch.tensor(
+        [[0.9, 0.8, 0.1, 0.7], [0.2, 0.6, 0.3, 0.1], [0.95, 0.1, 0.4, 0.2], [0.1, 0.3, 0.5, 0.3]]
+    )
+    labels = torch.tensor([1.0, 0.5, 0.2, 0.0])
+    clean = torch.tensor([True, True, False, False])
+    trainer = SimpleNamespace(option={"ncr.alpha": 0.2, "ncr.curve": 10.0}.__getitem__)
+    outputs = SimpleNamespace(similarity=similarity)
+    term = loss(trainer=trainer, batch={}, outputs=outputs, targets={"labels": labels, "clean": clean}, net=0)
+    margins = soft_margin(labels, 0.2, 10.0)
+    expected = triplet_hardest_negative(similarity[:2, :2], margins[:2]).sum()
+    expected = expected + triplet_hardest_negative(similarity[2:, 2:], margins[2:]).sum()
+    torch.testing.assert_close(term["soft_margin_triplet"], expected)
+    # across parts the hardest negative of image 0 would be caption 3 and of caption 0 image 2
+    assert not torch.isclose(term["soft_margin_triplet"], triplet_hardest_negative(similarity, margins).sum())
