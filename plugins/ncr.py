@@ -138,29 +138,43 @@ def _within(similarity: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
     return similarity.index_select(0, part).index_select(1, part)
 
 
+def _per_part(similarity: torch.Tensor, clean: torch.Tensor, alpha: float, top: float) -> torch.Tensor:
+    """Eq. 5's prediction for every pair, computed within the clean part and within the noisy part."""
+    prediction = torch.zeros(clean.shape, device=similarity.device)
+    for part in _parts(clean):
+        prediction[part] = adaptive_prediction(_within(similarity, part), alpha, top)
+    return prediction
+
+
 @hookimpl
 def rectify(trainer, batch, net, division) -> dict[str, torch.Tensor]:
-    """Co-rectify (Eq. 4-5) with gradient-free predictions of both networks, per part of the batch."""
-    alpha, top = trainer.option("ncr.alpha"), trainer.option("ncr.top_fraction")
-    own = trainer.forward(net, batch, grad=False)
+    """Co-rectify, first half: the division of the batch and the peer network's prediction (Eq. 5).
+
+    The trained network's own prediction comes from its training forward pass in
+    ``loss`` (detached): the same values without a second forward pass.
+    """
     peer = trainer.forward((net + 1) % NETWORKS, batch, grad=False)
-    index = own.index.cpu()
-    device = own.similarity.device
+    index = peer.index.cpu()
+    device = peer.similarity.device
     clean = division.clean[index].to(device)
-    own_prediction = torch.zeros(clean.shape, device=device)
-    peer_prediction = torch.zeros(clean.shape, device=device)
-    for part in _parts(clean):
-        own_prediction[part] = adaptive_prediction(_within(own.similarity, part), alpha, top)
-        peer_prediction[part] = adaptive_prediction(_within(peer.similarity, part), alpha, top)
-    labels = rectified_labels(division.clean_prob[index].to(device), clean, own_prediction, peer_prediction)
-    return {"labels": labels, "clean": clean}
+    return {
+        "clean": clean,
+        "clean_prob": division.clean_prob[index].to(device),
+        "peer_prediction": _per_part(
+            peer.similarity, clean, trainer.option("ncr.alpha"), trainer.option("ncr.top_fraction")
+        ),
+    }
 
 
 @hookimpl
 def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
-    """L_soft (Eq. 6) with the soft margins of Eq. 7, hardest negatives within each part of the batch."""
-    margins = soft_margin(targets["labels"], trainer.option("ncr.alpha"), trainer.option("ncr.curve"))
+    """Co-rectified labels (Eq. 4) as soft margins (Eq. 7) of L_soft (Eq. 6), hardest negatives within each part."""
+    alpha = trainer.option("ncr.alpha")
+    clean = targets["clean"]
+    own_prediction = _per_part(outputs.similarity.detach(), clean, alpha, trainer.option("ncr.top_fraction"))
+    labels = rectified_labels(targets["clean_prob"], clean, own_prediction, targets["peer_prediction"])
+    margins = soft_margin(labels, alpha, trainer.option("ncr.curve"))
     total = outputs.similarity.new_zeros(())
-    for part in _parts(targets["clean"]):
+    for part in _parts(clean):
         total = total + triplet_hardest_negative(_within(outputs.similarity, part), margins[part]).sum()
     return {"soft_margin_triplet": total}

@@ -48,11 +48,19 @@ def test_soft_margin_loss_takes_hardest_negatives_within_the_clean_and_noisy_par
     similarity = torch.tensor(
         [[0.9, 0.8, 0.1, 0.7], [0.2, 0.6, 0.3, 0.1], [0.95, 0.1, 0.4, 0.2], [0.1, 0.3, 0.5, 0.3]]
     )
-    labels = torch.tensor([1.0, 0.5, 0.2, 0.0])
     clean = torch.tensor([True, True, False, False])
-    trainer = SimpleNamespace(option={"ncr.alpha": 0.2, "ncr.curve": 10.0}.__getitem__)
+    w = torch.tensor([0.9, 0.7, 0.2, 0.1])
+    peer = torch.tensor([0.8, 0.4, 0.6, 0.0])
+    trainer = SimpleNamespace(option={"ncr.alpha": 0.2, "ncr.curve": 10.0, "ncr.top_fraction": 0.1}.__getitem__)
     outputs = SimpleNamespace(similarity=similarity)
-    term = loss(trainer=trainer, batch={}, outputs=outputs, targets={"labels": labels, "clean": clean}, net=0)
+    targets = {"clean": clean, "clean_prob": w, "peer_prediction": peer}
+    term = loss(trainer=trainer, batch={}, outputs=outputs, targets=targets, net=0)
+    # own predictions within each 2 x 2 part (Eq. 5, one negative each, tau = the best pair's Theta(s)):
+    # clean part: s = 0.9 - (0.8 + 0.2)/2 = 0.4 -> 0.2; s = 0.6 - (0.2 + 0.8)/2 = 0.1 -> P = 0.1 / 0.2
+    # noisy part: s = 0.4 - (0.2 + 0.5)/2 = 0.05; s = 0.3 - (0.5 + 0.2)/2 = -0.05 -> P = 1, 0
+    own = torch.tensor([1.0, 0.5, 1.0, 0.0])
+    labels = rectified_labels(w, clean, own, peer)
+    torch.testing.assert_close(labels, torch.tensor([1.0, 0.7 + 0.3 * 0.5, 0.8, 0.0]))
     margins = soft_margin(labels, 0.2, 10.0)
     expected = triplet_hardest_negative(similarity[:2, :2], margins[:2]).sum()
     expected = expected + triplet_hardest_negative(similarity[2:, 2:], margins[2:]).sum()
