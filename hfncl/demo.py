@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import datasets
+import transformers
+
 from hfncl.config import TrainConfig
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.experiment import DataArguments, ModelArguments, run_experiment
@@ -129,7 +132,13 @@ def main(
     noise_ratios: tuple[float, ...] = (0.5,),
     plugins: list[str] | None = None,
 ) -> int:
-    """Run the comparison, print the table, save it as JSON and markdown."""
+    """Run the comparison, print the table, save it as JSON and markdown.
+
+    The libraries' own progress bars (dataset conversion, checkpoint writing) are
+    silenced so that the epochs' bars and the table are what a person sees.
+    """
+    datasets.disable_progress_bars()
+    transformers.utils.logging.disable_progress_bar()
     results = run_demo(output_dir, demo_runs(noise_ratios, plugins), seed=seed, progress=progress)
     table = format_table(results)
     print(table)

@@ -181,7 +181,8 @@ class Trainer:
                 batch_size=self.config.batch_size,
                 start_batch=self.state.batch_in_pass,
             )
-            description = f"epoch {epoch} " + ("warmup" if self.in_warmup else f"networks {networks}")
+            stage = "warmup" if self.in_warmup else f"networks {networks}"
+            description = f"{'+'.join(self.config.plugins)} epoch {epoch} {stage}"
             for batch in self._progress(loader, description):
                 for name, value in self._step(batch, networks).items():
                     sums[name] = sums.get(name, 0.0) + value
