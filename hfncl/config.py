@@ -52,6 +52,9 @@ class TrainConfig:
     mixed_precision: str = field(default="no", metadata={"help": "no, fp16 or bf16 (Accelerate)."})
     log_with: list[str] = field(default_factory=list, metadata={"help": "Accelerate trackers (tensorboard, wandb, ...)."})
     resume: bool = field(default=False, metadata={"help": "Resume from the latest checkpoint in output_dir."})
+    plot_divisions: bool = field(
+        default=True, metadata={"help": "Save a PNG of each division's statistic by hidden mask (needs matplotlib)."}
+    )
     progress: bool = field(default=True, metadata={"help": "Show tqdm progress bars on the main process."})
 
     def __post_init__(self) -> None:

@@ -43,7 +43,9 @@ class Division:
     ``clean_prob``  (N,) float: probability that the pair is correctly matched (w_i).
     ``clean``       (N,) bool: the predicted clean set (the rest is the noisy set).
     ``extras``      named (N, ...) tensors a method wants to carry into ``rectify``
-                    (soft labels, uncertainty, a three-way partition, ...).
+                    (soft labels, uncertainty, a three-way partition, ...). Under
+                    ``"statistic"``, the (N,) per-sample value the division was made
+                    from: the trainer then plots it against the hidden mask.
     """
 
     clean_prob: torch.Tensor

@@ -125,7 +125,7 @@ def divide(trainer, epoch) -> list[Division]:
             reg_covar=trainer.option("ncr.gmm_reg_covar"),
             seed=trainer.config.seed + epoch,
         )
-        divisions.append(threshold_division(clean_prob, trainer.option("ncr.threshold"), peer_loss=peer_loss))
+        divisions.append(threshold_division(clean_prob, trainer.option("ncr.threshold"), statistic=peer_loss))
     return divisions
 
 

@@ -83,3 +83,5 @@ def test_run_experiment_reports_test_metrics_and_division(tiny_data_dir, tmp_pat
     assert set(result["test"]) >= {"i2t_r1", "t2i_r10", "rsum", "i2t_medr", "fold_rsum", "fold_i2t_r1"}
     assert 0.3 < result["true_noise_ratio"] <= 0.4
     assert (tmp_path / "best" / "model.safetensors").exists() and (tmp_path / "noise_index.npy").exists()
+    picture = tmp_path / "divisions" / "epoch-001-net-0.png"
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

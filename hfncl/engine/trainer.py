@@ -170,6 +170,7 @@ class Trainer:
             self.hook.epoch_start(trainer=self, epoch=epoch)
             if not self.in_warmup:
                 self.divisions = self._divide(epoch)
+                self._plot_divisions(epoch)
         if not self.in_warmup:
             record.update(self._division_report())
         sums = self.state.epoch_loss_sums
@@ -269,6 +270,24 @@ class Trainer:
             prefix = f"division/net{net}" if self.num_networks > 1 else "division"
             report.update({f"{prefix}/{k}": float(v) for k, v in quality.items()})
         return report
+
+    def _plot_divisions(self, epoch: int) -> None:
+        """Save ``divisions/epoch-EEE-net-K.png`` for divisions that carry ``extras['statistic']``."""
+        if not (self.config.plot_divisions and self.accelerator.is_main_process):
+            return
+        try:
+            from hfncl.plots import plot_division
+        except ImportError:
+            return
+        for net, division in enumerate(self.divisions):
+            if division is not None and "statistic" in division.extras:
+                plot_division(
+                    division.extras["statistic"],
+                    division.clean_prob,
+                    self._true_clean,
+                    self.output_dir / "divisions" / f"epoch-{epoch:03d}-net-{net}.png",
+                    title=f"{'+'.join(self.config.plugins)}: division of epoch {epoch}, network {net}",
+                )
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, split: RetrievalSplit) -> dict[str, float]:
