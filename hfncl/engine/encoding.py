@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from hfncl.data import CaptionDataset, ImageDataset, collate_captions, collate_images
 from hfncl.evaluation import coco_5fold_metrics, retrieval_metrics
 
 
@@ -24,8 +25,6 @@ class RetrievalSplit:
     @classmethod
     def from_precomp(cls, split, vocab) -> "RetrievalSplit":
         """The evaluation view of a :class:`hfncl.data.PrecompSplit`."""
-        from hfncl.data import CaptionDataset, ImageDataset
-
         return cls(ImageDataset(split), CaptionDataset(split, vocab), split.captions_per_image)
 
     @property
@@ -36,8 +35,6 @@ class RetrievalSplit:
 @torch.no_grad()
 def encode_split(model, split: RetrievalSplit, *, batch_size: int, device: torch.device | str = "cpu"):
     """(K, N, d) image and (K, N*k, d) caption embeddings of every network of ``model``."""
-    from hfncl.data import collate_captions, collate_images
-
     was_training = model.training
     model.eval()
     try:

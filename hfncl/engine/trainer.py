@@ -24,12 +24,14 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from hfncl.config import TrainConfig
+from hfncl.data import collate_pairs
 from hfncl.engine.distributed import gather, world
 from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
 from hfncl.engine.ledger import Ledger
 from hfncl.engine.sampler import GlobalBatchSampler
 from hfncl.evaluation import division_quality
 from hfncl.models import NCLConfig, NCLModel
+from hfncl.plots import plot_division
 from hfncl.plugins import PluginError, build_plugin_manager
 from hfncl.types import Batch, Division, PairOutputs
 
@@ -272,22 +274,21 @@ class Trainer:
         return report
 
     def _plot_divisions(self, epoch: int) -> None:
-        """Save ``divisions/epoch-EEE-net-K.png`` for divisions that carry ``extras['statistic']``."""
+        """Save ``divisions/epoch-EEE-net-K.png`` for divisions that carry ``extras["statistic"]`` (needs matplotlib)."""
         if not (self.config.plot_divisions and self.accelerator.is_main_process):
-            return
-        try:
-            from hfncl.plots import plot_division
-        except ImportError:
             return
         for net, division in enumerate(self.divisions):
             if division is not None and "statistic" in division.extras:
-                plot_division(
-                    division.extras["statistic"],
-                    division.clean_prob,
-                    self._true_clean,
-                    self.output_dir / "divisions" / f"epoch-{epoch:03d}-net-{net}.png",
-                    title=f"{'+'.join(self.config.plugins)}: division of epoch {epoch}, network {net}",
-                )
+                try:
+                    plot_division(
+                        division.extras["statistic"],
+                        division.clean_prob,
+                        self._true_clean,
+                        self.output_dir / "divisions" / f"epoch-{epoch:03d}-net-{net}.png",
+                        title=f"{'+'.join(self.config.plugins)}: division of epoch {epoch}, network {net}",
+                    )
+                except ImportError:
+                    return
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, split: RetrievalSplit) -> dict[str, float]:
@@ -359,8 +360,6 @@ class Trainer:
         return int(np.random.SeedSequence([self.config.seed, epoch, pass_index]).generate_state(1)[0])
 
     def _loader(self, *, seed: int | None, drop_last: bool, batch_size: int, start_batch: int = 0):
-        from hfncl.data import collate_pairs
-
         sampler = GlobalBatchSampler(
             self.num_train,
             batch_size,
