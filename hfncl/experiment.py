@@ -11,10 +11,12 @@ import numpy as np
 
 from hfncl.config import TrainConfig
 from hfncl.data import (
+    NOISE_KINDS,
     DataFormatError,
     NoisyPairDataset,
     Vocabulary,
     caption_level_noise,
+    caption_pairing,
     image_level_noise,
     load_noise_index,
     load_precomp_split,
@@ -23,8 +25,6 @@ from hfncl.data import (
 from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
 from hfncl.engine.trainer import Trainer
 from hfncl.models import NCLConfig, NCLModel
-
-NOISE_KINDS = ("caption", "image")
 
 
 @dataclass
@@ -69,6 +69,7 @@ class ModelArguments:
 
 
 def _noise_index(args: DataArguments, num_images: int, captions_per_image: int, output_dir: Path) -> np.ndarray:
+    """The caption-level pairing of the training set: read from ``noise_file``, or generated and saved."""
     if args.noise_file:
         return load_noise_index(args.noise_file, num_images, captions_per_image)
     if args.noise_kind == "caption":
@@ -77,7 +78,7 @@ def _noise_index(args: DataArguments, num_images: int, captions_per_image: int, 
         index = image_level_noise(num_images, args.noise_ratio, args.noise_seed)
     output_dir.mkdir(parents=True, exist_ok=True)
     save_noise_index(output_dir / "noise_index.npy", index)
-    return load_noise_index(output_dir / "noise_index.npy", num_images, captions_per_image)
+    return caption_pairing(index, num_images, captions_per_image)
 
 
 def prepare_data(args: DataArguments, output_dir: str | Path, image_dim: int | None = None):

@@ -216,8 +216,8 @@ class Trainer:
         overridden = self.hook.train_step(trainer=self, batch=batch, networks=networks)
         if overridden is not None:
             return dict(overridden)
-        self.optimizer.zero_grad(set_to_none=True)
         logged: dict[str, float] = {}
+        total = None
         for net in networks:
             targets = None
             if not self.in_warmup:
@@ -229,11 +229,11 @@ class Trainer:
             else:
                 answers = self.hook.loss(trainer=self, batch=inputs, outputs=outputs, targets=targets, net=net)
             terms = self._merge_terms(answers)
-            self.accelerator.backward(sum(terms.values()))
+            network_loss = sum(terms.values())
+            total = network_loss if total is None else total + network_loss
             suffix = f"/net{net}" if self.num_networks > 1 else ""
             logged.update({f"{name}{suffix}": float(value.detach()) for name, value in terms.items()})
-        self._clip(networks)
-        self.optimizer.step()
+        self.optimize(total, networks)
         return logged
 
     def _merge_terms(self, answers: list[dict[str, torch.Tensor] | None]) -> dict[str, torch.Tensor]:
