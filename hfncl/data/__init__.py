@@ -1,5 +1,22 @@
-"""Data: SCAN precomp reading, vocabularies, correspondence noise and PyTorch datasets."""
+"""Data: SCAN precomp, vocabularies, correspondence noise, PyTorch datasets; labelled features and label noise."""
 
+from hfncl.data.label_noise import (
+    LABEL_NOISE_KINDS,
+    LabelNoise,
+    asymmetric_label_noise,
+    inject_label_noise,
+    load_label_noise,
+    next_class_transition,
+    symmetric_label_noise,
+    transition_array,
+)
+from hfncl.data.labelled import (
+    LABELLED_LAYOUTS,
+    LabelledDataset,
+    LabelledSplit,
+    load_labelled_arrays,
+    load_labelled_dataset,
+)
 from hfncl.data.noise import (
     NOISE_KINDS,
     caption_level_noise,
@@ -32,6 +49,19 @@ from hfncl.data.vocab import Vocabulary, tokenize
 
 __all__ = [
     "FEATURE_DTYPES",
+    "LABELLED_LAYOUTS",
+    "LABEL_NOISE_KINDS",
+    "LabelNoise",
+    "LabelledDataset",
+    "LabelledSplit",
+    "asymmetric_label_noise",
+    "inject_label_noise",
+    "load_label_noise",
+    "load_labelled_arrays",
+    "load_labelled_dataset",
+    "next_class_transition",
+    "symmetric_label_noise",
+    "transition_array",
     "NOISE_KINDS",
     "CaptionDataset",
     "DataFormatError",
