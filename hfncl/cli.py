@@ -135,6 +135,72 @@ def demo_command(args: argparse.Namespace) -> int:
     )
 
 
+def _card_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``hfncl card``."""
+    parser.add_argument("checkpoint", help="A saved checkpoint directory (config.json, weights, hfncl_run.json).")
+    parser.add_argument("--repo-id", help="Hub id the card's usage example and metadata name (default: the path).")
+    parser.add_argument("--license", help="Hub license identifier for the card's metadata (e.g. apache-2.0).")
+    parser.add_argument("--model-cards-dir", help="Also write the card to DIR/NAME.md (e.g. model_cards).")
+
+
+@command(
+    "card",
+    help="Regenerate a checkpoint's model card (README.md) from the results its run recorded.",
+    add_arguments=_card_arguments,
+)
+def card_command(args: argparse.Namespace) -> int:
+    """Write the card of ``args.checkpoint``; print the files written."""
+    from hfncl.hub import CheckpointError, write_model_card
+    from hfncl.models.configuration import IncompatibleCheckpointError
+
+    try:
+        written = write_model_card(
+            args.checkpoint, repo_id=args.repo_id, license=args.license, model_cards_dir=args.model_cards_dir
+        )
+    except (CheckpointError, IncompatibleCheckpointError, OSError) as error:
+        print(f"hfncl: error: {error}", file=sys.stderr)
+        return 1
+    for path in written:
+        print(path)
+    return 0
+
+
+def _push_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``hfncl push``."""
+    parser.add_argument("checkpoint", help="A saved checkpoint directory.")
+    parser.add_argument("repo_id", help="Hub model repository, user/name or org/name (created if missing).")
+    parser.add_argument("--private", action="store_true", help="Create the repository as private.")
+    parser.add_argument("--commit-message", help="Message of the upload commit.")
+    parser.add_argument("--license", help="Hub license identifier for the card's metadata.")
+    parser.add_argument("--keep-card", action="store_true", help="Upload README.md as it is, not regenerated.")
+
+
+@command(
+    "push",
+    help="Publish a checkpoint (weights, config, vocabulary, record, card) to a Hub model repository.",
+    add_arguments=_push_arguments,
+)
+def push_command(args: argparse.Namespace) -> int:
+    """Check and upload ``args.checkpoint`` to ``args.repo_id``; print the commit URL."""
+    from hfncl.hub import CheckpointError, push_checkpoint
+    from hfncl.models.configuration import IncompatibleCheckpointError
+
+    try:
+        commit = push_checkpoint(
+            args.checkpoint,
+            args.repo_id,
+            private=args.private or None,
+            commit_message=args.commit_message,
+            keep_card=args.keep_card,
+            license=args.license,
+        )
+    except (CheckpointError, IncompatibleCheckpointError, OSError) as error:
+        print(f"hfncl: error: {error}", file=sys.stderr)
+        return 1
+    print(commit.commit_url)
+    return 0
+
+
 def train(arguments: list[str]) -> int:
     """``hfncl train``: like a recipe, with the plugins named on the command line (``--help`` lists all)."""
     from hfncl.recipe import run_recipe

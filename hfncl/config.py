@@ -14,6 +14,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 
+OPTIMIZERS = ("adam", "adamw")
+
+
 class PluginOptions(dict[str, Any]):
     """Plugin options by name; built from a mapping or, on the command line, a JSON object."""
 
@@ -42,7 +45,9 @@ class TrainConfig:
     warmup_epochs: int = field(default=0, metadata={"help": "Epochs trained with the warmup loss before dividing."})
     batch_size: int = field(default=128, metadata={"help": "Global batch size (split across processes)."})
     eval_batch_size: int = field(default=256, metadata={"help": "Batch size of encoding passes."})
-    learning_rate: float = field(default=2e-4, metadata={"help": "Adam learning rate."})
+    learning_rate: float = field(default=2e-4, metadata={"help": "Initial learning rate."})
+    optimizer: str = field(default="adam", metadata={"help": "adam, or adamw (decoupled weight decay)."})
+    weight_decay: float = field(default=0.0, metadata={"help": "Weight decay of the optimiser (AdamW: decoupled)."})
     lr_decay_epochs: list[int] = field(default_factory=lambda: [30], metadata={"help": "Epochs at which lr decays."})
     lr_decay_factor: float = field(default=0.1, metadata={"help": "Multiplier applied at each decay epoch."})
     grad_clip: float = field(default=2.0, metadata={"help": "Gradient norm clip (0 disables)."})
@@ -59,6 +64,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         self.options = PluginOptions(self.options)
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"TrainConfig.optimizer must be one of {sorted(OPTIMIZERS)}, got {self.optimizer!r}")
         if self.batch_size < 2:
             raise ValueError(f"TrainConfig.batch_size must be >= 2 (a batch needs negatives), got {self.batch_size}")
         if not 0 <= self.warmup_epochs <= self.epochs:

@@ -24,7 +24,9 @@ from hfncl.data import (
 )
 from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
 from hfncl.engine.trainer import Trainer
+from hfncl.hub import DataDescription, add_test_results
 from hfncl.models import NCLConfig, NCLModel
+from hfncl.plugins import build_plugin_manager, plugin_model_defaults
 
 
 @dataclass
@@ -60,12 +62,30 @@ class DataArguments:
 
 @dataclass
 class ModelArguments:
-    """The two-tower model's size (the papers' defaults: word 300, joint space 1024)."""
+    """The model's architecture (:class:`hfncl.models.NCLConfig` fields).
 
-    embed_dim: int = field(default=1024, metadata={"help": "Joint embedding dimension."})
-    word_dim: int = field(default=300, metadata={"help": "Word embedding dimension."})
-    text_layers: int = field(default=1, metadata={"help": "BiGRU layers."})
-    image_pooling: str = field(default="mean", metadata={"help": "Pooling over regions: mean or max."})
+    A field left at ``None`` takes the value the active plugins ask for in
+    ``model_defaults`` (e.g. two image views), else NCLConfig's default (the papers'
+    encoder: 300-d words, a 1024-d joint space, one GRU layer, mean pooling).
+    """
+
+    embed_dim: int | None = field(default=None, metadata={"help": "Joint embedding dimension (default 1024)."})
+    word_dim: int | None = field(default=None, metadata={"help": "Word embedding dimension (default 300)."})
+    text_layers: int | None = field(default=None, metadata={"help": "BiGRU layers (default 1)."})
+    image_pooling: str | None = field(default=None, metadata={"help": "Pooling over regions: mean or max."})
+    image_views: int | None = field(default=None, metadata={"help": "Image views W (default 1)."})
+    text_pooling: str | None = field(default=None, metadata={"help": "Pooling over words: mean or max."})
+
+    def explicit(self) -> dict[str, Any]:
+        """The fields given a value."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+def model_fields(plugins: list[str], model_args: ModelArguments | None) -> dict[str, Any]:
+    """NCLConfig fields of a run: the plugins' ``model_defaults`` under the explicit ``model_args``."""
+    fields = plugin_model_defaults(build_plugin_manager(plugins).hook)
+    fields.update((model_args or ModelArguments()).explicit())
+    return fields
 
 
 def _noise_index(args: DataArguments, num_images: int, captions_per_image: int, output_dir: Path) -> np.ndarray:
@@ -103,13 +123,43 @@ def prepare_data(args: DataArguments, output_dir: str | Path, image_dim: int | N
     }
 
 
+def describe_data(args: DataArguments, data: dict[str, Any]) -> DataDescription:
+    """The data and noise of a run, as its model card reports them (noise fields ``None`` with a noise file)."""
+    train, test = data["train"], data["test"]
+    generated = args.noise_file is None
+    return DataDescription(
+        dataset=Path(args.data_dir).resolve().name,
+        train_split=args.train_split,
+        val_split=args.val_split,
+        test_split=args.test_split,
+        train_pairs=len(train),
+        train_images=train.num_images,
+        captions_per_image=train.captions_per_image,
+        test_images=test.num_images,
+        noise_kind=args.noise_kind if generated else None,
+        noise_ratio=args.noise_ratio if generated else None,
+        noise_seed=args.noise_seed if generated else None,
+        noise_file=args.noise_file,
+        true_noise_ratio=float(1.0 - train.clean_mask.mean()),
+        test_folds=args.test_folds,
+    )
+
+
 def run_experiment(
-    data_args: DataArguments, config: TrainConfig, model_args: ModelArguments | None = None
+    data_args: DataArguments,
+    config: TrainConfig,
+    model_args: ModelArguments | None = None,
+    model_cards_dir: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Train on ``data_args`` with ``config``; evaluate the best checkpoint on the test split."""
+    """Train on ``data_args`` with ``config``; evaluate the best checkpoint on the test split.
+
+    The test metrics and the data description are added to the best checkpoint's run
+    record and its card (``OUTPUT_DIR/best/README.md``); with ``model_cards_dir`` the
+    card is also written to ``model_cards_dir/<output dir name>.md``.
+    """
     data = prepare_data(data_args, config.output_dir)
     model_config = NCLConfig(
-        image_dim=data["image_dim"], vocab_size=len(data["vocab"]), **asdict(model_args or ModelArguments())
+        image_dim=data["image_dim"], vocab_size=len(data["vocab"]), **model_fields(config.plugins, model_args)
     )
     trainer = Trainer(config, model_config, data["train"], data["val"])
     summary = trainer.train()
@@ -117,7 +167,9 @@ def run_experiment(
     model = NCLModel.from_pretrained(str(best_dir)) if best_dir.exists() else trainer.model
     if trainer.accelerator.is_main_process and best_dir.exists():
         data["vocab"].save_json(best_dir / "vocab.json")
-    test = evaluate_retrieval(model, data["test"], batch_size=config.eval_batch_size, folds=data_args.test_folds)
+    test = evaluate_retrieval(
+        model, data["test"], batch_size=config.eval_batch_size, folds=data_args.test_folds, hook=trainer.hook
+    )
     divisions = [h for h in summary["history"] if any(k.startswith("division") for k in h)]
     result = {
         "plugins": config.plugins,
@@ -131,5 +183,7 @@ def run_experiment(
     }
     if trainer.accelerator.is_main_process:
         Path(config.output_dir, "results.json").write_text(json.dumps(result, indent=1, default=float))
+        if best_dir.exists():
+            add_test_results(best_dir, describe_data(data_args, data), test, model_cards_dir=model_cards_dir)
     return result
 

@@ -7,6 +7,7 @@ for a run, so stages of different methods combine by listing several names.
 
 Training, as the trainer runs it::
 
+    model = NCLConfig(model_defaults() | explicit model arguments)
     networks = num_networks(config)                 (default 1)
     for epoch:
         epoch_start(trainer, epoch)
@@ -21,6 +22,12 @@ Training, as the trainer runs it::
                     terms = warmup_loss(...) if warm else loss(...)  (all plugins, summed)
                 backward, clip, step
         epoch_end(trainer, epoch)
+
+Retrieval with a trained model (evaluation, :mod:`hfncl.retrieval`) asks the plugins the
+model was trained with (``NCLConfig.plugins``)::
+
+    inference_similarity(model, image_embeds, text_embeds, direction)   (default: model.similarity)
+    query_uncertainty(model, image_embeds, text_embeds, direction)      (default: none)
 
 Hooks marked *first result* stop at the first plugin that returns something other than
 ``None``; the other hooks collect every active plugin's answer.
@@ -37,6 +44,7 @@ if TYPE_CHECKING:
 
     from hfncl.config import TrainConfig
     from hfncl.engine.trainer import Trainer
+    from hfncl.models import NCLModel
     from hfncl.types import Batch, Division, PairOutputs
 
 PROJECT = "hfncl"
@@ -62,6 +70,16 @@ def demo_settings() -> dict[str, Any] | None:
     ``options``, ...). ``hfncl demo`` trains every installed plugin that answers, each
     alone, with the same data, noise and seed, and prints them side by side; a plugin
     that is only a stage to combine with others does not implement it.
+    """
+
+
+@hookspec
+def model_defaults() -> dict[str, Any] | None:
+    """Return the architecture this method needs, as :class:`hfncl.models.NCLConfig` fields.
+
+    For example ``{"image_views": 2}`` for a multi-view method or ``{"text_pooling":
+    "max"}``. A value the user sets explicitly (``--image-views``) wins; where two
+    active plugins disagree, the one named first wins.
     """
 
 
@@ -153,4 +171,33 @@ def epoch_end(trainer: "Trainer", epoch: int) -> None:
 
     For example, fold the statistics recorded in ``trainer.ledger`` into the labels the
     next epoch will use.
+    """
+
+
+@hookspec(firstresult=True)
+def inference_similarity(
+    model: "NCLModel", image_embeds: "torch.Tensor", text_embeds: "torch.Tensor", direction: str
+) -> "torch.Tensor | None":
+    """Score images against captions for retrieval in one direction (first result).
+
+    ``image_embeds`` (K, n, W * d) and ``text_embeds`` (K, m, d) come from
+    ``model.encode_image`` / ``model.encode_text``; ``direction`` is ``"i2t"`` (images
+    query captions) or ``"t2i"`` (captions query images). Return the (n, m) similarity
+    to rank with; ``None`` keeps ``model.similarity`` (the mean over networks and
+    views). Evaluation calls it on blocks of image rows, so a row's scores must not
+    depend on the other rows. The options the model was trained with are in
+    ``model.config.plugin_options``.
+    """
+
+
+@hookspec(firstresult=True)
+def query_uncertainty(
+    model: "NCLModel", image_embeds: "torch.Tensor", text_embeds: "torch.Tensor", direction: str
+) -> "torch.Tensor | None":
+    """How unsure the model is of each query's ranking, in [0, 1] (first result).
+
+    Same inputs as :func:`inference_similarity`; the candidates are all the other
+    modality's embeddings given. Return (n,) for ``"i2t"`` (one value per image query)
+    or (m,) for ``"t2i"``; ``None`` when the method has no uncertainty. Evidential
+    methods return the Dirichlet uncertainty mass u = K / sum(alpha).
     """

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
@@ -134,3 +135,75 @@ def describe_installed() -> list[PluginInfo]:
             )
         )
     return infos
+
+
+class MissingPluginError(PluginError):
+    """A checkpoint names a plugin that is not installed; the message names the package to install."""
+
+
+@dataclass(frozen=True)
+class PluginSource:
+    """The distribution package that installed a plugin, and its version."""
+
+    distribution: str
+    version: str
+
+
+def plugin_sources(names: Iterable[str]) -> dict[str, PluginSource]:
+    """Where each named plugin was installed from, read from its entry point's ``.dist``.
+
+    Recorded in a checkpoint at training time, so that loading it where a plugin is
+    missing can say which package to install. A plugin whose entry point has no
+    distribution (one registered by hand rather than installed) is left out.
+
+    Raises:
+        PluginError: if a name is not an installed plugin.
+    """
+    installed = installed_entry_points()
+    sources = {}
+    for name in names:
+        if name not in installed:
+            raise PluginError(f"Unknown plugin {name!r}: no entry point of that name in group {ENTRY_POINT_GROUP!r}")
+        dist = installed[name].dist
+        if dist is not None:
+            sources[name] = PluginSource(distribution=dist.name, version=dist.version)
+    return sources
+
+
+def require_plugins(
+    names: Iterable[str], distributions: Mapping[str, str], versions: Mapping[str, str], source: str
+) -> None:
+    """Raise :class:`MissingPluginError` if any named plugin is not installed.
+
+    Args:
+        names: the plugins a checkpoint was trained with.
+        distributions: the package that provided each plugin at training time (may lack some).
+        versions: the version of that package at training time (may lack some).
+        source: what names the plugins (a checkpoint path or Hub id), for the message.
+    """
+    installed = installed_entry_points()
+    missing = [name for name in names if name not in installed]
+    if not missing:
+        return
+    advice = []
+    for name in missing:
+        package = distributions.get(name)
+        if package is None:
+            advice.append(
+                f"plugin {name!r}: install the package that registers it in the {ENTRY_POINT_GROUP!r} entry-point "
+                "group (the checkpoint does not record which)"
+            )
+        else:
+            pin = f"{package}=={versions[name]}" if name in versions else package
+            advice.append(f"plugin {name!r} comes from the package {package!r}: pip install '{pin}'")
+    raise MissingPluginError(
+        f"{source} was trained with plugin(s) that are not installed here:\n  " + "\n  ".join(advice)
+    )
+
+
+def plugin_model_defaults(hook: Any) -> dict[str, Any]:
+    """The NCLConfig fields the active plugins ask for; where two disagree, the plugin named first wins."""
+    merged: dict[str, Any] = {}
+    for answer in reversed(hook.model_defaults()):
+        merged.update(answer or {})
+    return merged

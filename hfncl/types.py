@@ -25,7 +25,8 @@ class PairOutputs:
     """What one network says about a batch of pairs.
 
     ``similarity[i, j]`` is S(I_i, T_j): rows are the images of the batch, columns its
-    captions, and pair ``i`` is the diagonal entry. Under data parallelism the tensors
+    captions, and pair ``i`` is the diagonal entry. ``view_similarity`` (W, B, B) holds
+    it per image view (``NCLConfig.image_views``); ``similarity`` is its mean. Under data parallelism the tensors
     cover the *global* batch (gathered from every process, with gradients), so a loss
     computed from them is the same on every rank and equals the single-process loss.
     """
@@ -34,6 +35,11 @@ class PairOutputs:
     text_embeds: torch.Tensor
     similarity: torch.Tensor
     index: torch.Tensor
+    view_similarity: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.view_similarity is None:
+            self.view_similarity = self.similarity.unsqueeze(0)
 
 
 @dataclass
@@ -45,7 +51,10 @@ class Division:
     ``extras``      named (N, ...) tensors a method wants to carry into ``rectify``
                     (soft labels, uncertainty, a three-way partition, ...). Under
                     ``"statistic"``, the (N,) per-sample value the division was made
-                    from: the trainer then plots it against the hidden mask.
+                    from: the trainer then plots it against the hidden mask. Under
+                    ``"set/NAME"``, an (N,) boolean mask of a named subset (e.g. a
+                    three-way partition's hard set): the trainer reports each set's
+                    share of the data and its purity (share truly clean) every epoch.
     """
 
     clean_prob: torch.Tensor

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from hfncl.evaluation import division_quality
+from hfncl.evaluation import division_quality, partition_report
 
 
 def pairwise_auc(scores: np.ndarray, truth: np.ndarray) -> float:
@@ -69,3 +69,20 @@ def test_non_boolean_mask_and_empty_input_raise() -> None:
         division_quality([0.1, 0.7], [0.1, 0.7], [True, False])
     with pytest.raises(ValueError, match="at least one"):
         division_quality([], [], [])
+
+
+def test_partition_report_gives_share_and_purity_of_named_sets() -> None:
+    truth = torch.tensor([True, True, False, False, True, False])
+    extras = {
+        "set/hard": torch.tensor([1, 0, 1, 0, 0, 0], dtype=torch.uint8),
+        "set/clean": torch.tensor([False, True, False, False, True, False]),
+        "set/empty": torch.zeros(6, dtype=torch.bool),
+        "statistic": torch.arange(6.0),
+    }
+    report = {name: (share, purity) for name, share, purity in partition_report(extras, truth)}
+    assert set(report) == {"hard", "clean", "empty"}
+    assert report["hard"] == (pytest.approx(2 / 6), pytest.approx(0.5))
+    assert report["clean"] == (pytest.approx(2 / 6), pytest.approx(1.0))
+    assert report["empty"][0] == 0.0 and math.isnan(report["empty"][1])
+    with pytest.raises(ValueError, match="set/short"):
+        partition_report({"set/short": torch.ones(3, dtype=torch.bool)}, truth)

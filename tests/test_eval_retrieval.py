@@ -188,3 +188,21 @@ def test_5k_by_25k_streams_in_chunks() -> None:
     assert all(got[key] == 100.0 for key in RECALL_KEYS)
     assert got["i2t_meanr"] == got["t2i_meanr"] == 1.0
     assert sum(requested) == 2 * n
+
+
+def test_separate_t2i_scorer_ranks_captions_by_its_own_matrix() -> None:
+    """i2t metrics come from the first matrix and t2i metrics from the second, as two one-matrix runs."""
+    generator = torch.Generator().manual_seed(4)
+    i2t = torch.randn(6, 12, generator=generator)
+    t2i = torch.randn(6, 12, generator=generator)
+    both = retrieval_metrics(lambda rows: i2t[rows], 6, 2, chunk_size=4, t2i_score_rows=lambda rows: t2i[rows])
+    from_i2t, from_t2i = retrieval_metrics_from_matrix(i2t, 2), retrieval_metrics_from_matrix(t2i, 2)
+    for key in both:
+        if key.startswith("i2t"):
+            assert both[key] == from_i2t[key]
+        elif key.startswith("t2i"):
+            assert both[key] == from_t2i[key]
+    assert both["rsum"] == pytest.approx(sum(both[key] for key in RECALL_KEYS))
+    folds = coco_5fold_metrics(lambda rows: i2t[rows], 6, 2, folds=2, t2i_score_rows=lambda rows: t2i[rows])
+    fold_t2i = coco_5fold_metrics(lambda rows: t2i[rows], 6, 2, folds=2)
+    assert folds["t2i_r1"] == fold_t2i["t2i_r1"]

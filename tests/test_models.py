@@ -223,3 +223,64 @@ def test_max_pooling(batch):
     with pytest.raises(ValueError, match="pooling must be one of"):
         RegionImageEncoder(TINY["image_dim"], TINY["embed_dim"], pooling="sum")
 
+
+
+# --- image views and text pooling --------------------------------------------------------------
+
+
+def test_image_views_are_separate_unit_norm_projections(batch) -> None:
+    images, captions, lengths = batch
+    net = model(seed=3, image_views=3).networks[0]
+    image_embeds, text_embeds = net(images, captions, lengths)
+    assert image_embeds.shape == (B, 3 * TINY["embed_dim"])
+    views = image_embeds.view(B, 3, TINY["embed_dim"])
+    assert torch.allclose(views.norm(dim=-1), torch.ones(B, 3), atol=1e-6)
+    weight = net.image_encoder.fc.weight.view(3, TINY["embed_dim"], TINY["image_dim"])
+    for w in range(3):
+        expected = torch.nn.functional.normalize(
+            (images @ weight[w].t() + net.image_encoder.fc.bias.view(3, -1)[w]).mean(dim=1), dim=-1
+        )
+        assert torch.allclose(views[:, w], expected, atol=1e-6)
+    per_view = net.view_similarity(image_embeds, text_embeds)
+    assert per_view.shape == (3, B, B)
+    for w in range(3):
+        assert torch.allclose(per_view[w], views[:, w] @ text_embeds.t(), atol=1e-6)
+    assert torch.allclose(net.similarity(image_embeds, text_embeds), per_view.mean(dim=0), atol=1e-6)
+
+
+def test_view_projection_is_initialised_like_one_scan_layer_per_view() -> None:
+    """Every view's weights are Xavier-uniform for (image_dim, embed_dim), not for the stacked layer."""
+    torch.manual_seed(0)
+    fc = NCLModel(tiny_config(image_dim=400, embed_dim=300, image_views=2)).networks[0].image_encoder.fc
+    bound = math.sqrt(6.0 / (400 + 300))
+    assert fc.weight.abs().max() <= bound
+    assert fc.weight.abs().max() > 0.95 * bound
+    assert torch.count_nonzero(fc.bias) == 0
+
+
+def test_text_max_pooling_ignores_padding(batch) -> None:
+    images, captions, lengths = batch
+    net = model(seed=1, text_pooling="max").networks[0]
+    encoder = net.text_encoder
+    embedded = encoder.embed(captions)
+    expected = []
+    for i in range(B):
+        states, _ = encoder.rnn(embedded[i : i + 1, : lengths[i]])
+        fwd, bwd = states.chunk(2, dim=-1)
+        expected.append(torch.nn.functional.normalize(((fwd + bwd) / 2).amax(dim=1), dim=-1))
+    assert torch.allclose(net.encode_text(captions, lengths), torch.cat(expected), atol=1e-5)
+
+
+@pytest.mark.parametrize("field,value", [("image_views", 0), ("text_pooling", "sum")])
+def test_bad_view_and_pooling_values_are_rejected(field: str, value: object) -> None:
+    with pytest.raises(ValueError, match=f"NCLConfig.{field}"):
+        tiny_config(**{field: value})
+
+
+def test_views_and_options_round_trip(tmp_path: Path, batch) -> None:
+    images, captions, lengths = batch
+    original = model(seed=2, image_views=2, plugin_options={"x.tau": 0.1})
+    original.save_pretrained(tmp_path)
+    loaded = NCLModel.from_pretrained(tmp_path)
+    assert loaded.config.image_views == 2 and loaded.config.plugin_options == {"x.tau": 0.1}
+    assert torch.allclose(original(images, captions, lengths), loaded(images, captions, lengths), atol=1e-6)

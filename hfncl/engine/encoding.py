@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -49,23 +50,56 @@ def encode_split(model, split: RetrievalSplit, *, batch_size: int, device: torch
     return image_embeds, text_embeds
 
 
-def evaluate_retrieval(
-    model, split: RetrievalSplit, *, batch_size: int = 256, device: torch.device | str = "cpu", folds: int = 1
-) -> dict[str, float]:
-    """i2t / t2i R@1/5/10, rSum, medr, meanr with the similarity averaged over the networks.
+def direction_similarity(model, hook, direction: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """The similarity ``(image_embeds, text_embeds) -> (n, m)`` that ranks in ``direction``.
 
-    On the whole split; with ``folds > 1`` also averaged over that many consecutive
-    folds, under keys prefixed ``fold_`` (MS-COCO: 5 folds of 1K test images next to
-    the full 5K). Every process encodes the whole split, so every process reports the
-    same metrics.
+    A plugin's ``inference_similarity`` answer where one gives it, else ``model.similarity``.
+    """
+
+    def similarity(image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:
+        answer = hook.inference_similarity(
+            model=model, image_embeds=image_embeds, text_embeds=text_embeds, direction=direction
+        )
+        return model.similarity(image_embeds, text_embeds) if answer is None else answer
+
+    return similarity
+
+
+def evaluate_retrieval(
+    model,
+    split: RetrievalSplit,
+    *,
+    batch_size: int = 256,
+    device: torch.device | str = "cpu",
+    folds: int = 1,
+    hook=None,
+) -> dict[str, float]:
+    """i2t / t2i R@1/5/10, rSum, medr, meanr of ``model`` on a split.
+
+    The similarity is ``model.similarity`` (averaged over networks and views) unless a
+    plugin of ``hook`` (the relay of a plugin manager) answers ``inference_similarity``,
+    possibly differently per direction. On the whole split; with ``folds > 1`` also
+    averaged over that many consecutive folds, under keys prefixed ``fold_`` (MS-COCO:
+    5 folds of 1K test images next to the full 5K). Every process encodes the whole
+    split, so every process reports the same metrics.
     """
     image_embeds, text_embeds = encode_split(model, split, batch_size=batch_size, device=device)
+    if hook is None or not hook.inference_similarity.get_hookimpls():
+        i2t, t2i = model.similarity, None
+    else:
+        i2t, t2i = direction_similarity(model, hook, "i2t"), direction_similarity(model, hook, "t2i")
 
-    def score_rows(rows: slice) -> torch.Tensor:
-        return model.similarity(image_embeds[:, rows], text_embeds)
+    def scorer(similarity) -> Callable[[slice], torch.Tensor] | None:
+        if similarity is None:
+            return None
+        return lambda rows: similarity(image_embeds[:, rows], text_embeds)
 
-    metrics = retrieval_metrics(score_rows, split.num_images, split.captions_per_image)
+    metrics = retrieval_metrics(
+        scorer(i2t), split.num_images, split.captions_per_image, t2i_score_rows=scorer(t2i)
+    )
     if folds > 1:
-        averaged = coco_5fold_metrics(score_rows, split.num_images, split.captions_per_image, folds=folds)
+        averaged = coco_5fold_metrics(
+            scorer(i2t), split.num_images, split.captions_per_image, folds=folds, t2i_score_rows=scorer(t2i)
+        )
         metrics.update({f"fold_{k}": v for k, v in averaged.items()})
     return metrics

@@ -29,7 +29,8 @@ from hfncl.engine.distributed import gather, world
 from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
 from hfncl.engine.ledger import Ledger
 from hfncl.engine.sampler import GlobalBatchSampler
-from hfncl.evaluation import division_quality
+from hfncl.evaluation import division_quality, partition_report
+from hfncl.hub import RunRecord, save_trained_model
 from hfncl.models import NCLConfig, NCLModel
 from hfncl.plots import plot_division
 from hfncl.plugins import PluginError, build_plugin_manager
@@ -82,12 +83,16 @@ class Trainer:
         self._check_passes()
         model_config.num_networks = self.num_networks
         model_config.plugins = list(config.plugins)
+        model_config.plugin_options = dict(self.options)
         self.model = NCLModel(model_config)
         self.train_data = train_data
         self.val_split = val_split
         self.num_train = len(train_data)
         self._true_clean = np.asarray(train_data.clean_mask, dtype=bool)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.learning_rate)
+        optimizer_class = torch.optim.AdamW if config.optimizer == "adamw" else torch.optim.Adam
+        self.optimizer = optimizer_class(
+            self.model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
+        )
         prepared = self.accelerator.prepare(*self.model.networks, self.optimizer)
         self.wrapped_networks, self.optimizer = list(prepared[:-1]), prepared[-1]
         self.rank, self.world_size = world()
@@ -113,8 +118,10 @@ class Trainer:
         with torch.set_grad_enabled(grad), self.accelerator.autocast():
             image_embeds, text_embeds = module(batch["images"], batch["captions"], batch["lengths"])
         image_embeds, text_embeds = gather(image_embeds.float()), gather(text_embeds.float())
-        similarity = self.model.networks[net].similarity(image_embeds, text_embeds)
-        return PairOutputs(image_embeds, text_embeds, similarity, gather(batch["index"]))
+        view_similarity = self.model.networks[net].view_similarity(image_embeds, text_embeds)
+        return PairOutputs(
+            image_embeds, text_embeds, view_similarity.mean(dim=0), gather(batch["index"]), view_similarity
+        )
 
     def optimize(self, loss: torch.Tensor, networks: list[int]) -> None:
         """One optimiser step on ``loss`` for the given networks (clip, step, zero)."""
@@ -124,16 +131,26 @@ class Trainer:
         self.optimizer.step()
 
     def collect(
-        self, statistic: Callable[[Batch], dict[str, torch.Tensor]], description: str = "statistics"
+        self,
+        statistic: Callable[[Batch], dict[str, torch.Tensor]],
+        description: str = "statistics",
+        *,
+        batch_size: int | None = None,
+        seed: int | None = None,
     ) -> dict[str, torch.Tensor]:
-        """Run ``statistic`` over the training set in order and assemble (N, ...) tensors.
+        """Run ``statistic`` over the training set and assemble (N, ...) tensors by dataset index.
 
         ``statistic(batch)`` gets this process's slice of a global batch and returns
         per-sample values of the global batch, in the order of
         ``trainer.forward(...).index`` (which it is expected to use). The result is the
         same on every process. Networks are in eval mode while it runs.
+
+        Batches hold ``batch_size`` pairs (default ``config.eval_batch_size``) in dataset
+        order, or in a permutation drawn from ``seed`` for statistics that compare a pair
+        with the rest of its batch and should not see one image's captions side by side.
         """
-        loader = self._loader(seed=None, drop_last=False, batch_size=self.config.eval_batch_size)
+        batch_size = batch_size or self.config.eval_batch_size
+        loader = self._loader(seed=seed, drop_last=False, batch_size=batch_size)
         columns: dict[str, torch.Tensor] = {}
         self.model.eval()
         try:
@@ -271,6 +288,8 @@ class Trainer:
             quality = division_quality(division.clean_prob, division.clean, self._true_clean)
             prefix = f"division/net{net}" if self.num_networks > 1 else "division"
             report.update({f"{prefix}/{k}": float(v) for k, v in quality.items()})
+            for name, share, purity in partition_report(division.extras, self._true_clean):
+                report[f"{prefix}/{name}_share"], report[f"{prefix}/{name}_purity"] = share, purity
         return report
 
     def _plot_divisions(self, epoch: int) -> None:
@@ -292,8 +311,10 @@ class Trainer:
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, split: RetrievalSplit) -> dict[str, float]:
-        """R@1/5/10, rSum, medr and meanr on a split, similarity averaged over the networks."""
-        return evaluate_retrieval(self.model, split, batch_size=self.config.eval_batch_size, device=self.accelerator.device)
+        """R@1/5/10, rSum, medr and meanr on a split, scored as the active plugins rank (:func:`evaluate_retrieval`)."""
+        return evaluate_retrieval(
+            self.model, split, batch_size=self.config.eval_batch_size, device=self.accelerator.device, hook=self.hook
+        )
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> Path:
@@ -333,10 +354,15 @@ class Trainer:
         return True
 
     def _save_best(self, metrics: dict[str, float]) -> None:
+        """Save ``OUTPUT_DIR/best``: the model, the run record of this epoch and the card generated from it."""
         if self.accelerator.is_main_process:
-            best = self.output_dir / "best"
-            self.model.save_pretrained(str(best))
-            (best / "eval_results.json").write_text(json.dumps({"epoch": self.epoch, **metrics}, indent=1))
+            record = RunRecord(
+                training=self.config.to_dict(),
+                best_epoch=self.epoch,
+                validation=dict(metrics),
+                division={} if self.in_warmup else self._division_report(),
+            )
+            save_trained_model(self.model, self.output_dir / "best", record)
 
     # ------------------------------------------------------------------ internals
     def _merge_options(self) -> dict[str, Any]:

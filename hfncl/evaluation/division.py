@@ -76,3 +76,26 @@ def division_quality(
         "predicted_clean_ratio": float(predicted.mean()),
         "true_noise_ratio": float(1.0 - truth.mean()),
     }
+
+
+SET_PREFIX = "set/"
+
+
+def partition_report(
+    extras: dict[str, torch.Tensor], true_clean: torch.Tensor | ArrayLike
+) -> list[tuple[str, float, float]]:
+    """``(name, share, purity)`` of every named set ``extras["set/NAME"]`` of a division.
+
+    ``share`` is the set's fraction of all pairs, ``purity`` the fraction of its pairs
+    that are truly clean (NaN for an empty set).
+    """
+    truth = _as_mask(true_clean, "true_clean")
+    report = []
+    for key in sorted(k for k in extras if k.startswith(SET_PREFIX)):
+        members = _as_mask(extras[key], key)
+        if len(members) != len(truth):
+            raise ValueError(f"division set {key!r} has {len(members)} entries for {len(truth)} pairs")
+        report.append(
+            (key[len(SET_PREFIX) :], float(members.mean()), _ratio(int((members & truth).sum()), int(members.sum())))
+        )
+    return report

@@ -76,6 +76,7 @@ def retrieval_metrics(
     num_images: int,
     captions_per_image: int,
     chunk_size: int = 1000,
+    t2i_score_rows: RowScorer | None = None,
 ) -> dict[str, float]:
     """Recall@1/5/10, rSum, median and mean rank of both directions, streaming over rows.
 
@@ -97,6 +98,11 @@ def retrieval_metrics(
     percentages; ``rsum`` is the sum of the six recalls; ``*_medr`` is
     ``floor(median(rank)) + 1`` and ``*_meanr`` is ``mean(rank) + 1`` as in SCAN.
     The computation stays on the device of the returned blocks.
+
+    A method that ranks captions for an image differently from images for a caption
+    (e.g. one branch per direction) passes the text-to-image similarity as
+    ``t2i_score_rows`` (same shape and contract); the first pass then also asks it for
+    the ground-truth scores.
     """
     if num_images < 1 or captions_per_image < 1 or chunk_size < 1:
         raise ValueError(
@@ -106,17 +112,21 @@ def retrieval_metrics(
     num_captions = num_images * captions_per_image
     chunks = _row_chunks(num_images, chunk_size)
 
+    t2i_scorer = score_rows if t2i_score_rows is None else t2i_score_rows
     i2t_ranks, gt_scores = [], []
     for rows in chunks:
         block = _checked_chunk(score_rows, rows, num_captions)
         own = block.gather(1, _own_columns(rows, captions_per_image, block.device))
         i2t_ranks.append((block > own.amax(dim=1, keepdim=True)).sum(dim=1))
+        if t2i_score_rows is not None:
+            t2i_block = _checked_chunk(t2i_score_rows, rows, num_captions)
+            own = t2i_block.gather(1, _own_columns(rows, captions_per_image, t2i_block.device))
         gt_scores.append(own.reshape(-1))
     caption_gt = torch.cat(gt_scores)
 
     t2i_ranks = torch.zeros(num_captions, dtype=torch.long, device=caption_gt.device)
     for rows in chunks:
-        block = _checked_chunk(score_rows, rows, num_captions)
+        block = _checked_chunk(t2i_scorer, rows, num_captions)
         higher = block > caption_gt.to(block.device)[None, :]
         higher.scatter_(1, _own_columns(rows, captions_per_image, block.device), False)
         t2i_ranks += higher.sum(dim=0).to(t2i_ranks.device)
@@ -191,12 +201,14 @@ def coco_5fold_per_fold(
     captions_per_image: int = 5,
     folds: int = 5,
     chunk_size: int = 1000,
+    t2i_score_rows: RowScorer | None = None,
 ) -> list[dict[str, float]]:
     """Metrics of each of ``folds`` consecutive, equal image folds against their own captions.
 
     With the defaults this is MS-COCO's "5-fold 1K" protocol: images ``1000 f .. 1000 f + 999``
-    and their captions form fold ``f``. ``score_rows`` scores rows of the whole set (as for
-    :func:`retrieval_metrics`); each fold keeps only its own caption columns.
+    and their captions form fold ``f``. ``score_rows`` (and ``t2i_score_rows``) score rows
+    of the whole set (as for :func:`retrieval_metrics`); each fold keeps only its own
+    caption columns.
     """
     if folds < 1 or num_images % folds:
         raise ValueError(f"num_images ({num_images}) must split into {folds} equal folds")
@@ -207,6 +219,7 @@ def coco_5fold_per_fold(
             size,
             captions_per_image,
             chunk_size,
+            None if t2i_score_rows is None else _fold_scorer(t2i_score_rows, fold * size, size, captions_per_image),
         )
         for fold in range(folds)
     ]
@@ -218,13 +231,14 @@ def coco_5fold_metrics(
     captions_per_image: int = 5,
     folds: int = 5,
     chunk_size: int = 1000,
+    t2i_score_rows: RowScorer | None = None,
 ) -> dict[str, float]:
     """Mean over folds of every metric of :func:`coco_5fold_per_fold` (COCO 5-fold 1K).
 
     ``rsum`` is the sum of the six mean recalls (equal to the mean of per-fold rSums).
     The full 5K evaluation is plain :func:`retrieval_metrics` over all images.
     """
-    per_fold = coco_5fold_per_fold(score_rows, num_images, captions_per_image, folds, chunk_size)
+    per_fold = coco_5fold_per_fold(score_rows, num_images, captions_per_image, folds, chunk_size, t2i_score_rows)
     mean = {key: float(np.mean([fold[key] for fold in per_fold])) for key in per_fold[0]}
     mean["rsum"] = sum(mean[key] for key in RECALL_KEYS)
     return mean

@@ -20,9 +20,22 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 POOLINGS = ("mean", "max")
 
 
+class ViewProjection(nn.Linear):
+    """A linear layer whose output is ``views`` stacked projections of ``out_features // views`` each."""
+
+    def __init__(self, in_features: int, view_features: int, views: int) -> None:
+        super().__init__(in_features, view_features * views)
+        self.views = views
+
+
 def init_xavier_linear(linear: nn.Linear) -> None:
-    """Xavier-uniform weight, zero bias, as SCAN's ``EncoderImagePrecomp.init_weights``."""
-    r = math.sqrt(6.0) / math.sqrt(linear.in_features + linear.out_features)
+    """Xavier-uniform weight, zero bias, as SCAN's ``EncoderImagePrecomp.init_weights``.
+
+    A :class:`ViewProjection` is drawn as its views would be one by one: the fan-out is
+    one view's size.
+    """
+    fan_out = linear.out_features // getattr(linear, "views", 1)
+    r = math.sqrt(6.0) / math.sqrt(linear.in_features + fan_out)
     nn.init.uniform_(linear.weight, -r, r)
     if linear.bias is not None:
         nn.init.zeros_(linear.bias)
@@ -41,28 +54,48 @@ def l2_normalize(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     return x / x.norm(dim=-1, keepdim=True).clamp_min(eps)
 
 
+def masked_pool(states: torch.Tensor, mask: torch.Tensor | None, pooling: str) -> torch.Tensor:
+    """Mean or max of ``states`` (B, T, d) over the positions where ``mask`` (B, T) is true (all if None)."""
+    if pooling == "mean":
+        if mask is None:
+            return states.mean(dim=1)
+        weights = mask.unsqueeze(-1).to(states.dtype)
+        return (states * weights).sum(dim=1) / weights.sum(dim=1)
+    if mask is None:
+        return states.amax(dim=1)
+    return states.masked_fill(~mask.unsqueeze(-1), float("-inf")).amax(dim=1)
+
+
 class RegionImageEncoder(nn.Module):
-    """Precomputed region features -> one image embedding (SCAN / VSE++ precomp encoder).
+    """Precomputed region features -> W image embeddings (SCAN / VSE++ precomp encoder).
 
     A linear layer projects each of the R region features into the joint space; the
-    regions are then pooled (mean or max) and the result L2-normalised.
+    regions are then pooled (mean or max) and the result L2-normalised. With
+    ``views = W > 1`` there are W such projections (UGNCL's multi-view visual
+    extractor f(v_i) -> {v_{w,i}}, Sec. 3.2.1), each initialised, pooled and normalised
+    on its own; their embeddings are concatenated.
 
     Args:
         image_dim: size D of one region feature (2048 for bottom-up attention features).
         embed_dim: size of the joint embedding space.
         pooling: ``"mean"`` or ``"max"`` over the regions.
+        views: number W of projections.
     """
 
-    def __init__(self, image_dim: int, embed_dim: int, pooling: str = "mean") -> None:
+    def __init__(self, image_dim: int, embed_dim: int, pooling: str = "mean", views: int = 1) -> None:
         super().__init__()
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+        if views < 1:
+            raise ValueError(f"views must be >= 1, got {views}")
         self.pooling = pooling
-        self.fc = nn.Linear(image_dim, embed_dim)
+        self.views = views
+        self.embed_dim = embed_dim
+        self.fc = ViewProjection(image_dim, embed_dim, views)
         self.init_weights()
 
     def init_weights(self) -> None:
-        """Draw the projection anew (:func:`init_xavier_linear`)."""
+        """Draw the projections anew (:func:`init_xavier_linear`)."""
         init_xavier_linear(self.fc)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
@@ -72,11 +105,10 @@ class RegionImageEncoder(nn.Module):
             images: float tensor (B, R, D) of region features.
 
         Returns:
-            float tensor (B, embed_dim) of unit-norm image embeddings.
+            float tensor (B, W * embed_dim): W unit-norm view embeddings, concatenated.
         """
-        regions = self.fc(images)
-        pooled = regions.mean(dim=1) if self.pooling == "mean" else regions.amax(dim=1)
-        return l2_normalize(pooled)
+        regions = self.fc(images).unflatten(-1, (self.views, self.embed_dim))
+        return l2_normalize(masked_pool(regions, None, self.pooling)).flatten(1)
 
 
 class GRUTextEncoder(nn.Module):
@@ -84,7 +116,8 @@ class GRUTextEncoder(nn.Module):
 
     The word embeddings are read by a GRU; with ``bidirectional=True`` the forward and
     backward hidden states are averaged at every position (SCAN: ``(fwd + bwd) / 2``).
-    The hidden states of the valid positions are mean-pooled and L2-normalised.
+    The hidden states of the valid positions are pooled (mean, or max as TcVSE's
+    max-pooled word features) and L2-normalised.
 
     Args:
         vocab_size: number of token ids; id 0 is padding.
@@ -92,6 +125,7 @@ class GRUTextEncoder(nn.Module):
         embed_dim: size of the joint embedding space (the GRU hidden size).
         num_layers: stacked GRU layers.
         bidirectional: read captions in both directions and average the two.
+        pooling: ``"mean"`` or ``"max"`` over the valid positions.
     """
 
     def __init__(
@@ -101,8 +135,12 @@ class GRUTextEncoder(nn.Module):
         embed_dim: int,
         num_layers: int = 1,
         bidirectional: bool = True,
+        pooling: str = "mean",
     ) -> None:
         super().__init__()
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+        self.pooling = pooling
         self.bidirectional = bidirectional
         self.embed = nn.Embedding(vocab_size, word_dim, padding_idx=0)
         self.rnn = nn.GRU(word_dim, embed_dim, num_layers, batch_first=True, bidirectional=bidirectional)
@@ -130,6 +168,5 @@ class GRUTextEncoder(nn.Module):
             fwd, bwd = hidden.chunk(2, dim=-1)
             hidden = (fwd + bwd) / 2
         positions = torch.arange(hidden.size(1), device=hidden.device)
-        mask = (positions[None, :] < lengths.to(hidden.device)[:, None]).unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * mask).sum(dim=1) / lengths.to(hidden.device, hidden.dtype)[:, None]
-        return l2_normalize(pooled)
+        mask = positions[None, :] < lengths.to(hidden.device)[:, None]
+        return l2_normalize(masked_pool(hidden, mask, self.pooling))

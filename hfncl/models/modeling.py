@@ -9,12 +9,18 @@ networks' similarities, as NCR evaluates its two networks.
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 import torch
+from huggingface_hub import is_offline_mode
+from safetensors import SafetensorError
 from torch import nn
 from transformers import PreTrainedModel
 
-from hfncl.models.configuration import NCLConfig
+from hfncl.models.configuration import IncompatibleCheckpointError, NCLConfig
 from hfncl.models.encoders import GRUTextEncoder, RegionImageEncoder, init_word_embedding, init_xavier_linear
+from hfncl.plugins import require_plugins
 
 
 class MatchingNetwork(nn.Module):
@@ -27,13 +33,21 @@ class MatchingNetwork(nn.Module):
     def __init__(self, config: NCLConfig) -> None:
         super().__init__()
         config.check_values()
-        self.image_encoder = RegionImageEncoder(config.image_dim, config.embed_dim, config.image_pooling)
+        self.views = config.image_views
+        self.image_encoder = RegionImageEncoder(
+            config.image_dim, config.embed_dim, config.image_pooling, config.image_views
+        )
         self.text_encoder = GRUTextEncoder(
-            config.vocab_size, config.word_dim, config.embed_dim, config.text_layers, config.bidirectional
+            config.vocab_size,
+            config.word_dim,
+            config.embed_dim,
+            config.text_layers,
+            config.bidirectional,
+            config.text_pooling,
         )
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
-        """Region features (B, R, D) -> unit-norm image embeddings (B, embed_dim)."""
+        """Region features (B, R, D) -> image embeddings (B, W * embed_dim): W unit-norm views, concatenated."""
         return self.image_encoder(images)
 
     def encode_text(self, captions: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -46,12 +60,17 @@ class MatchingNetwork(nn.Module):
         """Embed a batch of pairs: returns ``(image_embeds, text_embeds)``, each (B, embed_dim)."""
         return self.encode_image(images), self.encode_text(captions, lengths)
 
-    def similarity(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:
-        """Cosine similarity of every image (n, d) with every caption (m, d) -> (n, m).
+    def view_similarity(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:
+        """Cosine similarity of every image view with every caption: (n, W * d), (m, d) -> (W, n, m).
 
         The embeddings are unit-norm, so the cosine is their dot product.
         """
-        return image_embeds @ text_embeds.t()
+        views = image_embeds.unflatten(-1, (self.views, -1)).transpose(0, 1)
+        return views @ text_embeds.t()
+
+    def similarity(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:
+        """Similarity of every image (n, W * d) with every caption (m, d) -> (n, m): the mean over the W views."""
+        return self.view_similarity(image_embeds, text_embeds).mean(dim=0)
 
 
 class NCLModel(PreTrainedModel):
@@ -68,6 +87,45 @@ class NCLModel(PreTrainedModel):
     config_class = NCLConfig
     base_model_prefix = "hfncl"
     main_input_name = "images"
+
+    @classmethod
+    def from_pretrained(
+        cls, pretrained_model_name_or_path: str | os.PathLike, *model_args: Any, **kwargs: Any
+    ) -> NCLModel:
+        """``PreTrainedModel.from_pretrained`` (local directory or Hub id) with errors that say what to do.
+
+        ``AutoModel.from_pretrained`` ends here too, so the Auto classes give the same errors.
+
+        Raises:
+            IncompatibleCheckpointError: ``config.json`` was written by a newer hfncl in a
+                checkpoint format this one cannot read.
+            hfncl.plugins.MissingPluginError: a plugin that trained the model is not
+                installed; the message names the package to install.
+            OSError: the safetensors weights are corrupted or truncated, or
+                ``HF_HUB_OFFLINE=1`` is set and a name that is not a local directory is not
+                in the Hub cache.
+        """
+        name = str(pretrained_model_name_or_path)
+        try:
+            model = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        except IncompatibleCheckpointError as error:
+            raise IncompatibleCheckpointError(f"{name}: {error}") from error
+        except SafetensorError as error:
+            raise OSError(
+                f"The weights of {name!r} cannot be read: its safetensors file is corrupted or truncated ({error}). "
+                "Save the model again, or download it again with force_download=True."
+            ) from error
+        except OSError as error:
+            if is_offline_mode() and not os.path.isdir(name):
+                raise OSError(
+                    f"{name!r} is not a local directory, and HF_HUB_OFFLINE=1 forbids downloading it from the Hub "
+                    "(nor is a complete copy in the local Hub cache). Give the path of a saved checkpoint, "
+                    "or unset HF_HUB_OFFLINE."
+                ) from error
+            raise
+        config = model.config
+        require_plugins(config.plugins, config.plugin_distributions, config.plugin_versions, source=name)
+        return model
 
     def __init__(self, config: NCLConfig) -> None:
         super().__init__(config)
@@ -95,31 +153,41 @@ class NCLModel(PreTrainedModel):
             module.reset_parameters()
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
-        """Region features (B, R, D) -> image embeddings of every network, stacked (K, B, embed_dim)."""
+        """Region features (B, R, D) -> image embeddings of every network, stacked (K, B, W * embed_dim)."""
         return torch.stack([network.encode_image(images) for network in self.networks])
 
     def encode_text(self, captions: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """Token ids (B, L) and lengths (B,) -> caption embeddings of every network, stacked (K, B, embed_dim)."""
         return torch.stack([network.encode_text(captions, lengths) for network in self.networks])
 
+    def network_similarities(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:
+        """Each network's image-caption similarities, stacked (K, n, m).
+
+        Args:
+            image_embeds: (K, n, W * d) from :meth:`encode_image`.
+            text_embeds: (K, m, d) from :meth:`encode_text`.
+        """
+        k = len(self.networks)
+        if image_embeds.dim() != 3 or text_embeds.dim() != 3 or image_embeds.size(0) != k or text_embeds.size(0) != k:
+            raise ValueError(
+                f"NCLModel expects (K={k}, n, W*d) image and (K={k}, m, d) text embeddings, got "
+                f"{tuple(image_embeds.shape)} and {tuple(text_embeds.shape)}"
+            )
+        return torch.stack(
+            [network.similarity(image_embeds[i], text_embeds[i]) for i, network in enumerate(self.networks)]
+        )
+
     def similarity(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:
         """Mean over the K networks of their image-caption similarities.
 
         Args:
-            image_embeds: (K, n, d) from :meth:`encode_image`.
+            image_embeds: (K, n, W * d) from :meth:`encode_image`.
             text_embeds: (K, m, d) from :meth:`encode_text`.
 
         Returns:
             (n, m) similarity of every image with every caption.
         """
-        k = len(self.networks)
-        if image_embeds.dim() != 3 or text_embeds.dim() != 3 or image_embeds.size(0) != k or text_embeds.size(0) != k:
-            raise ValueError(
-                f"NCLModel.similarity expects (K={k}, n, d) image and (K={k}, m, d) text embeddings, got "
-                f"{tuple(image_embeds.shape)} and {tuple(text_embeds.shape)}"
-            )
-        sims = [network.similarity(image_embeds[i], text_embeds[i]) for i, network in enumerate(self.networks)]
-        return torch.stack(sims).mean(dim=0)
+        return self.network_similarities(image_embeds, text_embeds).mean(dim=0)
 
     def forward(self, images: torch.Tensor, captions: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """Similarity matrix (B, B) of a batch's images (rows) and captions (columns), averaged over networks."""

@@ -1,0 +1,349 @@
+"""Model cards generated from a checkpoint's ``config.json`` and run record.
+
+The card is rendered from ``templates/model_card.md`` with
+:meth:`huggingface_hub.ModelCard.from_template`. Its metadata is a
+:class:`huggingface_hub.ModelCardData` whose ``eval_results`` become the Hub's
+``model-index``, so the Hub shows the test results on the model page. Everything in the
+card comes from the checkpoint: the config (plugins, their packages and versions, the
+architecture, the plugin options) and the run record (hyper-parameters, data, noise,
+metrics, division quality).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+from hfncl.evaluation.retrieval import RANK_KEYS, RECALL_KEYS
+from hfncl.hub.record import CheckpointError, DataDescription, RunRecord, read_run_record
+from hfncl.models import NCLConfig
+from hfncl.models.configuration import IncompatibleCheckpointError
+
+CARD_FILE = "README.md"
+CONFIG_FILE = "config.json"
+TEMPLATE = Path(__file__).with_name("templates") / "model_card.md"
+TASK_TYPE = "image-text-retrieval"
+TASK_NAME = "Image-text retrieval"
+LIBRARY_NAME = "hfncl"
+FOLD_PREFIX = "fold_"
+
+# NCLConfig fields that describe how the model was made rather than its architecture.
+CONFIG_METADATA = frozenset(
+    {"plugins", "plugin_versions", "plugin_options", "plugin_distributions", "hfncl_version", "checkpoint_format"}
+)
+# TrainConfig fields that do not change what is learned (paths, logging, resources) or have their own section.
+NOT_HYPERPARAMETERS = frozenset(
+    {
+        "plugins",
+        "options",
+        "output_dir",
+        "log_with",
+        "resume",
+        "progress",
+        "num_workers",
+        "save_steps",
+        "plot_divisions",
+        "eval_batch_size",
+    }
+)
+_DIRECTIONS = {"i2t": "Image-to-text", "t2i": "Text-to-image"}
+_RANKS = {"medr": ("medr", "median rank"), "meanr": ("meanr", "mean rank")}
+_NOISE_KINDS = {
+    "caption": "caption-level (a share of the captions re-paired with other images)",
+    "image": "image-level (a share of the images permuted among themselves)",
+}
+_DIVISION_COLUMNS = {
+    "auc": "ROC-AUC",
+    "precision": "precision",
+    "recall": "recall",
+    "accuracy": "accuracy",
+    "predicted_clean_ratio": "treated as clean",
+    "true_noise_ratio": "truly noisy",
+}
+
+
+def metric_label(key: str, long: bool = False) -> str:
+    """Column header (``"i2t R@1"``) or full name (``"Image-to-text R@1"``) of a retrieval metric key."""
+    direction, _, name = key.partition("_")
+    if key == "rsum":
+        return "rSum"
+    if direction in _DIRECTIONS and name.startswith("r") and name[1:].isdigit():
+        return f"{_DIRECTIONS[direction] if long else direction} R@{name[1:]}"
+    if direction in _DIRECTIONS and name in _RANKS:
+        return f"{_DIRECTIONS[direction]} {_RANKS[name][1]}" if long else f"{direction} {_RANKS[name][0]}"
+    return key
+
+
+def _is_number(value: Any) -> bool:
+    """A finite int or float (NaN marks an undefined metric, e.g. AUC when one class is missing)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _ordered_keys(rows: Iterable[Mapping[str, Any]], known: Iterable[str]) -> list[str]:
+    """The keys present in any row: the known ones in their order, then the others sorted."""
+    present = set().union(*[set(row) for row in rows])
+    known = list(known)
+    return [k for k in known if k in present] + sorted(present - set(known))
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A GitHub-flavoured markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _metric_cell(value: Any, digits: int) -> str:
+    return f"{value:.{digits}f}" if _is_number(value) else "–"
+
+
+def _value_cell(value: Any) -> str:
+    """A config or hyper-parameter value as a code span (lists and dicts as JSON-like text)."""
+    return f"`{value!r}`" if isinstance(value, str) else f"`{value}`"
+
+
+def split_metrics(metrics: Mapping[str, float]) -> tuple[dict[str, float], dict[str, float]]:
+    """Metrics of the whole split and of the fold average (``fold_*`` keys, prefix removed)."""
+    whole = {k: v for k, v in metrics.items() if not k.startswith(FOLD_PREFIX)}
+    folds = {k[len(FOLD_PREFIX) :]: v for k, v in metrics.items() if k.startswith(FOLD_PREFIX)}
+    return whole, folds
+
+
+def evaluation_rows(record: RunRecord) -> list[tuple[str, dict[str, float]]]:
+    """(label, metrics) of every evaluation the record holds: test, test fold average, validation."""
+    rows = []
+    if record.test is not None:
+        data = record.data
+        whole, folds = split_metrics(record.test)
+        where = f"`{data.test_split}` ({data.test_images} images)" if data else "test"
+        rows.append((f"test: {where}", whole))
+        if folds and data:
+            per_fold = data.test_images // data.test_folds
+            rows.append((f"test: `{data.test_split}`, mean of {data.test_folds} folds of {per_fold} images", folds))
+    where = f"`{record.data.val_split}`" if record.data else "validation"
+    rows.append((f"validation: {where}, epoch {record.best_epoch}", dict(record.validation)))
+    return rows
+
+
+def evaluation_table(record: RunRecord) -> str:
+    rows = evaluation_rows(record)
+    columns = _ordered_keys([metrics for _, metrics in rows], (*RECALL_KEYS, "rsum", *RANK_KEYS))
+    body = [[label] + [_metric_cell(metrics.get(k), 2) for k in columns] for label, metrics in rows]
+    return markdown_table(["split"] + [metric_label(k) for k in columns], body)
+
+
+def division_rows(division: Mapping[str, float]) -> list[tuple[str, dict[str, float]]]:
+    """Group the trainer's flat keys (``division/auc``, ``division/net1/auc``) by network."""
+    networks: dict[str, dict[str, float]] = {}
+    for key, value in division.items():
+        parts = key.split("/")
+        if parts[0] != "division" or len(parts) not in (2, 3):
+            raise CheckpointError(f"division quality key {key!r} is not division/<metric> or division/net<K>/<metric>")
+        network = parts[1] if len(parts) == 3 else "all"
+        networks.setdefault(network, {})[parts[-1]] = value
+    return sorted(networks.items())
+
+
+def division_table(division: Mapping[str, float]) -> str:
+    """The division quality per network as a markdown table, or ``""`` when there is none."""
+    rows = division_rows(division)
+    if not rows:
+        return ""
+    columns = _ordered_keys([metrics for _, metrics in rows], _DIVISION_COLUMNS)
+    body = [[network] + [_metric_cell(metrics.get(k), 3) for k in columns] for network, metrics in rows]
+    return markdown_table(["network"] + [_DIVISION_COLUMNS.get(k, k) for k in columns], body)
+
+
+def eval_results(record: RunRecord) -> list[EvalResult]:
+    """The test metrics as model-index entries (none before a full run adds the test results)."""
+    if record.test is None or record.data is None:
+        return []
+    data = record.data
+    whole, folds = split_metrics(record.test)
+    common = dict(
+        task_type=TASK_TYPE,
+        task_name=TASK_NAME,
+        dataset_type=data.dataset,
+        dataset_name=data.dataset,
+        dataset_split=data.test_split,
+    )
+    results = [
+        EvalResult(metric_type=key, metric_name=metric_label(key, long=True), metric_value=round(value, 2), **common)
+        for key, value in whole.items()
+        if _is_number(value)
+    ]
+    results += [
+        EvalResult(
+            metric_type=FOLD_PREFIX + key,
+            metric_name=f"{metric_label(key, long=True)} ({data.test_folds}-fold mean)",
+            metric_value=round(value, 2),
+            **common,
+        )
+        for key, value in folds.items()
+        if _is_number(value)
+    ]
+    return results
+
+
+def noise_sentence(data: DataDescription) -> str:
+    """How the training pairs were corrupted, with the measured share of wrong pairs."""
+    measured = f"{data.true_noise_ratio:.1%} of the {data.train_pairs} training pairs are wrong"
+    if data.noise_file:
+        return f"pairing read from the noise index `{data.noise_file}`; {measured}."
+    if not data.noise_ratio:
+        return f"none, the dataset's own pairs; {measured}."
+    kind = _NOISE_KINDS.get(data.noise_kind or "", f"`{data.noise_kind}`")
+    return f"{kind}, ratio {data.noise_ratio * 100:g}%, seed {data.noise_seed}; {measured}."
+
+
+def architecture_fields(config: NCLConfig) -> dict[str, Any]:
+    """The :class:`NCLConfig` constructor fields that describe the architecture, with their values."""
+    names = [
+        name
+        for name, parameter in inspect.signature(NCLConfig.__init__).parameters.items()
+        if name != "self" and parameter.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and name not in CONFIG_METADATA
+    ]
+    return {name: getattr(config, name) for name in names}
+
+
+def _plugins_table(config: NCLConfig, record: RunRecord) -> str:
+    rows = [
+        [
+            f"`{name}`",
+            f"`{config.plugin_distributions.get(name, '?')}`",
+            config.plugin_versions.get(name, "?"),
+            record.plugin_summaries.get(name, "").replace("|", "\\|"),
+        ]
+        for name in config.plugins
+    ]
+    return markdown_table(["plugin", "package", "version", "method"], rows)
+
+
+def _requirements(config: NCLConfig) -> str:
+    """``pip install`` arguments: hfncl and every plugin package, at the versions that trained the model."""
+    pins = {"hfncl": config.hfncl_version}
+    for name in config.plugins:
+        if name in config.plugin_distributions:
+            pins[config.plugin_distributions[name]] = config.plugin_versions.get(name)
+    return " ".join(f"'{package}=={version}'" if version else package for package, version in pins.items())
+
+
+def _title(config: NCLConfig, record: RunRecord) -> str:
+    plugins = " + ".join(config.plugins) or "hfncl"
+    if record.data is None:
+        return f"{plugins} image-text retrieval model"
+    data = record.data
+    if data.noise_file:
+        noise = f"noise from {Path(data.noise_file).name}"
+    elif data.noise_ratio:
+        noise = f"{data.noise_ratio * 100:g}% {data.noise_kind}-level noise"
+    else:
+        noise = "no noise"
+    return f"{plugins} on {data.dataset}, {noise}"
+
+
+def build_model_card(
+    config: NCLConfig,
+    record: RunRecord,
+    model_id: str,
+    license: str | None = None,
+    template: str | Path = TEMPLATE,
+) -> ModelCard:
+    """The card of a model from its config and run record.
+
+    Args:
+        config: the checkpoint's config (plugins, their packages and versions, architecture).
+        record: what the run measured for the checkpoint.
+        model_id: the Hub id (or path) the usage example loads; also the model-index name.
+        license: a Hub license identifier for the metadata, if known.
+        template: the Jinja template to render (``card_data`` is its YAML header).
+    """
+    card_data = ModelCardData(
+        model_name=model_id,
+        library_name=LIBRARY_NAME,
+        license=license,
+        tags=[LIBRARY_NAME, TASK_TYPE, "noisy-correspondence", *config.plugins],
+        eval_results=eval_results(record) or None,
+    )
+    hyperparameters = {k: v for k, v in record.training.items() if k not in NOT_HYPERPARAMETERS}
+    options = sorted(config.plugin_options.items())
+    return ModelCard.from_template(
+        card_data,
+        template_path=str(template),
+        model_name=_title(config, record),
+        model_id=model_id,
+        summary=(
+            f"An image-text retrieval model trained with hfncl on noisy image-caption pairs by the plugin(s) "
+            f"{', '.join(f'`{p}`' for p in config.plugins) or '(none recorded)'}."
+        ),
+        hfncl_version=config.hfncl_version,
+        plugin_names=", ".join(f"`{p}`" for p in config.plugins) or "no recorded plugin",
+        plugin_count=len(config.plugins),
+        plugins_table=_plugins_table(config, record),
+        options_table=markdown_table(["option", "value"], [[f"`{k}`", _value_cell(v)] for k, v in options])
+        if options
+        else "",
+        num_networks=config.num_networks,
+        architecture_table=markdown_table(
+            ["field", "value"], [[f"`{k}`", _value_cell(v)] for k, v in architecture_fields(config).items()]
+        ),
+        data=record.data,
+        noise=noise_sentence(record.data) if record.data else "",
+        training_table=markdown_table(
+            ["hyper-parameter", "value"], [[f"`{k}`", _value_cell(v)] for k, v in sorted(hyperparameters.items())]
+        ),
+        best_epoch=record.best_epoch,
+        evaluation_table=evaluation_table(record),
+        division_table=division_table(record.division),
+        requirements=_requirements(config),
+    )
+
+
+def card_name(checkpoint: str | Path) -> str:
+    """A file name for a checkpoint's card: the run's directory name for ``RUN/best``, else its own name."""
+    path = Path(checkpoint).resolve()
+    return path.parent.name if path.name == "best" else path.name
+
+
+def read_config(checkpoint: str | Path) -> NCLConfig:
+    """The :class:`NCLConfig` of a checkpoint directory (without loading weights or plugins)."""
+    path = Path(checkpoint) / CONFIG_FILE
+    if not path.is_file():
+        raise CheckpointError(f"{path} does not exist: {checkpoint} is not a saved hfncl checkpoint")
+    try:
+        return NCLConfig.from_pretrained(str(checkpoint))
+    except IncompatibleCheckpointError as error:
+        raise IncompatibleCheckpointError(f"{checkpoint}: {error}") from error
+
+
+def write_model_card(
+    checkpoint: str | Path,
+    repo_id: str | None = None,
+    license: str | None = None,
+    model_cards_dir: str | Path | None = None,
+) -> list[Path]:
+    """(Re)generate ``README.md`` of a checkpoint from its config and run record.
+
+    Args:
+        checkpoint: the checkpoint directory (``config.json`` and ``hfncl_run.json``).
+        repo_id: the Hub id the card is published under; default: the checkpoint path.
+        license: a Hub license identifier for the metadata.
+        model_cards_dir: also write the card to ``model_cards_dir/<card_name>.md``.
+
+    Returns:
+        The files written.
+    """
+    checkpoint = Path(checkpoint)
+    card = build_model_card(read_config(checkpoint), read_run_record(checkpoint), repo_id or str(checkpoint), license)
+    written = [checkpoint / CARD_FILE]
+    if model_cards_dir is not None:
+        Path(model_cards_dir).mkdir(parents=True, exist_ok=True)
+        written.append(Path(model_cards_dir) / f"{card_name(repo_id or checkpoint)}.md")
+    for path in written:
+        card.save(path)
+    return written

@@ -1,0 +1,183 @@
+"""Checkpoint directories: saving a trained model with its record and card, checking one, reading its vocabulary.
+
+A published hfncl checkpoint is one directory (or Hub repository) holding
+``config.json`` and the safetensors weights of every network (what
+``save_pretrained`` writes), ``vocab.json`` (the text tower's vocabulary),
+``hfncl_run.json`` (the run record) and ``README.md`` (the model card).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from huggingface_hub import hf_hub_download
+from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+from safetensors import SafetensorError, safe_open
+
+from hfncl.data import DataFormatError, Vocabulary
+from hfncl.hub.card import CARD_FILE, CONFIG_FILE, read_config, write_model_card
+from hfncl.hub.record import RUN_RECORD, CheckpointError, DataDescription, RunRecord, read_run_record, write_run_record
+from hfncl.models import NCLConfig, NCLModel
+from hfncl.plugins import load_plugin, plugin_sources
+
+WEIGHTS_FILE = "model.safetensors"
+WEIGHTS_INDEX = "model.safetensors.index.json"
+VOCAB_FILE = "vocab.json"
+
+
+def save_trained_model(model: NCLModel, directory: str | Path, record: RunRecord) -> Path:
+    """Save a trained model with ``save_pretrained``, its run record and its card.
+
+    The package and version of every plugin that trained it are read from the installed
+    entry points and written into ``config.json`` first, so that loading the model
+    where a plugin is missing names the package to install; the first line of each
+    plugin's docstring goes into the record, for the card.
+    """
+    directory = Path(directory)
+    names = model.config.plugins
+    sources = plugin_sources(names)
+    model.config.plugin_distributions = {name: source.distribution for name, source in sources.items()}
+    model.config.plugin_versions = {name: source.version for name, source in sources.items()}
+    summaries = {name: (inspect.getdoc(load_plugin(name)) or "").split("\n")[0] for name in names}
+    model.save_pretrained(str(directory))
+    write_run_record(directory, replace(record, plugin_summaries=summaries))
+    write_model_card(directory)
+    return directory
+
+
+def add_test_results(
+    checkpoint: str | Path,
+    data: DataDescription,
+    test: dict[str, float],
+    model_cards_dir: str | Path | None = None,
+) -> list[Path]:
+    """Add the data description and the test metrics to a checkpoint's record and regenerate its card.
+
+    Returns the card files written (``README.md`` of the checkpoint, and
+    ``model_cards_dir/<name>.md`` when ``model_cards_dir`` is given).
+    """
+    record = read_run_record(checkpoint)
+    record.data, record.test = data, dict(test)
+    write_run_record(checkpoint, record)
+    return write_model_card(checkpoint, model_cards_dir=model_cards_dir)
+
+
+def weight_files(checkpoint: str | Path) -> list[Path]:
+    """The weight files of a checkpoint: ``model.safetensors``, or the index and the shards it names."""
+    checkpoint = Path(checkpoint)
+    index = checkpoint / WEIGHTS_INDEX
+    if index.is_file():
+        try:
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as error:
+            raise CheckpointError(f"{index} is not a safetensors index with a 'weight_map': {error}") from error
+        return [index, *(checkpoint / shard for shard in shards)]
+    if (checkpoint / WEIGHTS_FILE).is_file():
+        return [checkpoint / WEIGHTS_FILE]
+    raise CheckpointError(f"{checkpoint} has no {WEIGHTS_FILE} (nor {WEIGHTS_INDEX}): no weights to load")
+
+
+def _saved_shapes(files: list[Path]) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape, read from the safetensors headers (no weights are read)."""
+    shapes = {}
+    for path in files:
+        if path.suffix != ".safetensors":
+            continue
+        if not path.is_file():
+            raise CheckpointError(f"{path} does not exist, but the weight index names it")
+        try:
+            with safe_open(str(path), framework="pt") as tensors:
+                shapes.update({name: tuple(tensors.get_slice(name).get_shape()) for name in tensors.keys()})
+        except SafetensorError as error:
+            raise CheckpointError(f"{path} is corrupted or truncated: {error}") from error
+    return shapes
+
+
+def _check_weights(config: NCLConfig, files: list[Path], checkpoint: Path) -> None:
+    """Every tensor the architecture of ``config`` needs is saved, with its shape, and nothing else."""
+    with torch.device("meta"):
+        expected = {name: tuple(t.shape) for name, t in NCLModel(config).state_dict().items()}
+    saved = _saved_shapes(files)
+    missing = sorted(set(expected) - set(saved))
+    unexpected = sorted(set(saved) - set(expected))
+    mismatched = sorted(
+        f"{k} {saved[k]} != {expected[k]}" for k in set(saved) & set(expected) if saved[k] != expected[k]
+    )
+    if missing or unexpected or mismatched:
+        raise CheckpointError(
+            f"The weights of {checkpoint} do not fit its config.json: missing {missing}, unexpected {unexpected}, "
+            f"wrong shape {mismatched}"
+        )
+
+
+def checkpoint_files(checkpoint: str | Path) -> list[Path]:
+    """The files that make up a publishable checkpoint, after checking that each can be read.
+
+    Checks that ``config.json`` parses (and is not of a newer checkpoint format), that
+    the safetensors headers are intact and hold exactly the tensors the config's
+    architecture needs, that ``vocab.json`` matches ``config.vocab_size``, and that the
+    card parses. ``hfncl_run.json`` is included when present.
+
+    Raises:
+        CheckpointError: naming the file that is missing or wrong.
+    """
+    checkpoint = Path(checkpoint)
+    config = read_config(checkpoint)
+    weights = weight_files(checkpoint)
+    _check_weights(config, weights, checkpoint)
+    vocab_path = checkpoint / VOCAB_FILE
+    if not vocab_path.is_file():
+        raise CheckpointError(f"{vocab_path} does not exist: a published model needs the vocabulary of its text tower")
+    try:
+        vocab = Vocabulary.from_json(vocab_path)
+    except DataFormatError as error:
+        raise CheckpointError(str(error)) from error
+    if len(vocab) != config.vocab_size:
+        raise CheckpointError(
+            f"{vocab_path} has {len(vocab)} words but config.json says vocab_size {config.vocab_size}"
+        )
+    card = checkpoint / CARD_FILE
+    if not card.is_file():
+        raise CheckpointError(f"{card} does not exist: generate the model card with `hfncl card {checkpoint}`")
+    files = [checkpoint / CONFIG_FILE, *weights, vocab_path, card]
+    if (checkpoint / RUN_RECORD).is_file():
+        files.append(checkpoint / RUN_RECORD)
+    return files
+
+
+def load_vocabulary(
+    name_or_path: str | Path,
+    revision: str | None = None,
+    cache_dir: str | Path | None = None,
+    token: str | bool | None = None,
+) -> Vocabulary:
+    """The vocabulary (``vocab.json``) of a checkpoint in a local directory or a Hub repository.
+
+    Hub files are cached like ``from_pretrained``'s, so with ``HF_HUB_OFFLINE=1`` a
+    repository downloaded before still loads.
+
+    Raises:
+        CheckpointError: a local directory without ``vocab.json``, or a name that is
+            neither a directory nor a Hub repository id.
+        OSError: the Hub file cannot be fetched (offline, unknown repository, no file).
+    """
+    path = Path(name_or_path)
+    if path.is_dir():
+        if not (path / VOCAB_FILE).is_file():
+            raise CheckpointError(f"{path / VOCAB_FILE} does not exist: the checkpoint carries no vocabulary")
+        return Vocabulary.from_json(path / VOCAB_FILE)
+    name = str(name_or_path)
+    try:
+        downloaded = hf_hub_download(name, VOCAB_FILE, revision=revision, cache_dir=cache_dir, token=token)
+    except HFValidationError as error:
+        raise CheckpointError(f"{name!r} is neither a local directory nor a Hub repository id") from error
+    except LocalEntryNotFoundError as error:
+        raise OSError(
+            f"Cannot fetch {VOCAB_FILE} of {name!r}: it is not a local directory, the Hub cannot be reached "
+            "(HF_HUB_OFFLINE=1 or no network) and the file is not in the local Hub cache."
+        ) from error
+    return Vocabulary.from_json(downloaded)

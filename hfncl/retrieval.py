@@ -1,0 +1,132 @@
+"""Retrieval with a trained model: encode images and captions, rank, and say how sure.
+
+    from hfncl.retrieval import Retriever
+
+    retriever = Retriever.from_pretrained("runs/ugncl_f30k/best")      # or a Hub id
+    images = retriever.encode_images(region_features)                  # (N, R, D) precomputed regions
+    texts = retriever.encode_texts(["a dog runs on the beach", ...])
+    ranking = retriever.rank(images, texts, direction="i2t", top_k=5)  # captions for each image
+    ranking.indices, ranking.scores, ranking.uncertainty
+
+Scores come from the plugins the model was trained with where they rank in their own
+way (``inference_similarity``, e.g. one branch per direction), else from
+``model.similarity``; ``uncertainty`` is each query's uncertainty over the gallery for
+methods that model it (``query_uncertainty``), else ``None``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from hfncl.data import Vocabulary, collate_captions
+from hfncl.engine.encoding import direction_similarity
+from hfncl.hub import load_vocabulary
+from hfncl.models import NCLModel
+from hfncl.plugins import build_plugin_manager
+
+DIRECTIONS = ("i2t", "t2i")
+
+
+@dataclass
+class Ranking:
+    """The top candidates of every query.
+
+    ``indices`` (q, k): gallery positions, best first; ``scores`` (q, k): their scores;
+    ``uncertainty`` (q,): each query's uncertainty in [0, 1] (``None`` if the method has none).
+    """
+
+    indices: torch.Tensor
+    scores: torch.Tensor
+    uncertainty: torch.Tensor | None
+
+
+class Retriever:
+    """Encodes and ranks with an :class:`~hfncl.models.NCLModel` as the plugins that trained it rank.
+
+    Args:
+        model: the trained model (its config names its plugins, which must be installed).
+        vocab: the vocabulary for :meth:`encode_texts` (token ids can be encoded without one).
+        device: where to run the model.
+        batch_size: encoding batch size.
+    """
+
+    def __init__(
+        self, model: NCLModel, vocab: Vocabulary | None = None, *, device: str | torch.device = "cpu", batch_size: int = 256
+    ) -> None:
+        self.model = model.to(device).eval()
+        self.vocab = vocab
+        self.device = torch.device(device)
+        self.batch_size = batch_size
+        self.hook = build_plugin_manager(model.config.plugins).hook if model.config.plugins else None
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | Path, **kwargs: Any) -> "Retriever":
+        """Load the model and its vocabulary from a checkpoint directory or a Hub repository."""
+        model = NCLModel.from_pretrained(str(name_or_path))
+        return cls(model, load_vocabulary(name_or_path), **kwargs)
+
+    @torch.no_grad()
+    def encode_images(self, regions: torch.Tensor | np.ndarray) -> torch.Tensor:
+        """Region features (N, R, D) -> image embeddings of every network (K, N, W * d)."""
+        regions = torch.as_tensor(np.asarray(regions) if not isinstance(regions, torch.Tensor) else regions)
+        if regions.dim() != 3 or regions.size(-1) != self.model.config.image_dim:
+            raise ValueError(
+                f"encode_images expects region features (N, R, {self.model.config.image_dim}), "
+                f"got shape {tuple(regions.shape)}"
+            )
+        batches = regions.float().split(self.batch_size)
+        return torch.cat([self.model.encode_image(batch.to(self.device)) for batch in batches], dim=1)
+
+    @torch.no_grad()
+    def encode_texts(self, texts: Sequence[str]) -> torch.Tensor:
+        """Captions -> caption embeddings of every network (K, M, d), tokenised with the checkpoint's vocabulary."""
+        if self.vocab is None:
+            raise ValueError("encode_texts needs the vocabulary the model was trained with (Retriever(vocab=...))")
+        if isinstance(texts, str):
+            raise TypeError("encode_texts expects a sequence of captions, got one string")
+        items = [
+            {"caption": torch.tensor(self.vocab.encode(text), dtype=torch.long), "index": i} for i, text in enumerate(texts)
+        ]
+        empty = [i for i, item in enumerate(items) if item["caption"].numel() == 0]
+        if empty:
+            raise ValueError(f"captions {empty} have no tokens after tokenisation")
+        embeds = []
+        for start in range(0, len(items), self.batch_size):
+            batch = collate_captions(items[start : start + self.batch_size])
+            embeds.append(self.model.encode_text(batch["captions"].to(self.device), batch["lengths"].to(self.device)))
+        return torch.cat(embeds, dim=1)
+
+    @torch.no_grad()
+    def similarity(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor, direction: str = "i2t") -> torch.Tensor:
+        """The (N, M) scores the model ranks with in ``direction``."""
+        _check_direction(direction)
+        if self.hook is None:
+            return self.model.similarity(image_embeds, text_embeds)
+        return direction_similarity(self.model, self.hook, direction)(image_embeds, text_embeds)
+
+    @torch.no_grad()
+    def rank(
+        self, image_embeds: torch.Tensor, text_embeds: torch.Tensor, *, direction: str = "i2t", top_k: int = 10
+    ) -> Ranking:
+        """The ``top_k`` captions of every image (``"i2t"``) or images of every caption (``"t2i"``)."""
+        scores = self.similarity(image_embeds, text_embeds, direction)
+        if direction == "t2i":
+            scores = scores.t()
+        best = scores.topk(min(top_k, scores.size(1)), dim=1)
+        uncertainty = None
+        if self.hook is not None:
+            uncertainty = self.hook.query_uncertainty(
+                model=self.model, image_embeds=image_embeds, text_embeds=text_embeds, direction=direction
+            )
+        return Ranking(best.indices, best.values, uncertainty)
+
+
+def _check_direction(direction: str) -> None:
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")

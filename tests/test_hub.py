@@ -1,0 +1,544 @@
+"""Hub integration: round trips, cards with model-index, push at the HTTP boundary, load-time errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from importlib.metadata import version
+from pathlib import Path
+
+import huggingface_hub.constants
+import pytest
+import torch
+from huggingface_hub import CommitInfo, HfApi, ModelCard, RepoUrl
+from safetensors.torch import load_file, save_file
+from transformers import AutoConfig, AutoModel
+
+from conftest import TINY_MODEL, tiny_config
+from hfncl import cli
+from hfncl.config import TrainConfig
+from hfncl.data import Vocabulary
+from hfncl.experiment import DataArguments, run_experiment
+from hfncl.hub import (
+    RUN_RECORD,
+    CheckpointError,
+    DataDescription,
+    RunRecord,
+    add_test_results,
+    build_model_card,
+    card_name,
+    checkpoint_files,
+    load_vocabulary,
+    push_checkpoint,
+    read_run_record,
+    save_trained_model,
+)
+from hfncl.hub.card import division_rows, eval_results, metric_label
+from hfncl.models import NCLConfig, NCLModel
+from hfncl.models.configuration import CHECKPOINT_FORMAT, IncompatibleCheckpointError
+from hfncl.plugins import MissingPluginError
+
+WORDS = ["a", "dog", "runs", "on", "the", "grass", "cat", "sits"]
+TINY = dict(image_dim=8, embed_dim=16, word_dim=6)
+B, R, L = 4, 3, 6
+REPO_ID = "hfncl-test/tiny-ncr"
+DATA = DataDescription(
+    dataset="tiny_precomp",
+    train_split="train",
+    val_split="dev",
+    test_split="test",
+    train_pairs=800,
+    train_images=160,
+    captions_per_image=5,
+    test_images=40,
+    noise_kind="caption",
+    noise_ratio=0.4,
+    noise_seed=7,
+    noise_file=None,
+    true_noise_ratio=0.375,
+    test_folds=2,
+)
+VALIDATION = {
+    "i2t_r1": 20.0,
+    "i2t_r5": 45.0,
+    "i2t_r10": 60.0,
+    "t2i_r1": 15.0,
+    "t2i_r5": 40.0,
+    "t2i_r10": 55.0,
+    "rsum": 235.0,
+    "i2t_medr": 6.0,
+    "i2t_meanr": 9.5,
+    "t2i_medr": 8.0,
+    "t2i_meanr": 11.25,
+}
+TEST = {**{k: v + 1.0 for k, v in VALIDATION.items()}, "i2t_r1": 21.456, "fold_i2t_r1": 30.0, "fold_rsum": 250.0}
+DIVISION = {
+    "division/net0/auc": 0.91,
+    "division/net0/precision": 0.8,
+    "division/net0/recall": 0.7,
+    "division/net1/auc": 0.875,
+    "division/net1/precision": 0.75,
+    "division/net1/recall": math.nan,
+}
+
+
+def tiny_record(**overrides) -> RunRecord:
+    values = dict(
+        training=TrainConfig(plugins=["ncr"], epochs=5, warmup_epochs=1, seed=3).to_dict(),
+        best_epoch=4,
+        validation=dict(VALIDATION),
+        division=dict(DIVISION),
+    )
+    values.update(overrides)
+    return RunRecord(**values)
+
+
+def tiny_model(seed: int = 0, **overrides) -> NCLModel:
+    values = dict(TINY, vocab_size=len(Vocabulary(WORDS)), num_networks=2, plugins=["ncr"])
+    values.update(overrides)
+    torch.manual_seed(seed)
+    return NCLModel(NCLConfig(**values)).eval()
+
+
+def make_checkpoint(directory: Path, model: NCLModel | None = None, with_test: bool = True) -> NCLModel:
+    """A checkpoint as a full run leaves it: saved by the trainer's path, vocabulary, test results."""
+    model = model or tiny_model()
+    save_trained_model(model, directory, tiny_record())
+    Vocabulary(WORDS).save_json(directory / "vocab.json")
+    if with_test:
+        add_test_results(directory, DATA, TEST)
+    return model
+
+
+@pytest.fixture
+def batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(5)
+    images = torch.randn(B, R, TINY["image_dim"], generator=generator)
+    lengths = torch.tensor([6, 2, 4, 1])
+    captions = torch.randint(4, 4 + len(WORDS), (B, L), generator=generator)
+    captions[torch.arange(L)[None, :] >= lengths[:, None]] = 0
+    return images, captions, lengths
+
+
+@pytest.fixture
+def offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HF_HUB_OFFLINE=1: any HTTP request huggingface_hub would make raises instead."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # huggingface_hub reads the variable once, at import.
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+
+
+def assert_same_similarities(loaded: NCLModel, original: NCLModel, batch) -> None:
+    """Bit-identical weights of every network; similarities equal up to float rounding.
+
+    Loaded parameters live in one buffer read from model.safetensors and are not 64-byte
+    aligned, so vectorised GRU kernels may round the last bit differently.
+    """
+    state, loaded_state = original.state_dict(), loaded.state_dict()
+    assert state.keys() == loaded_state.keys()
+    assert all(torch.equal(state[k], loaded_state[k]) for k in state)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.eval()(*batch), original(*batch), rtol=1e-6, atol=1e-6)
+
+
+class FakeHub:
+    """``HfApi.create_repo`` / ``create_commit`` replaced at the HTTP boundary.
+
+    Commits are recorded, and their files laid out as a Hub cache snapshot under
+    ``cache`` so that ``from_pretrained(repo_id, cache_dir=cache)`` reads them offline.
+    """
+
+    def __init__(self, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.cache = cache
+        self.repos: list[dict] = []
+        self.commits: list[dict] = []
+        monkeypatch.setattr(HfApi, "create_repo", self._create_repo)
+        monkeypatch.setattr(HfApi, "create_commit", self._create_commit)
+
+    def _create_repo(self, repo_id: str, **kwargs) -> RepoUrl:
+        self.repos.append({"repo_id": repo_id, **kwargs})
+        return RepoUrl(f"https://huggingface.co/{repo_id}")
+
+    def _create_commit(self, repo_id: str, operations, *, commit_message: str, **kwargs) -> CommitInfo:
+        files = {op.path_in_repo: Path(op.path_or_fileobj).read_bytes() for op in operations}
+        oid = f"{len(self.commits) + 1:040x}"
+        self.commits.append({"repo_id": repo_id, "files": files, "message": commit_message, **kwargs})
+        repo_dir = self.cache / f"models--{repo_id.replace('/', '--')}"
+        snapshot = repo_dir / "snapshots" / oid
+        snapshot.mkdir(parents=True)
+        for name, content in files.items():
+            (snapshot / name).write_bytes(content)
+        (repo_dir / "refs").mkdir(exist_ok=True)
+        (repo_dir / "refs" / "main").write_text(oid)
+        return CommitInfo(
+            commit_url=f"https://huggingface.co/{repo_id}/commit/{oid}",
+            commit_message=commit_message,
+            commit_description="",
+            oid=oid,
+        )
+
+
+@pytest.fixture
+def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, offline: None) -> FakeHub:
+    return FakeHub(tmp_path / "hub_cache", monkeypatch)
+
+
+# --- round trips ----------------------------------------------------------------------------------
+
+
+def test_round_trip_from_directory_offline_and_through_auto_model(tmp_path, batch, offline):
+    model = make_checkpoint(tmp_path)
+    assert {"config.json", "model.safetensors", "vocab.json", RUN_RECORD, "README.md"} <= {
+        p.name for p in tmp_path.iterdir()
+    }
+    loaded = NCLModel.from_pretrained(tmp_path)
+    assert len(loaded.networks) == 2
+    assert_same_similarities(loaded, model, batch)
+    auto = AutoModel.from_pretrained(str(tmp_path))  # no trust_remote_code
+    assert type(auto) is NCLModel
+    assert_same_similarities(auto, model, batch)
+    assert load_vocabulary(tmp_path) == Vocabulary(WORDS)
+
+
+def test_saving_records_the_plugin_packages_and_the_hfncl_version(tmp_path):
+    make_checkpoint(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["plugin_distributions"] == {"ncr": "hfncl"}
+    assert saved["plugin_versions"] == {"ncr": version("hfncl")}
+    assert (saved["hfncl_version"], saved["checkpoint_format"]) == (version("hfncl"), CHECKPOINT_FORMAT)
+    summary = read_run_record(tmp_path).plugin_summaries["ncr"]
+    assert summary and "\n" not in summary
+
+
+def test_config_keeps_its_writer_version_and_is_restamped_when_saved(tmp_path):
+    tiny_model().save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**saved, "hfncl_version": "0.0.1"}))
+    config = NCLConfig.from_pretrained(tmp_path)
+    assert config.hfncl_version == "0.0.1"
+    config.save_pretrained(tmp_path / "again")
+    assert json.loads((tmp_path / "again" / "config.json").read_text())["hfncl_version"] == version("hfncl")
+
+
+def test_push_sends_every_checkpoint_file_and_loads_back_from_the_hub_id(tmp_path, batch, hub):
+    checkpoint = tmp_path / "run" / "best"
+    model = make_checkpoint(checkpoint)
+    (checkpoint / "notes.txt").write_text("not part of the model")
+
+    commit = push_checkpoint(checkpoint, REPO_ID, private=True)
+
+    assert hub.repos == [{"repo_id": REPO_ID, "private": True, "exist_ok": True}]
+    [sent] = hub.commits
+    assert sent["repo_id"] == REPO_ID and sent["message"] == "Upload tiny-ncr with hfncl"
+    expected = {"config.json", "model.safetensors", "vocab.json", RUN_RECORD, "README.md"}
+    assert set(sent["files"]) == expected
+    for name in expected:
+        assert sent["files"][name] == (checkpoint / name).read_bytes(), name
+    assert commit.commit_url.startswith(f"https://huggingface.co/{REPO_ID}/commit/")
+    card = ModelCard((checkpoint / "README.md").read_text())
+    assert card.data.eval_results[0].metric_value == round(TEST["i2t_r1"], 2)
+    assert card.data.model_name == REPO_ID and f'from_pretrained("{REPO_ID}")' in card.text
+
+    loaded = NCLModel.from_pretrained(REPO_ID, cache_dir=hub.cache)
+    assert_same_similarities(loaded, model, batch)
+    assert_same_similarities(AutoModel.from_pretrained(REPO_ID, cache_dir=hub.cache), model, batch)
+    assert load_vocabulary(REPO_ID, cache_dir=hub.cache) == Vocabulary(WORDS)
+
+
+def test_push_with_keep_card_uploads_the_card_unchanged(tmp_path, hub):
+    make_checkpoint(tmp_path)
+    (tmp_path / "README.md").write_text("---\nlicense: mit\n---\n# edited by hand\n")
+    push_checkpoint(tmp_path, REPO_ID, keep_card=True, commit_message="hand-written card")
+    [sent] = hub.commits
+    assert sent["files"]["README.md"] == b"---\nlicense: mit\n---\n# edited by hand\n"
+    assert sent["message"] == "hand-written card"
+
+
+def drop_tensor(directory: Path) -> None:
+    weights = load_file(directory / "model.safetensors")
+    del weights["networks.1.image_encoder.fc.weight"]
+    save_file(weights, directory / "model.safetensors", metadata={"format": "pt"})
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda d: (d / "vocab.json").unlink(), r"vocab\.json does not exist"),
+        (
+            lambda d: Vocabulary(WORDS[:-1]).save_json(d / "vocab.json"),
+            r"has 11 words but config\.json says vocab_size 12",
+        ),
+        (lambda d: (d / "model.safetensors").unlink(), r"has no model\.safetensors"),
+        (drop_tensor, r"missing \['networks\.1\.image_encoder\.fc\.weight'\]"),
+        (lambda d: (d / RUN_RECORD).unlink(), r"hfncl_run\.json does not exist"),
+    ],
+)
+def test_push_checks_the_checkpoint_before_sending_anything(tmp_path, hub, damage, message):
+    make_checkpoint(tmp_path)
+    damage(tmp_path)
+    with pytest.raises(CheckpointError, match=message):
+        push_checkpoint(tmp_path, REPO_ID)
+    assert hub.repos == [] and hub.commits == []
+
+
+# --- the card -------------------------------------------------------------------------------------
+
+
+def test_card_parses_and_carries_the_test_results_as_model_index(tmp_path):
+    make_checkpoint(tmp_path)
+    card = ModelCard.load(tmp_path / "README.md")
+    results = card.data.eval_results
+    whole = {k: v for k, v in TEST.items() if not k.startswith("fold_")}
+    assert [r.metric_type for r in results] == list(whole) + ["fold_i2t_r1", "fold_rsum"]
+    assert [r.metric_value for r in results] == [round(v, 2) for v in whole.values()] + [30.0, 250.0]
+    first = results[0]
+    assert (first.task_type, first.dataset_type, first.dataset_split) == (
+        "image-text-retrieval",
+        "tiny_precomp",
+        "test",
+    )
+    assert first.metric_name == "Image-to-text R@1"
+    assert results[-1].metric_name == "rSum (2-fold mean)"
+    assert card.data.library_name == "hfncl" and "ncr" in card.data.tags
+    # the model-index round-trips through the YAML header
+    assert ModelCard(str(card)).data.eval_results == results
+
+
+def test_card_body_reports_plugins_architecture_data_noise_training_and_division(tmp_path):
+    make_checkpoint(tmp_path)
+    text = ModelCard.load(tmp_path / "README.md").text
+    assert f"| `ncr` | `hfncl` | {version('hfncl')} |" in text
+    assert "| `ncr.alpha` |" not in text  # options come from the config; this tiny model has none
+    assert "| `num_networks` | `2` |" in text and "| `image_dim` | `8` |" in text
+    assert "`tiny_precomp`: trained on the `train` split" in text and "tested on `test` (40 images)" in text
+    assert "caption-level (a share of the captions re-paired with other images), ratio 40%, seed 7; " in text
+    assert "37.5% of the 800 training pairs are wrong" in text
+    assert "| `seed` | `3` |" in text and "| `warmup_epochs` | `1` |" in text and "`output_dir`" not in text
+    assert "weights of epoch 4" in text
+    assert "| test: `test` (40 images) | 21.46 | 46.00 |" in text
+    assert "| test: `test`, mean of 2 folds of 20 images | 30.00 | – |" in text
+    assert "| validation: `dev`, epoch 4 | 20.00 | 45.00 |" in text
+    assert "| net0 | 0.910 | 0.800 | 0.700 |" in text
+    assert "| net1 | 0.875 | 0.750 | – |" in text
+    assert "pip install 'hfncl==" in text
+
+
+def test_card_shows_the_plugin_options_of_the_config():
+    config = NCLConfig(**TINY, plugins=["ncr"], plugin_options={"ncr.alpha": 0.2, "ncr.threshold": 0.5})
+    text = build_model_card(config, tiny_record(), "some/model").text
+    assert "| `ncr.alpha` | `0.2` |" in text and "| `ncr.threshold` | `0.5` |" in text
+
+
+def test_card_before_test_results_has_no_model_index_and_says_so(tmp_path):
+    make_checkpoint(tmp_path, with_test=False)
+    card = ModelCard.load(tmp_path / "README.md")
+    assert card.data.eval_results is None
+    assert "Not recorded: this checkpoint was saved by the trainer alone." in card.text
+    assert "| validation: validation, epoch 4 | 20.00 |" in card.text
+
+
+def test_card_of_a_clean_run_and_of_a_noise_file():
+    clean = DataDescription(**{**DATA.__dict__, "noise_ratio": 0.0, "true_noise_ratio": 0.0})
+    text = build_model_card(NCLConfig(**TINY), tiny_record(data=clean, test=TEST), "m").text
+    assert "none, the dataset's own pairs; 0.0% of the 800 training pairs are wrong." in text
+    published = DataDescription(
+        **{**DATA.__dict__, "noise_kind": None, "noise_ratio": None, "noise_seed": None, "noise_file": "noise.npy"}
+    )
+    text = build_model_card(NCLConfig(**TINY), tiny_record(data=published, test=TEST), "m").text
+    assert "pairing read from the noise index `noise.npy`; 37.5%" in text
+
+
+def test_card_without_division_says_so():
+    text = build_model_card(NCLConfig(**TINY), tiny_record(division={}), "m").text
+    assert "None: the saved epoch trained without a division" in text
+
+
+def test_undefined_metrics_stay_out_of_the_model_index():
+    results = eval_results(tiny_record(data=DATA, test={"i2t_r1": math.nan, "rsum": 12.345}))
+    assert [(r.metric_type, r.metric_value) for r in results] == [("rsum", 12.35)]
+
+
+def test_metric_labels():
+    assert [metric_label(k) for k in ("i2t_r1", "t2i_r10", "rsum", "i2t_medr", "t2i_meanr", "map")] == [
+        "i2t R@1",
+        "t2i R@10",
+        "rSum",
+        "i2t medr",
+        "t2i meanr",
+        "map",
+    ]
+    assert metric_label("t2i_r5", long=True) == "Text-to-image R@5"
+    assert metric_label("i2t_meanr", long=True) == "Image-to-text mean rank"
+
+
+def test_division_keys_are_grouped_by_network():
+    assert division_rows({"division/auc": 0.5, "division/recall": 0.25}) == [("all", {"auc": 0.5, "recall": 0.25})]
+    assert [net for net, _ in division_rows(DIVISION)] == ["net0", "net1"]
+    with pytest.raises(CheckpointError, match="'loss/auc' is not division"):
+        division_rows({"loss/auc": 0.5})
+
+
+def test_card_name_is_the_run_name_for_a_best_directory(tmp_path):
+    assert card_name(tmp_path / "ncr_f30k_50" / "best") == "ncr_f30k_50"
+    assert card_name(tmp_path / "exported") == "exported"
+    assert card_name("user/model-name") == "model-name"
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ([], "expected a JSON object"),
+        ({"training": {}, "best_epoch": 1}, r"missing field\(s\) \['validation'\]"),
+        ({"training": {}, "best_epoch": 1, "validation": {}, "extra": 1}, r"unknown field\(s\) \['extra'\]"),
+        ({"training": {}, "best_epoch": "1", "validation": {}}, "'best_epoch' must be an integer"),
+        ({"training": {}, "best_epoch": 1, "validation": {"rsum": "high"}}, "'validation' must be an object of metric"),
+        ({"training": {}, "best_epoch": 1, "validation": {}, "data": {"dataset": "x"}}, "'data' must have the fields"),
+    ],
+)
+def test_malformed_run_record_is_named(tmp_path, payload, message):
+    (tmp_path / RUN_RECORD).write_text(json.dumps(payload))
+    with pytest.raises(CheckpointError, match=rf"{RUN_RECORD}: .*{message}|{message}"):
+        read_run_record(tmp_path)
+
+
+# --- load-time errors -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "corrupt",
+    [
+        lambda data: data[: len(data) // 2],  # truncated download
+        lambda data: b"\xff" * 8 + data[8:],  # header length overwritten
+        lambda data: b"",  # empty file
+    ],
+)
+def test_corrupted_or_truncated_weights_give_a_clear_error(tmp_path, corrupt):
+    make_checkpoint(tmp_path)
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(corrupt(weights.read_bytes()))
+    for load in (NCLModel.from_pretrained, AutoModel.from_pretrained):
+        with pytest.raises(OSError, match=rf"The weights of '{re.escape(str(tmp_path))}' cannot be read: .*corrupted"):
+            load(str(tmp_path))
+    with pytest.raises(CheckpointError, match=r"model\.safetensors is corrupted or truncated"):
+        checkpoint_files(tmp_path)
+
+
+def test_config_of_a_newer_checkpoint_format_is_refused(tmp_path, capsys):
+    make_checkpoint(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    newer = {**config, "checkpoint_format": CHECKPOINT_FORMAT + 1, "hfncl_version": "9.0.0", "similarity": "future"}
+    (tmp_path / "config.json").write_text(json.dumps(newer))
+    message = (
+        rf"checkpoint_format {CHECKPOINT_FORMAT + 1} \(written by hfncl 9\.0\.0\).*"
+        rf"reads checkpoint formats up to {CHECKPOINT_FORMAT}\. Upgrade hfncl"
+    )
+    with pytest.raises(IncompatibleCheckpointError, match=rf"^{re.escape(str(tmp_path))}: config\.json has {message}"):
+        NCLModel.from_pretrained(tmp_path)
+    for load in (AutoModel.from_pretrained, AutoConfig.from_pretrained):
+        with pytest.raises(IncompatibleCheckpointError, match=message):
+            load(str(tmp_path))
+    assert cli.main(["card", str(tmp_path)]) == 1
+    assert f"{tmp_path}: config.json has checkpoint_format" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", [0, "1", True])
+def test_invalid_checkpoint_format_is_named(value):
+    with pytest.raises(ValueError, match="NCLConfig.checkpoint_format must be a positive integer"):
+        NCLConfig(checkpoint_format=value)
+
+
+def test_missing_plugin_names_the_package_to_install(tmp_path):
+    make_checkpoint(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config.update(
+        plugins=["ncr", "absent_method", "unrecorded_method"],
+        plugin_distributions={"ncr": "hfncl", "absent_method": "hfncl-absent-method"},
+        plugin_versions={"ncr": version("hfncl"), "absent_method": "1.2.3"},
+    )
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    for load in (NCLModel.from_pretrained, AutoModel.from_pretrained):
+        with pytest.raises(MissingPluginError) as raised:
+            load(str(tmp_path))
+        message = str(raised.value)
+        assert message.startswith(f"{tmp_path} was trained with plugin(s) that are not installed here")
+        package = "plugin 'absent_method' comes from the package 'hfncl-absent-method'"
+        assert f"{package}: pip install 'hfncl-absent-method==1.2.3'" in message
+        assert (
+            "plugin 'unrecorded_method': install the package that registers it in the 'hfncl' entry-point group"
+            in message
+        )
+        assert "'ncr'" not in message
+
+
+def test_hub_id_offline_fails_with_a_clear_message(offline, tmp_path):
+    repo = "hfncl-test/made-up-model-that-does-not-exist"
+    with pytest.raises(OSError, match=rf"'{repo}' is not a local directory, and HF_HUB_OFFLINE=1 forbids downloading"):
+        NCLModel.from_pretrained(repo, cache_dir=tmp_path)
+    with pytest.raises(OSError, match=rf"Cannot fetch vocab\.json of '{repo}': it is not a local directory"):
+        load_vocabulary(repo, cache_dir=tmp_path)
+
+
+def test_local_directory_without_vocabulary_is_named(tmp_path):
+    with pytest.raises(CheckpointError, match=r"vocab\.json does not exist"):
+        load_vocabulary(tmp_path)
+
+
+# --- command line ---------------------------------------------------------------------------------
+
+
+def test_cli_card_regenerates_into_the_checkpoint_and_model_cards(tmp_path, capsys):
+    checkpoint = tmp_path / "my_run" / "best"
+    make_checkpoint(checkpoint)
+    (checkpoint / "README.md").unlink()
+    cards = tmp_path / "model_cards"
+    assert cli.main(["card", str(checkpoint), "--model-cards-dir", str(cards), "--license", "apache-2.0"]) == 0
+    assert capsys.readouterr().out.split() == [str(checkpoint / "README.md"), str(cards / "my_run.md")]
+    card = ModelCard.load(cards / "my_run.md")
+    assert card.data.license == "apache-2.0" and card.data.eval_results
+    assert (checkpoint / "README.md").read_text() == (cards / "my_run.md").read_text()
+
+
+def test_cli_card_without_a_run_record_fails_clearly(tmp_path, capsys):
+    tiny_model().save_pretrained(tmp_path)
+    assert cli.main(["card", str(tmp_path)]) == 1
+    assert "hfncl_run.json does not exist: a model card is generated from the results" in capsys.readouterr().err
+
+
+def test_cli_push(tmp_path, hub, capsys):
+    make_checkpoint(tmp_path)
+    assert cli.main(["push", str(tmp_path), REPO_ID, "--private"]) == 0
+    assert capsys.readouterr().out.strip() == f"https://huggingface.co/{REPO_ID}/commit/{1:040x}"
+    assert hub.repos[0]["private"] is True and len(hub.commits) == 1
+    (tmp_path / "vocab.json").unlink()
+    assert cli.main(["push", str(tmp_path), REPO_ID]) == 1
+    assert "vocab.json does not exist" in capsys.readouterr().err and len(hub.commits) == 1
+
+
+# --- from a real run ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_run_writes_a_card_from_its_own_results(tiny_data_dir, tmp_path):
+    output = tmp_path / "tiny_ncr"
+    result = run_experiment(
+        DataArguments(data_dir=str(tiny_data_dir), noise_ratio=0.4, noise_seed=2, test_folds=2),
+        tiny_config(output, ["ncr"], epochs=3, warmup_epochs=0),  # every epoch divides, so the best one did
+        TINY_MODEL,
+        model_cards_dir=tmp_path / "model_cards",
+    )
+    best = output / "best"
+    record = read_run_record(best)
+    assert record.best_epoch == result["best_epoch"] and record.test == result["test"]
+    history = result["history"][result["best_epoch"]]
+    assert record.validation == {k[len("val/") :]: v for k, v in history.items() if k.startswith("val/")}
+    assert record.division == {k: v for k, v in history.items() if k.startswith("division")}
+    assert set(record.division) >= {"division/net0/auc", "division/net1/precision"}
+    assert record.data.noise_seed == 2 and record.data.true_noise_ratio == result["true_noise_ratio"]
+    card = ModelCard.load(tmp_path / "model_cards" / "tiny_ncr.md")
+    by_type = {r.metric_type: r.metric_value for r in card.data.eval_results}
+    assert by_type == {k: round(v, 2) for k, v in result["test"].items()}
+    auc = record.division["division/net0/auc"]
+    assert f"| net0 | {auc:.3f} |" in card.text
+    assert (best / "README.md").read_text() == (tmp_path / "model_cards" / "tiny_ncr.md").read_text()
+    assert checkpoint_files(best)
