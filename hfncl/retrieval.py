@@ -106,8 +106,6 @@ class Retriever:
     def similarity(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor, direction: str = "i2t") -> torch.Tensor:
         """The (N, M) scores the model ranks with in ``direction``."""
         _check_direction(direction)
-        if self.hook is None:
-            return self.model.similarity(image_embeds, text_embeds)
         return direction_similarity(self.model, self.hook, direction)(image_embeds, text_embeds)
 
     @torch.no_grad()

@@ -266,6 +266,15 @@ def top_hardest_triplet(similarity: torch.Tensor, margins: torch.Tensor, hardest
     return ((hinge + image_side).clamp(min=0) + (hinge + text_side).clamp(min=0)).mean(dim=1)
 
 
+def _objective(trainer, outputs, labels: torch.Tensor, robust: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Eq. 18's two named terms: L_e summed over the batch and xi2 times the summed per-pair L_t."""
+    tau, xi1 = trainer.option("ugncl.tau"), trainer.option("ugncl.xi1")
+    return {
+        "evidential": evidential_loss(outputs.view_similarity, labels, tau, xi1).sum().float(),
+        "trusted_robust": trainer.option("ugncl.xi2") * robust.sum(),
+    }
+
+
 def _hardest_count(trainer, size: int) -> int:
     return num_hardest(size, trainer.epoch, trainer.option("ugncl.lambda_decay"), trainer.option("ugncl.lambda_min"))
 
@@ -275,12 +284,7 @@ def warmup_loss(trainer, batch, outputs, net) -> dict[str, torch.Tensor]:
     labels = torch.ones(outputs.similarity.size(0), device=outputs.similarity.device)
     margins = labels * trainer.option("ugncl.margin")
     robust = top_hardest_triplet(outputs.similarity, margins, _hardest_count(trainer, labels.numel()))
-    return {
-        "evidential": evidential_loss(
-            outputs.view_similarity, labels, trainer.option("ugncl.tau"), trainer.option("ugncl.xi1")
-        ).sum().float(),
-        "trusted_robust": trainer.option("ugncl.xi2") * robust.sum(),
-    }
+    return _objective(trainer, outputs, labels, robust)
 
 
 @hookimpl
@@ -309,12 +313,7 @@ def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
         top_hardest_triplet(similarity, margins, _hardest_count(trainer, labels.numel())),
         triplet_hardest_negative(similarity, gamma) * (sets == CLEAN),
     )
-    return {
-        "evidential": evidential_loss(
-            outputs.view_similarity, labels, trainer.option("ugncl.tau"), trainer.option("ugncl.xi1")
-        ).sum().float(),
-        "trusted_robust": trainer.option("ugncl.xi2") * robust.sum(),
-    }
+    return _objective(trainer, outputs, labels, robust)
 
 
 # --------------------------------------------------------------------------- inference

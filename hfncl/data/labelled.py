@@ -58,9 +58,8 @@ import h5py
 import numpy as np
 import scipy.io
 import scipy.sparse
-from datasets.exceptions import DatasetGenerationError
 
-from hfncl.data.precomp import FEATURE_DTYPES, DataFormatError, default_cache_root
+from hfncl.data.precomp import FEATURE_DTYPES, DataFormatError, cached_arrow_dataset, default_cache_root
 
 MODALITIES = ("image", "text")
 SPLITS = ("train", "valid", "test")
@@ -224,15 +223,18 @@ def _check_modality(modality: str) -> str:
 
 
 def _container_keys(path: Path) -> tuple[str, bool, set[str]]:
-    """(container, transpose, keys) of a single ``.mat`` or HDF5 file."""
-    if path.suffix == ".mat":
+    """(container, transpose, keys) of a single ``.mat`` or HDF5 file.
+
+    MATLAB v7.3 ``.mat`` files are HDF5 files (read with h5py, stored column-major, so
+    transposed); older ``.mat`` files are read with scipy.
+    """
+    is_hdf5 = path.is_file() and h5py.is_hdf5(path)
+    if path.suffix == ".mat" and not is_hdf5:
         try:
             return "mat", False, {name for name, _, _ in scipy.io.whosmat(str(path))}
-        except NotImplementedError:  # a v7.3 .mat is an HDF5 file
-            pass
-        except (ValueError, OSError, TypeError) as err:
+        except (ValueError, OSError, TypeError, NotImplementedError) as err:
             raise DataFormatError(f"{path}: not a readable MATLAB .mat file ({err})") from None
-    elif path.suffix not in _HDF5_SUFFIXES and not h5py.is_hdf5(path):
+    if path.suffix not in (".mat", *_HDF5_SUFFIXES) and not is_hdf5:
         raise DataFormatError(f"{path}: expected a .mat or HDF5 ({', '.join(_HDF5_SUFFIXES)}) feature file")
     try:
         with h5py.File(path, "r") as handle:
@@ -525,33 +527,25 @@ def _split_dataset(
             "text_label": class_label,
         }
     )
-    try:
-        return datasets.Dataset.from_generator(
-            _sample_rows,
-            features=features,
-            cache_dir=str(root / key),
-            fingerprint=key,
-            gen_kwargs={
-                "image": item.raw.image,
-                "text": item.raw.text,
-                # Arrays, not lists: datasets splits list-valued generator arguments into shards.
-                "rows": item.rows,
-                "image_labels": item.image_labels,
-                "text_labels": item.text_labels,
-                "dtype": feature_dtype,
-                "check_finite": check_finite,
-                "chunk_size": chunk_size,
-            },
-            writer_batch_size=chunk_size,
-            split=split,
-        )
-    except DatasetGenerationError as err:
-        cause = err.__cause__
-        while cause is not None and not isinstance(cause, DataFormatError):
-            cause = cause.__cause__ or cause.__context__
-        if cause is None:
-            raise
-        raise cause from None
+    return cached_arrow_dataset(
+        _sample_rows,
+        features,
+        root / key,
+        key,
+        {
+            "image": item.raw.image,
+            "text": item.raw.text,
+            # Arrays, not lists: datasets splits list-valued generator arguments into shards.
+            "rows": item.rows,
+            "image_labels": item.image_labels,
+            "text_labels": item.text_labels,
+            "dtype": feature_dtype,
+            "check_finite": check_finite,
+            "chunk_size": chunk_size,
+        },
+        chunk_size,
+        split,
+    )
 
 
 def _sample_rows(

@@ -23,9 +23,10 @@ import io
 import json
 import os
 import pickle
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import datasets
 import numpy as np
@@ -255,19 +256,39 @@ def _regions_dataset(
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
     root = Path(cache_dir) if cache_dir is not None else default_cache_root() / "precomp"
     features = datasets.Features({"regions": datasets.Array2D(shape=tuple(shape[1:]), dtype=feature_dtype)})
+    return cached_arrow_dataset(
+        _region_rows,
+        features,
+        root / key,
+        key,
+        {"path": str(path), "dtype": feature_dtype, "check_finite": check_finite, "chunk_size": chunk_size},
+        chunk_size,
+    )
+
+
+def cached_arrow_dataset(
+    generator: Callable[..., Iterator[dict[str, Any]]],
+    features: datasets.Features,
+    cache_dir: Path,
+    fingerprint: str,
+    gen_kwargs: dict[str, Any],
+    writer_batch_size: int,
+    split: str = "train",
+) -> datasets.Dataset:
+    """``datasets.Dataset.from_generator`` into ``cache_dir``, re-raising a :class:`DataFormatError` it hit.
+
+    ``datasets`` wraps exceptions raised by the generator in a ``DatasetGenerationError``;
+    a data error (which names the file and row) is unwrapped so the user sees it first.
+    """
     try:
         return datasets.Dataset.from_generator(
-            _region_rows,
+            generator,
             features=features,
-            cache_dir=str(root / key),
-            fingerprint=key,
-            gen_kwargs={
-                "path": str(path),
-                "dtype": feature_dtype,
-                "check_finite": check_finite,
-                "chunk_size": chunk_size,
-            },
-            writer_batch_size=chunk_size,
+            cache_dir=str(cache_dir),
+            fingerprint=fingerprint,
+            gen_kwargs=gen_kwargs,
+            writer_batch_size=writer_batch_size,
+            split=split,
         )
     except DatasetGenerationError as err:
         cause = err.__cause__

@@ -53,8 +53,11 @@ def encode_split(model, split: RetrievalSplit, *, batch_size: int, device: torch
 def direction_similarity(model, hook, direction: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """The similarity ``(image_embeds, text_embeds) -> (n, m)`` that ranks in ``direction``.
 
-    A plugin's ``inference_similarity`` answer where one gives it, else ``model.similarity``.
+    A plugin's ``inference_similarity`` answer where one gives it, else ``model.similarity``
+    (also when ``hook`` is ``None`` or no active plugin implements the hook).
     """
+    if hook is None or not hook.inference_similarity.get_hookimpls():
+        return model.similarity
 
     def similarity(image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:
         answer = hook.inference_similarity(
@@ -84,10 +87,9 @@ def evaluate_retrieval(
     split, so every process reports the same metrics.
     """
     image_embeds, text_embeds = encode_split(model, split, batch_size=batch_size, device=device)
-    if hook is None or not hook.inference_similarity.get_hookimpls():
-        i2t, t2i = model.similarity, None
-    else:
-        i2t, t2i = direction_similarity(model, hook, "i2t"), direction_similarity(model, hook, "t2i")
+    i2t, t2i = direction_similarity(model, hook, "i2t"), direction_similarity(model, hook, "t2i")
+    if t2i == i2t:  # both are model.similarity: score the rows once
+        t2i = None
 
     def scorer(similarity) -> Callable[[slice], torch.Tensor] | None:
         if similarity is None:

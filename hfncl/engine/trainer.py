@@ -190,8 +190,8 @@ class Trainer:
             if not self.in_warmup:
                 self.divisions = self._divide(epoch)
                 self._plot_divisions(epoch)
-        if not self.in_warmup:
-            record.update(self._division_report())
+        division_report = {} if self.in_warmup else self._division_report()
+        record.update(division_report)
         sums = self.state.epoch_loss_sums
         while self.state.pass_index < len(self.passes):
             networks = self.passes[self.state.pass_index]
@@ -220,7 +220,7 @@ class Trainer:
             record.update({f"val/{k}": v for k, v in metrics.items()})
             if metrics["rsum"] > self.state.best_rsum:
                 self.state.best_rsum, self.state.best_epoch = metrics["rsum"], epoch
-                self._save_best(metrics)
+                self._save_best(metrics, division_report)
         self.state.history.append(record)
         self.accelerator.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=epoch)
         self.state.epoch += 1
@@ -353,14 +353,14 @@ class Trainer:
         ]
         return True
 
-    def _save_best(self, metrics: dict[str, float]) -> None:
+    def _save_best(self, metrics: dict[str, float], division_report: dict[str, float]) -> None:
         """Save ``OUTPUT_DIR/best``: the model, the run record of this epoch and the card generated from it."""
         if self.accelerator.is_main_process:
             record = RunRecord(
                 training=self.config.to_dict(),
                 best_epoch=self.epoch,
                 validation=dict(metrics),
-                division={} if self.in_warmup else self._division_report(),
+                division=dict(division_report),
             )
             save_trained_model(self.model, self.output_dir / "best", record)
 
