@@ -53,6 +53,7 @@ import torch.nn.functional as F
 
 from hfncl.division import min_max_normalise
 from hfncl.engine.distributed import gather
+from hfncl.evidential import kl_to_uniform, opinion
 from hfncl.hookspecs import hookimpl
 from hfncl.losses import triplet_hardest_negative
 from hfncl.types import Division
@@ -95,12 +96,6 @@ def bidirectional_evidence(view_evidence: torch.Tensor) -> torch.Tensor:
     return view_evidence + view_evidence.transpose(-1, -2)
 
 
-def opinion(class_evidence: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eq. 5-6: belief b_k = e_k / L and uncertainty u = K / L with L = sum_k (e_k + 1), over the last dim."""
-    strength = (class_evidence + 1).sum(dim=-1, keepdim=True)
-    return class_evidence / strength, class_evidence.size(-1) / strength.squeeze(-1)
-
-
 def combine_opinions(
     belief_a: torch.Tensor, uncertainty_a: torch.Tensor, belief_b: torch.Tensor, uncertainty_b: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -116,7 +111,11 @@ def combine_opinions(
 
 
 def fused_opinion(view_evidence: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The joint opinion of W views' evidence (W, ..., K), fused one view after the other."""
+    """The joint opinion of W views' evidence (W, ..., K), fused one view after the other.
+
+    Each view's opinion is Eq. 5-6 (:func:`hfncl.evidential.opinion`); the KL of Eq. 13 is
+    :func:`hfncl.evidential.kl_to_uniform`.
+    """
     belief, uncertainty = opinion(view_evidence[0])
     for view in view_evidence[1:]:
         belief, uncertainty = combine_opinions(belief, uncertainty, *opinion(view))
@@ -205,15 +204,6 @@ def least_squares_risk(alpha: torch.Tensor, target: torch.Tensor) -> torch.Tenso
     mean = alpha / strength
     variance = alpha * (strength - alpha) / (strength**2 * (strength + 1))
     return ((target - mean) ** 2 + variance).sum(dim=-1)
-
-
-def kl_to_uniform(alpha: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Eq. 13: KL[Dir(alpha~) || Dir(1)] with alpha~ = y + (1 - y) * alpha, per row."""
-    adjusted = target + (1 - target) * alpha
-    k = alpha.size(-1)
-    total = adjusted.sum(dim=-1)
-    log_norm = torch.lgamma(total) - math.lgamma(k) - torch.lgamma(adjusted).sum(dim=-1)
-    return log_norm + ((adjusted - 1) * (torch.digamma(adjusted) - torch.digamma(total).unsqueeze(-1))).sum(dim=-1)
 
 
 def evidential_loss(view_similarity: torch.Tensor, labels: torch.Tensor, tau: float, xi1: float) -> torch.Tensor:
