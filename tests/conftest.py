@@ -9,7 +9,9 @@ import pytest
 
 from hfncl.config import TrainConfig
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
-from hfncl.experiment import ModelArguments
+from hfncl.engine.trainer import Trainer
+from hfncl.experiment import DataArguments, ModelArguments, prepare_data
+from hfncl.models import NCLConfig
 
 TINY_DATA = SyntheticConfig(
     num_train=160, num_dev=40, num_test=40, num_concepts=16, num_regions=8, feature_dim=16, seed=1
@@ -43,3 +45,14 @@ def tiny_config(output_dir: Path, plugins: list[str], **overrides) -> TrainConfi
     )
     values.update(overrides)
     return TrainConfig(**values)
+
+
+def noisy_trainer(data_dir: Path, config: TrainConfig) -> Trainer:
+    """A trainer on ``data_dir`` with 40% caption noise and the tiny model."""
+    data = prepare_data(DataArguments(data_dir=str(data_dir), noise_ratio=0.4), config.output_dir)
+    model_config = NCLConfig(image_dim=data["image_dim"], vocab_size=len(data["vocab"]), embed_dim=32, word_dim=16)
+    return Trainer(config, model_config, data["train"], data["val"])
+
+
+class Interrupted(Exception):
+    """Raised by a test to kill training at a chosen step."""

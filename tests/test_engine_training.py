@@ -8,28 +8,17 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import TINY_MODEL, tiny_config
+from conftest import TINY_MODEL, Interrupted, noisy_trainer, tiny_config
 from hfncl.engine.trainer import Trainer
-from hfncl.experiment import DataArguments, prepare_data, run_experiment
-from hfncl.models import NCLConfig
+from hfncl.experiment import DataArguments, run_experiment
 from hfncl.plugins import PluginError
 
 
-def _trainer(data_dir, config):
-    data = prepare_data(DataArguments(data_dir=str(data_dir), noise_ratio=0.4), config.output_dir)
-    model_config = NCLConfig(image_dim=data["image_dim"], vocab_size=len(data["vocab"]), embed_dim=32, word_dim=16)
-    return Trainer(config, model_config, data["train"], data["val"])
-
-
-class Interrupted(Exception):
-    pass
-
-
 def test_killed_mid_epoch_resumes_to_the_same_result(tiny_data_dir, tmp_path, monkeypatch):
-    reference = _trainer(tiny_data_dir, tiny_config(tmp_path / "ref", ["ncr"], save_steps=3))
+    reference = noisy_trainer(tiny_data_dir, tiny_config(tmp_path / "ref", ["ncr"], save_steps=3))
     expected = reference.train()
 
-    interrupted = _trainer(tiny_data_dir, tiny_config(tmp_path / "run", ["ncr"], save_steps=3))
+    interrupted = noisy_trainer(tiny_data_dir, tiny_config(tmp_path / "run", ["ncr"], save_steps=3))
     original_step = Trainer._step
     calls = {"n": 0}
 
@@ -44,7 +33,7 @@ def test_killed_mid_epoch_resumes_to_the_same_result(tiny_data_dir, tmp_path, mo
         interrupted.train()
     monkeypatch.setattr(Trainer, "_step", original_step)
 
-    resumed = _trainer(tiny_data_dir, tiny_config(tmp_path / "run", ["ncr"], save_steps=3, resume=True))
+    resumed = noisy_trainer(tiny_data_dir, tiny_config(tmp_path / "run", ["ncr"], save_steps=3, resume=True))
     result = resumed.train()
     assert resumed.state.global_step == reference.state.global_step
     assert json.dumps(result["history"], sort_keys=True) == json.dumps(expected["history"], sort_keys=True)
@@ -54,22 +43,22 @@ def test_killed_mid_epoch_resumes_to_the_same_result(tiny_data_dir, tmp_path, mo
 
 
 def test_same_seed_same_division_and_metrics(tiny_data_dir, tmp_path):
-    first = _trainer(tiny_data_dir, tiny_config(tmp_path / "a", ["ncr"], epochs=2)).train()
-    second = _trainer(tiny_data_dir, tiny_config(tmp_path / "b", ["ncr"], epochs=2)).train()
+    first = noisy_trainer(tiny_data_dir, tiny_config(tmp_path / "a", ["ncr"], epochs=2)).train()
+    second = noisy_trainer(tiny_data_dir, tiny_config(tmp_path / "b", ["ncr"], epochs=2)).train()
     assert first["history"] == second["history"]
     assert "division/net0/auc" in first["history"][-1]
 
 
 def test_unknown_plugin_and_unknown_option_are_named(tiny_data_dir, tmp_path):
     with pytest.raises(PluginError, match="'ncrr'"):
-        _trainer(tiny_data_dir, tiny_config(tmp_path, ["ncrr"]))
+        noisy_trainer(tiny_data_dir, tiny_config(tmp_path, ["ncrr"]))
     with pytest.raises(PluginError, match="ncr.alfa"):
-        _trainer(tiny_data_dir, tiny_config(tmp_path, ["ncr"], options={"ncr.alfa": 0.1}))
+        noisy_trainer(tiny_data_dir, tiny_config(tmp_path, ["ncr"], options={"ncr.alfa": 0.1}))
 
 
 def test_stages_of_two_plugins_combine(tiny_data_dir, tmp_path):
     # ncr divides and rectifies; vsepp adds its hardest-negative term to ncr's loss.
-    trainer = _trainer(tiny_data_dir, tiny_config(tmp_path, ["ncr", "vsepp"], epochs=2))
+    trainer = noisy_trainer(tiny_data_dir, tiny_config(tmp_path, ["ncr", "vsepp"], epochs=2))
     history = trainer.train()["history"]
     assert {"train/soft_margin_triplet/net0", "train/triplet_hardest/net0"} <= set(history[-1])
 
