@@ -1,0 +1,283 @@
+"""GSC: Geometrical Structure Consistency (Zhao et al., CVPR 2024), Sec. 3 and 4.2.
+
+Every training step of network k computes, for each pair of its (global) batch, the
+cross-modal indicator y_CM (Eq. 3) and the intra-modal structure similarity S_IM
+(Eq. 8, structures weighted by the labels y network k is trained with) and records them
+in ``trainer.ledger`` by sample index: the mini-batch is the Monte Carlo relaxation of
+the paper, and no second pass over the data is made. At the end of the epoch
+(``epoch_end``) a two-component GMM on S_IM gives y_IM (Eq. 4), both indicators are
+temporally ensembled with the previous epoch's (Eq. 10) and y = min(y_CM, y_IM) (Eq. 5)
+becomes the labels of the next epoch (``divide``). Network k is trained on the purified
+InfoNCE L_CM (Eq. 6) plus gamma * L_IM (Eq. 7, 9), both weighted by y.
+
+With two networks (Algorithm 1, default) they are trained in turn, each with the labels
+its peer estimated; ``gsc.dual = false`` trains one network with its own labels (the
+paper: "GSC is effective with a single model"). The ablation of Table 5 is reachable
+through options: ``gsc.momentum = false`` (Eq. 10 off: each epoch's estimate replaces the
+last; the paper then warms up for 5 epochs, ``--warmup-epochs 5``), ``gsc.dual = false``
+and ``gsc.intra_loss = false`` (L_IM is dropped from the loss; y_IM still divides).
+
+Reading choices, where the paper leaves room:
+- Before any estimate the labels are the dataset's, y = 1 (Sec. 3.1: pairs are presumed
+  matched), so the first epoch trains on all pairs and Eq. 10's y[t-1] of the first
+  update is 1. Warmup epochs, if any, train and record exactly like an epoch with y = 1.
+- The GMM (Eq. 4) is fitted on min-max normalised S_IM with the settings NCR's
+  reference code uses for its GMM (max_iter 10, tol 1e-2, reg_covar 5e-4), seeded by
+  the run's seed and the epoch; y_IM is the posterior of the higher-mean component.
+- Pairs a network did not see in an epoch (the dropped last partial batch) keep their
+  previous indicators; the GMM is fitted on the pairs seen.
+- The clean set of the reported division is y >= ``gsc.threshold`` (0.5); training only
+  uses the soft labels y.
+- The intra-modal details (cosine structures, y_i weight in front of Eq. 7, sums that
+  include i) are those of :mod:`hfncl_plugins.gsc_intra`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+
+from hfncl.division import gmm_clean_probability, threshold_division
+from hfncl.hookspecs import hookimpl
+from hfncl.types import Division
+from hfncl_plugins.gsc_intra import (
+    batch_labels,
+    check_non_negative,
+    check_positive,
+    intra_modal_loss,
+    intra_modal_similarity,
+    structure_similarity,
+)
+
+if TYPE_CHECKING:
+    from hfncl.config import TrainConfig
+    from hfncl.engine.trainer import Trainer
+    from hfncl.types import PairOutputs
+
+DEFAULTS: dict[str, Any] = {
+    "gsc.tau1": 0.07,
+    "gsc.tau2": 1.0,
+    "gsc.gamma": 0.01,
+    "gsc.beta1": 0.7,
+    "gsc.beta2": 0.7,
+    "gsc.momentum": True,
+    "gsc.dual": True,
+    "gsc.intra_loss": True,
+    "gsc.threshold": 0.5,
+    "gsc.gmm_max_iter": 10,
+    "gsc.gmm_reg_covar": 5e-4,
+}
+SWITCHES = ("gsc.momentum", "gsc.dual", "gsc.intra_loss")
+
+# Ledger columns, per network k: the values recorded during this epoch's steps (NaN where
+# not seen yet) and the ensembled indicators they fold into.
+STEP_CM = "gsc.step_y_cm/net{}"
+STEP_SIM = "gsc.step_s_im/net{}"
+Y_CM = "gsc.y_cm/net{}"
+Y_IM = "gsc.y_im/net{}"
+
+
+def cross_modal_indicator(similarity: torch.Tensor, temperature: float = 0.07) -> torch.Tensor:
+    """Eq. 3: y_CM^i, the mean of pair i's softmax share among image i's captions and among caption i's images."""
+    logits = similarity / temperature
+    to_text = logits.softmax(dim=1).diagonal()
+    to_image = logits.softmax(dim=0).diagonal()
+    return (to_text + to_image) / 2
+
+
+def cross_modal_loss(similarity: torch.Tensor, labels: torch.Tensor, temperature: float = 0.07) -> torch.Tensor:
+    """Eq. 6: L_CM, InfoNCE in both directions with each pair's term weighted by its label y.
+
+    L_CM = -(1/2B) sum_i y_i log softmax_j(S_ij / tau)_i - (1/2B) sum_j y_j log softmax_i(S_ij / tau)_j.
+    """
+    b = similarity.size(0)
+    if similarity.shape != (b, b) or labels.shape != (b,):
+        raise ValueError(
+            f"cross_modal_loss expects a (B, B) similarity and (B,) labels, got "
+            f"{tuple(similarity.shape)} and {tuple(labels.shape)}"
+        )
+    logits = similarity / temperature
+    positives = torch.arange(b, device=similarity.device)
+    to_text = F.cross_entropy(logits, positives, reduction="none")
+    to_image = F.cross_entropy(logits.t(), positives, reduction="none")
+    return (labels.detach() * (to_text + to_image)).sum() / (2 * b)
+
+
+def intra_modal_indicator(
+    structure_scores: torch.Tensor, *, max_iter: int = 10, reg_covar: float = 5e-4, seed: int = 0
+) -> torch.Tensor:
+    """Eq. 4: y_IM, the posterior of the higher-mean component of a 2-component GMM on S_IM.
+
+    The mixture is fitted on min-max normalised scores; the higher-mean component of S_IM
+    is the lower-mean component of -S_IM, which :func:`gmm_clean_probability` returns.
+    """
+    return gmm_clean_probability(-structure_scores, max_iter=max_iter, reg_covar=reg_covar, seed=seed)
+
+
+def temporal_ensemble(current: torch.Tensor, previous: torch.Tensor, beta: float) -> torch.Tensor:
+    """Eq. 10: y[t] = beta * y[t] + (1 - beta) * y[t - 1]."""
+    return beta * current + (1 - beta) * previous
+
+
+def correspondence_labels(y_cm: torch.Tensor, y_im: torch.Tensor) -> torch.Tensor:
+    """Eq. 5: y = min(y_CM, y_IM)."""
+    return torch.minimum(y_cm, y_im)
+
+
+def _dual(config: "TrainConfig") -> bool:
+    return bool(config.options.get("gsc.dual", DEFAULTS["gsc.dual"]))
+
+
+def label_source(net: int, num_networks: int) -> int:
+    """The network whose statistics give network ``net`` its labels: its peer with two networks, itself with one."""
+    return (net + 1) % num_networks
+
+
+def check_options(trainer: "Trainer") -> None:
+    """Reject option values the method cannot use, naming the option."""
+    for name in SWITCHES:
+        if not isinstance(trainer.option(name), bool):
+            raise ValueError(f"option {name!r} must be true or false, got {trainer.option(name)!r}")
+    for name in ("gsc.tau1", "gsc.tau2", "gsc.gmm_reg_covar"):
+        check_positive(name, trainer.option(name))
+    check_non_negative("gsc.gamma", trainer.option("gsc.gamma"))
+    for name in ("gsc.beta1", "gsc.beta2", "gsc.threshold"):
+        value = trainer.option(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise ValueError(f"option {name!r} must be a number in [0, 1], got {value!r}")
+    max_iter = trainer.option("gsc.gmm_max_iter")
+    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
+        raise ValueError(f"option 'gsc.gmm_max_iter' must be an integer >= 1, got {max_iter!r}")
+
+
+@hookimpl
+def option_defaults() -> dict[str, Any]:
+    return dict(DEFAULTS)
+
+
+@hookimpl
+def demo_settings() -> dict[str, Any]:
+    """Two networks for 8 epochs (about 2 minutes on 2 CPU cores), the first 2 with y = 1.
+
+    The paper updates the labels once per Flickr30K epoch (about 1100 steps), so its first
+    labels come from a network trained for a whole epoch on all pairs; a demo epoch is 117
+    steps, and two epochs with y = 1 give the first estimate a comparable start. The paper
+    decays the learning rate first at epoch 15, so a run this short keeps 2e-4 throughout.
+    """
+    return {"epochs": 8, "warmup_epochs": 2, "lr_decay_epochs": []}
+
+
+@hookimpl
+def num_networks(config) -> int:
+    return 2 if _dual(config) else 1
+
+
+@hookimpl
+def training_passes(config, num_networks) -> list[list[int]]:
+    """Algorithm 1, line 3: the networks are trained in turn, each on its own pass over the data."""
+    return [[net] for net in range(num_networks)]
+
+
+@hookimpl
+def epoch_start(trainer, epoch) -> None:
+    check_options(trainer)
+
+
+def _train_terms(trainer: "Trainer", outputs: "PairOutputs", net: int) -> dict[str, torch.Tensor]:
+    """L_CM and gamma * L_IM for network ``net``; records y_CM and S_IM of the batch in the ledger."""
+    labels = batch_labels(trainer, outputs, net)
+    similarity = outputs.similarity
+    tau1 = trainer.option("gsc.tau1")
+    image_structure = intra_modal_similarity(outputs.image_embeds)
+    text_structure = intra_modal_similarity(outputs.text_embeds)
+    trainer.ledger.record(outputs.index, STEP_CM.format(net), cross_modal_indicator(similarity.detach(), tau1))
+    trainer.ledger.record(
+        outputs.index,
+        STEP_SIM.format(net),
+        structure_similarity(image_structure.detach(), text_structure.detach(), labels),
+    )
+    terms = {"gsc_cross_modal": cross_modal_loss(similarity, labels, tau1)}
+    if trainer.option("gsc.intra_loss"):
+        gamma, tau2 = trainer.option("gsc.gamma"), trainer.option("gsc.tau2")
+        terms["gsc_intra_modal"] = gamma * intra_modal_loss(image_structure, text_structure, labels, tau2)
+    return terms
+
+
+@hookimpl
+def warmup_loss(trainer, batch, outputs, net) -> dict[str, torch.Tensor]:
+    """The epoch's loss with every y = 1; the statistics are recorded as in any epoch."""
+    return _train_terms(trainer, outputs, net)
+
+
+@hookimpl
+def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
+    """L_CM (Eq. 6) + gamma * L_IM (Eq. 7, 9) with y from the division of ``net``."""
+    return _train_terms(trainer, outputs, net)
+
+
+def _column(trainer: "Trainer", name: str, fill: float) -> torch.Tensor:
+    column = trainer.ledger.columns.get(name)
+    return column.clone() if column is not None else torch.full((trainer.num_train,), fill)
+
+
+def fold_epoch(trainer: "Trainer", net: int, epoch: int) -> None:
+    """Algorithm 1, line 12: fold the epoch's recorded y_CM and S_IM of ``net`` into its ensembled indicators.
+
+    Afterwards the step columns are reset to NaN, so that the next epoch records afresh.
+    """
+    step_cm = trainer.ledger.columns.get(STEP_CM.format(net))
+    if step_cm is None:
+        return
+    step_sim = trainer.ledger.get(STEP_SIM.format(net))
+    seen = ~torch.isnan(step_cm)
+    if not seen.any():
+        return
+    momentum = trainer.option("gsc.momentum")
+    beta1 = trainer.option("gsc.beta1") if momentum else 1.0
+    beta2 = trainer.option("gsc.beta2") if momentum else 1.0
+    y_im_now = intra_modal_indicator(
+        step_sim[seen],
+        max_iter=trainer.option("gsc.gmm_max_iter"),
+        reg_covar=trainer.option("gsc.gmm_reg_covar"),
+        seed=trainer.config.seed + epoch,
+    )
+    y_cm = _column(trainer, Y_CM.format(net), 1.0)
+    y_im = _column(trainer, Y_IM.format(net), 1.0)
+    y_cm[seen] = temporal_ensemble(step_cm[seen], y_cm[seen], beta1)
+    y_im[seen] = temporal_ensemble(y_im_now, y_im[seen], beta2)
+    everyone = torch.arange(trainer.num_train)
+    for name, values in ((Y_CM, y_cm), (Y_IM, y_im)):
+        trainer.ledger.record(everyone, name.format(net), values)
+    unseen = torch.full((trainer.num_train,), float("nan"))
+    for name in (STEP_CM, STEP_SIM):
+        trainer.ledger.record(everyone, name.format(net), unseen)
+
+
+@hookimpl
+def epoch_end(trainer, epoch) -> None:
+    for net in range(trainer.num_networks):
+        fold_epoch(trainer, net, epoch)
+
+
+@hookimpl
+def divide(trainer, epoch) -> list[Division]:
+    """Each network's labels y = min(y_CM, y_IM) (Eq. 5) from its label source's ensembled indicators.
+
+    Before any epoch has been folded every y is 1. ``extras`` carries y_CM, y_IM and,
+    once estimated, y itself as the plotted statistic (y depends on two indicators, so no
+    single one of them draws the division).
+    """
+    threshold = trainer.option("gsc.threshold")
+    divisions = []
+    for net in range(trainer.num_networks):
+        source = label_source(net, trainer.num_networks)
+        y_cm = _column(trainer, Y_CM.format(source), 1.0)
+        y_im = _column(trainer, Y_IM.format(source), 1.0)
+        labels = correspondence_labels(y_cm, y_im)
+        extras = {"y_cm": y_cm, "y_im": y_im}
+        if Y_CM.format(source) in trainer.ledger.columns:
+            extras["statistic"] = labels.clone()
+        divisions.append(threshold_division(labels, threshold, **extras))
+    return divisions

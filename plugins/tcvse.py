@@ -1,0 +1,353 @@
+"""TcVSE: Trust-consistent Visual Semantic Embedding (tcvse.txt, Sec. 2, 3.1, Algorithm 1).
+
+Two VSE branches with max-pooled region / word features and cosine similarity
+(network 0: i2t, network 1: t2i), trained jointly. The similarities of a batch of K
+pairs are evidence, e = g(s) = exp(s / tau) or ReLU(s / tau) (Eq. 2), of a Dirichlet
+opinion per query over the K items of the other modality, alpha = e + 1 (Eq. 3). The
+i2t branch is trained with its image queries (rows of its similarity matrix), the
+t2i branch with its caption queries (columns), each with the uncertainty-aware cross
+entropy (Eq. 5-6) plus lambda(epoch) times the KL of Eq. 7 (Eq. 8-9). After that
+update, Algorithm 1's second step recomputes both branches' opinions with a fresh
+forward pass and minimises the L1 gap between their beliefs (Eq. 10-11), MaxTimes
+times per batch, each time with its own update. Retrieval ranks with the i2t branch,
+the t2i branch or their ensemble (the mean of both similarities), in both directions
+(Table 1), and reports each query's Dirichlet uncertainty u = K / S (Eq. 3).
+
+Reading choices, where the paper leaves room:
+- lambda "dynamically increases with the number of epochs" (Eq. 8): lambda = min(1,
+  ``tcvse.kl_step`` * epoch), epochs counted from 0, so the KL term is off in the
+  first epoch (the authors' code uses 0.005 per epoch with a Bi-GRU).
+- Eq. 10-11 do not say which gradients flow. In each direction the branch trained for
+  it is the target and the other branch is pulled towards it: for image queries the
+  i2t beliefs are detached and the t2i branch's beliefs move, for caption queries the
+  t2i beliefs are detached and the i2t branch's move (as in the authors' code).
+- Algorithm 1 recomputes the opinions of the same augmented batch x' in the second
+  step; the augmentation is drawn once per batch.
+- Augmentation (Sec. 2.1, 3.1, following VSE-infinity): each region is dropped with
+  probability ``tcvse.region_drop`` (at least one is kept). Batch tensors have a
+  fixed number of regions, so a dropped region is replaced by a copy of a kept region
+  of the same image: under max pooling this is exactly discarding it. Each word
+  between ``<start>`` and ``<end>`` is altered with probability ``tcvse.word_augment``,
+  by masking (to ``<unk>``, half of the altered words), discarding (the caption
+  closes up, 40%) or swapping for a random vocabulary word (10%), VSE-infinity's
+  proportions of its mask / delete / random-token operations.
+- The ensemble's uncertainty is the mean of the two branches' uncertainties for the
+  query.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from hfncl.data.vocab import Vocabulary
+from hfncl.evidential import kl_to_uniform as evidential_kl
+from hfncl.evidential import opinion
+from hfncl.hookspecs import hookimpl
+
+I2T, T2I = 0, 1
+NETWORKS = 2
+EVIDENCE_FUNCTIONS = ("exp", "relu")
+BRANCHES = ("i2t", "t2i", "ensemble")
+DIRECTIONS = ("i2t", "t2i")
+WORD_OPERATIONS = {"mask": 0.5, "discard": 0.4, "swap": 0.1}
+
+DEFAULTS: dict[str, Any] = {
+    "tcvse.tau": 0.05,
+    "tcvse.evidence": "exp",
+    "tcvse.kl_step": 0.005,
+    "tcvse.max_times": 3,
+    "tcvse.region_drop": 0.2,
+    "tcvse.word_augment": 0.2,
+    "tcvse.inference_branch": "ensemble",
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """TcVSE's options, validated (read from a run's options or a checkpoint's ``plugin_options``)."""
+
+    tau: float
+    evidence: str
+    kl_step: float
+    max_times: int
+    region_drop: float
+    word_augment: float
+    inference_branch: str
+
+    @classmethod
+    def read(cls, options: Mapping[str, Any], source: str = "options") -> Settings:
+        """Validate ``options`` (missing TcVSE options take their defaults); errors name the option."""
+        values = {name: options.get(name, default) for name, default in DEFAULTS.items()}
+
+        def fail(name: str, expected: str) -> None:
+            raise ValueError(f"{source}: {name} must be {expected}, got {values[name]!r}")
+
+        if not isinstance(values["tcvse.tau"], (int, float)) or not 0 < values["tcvse.tau"] < 1:
+            fail("tcvse.tau", "a number in (0, 1) (Eq. 2)")
+        if values["tcvse.evidence"] not in EVIDENCE_FUNCTIONS:
+            fail("tcvse.evidence", f"one of {EVIDENCE_FUNCTIONS}")
+        if not isinstance(values["tcvse.kl_step"], (int, float)) or values["tcvse.kl_step"] < 0:
+            fail("tcvse.kl_step", "a number >= 0")
+        max_times = values["tcvse.max_times"]
+        if isinstance(max_times, bool) or not isinstance(max_times, int) or max_times < 0:
+            fail("tcvse.max_times", "an integer >= 0")
+        for name in ("tcvse.region_drop", "tcvse.word_augment"):
+            if not isinstance(values[name], (int, float)) or not 0 <= values[name] < 1:
+                fail(name, "a probability in [0, 1)")
+        if values["tcvse.inference_branch"] not in BRANCHES:
+            fail("tcvse.inference_branch", f"one of {BRANCHES}")
+        return cls(**{name.removeprefix("tcvse."): value for name, value in values.items()})
+
+
+# ----------------------------------------------------------------------------- equations
+def evidence(similarity: torch.Tensor, tau: float, function: str = "exp") -> torch.Tensor:
+    """Eq. 2: e = exp(s / tau) or ReLU(s / tau), elementwise, in float64.
+
+    With cosine s <= 1, float64 keeps exp(s / tau) finite down to tau = 1/709 (float32
+    would overflow below tau = 1/88, inside the paper's range 0 < tau < 1).
+    """
+    if function not in EVIDENCE_FUNCTIONS:
+        raise ValueError(f"evidence function must be one of {EVIDENCE_FUNCTIONS}, got {function!r}")
+    scaled = similarity.double() / tau
+    return scaled.exp() if function == "exp" else scaled.relu()
+
+
+def uncertainty_cross_entropy(alpha: torch.Tensor) -> torch.Tensor:
+    """Eq. 5-6: the mean over the K queries (rows) of psi(S_i) - psi(alpha_ii).
+
+    ``alpha`` (K, K) holds one Dirichlet per row; the matching item of query i is
+    item i (the label matrix is the identity I_K).
+    """
+    _check_square(alpha)
+    return (torch.digamma(alpha.sum(dim=1)) - torch.digamma(alpha.diagonal())).mean()
+
+
+def kl_to_uniform(alpha: torch.Tensor) -> torch.Tensor:
+    """Eq. 7: mean over the queries of KL[D(p_i | alpha~_i) || D(p_i | <1, ..., 1>)].
+
+    alpha~_i = I_K(i,:) + (1 - I_K(i,:)) * alpha_i keeps only the evidence of the
+    negatives. KL = log Gamma(S~_i) - sum_k log Gamma(alpha~_ik) - log Gamma(K)
+    + sum_k (alpha~_ik - 1)(psi(alpha~_ik) - psi(S~_i)), i.e. -log(Gamma(K) B(alpha~_i)) + ...
+    """
+    _check_square(alpha)
+    return evidential_kl(alpha, torch.eye(alpha.size(0), dtype=alpha.dtype, device=alpha.device)).mean()
+
+
+def kl_weight(epoch: int, step: float) -> float:
+    """lambda of Eq. 8, increasing with the epoch: min(1, step * epoch)."""
+    return min(1.0, step * epoch)
+
+
+def uncertainty_aware_loss(
+    query_similarity: torch.Tensor, tau: float, function: str, kl_lambda: float
+) -> dict[str, torch.Tensor]:
+    """Eq. 8 for one branch: ``uce`` (Eq. 6) and ``kl`` (Eq. 7, already weighted by lambda).
+
+    ``query_similarity`` (K, K) has the branch's queries as rows (the i2t branch's
+    similarity, the transpose of the t2i branch's).
+    """
+    alpha = evidence(query_similarity, tau, function) + 1
+    return {"uce": uncertainty_cross_entropy(alpha), "kl": kl_lambda * kl_to_uniform(alpha)}
+
+
+def consistency_loss(
+    i2t_similarity: torch.Tensor, t2i_similarity: torch.Tensor, tau: float, function: str
+) -> torch.Tensor:
+    """Eq. 10-11: L_c = 1/K sum_k [L_c^i2t(b_k, b^_k) + L_c^t2i(b^_k, b_k)], L_c^dir = 1/K sum |b - b^|.
+
+    ``i2t_similarity`` and ``t2i_similarity`` (K, K) are the two branches' similarity
+    matrices of the same batch (images as rows). For image queries, b^i2t comes from
+    the i2t branch (detached: the target) and b^^i2t from the t2i branch; for caption
+    queries, b^t2i from the t2i branch (detached) and b^^t2i from the i2t branch.
+    """
+    _check_square(i2t_similarity)
+    if i2t_similarity.shape != t2i_similarity.shape:
+        raise ValueError(
+            f"the branches' similarities must have the same shape, got {tuple(i2t_similarity.shape)} "
+            f"and {tuple(t2i_similarity.shape)}"
+        )
+
+    def beliefs(query_similarity: torch.Tensor) -> torch.Tensor:
+        return opinion(evidence(query_similarity, tau, function))[0]
+
+    image_queries = (beliefs(i2t_similarity.detach()) - beliefs(t2i_similarity)).abs().mean()
+    caption_queries = (beliefs(t2i_similarity.t().detach()) - beliefs(i2t_similarity.t())).abs().mean()
+    return image_queries + caption_queries
+
+
+def _check_square(matrix: torch.Tensor) -> None:
+    if matrix.dim() != 2 or matrix.size(0) != matrix.size(1) or matrix.size(0) < 2:
+        raise ValueError(f"expected a square (K, K) matrix with K >= 2 over a batch, got {tuple(matrix.shape)}")
+
+
+# ----------------------------------------------------------------------------- augmentation
+def drop_regions(images: torch.Tensor, rate: float, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Drop each region of (B, R, D) ``images`` with probability ``rate``, keeping at least one per image.
+
+    A dropped region is replaced by a copy of the image's first kept region: the same
+    as discarding it under max pooling. ``generator`` defaults to torch's global one.
+    """
+    if rate == 0:
+        return images
+    draws = torch.rand(images.shape[:2], generator=generator, device=images.device)
+    keep = draws >= rate
+    keep[torch.arange(images.size(0), device=images.device), draws.argmax(dim=1)] = True
+    first_kept = keep.to(torch.int8).argmax(dim=1)
+    replacement = images[torch.arange(images.size(0), device=images.device), first_kept]
+    return torch.where(keep[..., None], images, replacement[:, None, :])
+
+
+def perturb_words(
+    captions: torch.Tensor,
+    lengths: torch.Tensor,
+    *,
+    mask: float = 0.0,
+    discard: float = 0.0,
+    swap: float = 0.0,
+    vocab_size: int | None = None,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mask, discard or swap the words of (B, L) ``captions`` (``<start>`` w_1 .. w_n ``<end>``, 0-padded).
+
+    Each word w_1..w_n, independently: with probability ``mask`` it becomes ``<unk>``,
+    with ``discard`` it is removed (the caption closes up, its length shrinks), with
+    ``swap`` it becomes a random vocabulary word (ids 4 .. vocab_size - 1, past the
+    special tokens). ``<start>``, ``<end>`` and padding are untouched. Returns the new
+    captions (same width) and lengths.
+    """
+    if min(mask, discard, swap) < 0 or mask + discard + swap > 1:
+        raise ValueError(f"word probabilities must be >= 0 and sum to <= 1, got {mask}, {discard}, {swap}")
+    if swap > 0 and (vocab_size is None or vocab_size <= len(Vocabulary.SPECIALS)):
+        raise ValueError(f"swapping words needs a vocab_size above the {len(Vocabulary.SPECIALS)} special tokens")
+    positions = torch.arange(captions.size(1), device=captions.device)
+    lengths_here = lengths.to(captions.device)
+    word = (positions[None, :] >= 1) & (positions[None, :] < lengths_here[:, None] - 1)
+    draws = torch.rand(captions.shape, generator=generator, device=captions.device)
+    out = torch.where(word & (draws < mask), torch.full_like(captions, Vocabulary.unk_id), captions)
+    swapped = word & (draws >= mask) & (draws < mask + swap)
+    if swapped.any():
+        random_words = torch.randint(
+            len(Vocabulary.SPECIALS), vocab_size, captions.shape, generator=generator, device=captions.device
+        )
+        out = torch.where(swapped, random_words, out)
+    kept = (positions[None, :] < lengths_here[:, None]) & ~(
+        word & (draws >= mask + swap) & (draws < mask + swap + discard)
+    )
+    order = torch.sort((~kept).to(torch.int8), dim=1, stable=True).indices
+    new_lengths = kept.sum(dim=1)
+    out = out.gather(1, order) * (positions[None, :] < new_lengths[:, None])
+    return out, new_lengths.to(lengths.dtype).to(lengths.device)
+
+
+def augment(batch: dict[str, torch.Tensor], settings: Settings, vocab_size: int) -> dict[str, torch.Tensor]:
+    """x' = Augment(x) of Algorithm 1: random region dropping and word mask / discard / swap."""
+    captions, lengths = perturb_words(
+        batch["captions"],
+        batch["lengths"],
+        vocab_size=vocab_size,
+        **{operation: share * settings.word_augment for operation, share in WORD_OPERATIONS.items()},
+    )
+    return {
+        **batch,
+        "images": drop_regions(batch["images"], settings.region_drop),
+        "captions": captions,
+        "lengths": lengths,
+    }
+
+
+# ----------------------------------------------------------------------------- hooks
+@hookimpl
+def option_defaults() -> dict[str, Any]:
+    return dict(DEFAULTS)
+
+
+@hookimpl
+def demo_settings() -> dict[str, Any]:
+    return {
+        "epochs": 2,
+        "learning_rate": 5e-4,
+        "optimizer": "adamw",
+        "weight_decay": 1e-4,
+        "lr_decay_epochs": [10, 20],
+        "lr_decay_factor": 0.9,
+    }
+
+
+@hookimpl
+def model_defaults() -> dict[str, Any]:
+    return {"image_pooling": "max", "text_pooling": "max"}
+
+
+@hookimpl
+def num_networks(config) -> int:
+    return NETWORKS
+
+
+@hookimpl
+def train_step(trainer, batch, networks) -> dict[str, float]:
+    """Algorithm 1 on one batch: the uncertainty-aware update (Eq. 9), then MaxTimes consistency updates (Eq. 11)."""
+    if sorted(networks) != [I2T, T2I]:
+        raise ValueError(f"TcVSE trains its i2t and t2i branches jointly (networks [0, 1]), got the pass {networks}")
+    settings = Settings.read(trainer.options)
+    inputs = augment(batch, settings, trainer.model.config.vocab_size)
+    kl_lambda = kl_weight(trainer.epoch, settings.kl_step)
+    i2t = uncertainty_aware_loss(trainer.forward(I2T, inputs).similarity, settings.tau, settings.evidence, kl_lambda)
+    t2i = uncertainty_aware_loss(
+        trainer.forward(T2I, inputs).similarity.t(), settings.tau, settings.evidence, kl_lambda
+    )
+    trainer.optimize(sum(i2t.values()) + sum(t2i.values()), networks)
+    metrics = {f"{name}/i2t": float(value.detach()) for name, value in i2t.items()}
+    metrics.update({f"{name}/t2i": float(value.detach()) for name, value in t2i.items()})
+    consistency = 0.0
+    for _ in range(settings.max_times):
+        gap = consistency_loss(
+            trainer.forward(I2T, inputs).similarity,
+            trainer.forward(T2I, inputs).similarity,
+            settings.tau,
+            settings.evidence,
+        )
+        trainer.optimize(gap, networks)
+        consistency += float(gap.detach())
+    metrics["consistency"] = consistency / max(settings.max_times, 1)
+    return metrics
+
+
+def _branch_similarities(model, image_embeds: torch.Tensor, text_embeds: torch.Tensor, direction: str) -> torch.Tensor:
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+    if len(model.networks) != NETWORKS:
+        raise ValueError(f"a TcVSE model has {NETWORKS} networks (i2t, t2i), this one has {len(model.networks)}")
+    return model.network_similarities(image_embeds, text_embeds)
+
+
+def _chosen(values: torch.Tensor, branch: str) -> torch.Tensor:
+    """The i2t branch's, the t2i branch's or the mean of both of per-branch ``values`` (2, ...)."""
+    if branch == "ensemble":
+        return values.mean(dim=0)
+    return values[I2T if branch == "i2t" else T2I]
+
+
+@hookimpl
+def inference_similarity(model, image_embeds, text_embeds, direction) -> torch.Tensor:
+    """The similarity of ``tcvse.inference_branch``: the i2t branch, the t2i branch or their mean (both directions)."""
+    settings = Settings.read(model.config.plugin_options, "NCLConfig.plugin_options")
+    return _chosen(_branch_similarities(model, image_embeds, text_embeds, direction), settings.inference_branch)
+
+
+@hookimpl
+def query_uncertainty(model, image_embeds, text_embeds, direction) -> torch.Tensor:
+    """u = K / S (Eq. 3) of each query's opinion over the whole given gallery, for the chosen branch.
+
+    ``"i2t"``: one value per image (its row of similarities, K = number of captions);
+    ``"t2i"``: one per caption (its column, K = number of images). The ensemble
+    averages the two branches' u.
+    """
+    settings = Settings.read(model.config.plugin_options, "NCLConfig.plugin_options")
+    similarities = _branch_similarities(model, image_embeds, text_embeds, direction)
+    queries = similarities if direction == "i2t" else similarities.transpose(1, 2)
+    uncertainty = opinion(evidence(queries, settings.tau, settings.evidence))[1]
+    return _chosen(uncertainty, settings.inference_branch).to(similarities.dtype)
