@@ -74,6 +74,19 @@ def demo_settings() -> dict[str, Any] | None:
 
 
 @hookspec
+def data_kind() -> str | None:
+    """Return the kind of training data this method learns from: ``"pairs"`` or ``"labels"``.
+
+    ``"pairs"`` (the default, also for a plugin without this hook): image-caption pairs
+    with noisy correspondence; outputs are :class:`hfncl.types.PairOutputs`.
+    ``"labels"``: samples with a (possibly wrong) category label per modality; outputs
+    are :class:`hfncl.types.CategoryOutputs` and divisions cover every (modality,
+    sample) unit (:mod:`hfncl.engine.tasks`). The trainer refuses to run a plugin on
+    data of another kind, and ``hfncl demo`` picks the benchmark by it.
+    """
+
+
+@hookspec
 def model_defaults() -> dict[str, Any] | None:
     """Return the architecture this method needs, as :class:`hfncl.models.NCLConfig` fields.
 

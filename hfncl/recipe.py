@@ -35,3 +35,28 @@ def run_recipe(
         return 2
     print(json.dumps({"test": result["test"], "division": result["division"]}, indent=1))
     return 0
+
+
+def run_label_recipe(
+    description: str, plugins: list[str], defaults: dict[str, Any], argv: Sequence[str] | None = None
+) -> int:
+    """:func:`run_recipe` for category-labelled features with noisy labels (mAP).
+
+    ``defaults`` are :class:`hfncl.category_experiment.LabelDataArguments` /
+    TrainConfig / :class:`hfncl.category_experiment.CategoryModelArguments` values.
+    """
+    from hfncl.category_experiment import CategoryModelArguments, LabelDataArguments, run_category_experiment
+
+    parser = HfArgumentParser((LabelDataArguments, TrainConfig, CategoryModelArguments), description=description)
+    parser.set_defaults(plugins=plugins, **defaults)
+    try:
+        data_args, config, model_args = parser.parse_args_into_dataclasses(
+            args=list(argv) if argv is not None else None
+        )
+        result = run_category_experiment(data_args, config, model_args)
+    except (DataFormatError, PluginError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps({"test": result["test"], "division": result["division"]}, indent=1))
+    return 0
+

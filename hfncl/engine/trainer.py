@@ -3,7 +3,10 @@
 The trainer knows no method: it asks the plugins how many networks to build, which to
 train in each pass, how to divide, rectify and score, and it supplies the shared
 machinery -- global batches across processes, per-sample statistics passes, resumable
-checkpoints, validation, division diagnostics against the hidden clean mask.
+checkpoints, validation, division diagnostics against the hidden clean mask. What
+depends on the kind of data (image-caption pairs, or category-labelled samples) comes
+from a task (:mod:`hfncl.engine.tasks`): the model, batches, outputs, evaluation metric
+and hidden masks.
 """
 
 from __future__ import annotations
@@ -24,17 +27,15 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from hfncl.config import TrainConfig
-from hfncl.data import collate_pairs
 from hfncl.engine.distributed import gather, world
-from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
 from hfncl.engine.ledger import Ledger
 from hfncl.engine.sampler import GlobalBatchSampler
+from hfncl.engine.tasks import DATA_KINDS, PairTask, Task
 from hfncl.evaluation import division_quality, partition_report
 from hfncl.hub import RunRecord, save_trained_model
-from hfncl.models import NCLConfig, NCLModel
 from hfncl.plots import plot_division
 from hfncl.plugins import PluginError, build_plugin_manager
-from hfncl.types import Batch, Division, PairOutputs
+from hfncl.types import Batch, Division
 
 LATEST = "latest"
 
@@ -47,7 +48,7 @@ class TrainerState:
     pass_index: int = 0
     batch_in_pass: int = 0
     global_step: int = 0
-    best_rsum: float = -math.inf
+    best_score: float = -math.inf
     best_epoch: int = -1
     epoch_loss_sums: dict[str, float] = field(default_factory=dict)
     epoch_steps: int = 0
@@ -55,22 +56,31 @@ class TrainerState:
 
 
 class Trainer:
-    """Train an :class:`NCLModel` with the plugins named in ``config.plugins``.
+    """Train a model with the plugins named in ``config.plugins``.
 
-    ``train_data`` is a :class:`hfncl.data.NoisyPairDataset`; its hidden clean mask is
-    used only to report division quality, never handed to a plugin.
+    ``task`` (default :class:`PairTask`) says what the data are: with it,
+    ``model_config`` is an :class:`hfncl.models.NCLConfig`, ``train_data`` a
+    :class:`hfncl.data.NoisyPairDataset` and ``val_split`` a
+    :class:`hfncl.engine.encoding.RetrievalSplit`; with a
+    :class:`hfncl.engine.tasks.CategoryTask`, a :class:`hfncl.models.CategoryConfig`,
+    a :class:`hfncl.data.noisy_labels.NoisyLabelledDataset` and a :class:`hfncl.data.LabelledSplit`.
+    The training data's hidden clean mask(s) are used only to report division quality,
+    never handed to a plugin.
     """
 
     def __init__(
         self,
         config: TrainConfig,
-        model_config: NCLConfig,
+        model_config: Any,
         train_data: Any,
-        val_split: RetrievalSplit | None = None,
+        val_split: Any = None,
         accelerator: Accelerator | None = None,
+        task: Task | None = None,
     ) -> None:
         self.config = config
+        self.task = task if task is not None else PairTask()
         self.hook = build_plugin_manager(config.plugins).hook
+        self._check_data_kind()
         self.options = self._merge_options()
         self.accelerator = accelerator or Accelerator(
             mixed_precision=config.mixed_precision, log_with=config.log_with or None, project_dir=config.output_dir
@@ -84,11 +94,12 @@ class Trainer:
         model_config.num_networks = self.num_networks
         model_config.plugins = list(config.plugins)
         model_config.plugin_options = dict(self.options)
-        self.model = NCLModel(model_config)
+        self.model = self.task.build_model(model_config)
         self.train_data = train_data
         self.val_split = val_split
         self.num_train = len(train_data)
-        self._true_clean = np.asarray(train_data.clean_mask, dtype=bool)
+        self._hidden_masks = self.task.clean_masks(train_data)
+        self._true_clean = np.concatenate(list(self._hidden_masks.values()))
         optimizer_class = torch.optim.AdamW if config.optimizer == "adamw" else torch.optim.Adam
         self.optimizer = optimizer_class(
             self.model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
@@ -112,16 +123,18 @@ class Trainer:
             raise KeyError(f"Unknown option {name!r}; declared by the active plugins: {sorted(self.options)}")
         return self.options[name]
 
-    def forward(self, net: int, batch: Batch, *, grad: bool = True) -> PairOutputs:
-        """Network ``net`` on ``batch``, gathered into the global batch of every process."""
+    def forward(self, net: int, batch: Batch, *, grad: bool = True) -> Any:
+        """Network ``net`` on ``batch``, gathered into the global batch of every process.
+
+        The outputs are the task's dataclass: :class:`hfncl.types.PairOutputs` for pairs,
+        :class:`hfncl.types.CategoryOutputs` for category-labelled samples.
+        """
         module = self.wrapped_networks[net] if grad else self.model.networks[net]
         with torch.set_grad_enabled(grad), self.accelerator.autocast():
-            image_embeds, text_embeds = module(batch["images"], batch["captions"], batch["lengths"])
-        image_embeds, text_embeds = gather(image_embeds.float()), gather(text_embeds.float())
-        view_similarity = self.model.networks[net].view_similarity(image_embeds, text_embeds)
-        return PairOutputs(
-            image_embeds, text_embeds, view_similarity.mean(dim=0), gather(batch["index"]), view_similarity
-        )
+            encoded = self.task.encode(module, batch)
+        with torch.set_grad_enabled(grad):
+            gathered = tuple(gather(tensor.float()) for tensor in encoded)
+            return self.task.outputs(self.model.networks[net], gathered, gather(batch["index"]))
 
     def optimize(self, loss: torch.Tensor, networks: list[int]) -> None:
         """One optimiser step on ``loss`` for the given networks (clip, step, zero)."""
@@ -177,7 +190,12 @@ class Trainer:
             self._train_epoch(self.state.epoch)
         self.accelerator.wait_for_everyone()
         self.accelerator.end_training()
-        return {"best_rsum": self.state.best_rsum, "best_epoch": self.state.best_epoch, "history": self.state.history}
+        return {
+            "best_metric": self.task.best_metric,
+            "best_score": self.state.best_score,
+            "best_epoch": self.state.best_epoch,
+            "history": self.state.history,
+        }
 
     def _train_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -218,8 +236,9 @@ class Trainer:
         if self.val_split is not None:
             metrics = self.evaluate(self.val_split)
             record.update({f"val/{k}": v for k, v in metrics.items()})
-            if metrics["rsum"] > self.state.best_rsum:
-                self.state.best_rsum, self.state.best_epoch = metrics["rsum"], epoch
+            score = metrics[self.task.best_metric]
+            if score > self.state.best_score:
+                self.state.best_score, self.state.best_epoch = score, epoch
                 self._save_best(metrics, division_report)
         self.state.history.append(record)
         self.accelerator.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=epoch)
@@ -276,8 +295,11 @@ class Trainer:
         if len(divisions) != self.num_networks:
             raise PluginError(f"divide returned {len(divisions)} divisions for {self.num_networks} networks")
         for division in divisions:
-            if len(division) != self.num_train:
-                raise PluginError(f"divide returned a division of {len(division)} pairs for {self.num_train}")
+            if len(division) != self._true_clean.size:
+                raise PluginError(
+                    f"divide returned a division of {len(division)} units for {self._true_clean.size} "
+                    f"({' + '.join(f'{len(v)} {k}' for k, v in self._hidden_masks.items())})"
+                )
         return divisions
 
     def _division_report(self) -> dict[str, float]:
@@ -288,8 +310,21 @@ class Trainer:
             quality = division_quality(division.clean_prob, division.clean, self._true_clean)
             prefix = f"division/net{net}" if self.num_networks > 1 else "division"
             report.update({f"{prefix}/{k}": float(v) for k, v in quality.items()})
+            if len(self._hidden_masks) > 1:
+                report.update(self._part_reports(division, prefix))
             for name, share, purity in partition_report(division.extras, self._true_clean):
                 report[f"{prefix}/{name}_share"], report[f"{prefix}/{name}_purity"] = share, purity
+        return report
+
+    def _part_reports(self, division: Division, prefix: str) -> dict[str, float]:
+        """Division quality of each part of the units (e.g. each modality), as ``{prefix}/{part}/{metric}``."""
+        report: dict[str, float] = {}
+        start = 0
+        for part, mask in self._hidden_masks.items():
+            units = slice(start, start + len(mask))
+            start += len(mask)
+            quality = division_quality(division.clean_prob[units], division.clean[units], mask)
+            report.update({f"{prefix}/{part}/{k}": float(v) for k, v in quality.items()})
         return report
 
     def _plot_divisions(self, epoch: int) -> None:
@@ -305,14 +340,15 @@ class Trainer:
                         self._true_clean,
                         self.output_dir / "divisions" / f"epoch-{epoch:03d}-net-{net}.png",
                         title=f"{'+'.join(self.config.plugins)}: division of epoch {epoch}, network {net}",
+                        mixture=division.extras.get("mixture"),
                     )
                 except ImportError:
                     return
 
     # ------------------------------------------------------------------ evaluation
-    def evaluate(self, split: RetrievalSplit) -> dict[str, float]:
-        """R@1/5/10, rSum, medr and meanr on a split, scored as the active plugins rank (:func:`evaluate_retrieval`)."""
-        return evaluate_retrieval(
+    def evaluate(self, split: Any) -> dict[str, float]:
+        """The task's metrics on an evaluation split (pairs: R@1/5/10, rSum, medr, meanr; labels: mAP)."""
+        return self.task.evaluate(
             self.model, split, batch_size=self.config.eval_batch_size, device=self.accelerator.device, hook=self.hook
         )
 
@@ -344,7 +380,10 @@ class Trainer:
             return False
         source = pointer.parent / pointer.read_text().strip()
         self.accelerator.load_state(str(source))
-        self.state = TrainerState(**json.loads((source / "trainer_state.json").read_text()))
+        saved = json.loads((source / "trainer_state.json").read_text())
+        if "best_rsum" in saved:  # checkpoints written before the best metric was the task's
+            saved["best_score"] = saved.pop("best_rsum")
+        self.state = TrainerState(**saved)
         tensors = load_file(str(source / "trainer_tensors.safetensors"))
         self.ledger.load_state(tensors)
         self.divisions = [
@@ -377,6 +416,21 @@ class Trainer:
         merged.update(self.config.options)
         return merged
 
+    def _check_data_kind(self) -> None:
+        """Refuse plugins that train on another kind of data than this run's task."""
+        kinds = self.hook.data_kind()
+        unknown = sorted({kind for kind in kinds if kind is not None and kind not in DATA_KINDS})
+        if unknown:
+            raise PluginError(f"data_kind must return one of {DATA_KINDS}, got {unknown}")
+        names = [impl.plugin_name for impl in reversed(self.hook.data_kind.get_hookimpls())]
+        wrong = [name for name, kind in zip(names, kinds, strict=True) if kind != self.task.kind]
+        wrong += [name for name in self.config.plugins if name not in names and self.task.kind != "pairs"]
+        if wrong:
+            raise PluginError(
+                f"Plugin(s) {wrong} do not train on {self.task.kind!r} data, which this run has "
+                "(see each plugin's data_kind hook); name methods for this kind of data."
+            )
+
     def _check_passes(self) -> None:
         flat = [net for networks in self.passes for net in networks]
         if not flat or any(not 0 <= net < self.num_networks for net in flat):
@@ -396,7 +450,7 @@ class Trainer:
             start_batch=start_batch,
         )
         return torch.utils.data.DataLoader(
-            self.train_data, batch_sampler=sampler, collate_fn=collate_pairs, num_workers=self.config.num_workers
+            self.train_data, batch_sampler=sampler, collate_fn=self.task.collate, num_workers=self.config.num_workers
         )
 
     def _progress(self, loader, description: str):

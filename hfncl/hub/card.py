@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from transformers import AutoConfig
 
 from hfncl.evaluation.retrieval import RANK_KEYS, RECALL_KEYS
 from hfncl.hub.record import CheckpointError, DataDescription, RunRecord, read_run_record
@@ -202,10 +203,14 @@ def noise_sentence(data: DataDescription) -> str:
 
 
 def architecture_fields(config: NCLConfig) -> dict[str, Any]:
-    """The :class:`NCLConfig` constructor fields that describe the architecture, with their values."""
+    """The config class's constructor fields that describe the architecture, with their values.
+
+    Read from the class of ``config`` (:class:`NCLConfig`, or another hfncl model config
+    such as :class:`hfncl.models.CategoryConfig`).
+    """
     names = [
         name
-        for name, parameter in inspect.signature(NCLConfig.__init__).parameters.items()
+        for name, parameter in inspect.signature(type(config).__init__).parameters.items()
         if name != "self" and parameter.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and name not in CONFIG_METADATA
     ]
     return {name: getattr(config, name) for name in names}
@@ -311,12 +316,16 @@ def card_name(checkpoint: str | Path) -> str:
 
 
 def read_config(checkpoint: str | Path) -> NCLConfig:
-    """The :class:`NCLConfig` of a checkpoint directory (without loading weights or plugins)."""
+    """The config of a checkpoint directory (without loading weights or plugins), of its own model type.
+
+    An :class:`NCLConfig`, or the config class ``AutoConfig`` registers for the
+    checkpoint's ``model_type`` (e.g. :class:`hfncl.models.CategoryConfig`).
+    """
     path = Path(checkpoint) / CONFIG_FILE
     if not path.is_file():
         raise CheckpointError(f"{path} does not exist: {checkpoint} is not a saved hfncl checkpoint")
     try:
-        return NCLConfig.from_pretrained(str(checkpoint))
+        return AutoConfig.from_pretrained(str(checkpoint))
     except IncompatibleCheckpointError as error:
         raise IncompatibleCheckpointError(f"{checkpoint}: {error}") from error
 

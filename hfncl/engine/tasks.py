@@ -1,0 +1,158 @@
+"""What the trainer needs to know about a kind of training data: a small, explicit contract.
+
+The trainer (:class:`hfncl.engine.trainer.Trainer`) runs the plugins' hooks the same
+way whatever the data are; a *task* supplies the parts that depend on them:
+
+=================  =========================================================================
+``kind``           the data kind plugins declare they train on (``data_kind`` hook).
+``best_metric``    the validation metric that selects the best checkpoint (higher is better).
+``build_model``    the model (a ``PreTrainedModel`` with ``.networks``) from its config.
+``collate``        training items -> a batch dict (:mod:`hfncl.types`).
+``encode``         one network module on this process's slice of a batch -> a tuple of
+                   per-sample tensors, run under autocast; the trainer gathers each over
+                   processes (with gradients) in order.
+``outputs``        the gathered tensors -> the outputs dataclass the hooks receive.
+``evaluate``       a model on an evaluation split -> metrics (``best_metric`` among them).
+``clean_masks``    the hidden ground truth of the training set, by part; the parts'
+                   concatenation, in order, is what a :class:`hfncl.types.Division`
+                   covers and is judged against. For diagnostics only: never given to a plugin.
+=================  =========================================================================
+
+:class:`PairTask` is image-caption pairs with noisy correspondence (:class:`NCLModel`,
+R@K / rSum). :class:`CategoryTask` is category-labelled samples with noisy labels
+(:class:`hfncl.models.CategoryModel`, mAP): a division there covers every (modality,
+sample) unit, modality-major, i.e. unit ``u`` is sample ``u % N`` of modality
+``("image", "text")[u // N]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from hfncl.data import collate_pairs
+from hfncl.data.labelled import MODALITIES, LabelledSplit
+from hfncl.data.noisy_labels import collate_labelled
+from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
+from hfncl.evaluation.map import cross_modal_map
+from hfncl.models import CategoryConfig, CategoryModel, NCLConfig, NCLModel
+from hfncl.types import Batch, CategoryOutputs, PairOutputs
+
+DATA_KINDS = ("pairs", "labels")
+
+
+class Task(Protocol):
+    """The data-dependent part of training (see the module docstring)."""
+
+    kind: str
+    best_metric: str
+
+    def build_model(self, model_config: Any) -> Any: ...
+
+    def collate(self, items: list[dict[str, Any]]) -> Batch: ...
+
+    def encode(self, module: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, ...]: ...
+
+    def outputs(self, network: torch.nn.Module, gathered: tuple[torch.Tensor, ...], index: torch.Tensor) -> Any: ...
+
+    def evaluate(
+        self, model: Any, split: Any, *, batch_size: int, device: torch.device | str, hook: Any
+    ) -> dict[str, float]: ...
+
+    def clean_masks(self, train_data: Any) -> dict[str, np.ndarray]: ...
+
+
+class PairTask:
+    """Image-caption pairs with noisy correspondence: :class:`NCLModel`, :class:`PairOutputs`, rSum."""
+
+    kind = "pairs"
+    best_metric = "rsum"
+
+    def build_model(self, model_config: NCLConfig) -> NCLModel:
+        return NCLModel(model_config)
+
+    def collate(self, items: list[dict[str, Any]]) -> Batch:
+        return collate_pairs(items)
+
+    def encode(self, module: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, ...]:
+        return tuple(module(batch["images"], batch["captions"], batch["lengths"]))
+
+    def outputs(self, network: torch.nn.Module, gathered: tuple[torch.Tensor, ...], index: torch.Tensor) -> PairOutputs:
+        image_embeds, text_embeds = gathered
+        view_similarity = network.view_similarity(image_embeds, text_embeds)
+        return PairOutputs(image_embeds, text_embeds, view_similarity.mean(dim=0), index, view_similarity)
+
+    def evaluate(
+        self, model: NCLModel, split: RetrievalSplit, *, batch_size: int, device: torch.device | str, hook: Any
+    ) -> dict[str, float]:
+        """R@1/5/10, rSum, medr and meanr, scored as the active plugins rank (:func:`evaluate_retrieval`)."""
+        return evaluate_retrieval(model, split, batch_size=batch_size, device=device, hook=hook)
+
+    def clean_masks(self, train_data: Any) -> dict[str, np.ndarray]:
+        return {"pairs": np.asarray(train_data.clean_mask, dtype=bool)}
+
+
+class CategoryTask:
+    """Category-labelled samples with noisy labels: :class:`CategoryModel`, :class:`CategoryOutputs`, mAP.
+
+    ``noise_rate`` is the rate the training labels were corrupted with when the run
+    knows it (it generated the noise): the label-noise paper assumes it known (Sec.
+    3.2), and a method that does reads it as ``trainer.task.noise_rate``. ``None``
+    when it is not known (e.g. noisy labels read from a file).
+    """
+
+    kind = "labels"
+    best_metric = "mean_map"
+
+    def __init__(self, noise_rate: float | None = None) -> None:
+        if noise_rate is not None and not 0.0 <= noise_rate < 1.0:
+            raise ValueError(f"CategoryTask.noise_rate must be in [0, 1) or None, got {noise_rate}")
+        self.noise_rate = noise_rate
+
+    def build_model(self, model_config: CategoryConfig) -> CategoryModel:
+        if not isinstance(model_config, CategoryConfig):
+            raise TypeError(f"label-noise training needs a CategoryConfig, got {type(model_config).__name__}")
+        return CategoryModel(model_config)
+
+    def collate(self, items: list[dict[str, Any]]) -> Batch:
+        return collate_labelled(items)
+
+    def encode(self, module: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, ...]:
+        return tuple(module(batch["image"], batch["text"]))
+
+    def outputs(
+        self, network: torch.nn.Module, gathered: tuple[torch.Tensor, ...], index: torch.Tensor
+    ) -> CategoryOutputs:
+        image_embeds, text_embeds = gathered
+        return CategoryOutputs(image_embeds, text_embeds, network.normalized_prototypes(), index)
+
+    @torch.no_grad()
+    def evaluate(
+        self, model: CategoryModel, split: LabelledSplit, *, batch_size: int, device: torch.device | str, hook: Any
+    ) -> dict[str, float]:
+        """I2T and T2I mAP over the full cosine ranking of ``split`` (its labels), and their mean.
+
+        With several networks the ranking is by their mean cosine similarity
+        (:meth:`CategoryModel.retrieval_embeddings`).
+        """
+        was_training = model.training
+        model.eval()
+        try:
+            embeds = {}
+            for modality in MODALITIES:
+                features = torch.from_numpy(split.features(modality))
+                embeds[modality] = torch.cat(
+                    [
+                        model.retrieval_embeddings(modality, features[start : start + batch_size].to(device)).cpu()
+                        for start in range(0, features.size(0), batch_size)
+                    ]
+                )
+        finally:
+            model.train(was_training)
+        return cross_modal_map(embeds["image"], split.labels("image"), embeds["text"], split.labels("text"))
+
+    def clean_masks(self, train_data: Any) -> dict[str, np.ndarray]:
+        masks = train_data.clean_masks
+        return {m: np.asarray(masks[m], dtype=bool) for m in MODALITIES}

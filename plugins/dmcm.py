@@ -1,0 +1,226 @@
+"""DMCM: Dual-Mix for cross-modal retrieval with noisy labels (Ding et al., ICASSP 2024).
+
+Category-labelled samples (``data_kind`` "labels"): a 3-layer MLP per modality into a
+512-d common space and shared class prototypes (:class:`hfncl.models.CategoryModel`).
+Warmup trains with the mixing loss L_m alone (NGCE + MAE on the prototype
+probabilities, Eq. 2-3). Afterwards, every epoch, the per-sample L_m of every (modality,
+sample) is fitted by a two-component Beta mixture and the most likely clean are the
+clean set (Sec. 2.3, 3.2); in each batch every noisy sample is mixed with a random clean
+one of its modality, inputs and one-hot targets (Eq. 6), and the objective is
+beta L_m (on the mixed batch) + (1 - beta) L_c (the multimodal contrastive loss, Eq. 7,
+on the batch as loaded), Eq. 8.
+
+Reading choices, where the paper leaves room:
+- Embeddings and prototypes are L2-normalised (MRL's code, which the prototype classifier
+  and L_c follow), so with tau1 = tau2 = 1 the logits of Eq. 2 and Eq. 7 are cosines.
+- NGCE of Eq. 3 is the per-sample ratio averaged over samples (see
+  :func:`hfncl.label_losses.ngce`); rho is not given in the paper: 0.7 (q of the
+  normalized-loss paper's NGCE experiments). lambda of Eq. 6 is not given either
+  ("a smaller lambda achieves better results", Fig. 3): 0.5 by default.
+- Division: one Beta mixture is fitted to the per-sample losses of all modalities
+  together ("the per-sample loss of all training data from different modalities",
+  Sec. 2.3), scaled into (0, 1); the clean probability is the low-loss component's
+  posterior. Eq. 4-5 give each modality its own threshold delta_i; with the noise rate
+  r known (Sec. 3.2; the run's ``trainer.task.noise_rate``, or ``dmcm.noise_rate``),
+  the clean set of each modality is its (1 - r) most likely clean samples, since
+  each modality's labels are corrupted at rate r; ties of the (saturated) posterior are
+  broken by the smaller loss. Without r, ``dmcm.threshold`` is delta.
+  The losses are computed in a gradient-free pass with the networks in eval mode.
+- L_c is computed on the un-mixed batch: mixing pairs an image and a text with
+  different clean partners, so mixed samples are no longer pairs of one sample.
+  The mixed batch is encoded by a second forward pass.
+- Mixing partners are drawn with a generator seeded by (seed, epoch, step), so a
+  resumed run mixes as the uninterrupted one did.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from hfncl.beta_mixture import bmm_clean_probability, most_likely_clean
+from hfncl.engine.distributed import gather
+from hfncl.hookspecs import hookimpl
+from hfncl.label_losses import (
+    mix_with_clean,
+    multimodal_contrastive_loss,
+    ngce_mae,
+    one_hot_targets,
+    prototype_probabilities,
+    robust_clustering_loss,
+)
+from hfncl.types import CategoryOutputs, Division
+
+MODALITIES = ("image", "text")
+
+# The paper's settings per dataset (Sec. 3.2): batch size, epochs, warmup epochs, beta.
+PAPER_SETTINGS: dict[str, dict[str, Any]] = {
+    "wikipedia": {"batch_size": 100, "epochs": 100, "warmup_epochs": 3, "beta": 0.85},
+    "pascal_sentence": {"batch_size": 100, "epochs": 150, "warmup_epochs": 5, "beta": 0.7},
+    "xmedianet": {"batch_size": 200, "epochs": 250, "warmup_epochs": 3, "beta": 0.3},
+}
+
+
+@hookimpl
+def data_kind() -> str:
+    return "labels"
+
+
+@hookimpl
+def option_defaults() -> dict[str, Any]:
+    return {
+        "dmcm.tau1": 1.0,
+        "dmcm.tau2": 1.0,
+        "dmcm.rho": 0.7,
+        "dmcm.lam": 0.5,
+        "dmcm.beta": 0.85,
+        "dmcm.noise_rate": None,
+        "dmcm.threshold": 0.5,
+        "dmcm.bmm_max_iter": 10,
+    }
+
+
+@hookimpl
+def demo_settings() -> dict[str, Any]:
+    return {"epochs": 30, "warmup_epochs": 5, "learning_rate": 1e-4, "options": {"dmcm.beta": 0.7}}
+
+
+def per_sample_losses(outputs: CategoryOutputs, labels: dict[str, torch.Tensor], tau1: float, rho: float) -> torch.Tensor:
+    """(B, m) NGCE + MAE of every sample of each modality against its one-hot label (Eq. 3's summands)."""
+    num_classes = outputs.prototypes.size(0)
+    columns = []
+    for modality in MODALITIES:
+        probabilities = prototype_probabilities(outputs.embeds(modality), outputs.prototypes, tau1)
+        columns.append(ngce_mae(probabilities, one_hot_targets(labels[modality], num_classes), rho))
+    return torch.stack(columns, dim=1)
+
+
+def known_noise_rate(trainer) -> float | None:
+    """r of Sec. 3.2: ``dmcm.noise_rate`` if set, else the rate the run's labels were corrupted with, if known."""
+    rate = trainer.option("dmcm.noise_rate")
+    return getattr(trainer.task, "noise_rate", None) if rate is None else float(rate)
+
+
+def divide_units(
+    losses: torch.Tensor, noise_rate: float | None, threshold: float, max_iter: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Clean probability and clean set of every unit from (N, m) per-sample losses (Sec. 2.3, 3.2).
+
+    One Beta mixture on all m * N losses; units in modality-major order (unit u is sample
+    u % N of modality u // N). With ``noise_rate`` r, each modality's round((1 - r) N)
+    most likely clean samples are clean; without it, those with w > ``threshold`` (Eq. 4-5).
+    """
+    units = losses.t().reshape(-1)
+    clean_prob, _ = bmm_clean_probability(units, max_iter=max_iter)
+    n = losses.size(0)
+    if noise_rate is None:
+        return clean_prob, clean_prob > threshold
+    clean = torch.cat(
+        [
+            most_likely_clean_by_loss(clean_prob[i * n : (i + 1) * n], losses[:, i], noise_rate)
+            for i in range(losses.size(1))
+        ]
+    )
+    return clean_prob, clean
+
+
+def most_likely_clean_by_loss(clean_prob: torch.Tensor, losses: torch.Tensor, noise_rate: float) -> torch.Tensor:
+    """The round((1 - r) N) samples with the highest clean probability, ties broken by the smaller loss.
+
+    The posterior saturates at 1 (float32) over much of the low-loss mode; among such
+    ties the smaller loss is the more likely clean (the small-loss criterion), where
+    :func:`hfncl.beta_mixture.most_likely_clean` alone would take them in index order.
+    """
+    order = np.lexsort((losses.double().numpy(), -clean_prob.double().numpy()))
+    ranked = torch.empty(len(order), dtype=torch.float64)
+    ranked[torch.from_numpy(order)] = -torch.arange(len(order), dtype=torch.float64)
+    return most_likely_clean(ranked, noise_rate)
+
+
+@hookimpl
+def divide(trainer, epoch) -> Division:
+    tau1, rho = trainer.option("dmcm.tau1"), trainer.option("dmcm.rho")
+
+    def statistic(batch) -> dict[str, torch.Tensor]:
+        outputs = trainer.forward(0, batch, grad=False)
+        labels = {m: gather(batch[f"{m}_label"]) for m in MODALITIES}
+        return {"loss": per_sample_losses(outputs, labels, tau1, rho)}
+
+    losses = trainer.collect(statistic, description=f"epoch {epoch} BMM division")["loss"]
+    clean_prob, clean = divide_units(
+        losses, known_noise_rate(trainer), trainer.option("dmcm.threshold"), trainer.option("dmcm.bmm_max_iter")
+    )
+    return Division(clean_prob, clean, {"statistic": losses.t().reshape(-1)})
+
+
+def mix_batch(
+    batch: dict[str, torch.Tensor],
+    clean: dict[str, torch.Tensor],
+    num_classes: int,
+    lam: float,
+    generator: torch.Generator,
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """Eq. 6 per modality: every noisy sample's features and one-hot label mixed with a random clean sample's.
+
+    Returns the mixed batch (labels left as loaded; ``index`` unchanged) and the mixed
+    targets q' per modality.
+    """
+    mixed = dict(batch)
+    targets = {}
+    for modality in MODALITIES:
+        one_hot = one_hot_targets(batch[f"{modality}_label"], num_classes)
+        mixed[modality], targets[modality], _ = mix_with_clean(
+            batch[modality], one_hot, clean[modality], lam, generator=generator
+        )
+    return mixed, targets
+
+
+@hookimpl
+def rectify(trainer, batch, net, division) -> dict[str, Any]:
+    """The batch's clean sets per modality (Eq. 4-5) and its mixed copy with mixed targets (Eq. 6).
+
+    Mixing happens within this process's slice of the global batch.
+    """
+    n = trainer.num_train
+    index = batch["index"].cpu()
+    clean = {m: division.clean[i * n + index].to(batch["index"].device) for i, m in enumerate(MODALITIES)}
+    seed = np.random.SeedSequence([trainer.config.seed, trainer.epoch, trainer.state.global_step, net])
+    generator = torch.Generator().manual_seed(int(seed.generate_state(1)[0]))
+    num_classes = trainer.model.config.num_classes
+    mixed, targets = mix_batch(batch, clean, num_classes, trainer.option("dmcm.lam"), generator)
+    return {"mixed": mixed, "targets": targets}
+
+
+def mixing_loss(outputs: CategoryOutputs, targets: dict[str, torch.Tensor], tau1: float, rho: float) -> torch.Tensor:
+    """L_m of Eq. 3 on ``outputs`` against per-modality (soft) targets."""
+    probabilities = [prototype_probabilities(outputs.embeds(m), outputs.prototypes, tau1) for m in MODALITIES]
+    return robust_clustering_loss(probabilities, [targets[m] for m in MODALITIES], rho)
+
+
+def _one_hot(batch, outputs: CategoryOutputs) -> dict[str, torch.Tensor]:
+    """The global batch's noisy labels as one-hot rows, per modality."""
+    num_classes = outputs.prototypes.size(0)
+    return {m: one_hot_targets(gather(batch[f"{m}_label"]), num_classes) for m in MODALITIES}
+
+
+@hookimpl
+def warmup_loss(trainer, batch, outputs, net) -> dict[str, torch.Tensor]:
+    """L = L_m during warmup (Sec. 2.5)."""
+    tau1, rho = trainer.option("dmcm.tau1"), trainer.option("dmcm.rho")
+    return {"mixing_loss": mixing_loss(outputs, _one_hot(batch, outputs), tau1, rho)}
+
+
+@hookimpl
+def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
+    """Eq. 8: beta L_m on the mixed batch (Eq. 3, 6) + (1 - beta) L_c on the loaded batch (Eq. 7)."""
+    beta = trainer.option("dmcm.beta")
+    tau1, rho = trainer.option("dmcm.tau1"), trainer.option("dmcm.rho")
+    mixed_outputs = trainer.forward(net, targets["mixed"])
+    gathered_targets = {m: gather(targets["targets"][m]) for m in MODALITIES}
+    contrastive = multimodal_contrastive_loss([outputs.embeds(m) for m in MODALITIES], trainer.option("dmcm.tau2"))
+    return {
+        "mixing_loss": beta * mixing_loss(mixed_outputs, gathered_targets, tau1, rho),
+        "contrastive_loss": (1 - beta) * contrastive,
+    }

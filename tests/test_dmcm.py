@@ -1,0 +1,132 @@
+"""DMCM's pieces against hand-computed values: Eq. 6 mixing, Eq. 7 contrastive loss, the division, the CE baseline."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from hfncl.label_losses import multimodal_contrastive_loss
+from hfncl.types import CategoryOutputs
+from hfncl_plugins import dmcm, prototype_ce
+
+
+def test_mixing_follows_eq6_with_the_only_clean_partner():
+    # One clean sample per modality: every noisy sample's partner is forced, so x' and q' are known.
+    batch = {
+        "image": torch.tensor([[1.0, 0.0], [0.0, 2.0], [4.0, 4.0]]),
+        "text": torch.tensor([[3.0], [5.0], [7.0]]),
+        "image_label": torch.tensor([0, 1, 2]),
+        "text_label": torch.tensor([2, 2, 1]),
+        "index": torch.tensor([10, 11, 12]),
+    }
+    clean = {"image": torch.tensor([True, False, False]), "text": torch.tensor([False, False, True])}
+    mixed, targets = dmcm.mix_batch(batch, clean, num_classes=3, lam=0.25, generator=torch.Generator().manual_seed(0))
+    # image: rows 1 and 2 mixed with row 0 (x = [1, 0], q = e0)
+    assert torch.allclose(mixed["image"], torch.tensor([[1.0, 0.0], [0.75, 0.5], [1.75, 1.0]]))
+    assert torch.allclose(targets["image"], torch.tensor([[1.0, 0, 0], [0.75, 0.25, 0], [0.75, 0, 0.25]]))
+    # text: rows 0 and 1 mixed with row 2 (x = 7, q = e1)
+    assert torch.allclose(mixed["text"], torch.tensor([[0.25 * 3 + 0.75 * 7], [0.25 * 5 + 0.75 * 7], [7.0]]))
+    assert torch.allclose(targets["text"], torch.tensor([[0, 0.75, 0.25], [0, 0.75, 0.25], [0, 1.0, 0]]))
+    assert torch.equal(mixed["index"], batch["index"]) and torch.equal(mixed["image_label"], batch["image_label"])
+
+
+def test_lambda_one_leaves_the_batch_unchanged():
+    batch = {"image": torch.randn(4, 3), "text": torch.randn(4, 2), "image_label": torch.tensor([0, 1, 0, 1])}
+    batch["text_label"], batch["index"] = batch["image_label"].clone(), torch.arange(4)
+    clean = {m: torch.tensor([True, False, True, False]) for m in ("image", "text")}
+    mixed, targets = dmcm.mix_batch(batch, clean, 2, 1.0, torch.Generator().manual_seed(1))
+    assert torch.equal(mixed["image"], batch["image"]) and torch.equal(mixed["text"], batch["text"])
+    assert torch.equal(targets["image"].argmax(1), batch["image_label"])
+
+
+def test_contrastive_loss_eq7_by_hand():
+    # Identical orthonormal embeddings in both modalities, tau2 = 1: for each of the 4 anchors the
+    # positives sum to 2e and all candidates to 2e + 2, so L_c = -(1/2) * 4 * log(e / (e + 1)).
+    z = torch.eye(2)
+    expected = -2.0 * math.log(math.e / (math.e + 1))
+    assert multimodal_contrastive_loss([z, z], tau2=1.0).item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_contrastive_loss_eq7_against_the_written_sums():
+    rng = np.random.default_rng(0)
+    zs = [rng.normal(size=(3, 4)) for _ in range(2)]
+    tau2 = 0.7
+    total = 0.0
+    for i in range(2):
+        for j in range(3):
+            numerator = sum(math.exp(zs[l][j] @ zs[i][j] / tau2) for l in range(2))
+            denominator = sum(math.exp(zs[l][t] @ zs[i][j] / tau2) for l in range(2) for t in range(3))
+            total += math.log(numerator / denominator)
+    expected = -total / 3
+    got = multimodal_contrastive_loss([torch.tensor(z) for z in zs], tau2=tau2).item()
+    assert got == pytest.approx(expected, rel=1e-9)
+
+
+def _losses(n: int = 50) -> torch.Tensor:
+    """(n, 2) losses: per modality, the first 70% small (clean-looking), the rest large, shuffled."""
+    rng = np.random.default_rng(3)
+    columns = []
+    for _ in range(2):
+        small = rng.uniform(0.05, 0.3, size=int(0.7 * n))
+        large = rng.uniform(1.2, 1.8, size=n - small.size)
+        columns.append(rng.permutation(np.concatenate([small, large])))
+    return torch.tensor(np.stack(columns, axis=1), dtype=torch.float32)
+
+
+@pytest.mark.parametrize("rate", [0.2, 0.4, 0.6])
+def test_division_with_known_rate_keeps_exactly_the_1_minus_r_most_likely_clean_per_modality(rate):
+    losses = _losses()
+    clean_prob, clean = dmcm.divide_units(losses, rate, threshold=0.5, max_iter=10)
+    n = losses.size(0)
+    assert clean_prob.shape == clean.shape == (2 * n,)
+    for modality in range(2):
+        units = slice(modality * n, (modality + 1) * n)
+        chosen = clean[units]
+        assert int(chosen.sum()) == round((1 - rate) * n)
+        # the clean probability never rises with the loss, so the kept ones are the smallest losses
+        kept, dropped = losses[:, modality][chosen], losses[:, modality][~chosen]
+        assert kept.max() <= dropped.min()
+
+
+def test_division_without_rate_thresholds_the_posterior():
+    losses = _losses()
+    clean_prob, clean = dmcm.divide_units(losses, None, threshold=0.5, max_iter=10)
+    assert torch.equal(clean, clean_prob > 0.5)
+    # the well separated modes are found: the small losses are the clean ones
+    assert torch.equal(clean, losses.t().reshape(-1) < 1.0)
+
+
+def test_per_sample_losses_are_ngce_plus_mae_by_hand():
+    # z = c_0 for one sample, tau1 = 1, K = 2: p = softmax([1, 0]) = (e, 1) / (e + 1).
+    outputs = CategoryOutputs(torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 1.0]]), torch.eye(2), torch.tensor([0]))
+    labels = {"image": torch.tensor([0]), "text": torch.tensor([0])}
+    rho = 0.5
+    p_hi, p_lo = math.e / (math.e + 1), 1 / (math.e + 1)
+
+    def by_hand(p_label: float, p_other: float) -> float:
+        ngce = (1 - p_label**rho) / ((1 - p_label**rho) + (1 - p_other**rho))
+        return ngce + 2 * (1 - p_label)
+
+    got = dmcm.per_sample_losses(outputs, labels, tau1=1.0, rho=rho)
+    assert got.shape == (1, 2)
+    assert got[0, 0].item() == pytest.approx(by_hand(p_hi, p_lo), rel=1e-6)
+    assert got[0, 1].item() == pytest.approx(by_hand(p_lo, p_hi), rel=1e-6)
+
+
+def test_prototype_cross_entropy_by_hand():
+    outputs = CategoryOutputs(torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 1.0]]), torch.eye(2), torch.tensor([0]))
+    labels = {"image": torch.tensor([0]), "text": torch.tensor([0])}
+    expected = math.log(1 + math.exp(-1)) + math.log(1 + math.exp(1))  # -log p of the label, image + text
+    assert prototype_ce.prototype_cross_entropy(outputs, labels, 1.0).item() == pytest.approx(expected, rel=1e-6)
+    with pytest.raises(ValueError, match="tau"):
+        prototype_ce.prototype_cross_entropy(outputs, labels, 0.0)
+
+
+def test_paper_settings_are_the_options_and_recipes_use():
+    assert dmcm.PAPER_SETTINGS["wikipedia"] == {"batch_size": 100, "epochs": 100, "warmup_epochs": 3, "beta": 0.85}
+    assert dmcm.PAPER_SETTINGS["xmedianet"]["beta"] == 0.3 and dmcm.PAPER_SETTINGS["pascal_sentence"]["epochs"] == 150
+    defaults = dmcm.option_defaults()
+    assert defaults["dmcm.tau1"] == defaults["dmcm.tau2"] == 1.0
