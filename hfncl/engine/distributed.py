@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 
 
 def world() -> tuple[int, int]:
@@ -46,19 +47,23 @@ def gather(tensor: torch.Tensor) -> torch.Tensor:
     """Concatenate ``tensor`` from every process along dim 0, in rank order, with autograd.
 
     Slices may differ in their first dimension (a final partial batch); they are padded
-    for the collective and trimmed after.
+    for the collective and trimmed after. They may also differ in their other dimensions
+    (packed local features of captions whose longest caption differs between processes):
+    those are zero-padded to the largest size of any process and stay padded, which
+    packed local features read as padding positions (:func:`hfncl.models.sgraf.pack_local`).
     """
     _, size = world()
     if size == 1:
         return tensor
-    rows = torch.tensor([tensor.shape[0]], device=tensor.device)
-    all_rows = [torch.zeros_like(rows) for _ in range(size)]
-    dist.all_gather(all_rows, rows)
-    counts = [int(r.item()) for r in all_rows]
-    longest = max(counts)
-    if longest != tensor.shape[0]:
-        pad = tensor.new_zeros((longest - tensor.shape[0], *tensor.shape[1:]))
-        tensor = torch.cat([tensor, pad])
+    shape = torch.tensor(tensor.shape, device=tensor.device)
+    all_shapes = [torch.zeros_like(shape) for _ in range(size)]
+    dist.all_gather(all_shapes, shape)
+    counts = [int(s[0].item()) for s in all_shapes]
+    largest = torch.stack(all_shapes).amax(dim=0).tolist()
+    longest = largest[0]
+    if largest != list(tensor.shape):
+        padding = [p for d in reversed(range(tensor.dim())) for p in (0, largest[d] - tensor.shape[d])]
+        tensor = F.pad(tensor, padding)
     gathered = _AllGather.apply(tensor)
     if all(c == longest for c in counts):
         return gathered

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from hfncl.data import CaptionDataset, ImageDataset, collate_captions, collate_images
 from hfncl.evaluation import coco_5fold_metrics, retrieval_metrics
+from hfncl.models.sgraf import concat_packed
 
 
 @dataclass
@@ -33,17 +34,28 @@ class RetrievalSplit:
         return len(self.images)
 
 
+def join_batches(parts: list[torch.Tensor]) -> torch.Tensor:
+    """Concatenate per-batch embeddings (K, B, ...) along the items (dim 1).
+
+    Pooled embeddings (K, B, d) are concatenated as they are; packed local features
+    (K, B, T, d + 1) of SGR / SAF heads are first zero-padded to the longest T, which
+    marks the added positions as padding (:func:`hfncl.models.sgraf.concat_packed`).
+    """
+    return concat_packed(parts, dim=1) if parts[0].dim() == 4 else torch.cat(parts, dim=1)
+
+
 @torch.no_grad()
 def encode_split(model, split: RetrievalSplit, *, batch_size: int, device: torch.device | str = "cpu"):
-    """(K, N, d) image and (K, N*k, d) caption embeddings of every network of ``model``."""
+    """(K, N, d) image and (K, N*k, d) caption embeddings of every network of ``model`` (packed local
+    features (K, N, R, d + 1) and (K, N*k, T, d + 1) for SGR / SAF heads, T the longest caption)."""
     was_training = model.training
     model.eval()
     try:
         image_loader = torch.utils.data.DataLoader(split.images, batch_size=batch_size, collate_fn=collate_images)
         caption_loader = torch.utils.data.DataLoader(split.captions, batch_size=batch_size, collate_fn=collate_captions)
-        image_embeds = torch.cat([model.encode_image(b["images"].to(device)) for b in image_loader], dim=1)
-        text_embeds = torch.cat(
-            [model.encode_text(b["captions"].to(device), b["lengths"].to(device)) for b in caption_loader], dim=1
+        image_embeds = join_batches([model.encode_image(b["images"].to(device)) for b in image_loader])
+        text_embeds = join_batches(
+            [model.encode_text(b["captions"].to(device), b["lengths"].to(device)) for b in caption_loader]
         )
     finally:
         model.train(was_training)
@@ -86,22 +98,78 @@ def evaluate_retrieval(
     5 folds of 1K test images next to the full 5K). Every process encodes the whole
     split, so every process reports the same metrics.
     """
-    image_embeds, text_embeds = encode_split(model, split, batch_size=batch_size, device=device)
-    i2t, t2i = direction_similarity(model, hook, "i2t"), direction_similarity(model, hook, "t2i")
-    if t2i == i2t:  # both are model.similarity: score the rows once
-        t2i = None
+    return evaluate_ensemble([model], [split], batch_size=batch_size, device=device, folds=folds, hooks=[hook])
 
-    def scorer(similarity) -> Callable[[slice], torch.Tensor] | None:
-        if similarity is None:
-            return None
-        return lambda rows: similarity(image_embeds[:, rows], text_embeds)
 
-    metrics = retrieval_metrics(
-        scorer(i2t), split.num_images, split.captions_per_image, t2i_score_rows=scorer(t2i)
-    )
+def evaluate_ensemble(
+    models: Sequence,
+    splits: Sequence[RetrievalSplit],
+    *,
+    batch_size: int = 256,
+    device: torch.device | str = "cpu",
+    folds: int = 1,
+    hooks: Sequence | None = None,
+) -> dict[str, float]:
+    """Retrieval metrics (as :func:`evaluate_retrieval`) of the mean similarity of several models.
+
+    SGRAF's evaluation: the similarities of an SGR and a SAF model, averaged. Model ``i``
+    encodes ``splits[i]`` (the same images and captions, tokenised with its own
+    vocabulary) and scores it as :func:`direction_similarity` with ``hooks[i]`` says; the
+    ensemble's score of a pair is the mean of the members' scores, per direction.
+    Scoring streams over blocks of image rows, so no member's full similarity matrix is
+    ever held.
+    """
+    hooks = [None] * len(models) if hooks is None else list(hooks)
+    if not models or len(splits) != len(models) or len(hooks) != len(models):
+        raise ValueError(
+            f"evaluate_ensemble needs one split and one hook per model, got {len(models)} models, "
+            f"{len(splits)} splits and {len(hooks)} hooks"
+        )
+    sizes = {(split.num_images, len(split.captions), split.captions_per_image) for split in splits}
+    if len(sizes) != 1:
+        raise ValueError(f"the models' splits must hold the same images and captions, got (images, captions, k) {sizes}")
+    was_training = [model.training for model in models]
+    for model in models:
+        model.eval()  # scoring in eval mode: the heads' chunked path, batch-independent scores
+    try:
+        return _ensemble_metrics(models, splits, hooks, batch_size, device, folds)
+    finally:
+        for model, training in zip(models, was_training):
+            model.train(training)
+
+
+def _ensemble_metrics(
+    models: Sequence, splits: Sequence[RetrievalSplit], hooks: list, batch_size: int, device, folds: int
+) -> dict[str, float]:
+    i2t_members, t2i_members = [], []
+    for model, split, hook in zip(models, splits, hooks):
+        image_embeds, text_embeds = encode_split(model, split, batch_size=batch_size, device=device)
+        i2t, t2i = direction_similarity(model, hook, "i2t"), direction_similarity(model, hook, "t2i")
+        i2t_members.append(_bound_scorer(i2t, image_embeds, text_embeds))
+        t2i_members.append(None if t2i == i2t else _bound_scorer(t2i, image_embeds, text_embeds))
+    i2t_rows = _mean_scorer(i2t_members)
+    t2i_rows = None
+    if any(member is not None for member in t2i_members):  # some member ranks captions differently
+        t2i_rows = _mean_scorer([t or i for t, i in zip(t2i_members, i2t_members)])
+    num_images, captions_per_image = splits[0].num_images, splits[0].captions_per_image
+    metrics = retrieval_metrics(i2t_rows, num_images, captions_per_image, t2i_score_rows=t2i_rows)
     if folds > 1:
         averaged = coco_5fold_metrics(
-            scorer(i2t), split.num_images, split.captions_per_image, folds=folds, t2i_score_rows=scorer(t2i)
+            i2t_rows, num_images, captions_per_image, folds=folds, t2i_score_rows=t2i_rows
         )
         metrics.update({f"fold_{k}": v for k, v in averaged.items()})
     return metrics
+
+
+def _bound_scorer(
+    similarity: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], image_embeds: torch.Tensor, text_embeds: torch.Tensor
+) -> Callable[[slice], torch.Tensor]:
+    """Row scorer: the similarity of the images ``rows`` with every caption."""
+    return lambda rows: similarity(image_embeds[:, rows], text_embeds)
+
+
+def _mean_scorer(members: list[Callable[[slice], torch.Tensor]]) -> Callable[[slice], torch.Tensor]:
+    """Row scorer averaging the members' row blocks (the member itself when there is one)."""
+    if len(members) == 1:
+        return members[0]
+    return lambda rows: torch.stack([member(rows) for member in members]).mean(dim=0)

@@ -1,0 +1,337 @@
+"""SGR and SAF similarity heads (SGRAF: Diao et al., "Similarity Reasoning and Filtration
+for Image-Text Matching", AAAI 2021), the similarity function S that NCR trains (Sec. 4).
+
+Instead of one cosine between pooled embeddings, SGRAF compares an image and a caption
+through *similarity representations*, vectors of ``sim_dim`` (256) dimensions:
+
+- **Vector similarity function** s(x, y; W) = W |x - y|^2 / ||W |x - y|^2||_2, the square
+  taken element-wise (Sec. 3.2, Eq. 4): :class:`SimilarityRepresentation`.
+- **Global representation** of each side (Sec. 3.1): a self-attention pooling of the
+  L2-normalised local features with their mean as the query:
+  h_i = tanh(W_l x_i) * tanh(W_g mean(x)), alpha = softmax_i(w^T h_i),
+  g = l2norm(sum_i alpha_i x_i) (:class:`AttentionPooling`). The global similarity
+  node is s^g = s(g_image, g_text; W_g) (Eq. 5).
+- **Local similarity** of word j (Sec. 3.2, Eq. 2-3): text-to-region attention
+  c_ij = x_i^T y_j of region i and word j, c^_ij = [c_ij]_+ / sqrt(sum_j [c_ij]_+^2)
+  (normalised over the caption's words), alpha_ij = softmax_i(lambda c^_ij) with the
+  smoothing temperature lambda = 9, the attended region vector a_j = sum_i alpha_ij x_i
+  and the node s_j^l = s(a_j, y_j; W_l) (:func:`text_to_region_attention`).
+- **SGR** (Sec. 3.3, Eq. 6-7): a graph over the nodes N = {s^g, s_1^l, ..., s_L^l};
+  edges e(s_p, s_q) = softmax_q((W_in s_p)^T (W_out s_q)); each of the ``reasoning_steps``
+  (3) steps updates every node s_p <- ReLU(W_r sum_q e(s_p, s_q) s_q) with its own
+  weights; S = sigmoid(W_o s^g) from the global node after the last step (Eq. 9).
+- **SAF** (Sec. 3.4, Eq. 8): attention filtration of the nodes,
+  beta_p = sigma(BN(W_f s_p)) / sum_q sigma(BN(W_f s_q)), s_f = sum_p beta_p s_p,
+  S = sigmoid(W_o l2norm(s_f)).
+
+Reading choices where the paper leaves room:
+
+- The attended vector a_j is L2-normalised before s(a_j, y_j) so that both arguments are
+  unit vectors, as x_i and y_j are (the local features are L2-normalised per position).
+- The maps are affine (``nn.Linear`` with a bias) where the paper writes weight matrices.
+- Padding (words past a caption's length, masked regions) takes part in nothing: it is
+  left out of the normalisation over words, the softmax over regions, the pooling, the
+  graph's edges and SAF's weights, so a caption scores the same however it is padded.
+- SAF's BN is a ``BatchNorm1d`` over the scalar scores W_f s_p of every valid node of
+  every pair scored at once. In training (``module.training``) those are the batch's
+  statistics, so the K x K training batch is scored as one block; in evaluation the
+  running statistics make a pair's score independent of what is scored with it.
+
+Embeddings of these heads are *packed local features*: one float tensor (B, T, d + 1)
+per side, the L2-unnormalised states of the T positions in ``[..., :d]`` and a validity
+flag (1 valid, 0 padding) in ``[..., d]`` (:func:`pack_local`). Packed tensors of
+different lengths T are joined by zero-padding T (:func:`concat_packed`), which marks
+the new positions as padding.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+LOCAL_SIMILARITIES = ("sgr", "saf")
+"""Similarity heads that compare local features (:class:`SimilarityHead` subclasses)."""
+
+DEFAULT_EVAL_PAIRS = 2048
+"""Image-caption pairs scored per block by the chunked (evaluation) path."""
+
+_EPS = 1e-8
+
+
+def l2norm(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """``x`` scaled to unit L2 norm along ``dim`` (zero vectors stay zero)."""
+    return x / x.norm(dim=dim, keepdim=True).clamp_min(_EPS)
+
+
+def pack_local(states: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Local features (B, T, d) and their validity mask (B, T) (None: all valid) -> packed (B, T, d + 1)."""
+    if states.dim() != 3:
+        raise ValueError(f"local states must have shape (B, T, d), got {tuple(states.shape)}")
+    if mask is None:
+        flag = states.new_ones(states.shape[:2])
+    else:
+        if mask.shape != states.shape[:2]:
+            raise ValueError(f"mask must have shape {tuple(states.shape[:2])}, got {tuple(mask.shape)}")
+        flag = mask.to(states.dtype)
+        states = states * flag.unsqueeze(-1)
+    return torch.cat([states, flag.unsqueeze(-1)], dim=-1)
+
+
+def unpack_local(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Packed (B, T, d + 1) -> states (B, T, d) and boolean mask (B, T)."""
+    if packed.dim() != 3 or packed.size(-1) < 2:
+        raise ValueError(
+            f"packed local features must have shape (B, T, d + 1) (see hfncl.models.sgraf.pack_local), "
+            f"got {tuple(packed.shape)}"
+        )
+    return packed[..., :-1], packed[..., -1] > 0.5
+
+
+def concat_packed(parts: Sequence[torch.Tensor], dim: int = 0) -> torch.Tensor:
+    """Concatenate packed tensors along ``dim`` after zero-padding the position axis (dim -2) to the longest."""
+    longest = max(part.size(-2) for part in parts)
+    padded = [F.pad(part, (0, 0, 0, longest - part.size(-2))) for part in parts]
+    return torch.cat(padded, dim=dim)
+
+
+class AttentionPooling(nn.Module):
+    """Global feature of a set of unit-norm local features by self-attention (SGRAF Sec. 3.1).
+
+    h_i = tanh(W_l x_i) * tanh(W_g q) with the masked mean q of the x_i as the query;
+    alpha = softmax over the valid i of w^T h_i; result l2norm(sum_i alpha_i x_i).
+    """
+
+    def __init__(self, embed_dim: int) -> None:
+        super().__init__()
+        self.local_proj = nn.Linear(embed_dim, embed_dim)
+        self.query_proj = nn.Linear(embed_dim, embed_dim)
+        self.score = nn.Linear(embed_dim, 1)
+
+    def forward(self, local: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """(B, T, d) unit-norm local features, (B, T) mask -> (B, d) unit-norm global features."""
+        weights = mask.unsqueeze(-1).to(local.dtype)
+        query = (local * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1.0)
+        hidden = torch.tanh(self.local_proj(local)) * torch.tanh(self.query_proj(query)).unsqueeze(1)
+        logits = self.score(hidden).squeeze(-1).masked_fill(~mask, float("-inf"))
+        alpha = logits.softmax(dim=1)
+        return l2norm((alpha.unsqueeze(-1) * local).sum(dim=1))
+
+
+class SimilarityRepresentation(nn.Module):
+    """The vector similarity function s(x, y; W) = W |x - y|^2 / ||W |x - y|^2||_2 (SGRAF Eq. 4)."""
+
+    def __init__(self, embed_dim: int, sim_dim: int) -> None:
+        super().__init__()
+        self.transform = nn.Linear(embed_dim, sim_dim)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Broadcast ``x`` and ``y`` (..., d) -> (..., sim_dim) unit-norm similarity vectors."""
+        return l2norm(self.transform((x - y).pow(2)))
+
+
+def text_to_region_attention(
+    regions: torch.Tensor,
+    region_mask: torch.Tensor,
+    words: torch.Tensor,
+    word_mask: torch.Tensor,
+    smooth: float,
+) -> torch.Tensor:
+    """Attended region vector of every word of every caption for every image (SGRAF Eq. 2-3).
+
+    Args:
+        regions: (n, R, d) unit-norm region features x_i of n images.
+        region_mask: (n, R) valid regions.
+        words: (m, L, d) unit-norm word features y_j of m captions.
+        word_mask: (m, L) valid words.
+        smooth: the inverse temperature lambda of the softmax over regions.
+
+    Returns:
+        (n, m, L, d): l2norm(sum_i alpha_ij x_i) with c_ij = x_i^T y_j,
+        c^_ij = [c_ij]_+ / sqrt(sum_{valid j} [c_ij]_+^2), alpha_ij = softmax_i(lambda c^_ij).
+    """
+    cosine = torch.einsum("nrd,mld->nmrl", regions, words)
+    positive = cosine.clamp_min(0.0) * word_mask[None, :, None, :].to(cosine.dtype)
+    normalised = positive / positive.norm(dim=-1, keepdim=True).clamp_min(_EPS)
+    logits = (smooth * normalised).masked_fill(~region_mask[:, None, :, None], float("-inf"))
+    alpha = logits.softmax(dim=2)
+    return l2norm(torch.einsum("nmrl,nrd->nmld", alpha, regions))
+
+
+class SimilarityHead(nn.Module, ABC):
+    """Similarity nodes of SGRAF (global + one per word) and a scalar score from them.
+
+    Subclasses define :meth:`score`: (n, m, 1 + L, sim_dim) nodes and their (m, 1 + L)
+    mask -> (n, m) similarities in (0, 1).
+
+    Args:
+        embed_dim: size d of the local features.
+        sim_dim: size of a similarity representation (256 in SGRAF).
+        smooth: lambda of the text-to-region attention (9 in SGRAF).
+        eval_pairs: pairs per block of the chunked path (:meth:`forward` outside training).
+    """
+
+    def __init__(self, embed_dim: int, sim_dim: int, smooth: float, eval_pairs: int = DEFAULT_EVAL_PAIRS) -> None:
+        super().__init__()
+        self.smooth = smooth
+        self.eval_pairs = eval_pairs
+        self.image_pool = AttentionPooling(embed_dim)
+        self.text_pool = AttentionPooling(embed_dim)
+        self.global_sim = SimilarityRepresentation(embed_dim, sim_dim)
+        self.local_sim = SimilarityRepresentation(embed_dim, sim_dim)
+
+    def nodes(
+        self,
+        regions: torch.Tensor,
+        region_mask: torch.Tensor,
+        image_global: torch.Tensor,
+        words: torch.Tensor,
+        word_mask: torch.Tensor,
+        text_global: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Similarity nodes (n, m, 1 + L, sim_dim) of every image-caption pair and their mask (m, 1 + L).
+
+        Node 0 is the global similarity s^g, node 1 + j the local similarity of word j.
+        """
+        attended = text_to_region_attention(regions, region_mask, words, word_mask, self.smooth)
+        local = self.local_sim(attended, words.unsqueeze(0))
+        glob = self.global_sim(image_global.unsqueeze(1), text_global.unsqueeze(0))
+        node_mask = torch.cat([word_mask.new_ones(word_mask.size(0), 1), word_mask], dim=1)
+        return torch.cat([glob.unsqueeze(2), local], dim=2), node_mask
+
+    @abstractmethod
+    def score(self, nodes: torch.Tensor, node_mask: torch.Tensor) -> torch.Tensor:
+        """(n, m, 1 + L, sim_dim) similarity nodes and their (m, 1 + L) mask -> (n, m) similarities."""
+
+    def forward(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:
+        """Similarity (n, m) of every image (n, R, d + 1) with every caption (m, L, d + 1), packed.
+
+        In training mode the n x m pairs are scored as one block (:meth:`batched`: SAF's
+        batch norm sees the whole batch); otherwise in blocks of at most ``eval_pairs``
+        pairs (:meth:`chunked`), which bounds memory whatever n and m are.
+        """
+        if self.training:
+            return self.batched(image_embeds, text_embeds)
+        return self.chunked(image_embeds, text_embeds, self.eval_pairs)
+
+    def batched(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:
+        """The batched path: the (n, m) similarities of all pairs computed as one block."""
+        images = self._encode_side(image_embeds, self.image_pool)
+        return self._score_block(images, self._encode_side(text_embeds, self.text_pool))
+
+    def chunked(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor, pairs: int) -> torch.Tensor:
+        """The chunked path: chunks of captions x rows of images, at most ``pairs`` pairs per block.
+
+        The per-item work (normalisation, global pooling) is done once per item: for all
+        images, and for the captions one chunk at a time, so neither the pair blocks nor
+        the captions' intermediate features grow with the number of captions.
+        """
+        if isinstance(pairs, bool) or not isinstance(pairs, int) or pairs < 1:
+            raise ValueError(f"pairs per block must be a positive integer, got {pairs!r}")
+        images = self._encode_side(image_embeds, self.image_pool)
+        n, m = image_embeds.size(0), text_embeds.size(0)
+        cols = max(1, min(m, pairs))
+        rows = max(1, pairs // cols)
+        columns = []
+        for c in range(0, m, cols):
+            texts = self._encode_side(text_embeds[c : c + cols], self.text_pool)
+            columns.append(
+                torch.cat([self._score_block(tuple(t[r : r + rows] for t in images), texts) for r in range(0, n, rows)])
+            )
+        return torch.cat(columns, dim=1)
+
+    @staticmethod
+    def _encode_side(packed: torch.Tensor, pool: AttentionPooling) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Packed (B, T, d + 1) -> unit-norm local features (B, T, d), mask (B, T), global features (B, d)."""
+        states, mask = unpack_local(packed)
+        if not bool(mask.any(dim=1).all()):
+            raise ValueError("every image and caption needs at least one valid position (an all-padding item came)")
+        local = l2norm(states)
+        return local, mask, pool(local, mask)
+
+    def _score_block(self, images: tuple[torch.Tensor, ...], texts: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        regions, region_mask, image_global = images
+        words, word_mask, text_global = texts
+        regions, region_mask = _trim(regions, region_mask)
+        words, word_mask = _trim(words, word_mask)
+        nodes, node_mask = self.nodes(regions, region_mask, image_global, words, word_mask, text_global)
+        return self.score(nodes, node_mask)
+
+
+def _trim(local: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Drop trailing positions that are padding in every item of the block (saves work, same result)."""
+    valid = mask.any(dim=0).nonzero()
+    last = int(valid.max()) + 1 if valid.numel() else 1
+    return local[:, :last], mask[:, :last]
+
+
+class GraphReasoningStep(nn.Module):
+    """One SGR step (Eq. 6-7): s_p <- ReLU(W_r sum_q softmax_q((W_in s_p)^T (W_out s_q)) s_q)."""
+
+    def __init__(self, sim_dim: int) -> None:
+        super().__init__()
+        self.query = nn.Linear(sim_dim, sim_dim)
+        self.key = nn.Linear(sim_dim, sim_dim)
+        self.update = nn.Linear(sim_dim, sim_dim)
+
+    def forward(self, nodes: torch.Tensor, node_mask: torch.Tensor) -> torch.Tensor:
+        """Nodes (n, m, N, s) with mask (m, N) -> updated nodes (n, m, N, s); padding nodes are never read."""
+        edges = self.query(nodes) @ self.key(nodes).transpose(-1, -2)
+        edges = edges.masked_fill(~node_mask[None, :, None, :], float("-inf")).softmax(dim=-1)
+        return torch.relu(self.update(edges @ nodes))
+
+
+class SGRHead(SimilarityHead):
+    """Similarity Graph Reasoning: ``steps`` reasoning steps, then sigmoid(W_o s^g) (SGRAF Sec. 3.3)."""
+
+    def __init__(
+        self, embed_dim: int, sim_dim: int, smooth: float, steps: int, eval_pairs: int = DEFAULT_EVAL_PAIRS
+    ) -> None:
+        super().__init__(embed_dim, sim_dim, smooth, eval_pairs)
+        self.steps = nn.ModuleList([GraphReasoningStep(sim_dim) for _ in range(steps)])
+        self.output = nn.Linear(sim_dim, 1)
+
+    def score(self, nodes: torch.Tensor, node_mask: torch.Tensor) -> torch.Tensor:
+        """(n, m, N, s) nodes, (m, N) mask -> (n, m) similarities in (0, 1)."""
+        for step in self.steps:
+            nodes = step(nodes, node_mask)
+        return torch.sigmoid(self.output(nodes[:, :, 0])).squeeze(-1)
+
+
+class SAFHead(SimilarityHead):
+    """Similarity Attention Filtration: BN-normalised sigmoid weights over the nodes (SGRAF Sec. 3.4, Eq. 8)."""
+
+    def __init__(self, embed_dim: int, sim_dim: int, smooth: float, eval_pairs: int = DEFAULT_EVAL_PAIRS) -> None:
+        super().__init__(embed_dim, sim_dim, smooth, eval_pairs)
+        self.attention = nn.Linear(sim_dim, 1)
+        self.norm = nn.BatchNorm1d(1)
+        self.output = nn.Linear(sim_dim, 1)
+
+    def score(self, nodes: torch.Tensor, node_mask: torch.Tensor) -> torch.Tensor:
+        """(n, m, N, s) nodes, (m, N) mask -> (n, m) similarities in (0, 1).
+
+        The batch norm sees only the valid nodes' scores.
+        """
+        valid = node_mask.unsqueeze(0).expand(nodes.shape[:3])
+        raw = self.attention(nodes).squeeze(-1)
+        normed = raw.masked_scatter(valid, self.norm(raw[valid].unsqueeze(1)).squeeze(1))
+        gate = torch.sigmoid(normed) * valid.to(nodes.dtype)
+        weights = gate / gate.sum(dim=-1, keepdim=True)
+        filtered = l2norm((weights.unsqueeze(-1) * nodes).sum(dim=2))
+        return torch.sigmoid(self.output(filtered)).squeeze(-1)
+
+
+def build_similarity_head(
+    similarity: str, embed_dim: int, sim_dim: int, smooth: float, steps: int
+) -> SimilarityHead | None:
+    """The head of ``NCLConfig.similarity``: :class:`SGRHead`, :class:`SAFHead`, or None for ``"cosine"``."""
+    if similarity == "sgr":
+        return SGRHead(embed_dim, sim_dim, smooth, steps)
+    if similarity == "saf":
+        return SAFHead(embed_dim, sim_dim, smooth)
+    if similarity == "cosine":
+        return None
+    raise ValueError(f"similarity must be 'cosine' or one of {LOCAL_SIMILARITIES}, got {similarity!r}")

@@ -1,0 +1,431 @@
+"""SGR and SAF similarity heads (SGRAF): formulas against a per-pair loop, batch behaviour,
+padding, chunked evaluation, checkpoints, ensembles and training with every method."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from hfncl.cli import main as cli_main
+from hfncl.data import Vocabulary
+from hfncl.engine.distributed import gather
+from hfncl.engine.encoding import (
+    RetrievalSplit,
+    encode_split,
+    evaluate_ensemble,
+    evaluate_retrieval,
+    join_batches,
+)
+from hfncl.evaluation import retrieval_metrics_from_matrix
+from hfncl.experiment import DataArguments, ModelArguments, run_experiment
+from hfncl.models import NCLConfig, NCLModel
+from hfncl.models.sgraf import (
+    SAFHead,
+    SGRHead,
+    pack_local,
+    text_to_region_attention,
+    unpack_local,
+)
+from hfncl.retrieval import Retriever
+from tests.conftest import tiny_config
+
+HEADS = ("sgr", "saf")
+
+
+def _model(similarity: str, seed: int = 0, **overrides) -> NCLModel:
+    torch.manual_seed(seed)
+    fields = {
+        "image_dim": 6, "embed_dim": 8, "word_dim": 5, "vocab_size": 20, "similarity": similarity, "sim_dim": 6,
+        "reasoning_steps": 2,
+    }
+    return NCLModel(NCLConfig(**(fields | overrides)))
+
+
+def _inputs(seed: int = 1, images: int = 5, captions: int = 6, regions: int = 4, length: int = 7):
+    generator = torch.Generator().manual_seed(seed)
+    regions_ = torch.randn(images, regions, 6, generator=generator)
+    tokens = torch.randint(1, 20, (captions, length), generator=generator)
+    lengths = torch.randint(1, length + 1, (captions,), generator=generator)
+    lengths[0] = length
+    tokens = tokens * (torch.arange(length)[None, :] < lengths[:, None])
+    return regions_, tokens, lengths
+
+
+def _set_running_stats(model: NCLModel) -> None:
+    """Non-trivial batch-norm statistics, so that eval-mode SAF tests exercise them."""
+    for network in model.networks:
+        if isinstance(network.head, SAFHead):
+            network.head.norm.running_mean.fill_(0.3)
+            network.head.norm.running_var.fill_(2.0)
+            network.head.norm.weight.data.fill_(1.5)
+            network.head.norm.bias.data.fill_(-0.2)
+
+
+# ----------------------------------------------------------------- independent per-pair reference
+def _linear(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    return layer.weight @ x + layer.bias
+
+
+def _unit(x: torch.Tensor) -> torch.Tensor:
+    return x / math.sqrt(float((x * x).sum()))
+
+
+def _pool(pool, vectors: list[torch.Tensor]) -> torch.Tensor:
+    query = sum(vectors) / len(vectors)
+    gate = torch.tanh(_linear(pool.query_proj, query))
+    logits = [float(_linear(pool.score, torch.tanh(_linear(pool.local_proj, v)) * gate)) for v in vectors]
+    top = max(logits)
+    weights = [math.exp(z - top) for z in logits]
+    return _unit(sum(w / sum(weights) * v for w, v in zip(weights, vectors)))
+
+
+def _reference_pair(head, image: torch.Tensor, caption: torch.Tensor, words: int) -> float:
+    """S(image, caption) with explicit loops over regions, words and nodes (SGRAF Eq. 2-9)."""
+    regions = [_unit(r) for r in image]
+    tokens = [_unit(w) for w in caption[:words]]
+    nodes = [_unit(_linear(head.global_sim.transform, (_pool(head.image_pool, regions) - _pool(head.text_pool, tokens)) ** 2))]
+    for y in tokens:
+        logits = []
+        for x in regions:
+            positives = [max(float(x @ w), 0.0) for w in tokens]
+            norm = math.sqrt(sum(p * p for p in positives))
+            logits.append(head.smooth * (max(float(x @ y), 0.0) / norm if norm > 0 else 0.0))
+        top = max(logits)
+        alpha = [math.exp(z - top) for z in logits]
+        attended = _unit(sum(a / sum(alpha) * x for a, x in zip(alpha, regions)))
+        nodes.append(_unit(_linear(head.local_sim.transform, (attended - y) ** 2)))
+    if isinstance(head, SGRHead):
+        for step in head.steps:
+            updated = []
+            for p in nodes:
+                scores = [float(_linear(step.query, p) @ _linear(step.key, q)) for q in nodes]
+                top = max(scores)
+                edges = [math.exp(s - top) for s in scores]
+                mixed = sum(e / sum(edges) * q for e, q in zip(edges, nodes))
+                updated.append(torch.relu(_linear(step.update, mixed)))
+            nodes = updated
+        return float(torch.sigmoid(_linear(head.output, nodes[0])))
+    bn = head.norm
+    gates = []
+    for s in nodes:
+        t = float(_linear(head.attention, s))
+        normed = (t - float(bn.running_mean)) / math.sqrt(float(bn.running_var) + bn.eps) * float(bn.weight) + float(bn.bias)
+        gates.append(1.0 / (1.0 + math.exp(-normed)))
+    filtered = _unit(sum(g / sum(gates) * s for g, s in zip(gates, nodes)))
+    return float(torch.sigmoid(_linear(head.output, filtered)))
+
+
+@pytest.mark.parametrize("similarity", HEADS)
+def test_similarity_matches_a_per_pair_loop_of_the_paper_formulas(similarity):
+    model = _model(similarity).double().eval()
+    _set_running_stats(model)
+    images, captions, lengths = _inputs()
+    image_embeds = model.encode_image(images.double())
+    text_embeds = model.encode_text(captions, lengths)
+    got = model.similarity(image_embeds, text_embeds)
+    head = model.networks[0].head
+    states_i, _ = unpack_local(image_embeds[0].detach())
+    states_t, _ = unpack_local(text_embeds[0].detach())
+    with torch.no_grad():
+        expected = torch.tensor(
+            [[_reference_pair(head, states_i[i], states_t[j], int(lengths[j])) for j in range(6)] for i in range(5)],
+            dtype=torch.float64,
+        )
+    torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-10)
+
+
+def test_text_to_region_attention_by_hand():
+    """Regions (1, 0), (0, 1); words (1, 0), (0.6, 0.8): c^ normalises each region's row over the words."""
+    regions = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]], dtype=torch.float64)
+    words = torch.tensor([[[1.0, 0.0], [0.6, 0.8]]], dtype=torch.float64)
+    attended = text_to_region_attention(regions, torch.ones(1, 2, dtype=torch.bool), words, torch.ones(1, 2, dtype=torch.bool), 9.0)
+    # region 1: c = (1, 0.6) / sqrt(1.36); region 2: c = (0, 0.8) / 0.8 = (0, 1)
+    c1 = (1 / math.sqrt(1.36), 0.6 / math.sqrt(1.36))
+    c2 = (0.0, 1.0)
+    for word in range(2):
+        a1 = math.exp(9 * c1[word]) / (math.exp(9 * c1[word]) + math.exp(9 * c2[word]))
+        expected = torch.tensor([a1, 1 - a1], dtype=torch.float64)
+        torch.testing.assert_close(attended[0, 0, word], expected / expected.norm())
+
+
+# ----------------------------------------------------------------- shapes and batch behaviour
+@pytest.mark.parametrize("similarity", HEADS)
+def test_shapes_and_range(similarity):
+    model = _model(similarity, num_networks=2)
+    images, captions, lengths = _inputs()
+    image_embeds, text_embeds = model.encode_image(images), model.encode_text(captions, lengths)
+    assert image_embeds.shape == (2, 5, 4, 9) and text_embeds.shape == (2, 6, 7, 9)
+    similarity_matrix = model.similarity(image_embeds, text_embeds)
+    assert similarity_matrix.shape == (5, 6)
+    assert bool(((similarity_matrix > 0) & (similarity_matrix < 1)).all())
+    view = model.networks[0].view_similarity(image_embeds[0], text_embeds[0])
+    assert view.shape == (1, 5, 6)
+    with pytest.raises(ValueError, match=r"packed \(K=2, n, R, d\+1\)"):
+        model.similarity(image_embeds[0], text_embeds[0])
+
+
+@pytest.mark.parametrize("similarity", HEADS)
+@pytest.mark.parametrize("training", [False, True])
+def test_permuting_images_and_captions_permutes_the_similarity_matrix(similarity, training):
+    model = _model(similarity).train(training)
+    _set_running_stats(model)
+    images, captions, lengths = _inputs()
+    image_embeds, text_embeds = model.encode_image(images), model.encode_text(captions, lengths)
+    rows, cols = torch.randperm(5, generator=torch.Generator().manual_seed(3)), torch.tensor([4, 0, 5, 2, 1, 3])
+    with torch.no_grad():
+        full = model.similarity(image_embeds, text_embeds)
+        permuted = model.similarity(image_embeds[:, rows], text_embeds[:, cols])
+    torch.testing.assert_close(permuted, full[rows][:, cols], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("similarity", HEADS)
+@pytest.mark.parametrize("pairs", [1, 4, 7, 30, 1000])
+def test_batched_and_chunked_paths_agree(similarity, pairs):
+    model = _model(similarity).eval()
+    _set_running_stats(model)
+    head = model.networks[0].head
+    images, captions, lengths = _inputs()
+    image_embeds, text_embeds = model.encode_image(images)[0], model.encode_text(captions, lengths)[0]
+    with torch.no_grad():
+        torch.testing.assert_close(
+            head.chunked(image_embeds, text_embeds, pairs), head.batched(image_embeds, text_embeds), rtol=1e-5, atol=1e-6
+        )
+    with pytest.raises(ValueError, match="positive integer"):
+        head.chunked(image_embeds, text_embeds, 0)
+
+
+@pytest.mark.parametrize("similarity", HEADS)
+def test_a_pairs_similarity_does_not_depend_on_the_rest_of_the_batch(similarity):
+    model = _model(similarity).eval()
+    _set_running_stats(model)
+    images, captions, lengths = _inputs()
+    image_embeds, text_embeds = model.encode_image(images), model.encode_text(captions, lengths)
+    with torch.no_grad():
+        full = model.similarity(image_embeds, text_embeds)
+        for i, j in [(0, 0), (2, 3), (4, 5)]:
+            alone = model.similarity(image_embeds[:, i : i + 1], text_embeds[:, j : j + 1])
+            torch.testing.assert_close(alone[0, 0], full[i, j], rtol=1e-5, atol=1e-6)
+            # the caption encoded on its own (shorter padding) scores the same
+            own = model.encode_text(captions[j : j + 1, : int(lengths[j])], lengths[j : j + 1])
+            torch.testing.assert_close(model.similarity(image_embeds[:, i : i + 1], own)[0, 0], full[i, j], rtol=1e-5, atol=1e-6)
+
+
+def test_sgr_in_training_mode_is_also_batch_independent():
+    """SGR has no batch statistics: one pair scores the same alone or in the K x K batch while training."""
+    model = _model("sgr").train()
+    images, captions, lengths = _inputs()
+    image_embeds, text_embeds = model.encode_image(images), model.encode_text(captions, lengths)
+    full = model.similarity(image_embeds, text_embeds)
+    torch.testing.assert_close(model.similarity(image_embeds[:, 3:4], text_embeds[:, 2:3])[0, 0], full[3, 2])
+
+
+@pytest.mark.parametrize("similarity", HEADS)
+def test_padding_captions_does_not_change_similarities(similarity):
+    model = _model(similarity).eval()
+    _set_running_stats(model)
+    images, captions, lengths = _inputs()
+    image_embeds = model.encode_image(images)
+    text_embeds = model.encode_text(captions, lengths)
+    extra = torch.nn.functional.pad(text_embeds, (0, 0, 0, 4))  # four more padding positions
+    joined = join_batches([text_embeds[:, :3], model.encode_text(captions[3:, :2], lengths[3:].clamp(max=2))])
+    with torch.no_grad():
+        base = model.similarity(image_embeds, text_embeds)
+        torch.testing.assert_close(model.similarity(image_embeds, extra), base)
+        # captions 0-2 keep their scores when joined with a batch of shorter captions
+        torch.testing.assert_close(model.similarity(image_embeds, joined)[:, :3], base[:, :3])
+
+
+def test_pack_and_join_batches():
+    states = torch.arange(12.0).reshape(1, 3, 4)
+    mask = torch.tensor([[True, True, False]])
+    packed = pack_local(states, mask)
+    assert packed.shape == (1, 3, 5)
+    unpacked, got_mask = unpack_local(packed)
+    assert torch.equal(got_mask, mask) and torch.equal(unpacked[0, 2], torch.zeros(4))
+    assert torch.equal(pack_local(states, None)[..., -1], torch.ones(1, 3))
+    joined = join_batches([packed.unsqueeze(0), pack_local(states[:, :1], None).unsqueeze(0)])
+    assert joined.shape == (1, 2, 3, 5)
+    assert torch.equal(joined[0, 1, :, -1], torch.tensor([1.0, 0.0, 0.0]))
+    pooled = join_batches([torch.ones(2, 3, 4), torch.zeros(2, 1, 4)])
+    assert pooled.shape == (2, 4, 4)
+    with pytest.raises(ValueError, match=r"mask must have shape \(1, 3\)"):
+        pack_local(states, mask[:, :2])
+
+
+def test_all_padding_items_are_refused():
+    head = _model("sgr").networks[0].head.eval()
+    image = pack_local(torch.randn(1, 2, 8), None)
+    empty = pack_local(torch.randn(1, 2, 8), torch.zeros(1, 2, dtype=torch.bool))
+    with pytest.raises(ValueError, match="at least one valid position"):
+        head(image, empty)
+
+
+# ----------------------------------------------------------------- config
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("sim_dim", 0, r"NCLConfig\.sim_dim must be a positive integer, got 0"),
+        ("reasoning_steps", 1.5, r"NCLConfig\.reasoning_steps must be a positive integer"),
+        ("attention_lambda", -9.0, r"NCLConfig\.attention_lambda must be a positive finite number"),
+        ("attention_lambda", float("nan"), r"NCLConfig\.attention_lambda must be a positive finite number"),
+        ("image_views", 2, r"image_views must be 1, got 2"),
+    ],
+)
+def test_invalid_head_fields_raise(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        NCLConfig(similarity="sgr", **{field: value})
+
+
+def test_head_hyper_parameters_reach_the_modules():
+    model = _model("sgr", sim_dim=7, reasoning_steps=4, attention_lambda=5.0)
+    head = model.networks[0].head
+    assert len(head.steps) == 4 and head.smooth == 5.0 and head.output.in_features == 7
+    assert _model("cosine").networks[0].head is None
+    assert ModelArguments(similarity="saf", sim_dim=16).explicit() == {"similarity": "saf", "sim_dim": 16}
+
+
+# ----------------------------------------------------------------- checkpoints, evaluation, retrieval
+@pytest.mark.parametrize("similarity", HEADS)
+def test_save_and_from_pretrained_give_identical_similarities(similarity, tmp_path):
+    model = _model(similarity, num_networks=2)
+    images, captions, lengths = _inputs()
+    model.train()
+    model.similarity(model.encode_image(images), model.encode_text(captions, lengths))  # moves SAF's running stats
+    model.eval()
+    model.save_pretrained(tmp_path)
+    loaded = NCLModel.from_pretrained(tmp_path).eval()
+    assert loaded.config.similarity == similarity and loaded.config.sim_dim == 6
+    with torch.no_grad():
+        expected = model.similarity(model.encode_image(images), model.encode_text(captions, lengths))
+        got = loaded.similarity(loaded.encode_image(images), loaded.encode_text(captions, lengths))
+    assert torch.equal(got, expected)
+
+
+class _Items(torch.utils.data.Dataset):
+    def __init__(self, items: list[dict]) -> None:
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict:
+        return self.items[i]
+
+
+def _split(images: torch.Tensor, captions: torch.Tensor, lengths: torch.Tensor, k: int) -> RetrievalSplit:
+    image_items = [{"image": images[i], "index": i} for i in range(len(images))]
+    caption_items = [{"caption": captions[c, : int(lengths[c])], "index": c} for c in range(len(captions))]
+    return RetrievalSplit(_Items(image_items), _Items(caption_items), k)
+
+
+def test_encode_split_pads_captions_across_batches_and_evaluation_matches_the_full_matrix():
+    generator = torch.Generator().manual_seed(5)
+    images = torch.randn(6, 4, 6, generator=generator)
+    lengths = torch.tensor([1, 2, 1, 2, 3, 2, 1, 1, 4, 2, 5, 1])  # batches of 4 end at lengths 2, 3 and 5
+    captions = torch.randint(1, 20, (12, 5), generator=generator)
+    split = _split(images, captions, lengths, 2)
+    sgr, saf = _model("sgr", seed=1, num_networks=2).eval(), _model("saf", seed=2).eval()
+    _set_running_stats(saf)
+    image_embeds, text_embeds = encode_split(sgr, split, batch_size=4)
+    assert image_embeds.shape == (2, 6, 4, 9) and text_embeds.shape == (2, 12, 5, 9)
+    with torch.no_grad():
+        tokens = captions * (torch.arange(5)[None, :] < lengths[:, None])
+        direct = sgr.similarity(sgr.encode_image(images), sgr.encode_text(tokens, lengths))
+        other = saf.similarity(saf.encode_image(images), saf.encode_text(tokens, lengths))
+    torch.testing.assert_close(sgr.similarity(image_embeds, text_embeds), direct, rtol=1e-5, atol=1e-6)
+    expected = retrieval_metrics_from_matrix(direct, 2)
+    assert evaluate_retrieval(sgr, split, batch_size=4) == pytest.approx(expected)
+    ensemble = evaluate_ensemble([sgr, saf], [split, split], batch_size=5)
+    assert ensemble == pytest.approx(retrieval_metrics_from_matrix((direct + other) / 2, 2))
+    assert sgr.training is False
+    with pytest.raises(ValueError, match="one split and one hook per model"):
+        evaluate_ensemble([sgr, saf], [split])
+
+
+def test_evaluation_scores_in_eval_mode_and_restores_training_mode():
+    model = _model("saf").train()
+    images, captions, lengths = _inputs(captions=10)
+    split = _split(images, captions, lengths, 2)
+    metrics = evaluate_retrieval(model, split, batch_size=3)
+    assert model.training
+    model.eval()
+    assert evaluate_retrieval(model, split, batch_size=3) == metrics
+
+
+def test_retriever_ranks_with_an_sgr_model():
+    captions = ["a dog runs", "two men play chess on a table", "a red car", "cat"]
+    vocab = Vocabulary.build(captions, min_count=1)
+    model = _model("sgr", vocab_size=len(vocab)).eval()
+    retriever = Retriever(model, vocab, batch_size=2)
+    images = retriever.encode_images(torch.randn(3, 4, 6))
+    texts = retriever.encode_texts(captions)
+    assert texts.shape[:2] == (1, 4)
+    scores = model.similarity(images, texts)
+    ranking = retriever.rank(images, texts, top_k=2)
+    assert torch.equal(ranking.indices, scores.argsort(dim=1, descending=True)[:, :2])
+
+
+# ----------------------------------------------------------------- data parallel gather
+def _gather_worker(rank: int, port: int, results) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        torch.set_num_threads(1)
+        length = 2 + rank  # rank 0 holds captions of 2 positions, rank 1 of 3
+        local = pack_local(torch.full((rank + 1, length, 2), float(rank + 1)), None).requires_grad_(True)
+        gathered = gather(local)
+        gathered.sum().backward()
+        results[rank] = (gathered.detach().clone(), local.grad.shape)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_gather_pads_positions_that_differ_between_processes():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    manager = mp.Manager()
+    results = manager.dict()
+    mp.start_processes(_gather_worker, args=(port, results), nprocs=2, join=True, start_method="fork")
+    gathered, grad_shape = results[0]
+    assert gathered.shape == (3, 3, 3) and torch.equal(results[1][0], gathered)
+    assert torch.equal(gathered[0, :, -1], torch.tensor([1.0, 1.0, 0.0]))  # rank 0's padding position
+    assert torch.equal(gathered[1:, :, -1], torch.ones(2, 3))
+    assert grad_shape == (1, 2, 3) and results[1][1] == (2, 3, 3)
+
+
+# ----------------------------------------------------------------- training with the heads
+@pytest.mark.slow
+def test_ncr_and_vsepp_train_with_sgr_and_saf_and_the_cli_averages_them(tiny_data_dir, tmp_path, capsys):
+    """NCR (co-divide and co-rectify after two warmup epochs) with SGR, VSE++ with SAF; both losses fall.
+
+    From scratch on this tiny benchmark, a few epochs do not lift SGR / SAF retrieval
+    clearly above chance (SGR is slow to start, NCR Sec. 4.2), so the check is that the
+    training loss falls and that the saved models evaluate, alone and averaged.
+    """
+    runs, metrics = {}, {}
+    for plugin, similarity, term in [("ncr", "sgr", "warmup_lw/net0"), ("vsepp", "saf", "triplet_hardest")]:
+        output = tmp_path / plugin
+        result = run_experiment(
+            DataArguments(data_dir=str(tiny_data_dir), noise_ratio=0.2),
+            tiny_config(output, [plugin], epochs=3, warmup_epochs=2, lr_decay_epochs=[], learning_rate=1e-3),
+            ModelArguments(embed_dim=16, word_dim=8, similarity=similarity, sim_dim=16),
+        )
+        losses = [epoch[f"train/{term}"] for epoch in result["history"][:2]]
+        assert losses[1] < losses[0]
+        assert any(key.startswith("division") for key in result["history"][-1]) == (plugin == "ncr")
+        loaded = NCLModel.from_pretrained(output / "best")
+        assert loaded.config.similarity == similarity
+        runs[plugin], metrics[plugin] = output / "best", result["test"]
+    assert cli_main(["evaluate", str(runs["ncr"]), "--data-dir", str(tiny_data_dir)]) == 0
+    assert json.loads(capsys.readouterr().out)["metrics"] == pytest.approx(metrics["ncr"])
+    assert cli_main(["evaluate", str(runs["ncr"]), str(runs["vsepp"]), "--data-dir", str(tiny_data_dir)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["split"] == "test" and 0.0 < printed["metrics"]["rsum"] <= 600.0
