@@ -201,6 +201,96 @@ def push_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``hfncl evaluate``."""
+    parser.add_argument("checkpoints", nargs="+", help="Checkpoint directories or Hub ids; several are averaged.")
+    parser.add_argument("--data-dir", required=True, help="SCAN precomp directory holding the split.")
+    parser.add_argument("--split", default="test", help="Split to evaluate (default: test).")
+    parser.add_argument("--folds", type=int, default=1, help="Also average over this many folds (MS-COCO: 5 x 1K).")
+    parser.add_argument("--batch-size", type=int, default=256, help="Encoding batch size.")
+    parser.add_argument("--device", default="cpu", help="Where to run the models (default: cpu).")
+
+
+@command(
+    "evaluate",
+    help="Retrieval metrics of one checkpoint, or of the mean similarity of several (SGRAF: an SGR and a SAF model).",
+    add_arguments=_evaluate_arguments,
+)
+def evaluate_command(args: argparse.Namespace) -> int:
+    """Print the metrics of ``args.checkpoints`` on ``args.split`` as JSON."""
+    from hfncl.data import DataFormatError, load_precomp_split
+    from hfncl.engine.encoding import RetrievalSplit, evaluate_ensemble
+    from hfncl.hub import load_vocabulary
+    from hfncl.models import NCLModel
+    from hfncl.models.configuration import IncompatibleCheckpointError
+    from hfncl.plugins import build_plugin_manager
+
+    try:
+        models = [NCLModel.from_pretrained(name).to(args.device) for name in args.checkpoints]
+        image_dims = {model.config.image_dim for model in models}
+        if len(image_dims) != 1:
+            raise ValueError(f"the checkpoints expect different region feature sizes {sorted(image_dims)}")
+        split = load_precomp_split(args.data_dir, args.split, expected_feature_dim=image_dims.pop())
+        splits = [RetrievalSplit.from_precomp(split, load_vocabulary(name)) for name in args.checkpoints]
+        hooks = [build_plugin_manager(m.config.plugins).hook if m.config.plugins else None for m in models]
+        metrics = evaluate_ensemble(
+            models, splits, batch_size=args.batch_size, device=args.device, folds=args.folds, hooks=hooks
+        )
+    except (DataFormatError, IncompatibleCheckpointError, OSError, ValueError) as error:
+        print(f"hfncl: error: {error}", file=sys.stderr)
+        return 1
+    print(json.dumps({"checkpoints": args.checkpoints, "split": args.split, "metrics": metrics}, indent=1))
+    return 0
+
+
+def _extract_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``hfncl extract``."""
+    parser.add_argument("source", help="An imagefolder directory (split folders with metadata.jsonl) or a Hub dataset id.")
+    parser.add_argument("output_dir", help="Precomp directory to write ({split}_ims.npy, {split}_caps.txt).")
+    parser.add_argument("--model", required=True, help="Hub id or directory of the image model and its image processor.")
+    parser.add_argument(
+        "--feature", choices=("pooled", "patches"), default="pooled",
+        help="pooled: one vector per image (R = 1); patches: the vision encoder's token states.",
+    )
+    parser.add_argument("--image-column", default="image", help="Column holding the images (default: image).")
+    parser.add_argument("--caption-column", default="captions", help="Column holding a caption or a list of captions.")
+    parser.add_argument("--batch-size", type=int, default=32, help="Images per model call.")
+    parser.add_argument("--num-shards", type=int, default=8, help="Cached shards per split (the unit of resumption).")
+    parser.add_argument("--device", default="cpu", help="Where the model runs (default: cpu).")
+    parser.add_argument("--cache-dir", help="Cache of the loaded dataset and mapped shards (default: $HFNCL_CACHE/extract).")
+
+
+@command(
+    "extract",
+    help="Extract image features from raw images and captions into a precomp directory (cached, resumable).",
+    add_arguments=_extract_arguments,
+)
+def extract_command(args: argparse.Namespace) -> int:
+    """Run :func:`hfncl.data.extract.extract_features`; print each split's feature shape."""
+    from hfncl.data import DataFormatError
+    from hfncl.data.extract import extract_features
+
+    try:
+        shapes = extract_features(
+            args.source,
+            args.output_dir,
+            args.model,
+            feature=args.feature,
+            image_column=args.image_column,
+            caption_column=args.caption_column,
+            batch_size=args.batch_size,
+            num_shards=args.num_shards,
+            device=args.device,
+            cache_dir=args.cache_dir,
+        )
+    except (DataFormatError, OSError, ValueError) as error:
+        print(f"hfncl: error: {error}", file=sys.stderr)
+        return 1
+    for split, shape in shapes.items():
+        print(f"{split}: {shape[0]} images x {shape[1]} x {shape[2]} features")
+    return 0
+
+
 def train(arguments: list[str]) -> int:
     """``hfncl train``: like a recipe, with the plugins named on the command line (``--help`` lists all)."""
     from hfncl.recipe import run_recipe

@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from hfncl.data import Vocabulary, collate_captions
-from hfncl.engine.encoding import direction_similarity
-from hfncl.hub import load_vocabulary
+from hfncl.data import TokenizerVocabulary, Vocabulary, collate_captions
+from hfncl.engine.encoding import direction_similarity, join_batches
+from hfncl.hub import load_text_vocabulary
 from hfncl.models import NCLModel
 from hfncl.plugins import build_plugin_manager
 
@@ -51,13 +51,14 @@ class Retriever:
 
     Args:
         model: the trained model (its config names its plugins, which must be installed).
-        vocab: the vocabulary for :meth:`encode_texts` (token ids can be encoded without one).
+        vocab: the vocabulary for :meth:`encode_texts` (token ids can be encoded without one);
+            for a transformer text tower, its tokenizer (:class:`~hfncl.data.TokenizerVocabulary`).
         device: where to run the model.
         batch_size: encoding batch size.
     """
 
     def __init__(
-        self, model: NCLModel, vocab: Vocabulary | None = None, *, device: str | torch.device = "cpu", batch_size: int = 256
+        self, model: NCLModel, vocab: Vocabulary | TokenizerVocabulary | None = None, *, device: str | torch.device = "cpu", batch_size: int = 256
     ) -> None:
         self.model = model.to(device).eval()
         self.vocab = vocab
@@ -67,25 +68,34 @@ class Retriever:
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | Path, **kwargs: Any) -> "Retriever":
-        """Load the model and its vocabulary from a checkpoint directory or a Hub repository."""
+        """Load the model and its vocabulary (or tokenizer) from a checkpoint directory or a Hub repository."""
         model = NCLModel.from_pretrained(str(name_or_path))
-        return cls(model, load_vocabulary(name_or_path), **kwargs)
+        return cls(model, load_text_vocabulary(name_or_path, model.config), **kwargs)
 
     @torch.no_grad()
     def encode_images(self, regions: torch.Tensor | np.ndarray) -> torch.Tensor:
-        """Region features (N, R, D) -> image embeddings of every network (K, N, W * d)."""
+        """Region features (N, R, D) -> image embeddings of every network (K, N, W * d).
+
+        A model with a transformer image tower takes pixel values (N, C, H, W) instead.
+        """
         regions = torch.as_tensor(np.asarray(regions) if not isinstance(regions, torch.Tensor) else regions)
-        if regions.dim() != 3 or regions.size(-1) != self.model.config.image_dim:
+        if self.model.config.image_tower == "transformer":
+            if regions.dim() != 4:
+                raise ValueError(f"encode_images expects pixel values (N, C, H, W), got shape {tuple(regions.shape)}")
+        elif regions.dim() != 3 or regions.size(-1) != self.model.config.image_dim:
             raise ValueError(
                 f"encode_images expects region features (N, R, {self.model.config.image_dim}), "
                 f"got shape {tuple(regions.shape)}"
             )
         batches = regions.float().split(self.batch_size)
-        return torch.cat([self.model.encode_image(batch.to(self.device)) for batch in batches], dim=1)
+        return join_batches([self.model.encode_image(batch.to(self.device)) for batch in batches])
 
     @torch.no_grad()
     def encode_texts(self, texts: Sequence[str]) -> torch.Tensor:
-        """Captions -> caption embeddings of every network (K, M, d), tokenised with the checkpoint's vocabulary."""
+        """Captions -> caption embeddings of every network (K, M, d), tokenised with the checkpoint's vocabulary.
+
+        With an SGR / SAF head the embeddings are packed local features (K, M, T, d + 1).
+        """
         if self.vocab is None:
             raise ValueError("encode_texts needs the vocabulary the model was trained with (Retriever(vocab=...))")
         if isinstance(texts, str):
@@ -100,7 +110,7 @@ class Retriever:
         for start in range(0, len(items), self.batch_size):
             batch = collate_captions(items[start : start + self.batch_size])
             embeds.append(self.model.encode_text(batch["captions"].to(self.device), batch["lengths"].to(self.device)))
-        return torch.cat(embeds, dim=1)
+        return join_batches(embeds)
 
     @torch.no_grad()
     def similarity(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor, direction: str = "i2t") -> torch.Tensor:

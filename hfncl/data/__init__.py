@@ -45,7 +45,7 @@ from hfncl.data.precomp import (
     load_precomp_split,
     read_captions,
 )
-from hfncl.data.vocab import Vocabulary, tokenize
+from hfncl.data.vocab import TokenizerVocabulary, Vocabulary, tokenize
 
 __all__ = [
     "FEATURE_DTYPES",
@@ -69,6 +69,7 @@ __all__ = [
     "ImageDataset",
     "NoisyPairDataset",
     "PrecompSplit",
+    "TokenizerVocabulary",
     "Vocabulary",
     "caption_level_noise",
     "caption_pairing",

@@ -202,3 +202,66 @@ def _field(data: dict[str, Any], name: str, kind: type, what: str, source: str) 
     if not isinstance(value, kind) or isinstance(value, bool):
         raise DataFormatError(f"{source}: field {name!r} must be {what}, got {type(value).__name__}")
     return value
+
+
+class TokenizerVocabulary:
+    """A transformers tokenizer behind :class:`Vocabulary`'s ``encode`` interface (transformer text towers).
+
+    ``encode`` returns the tokenizer's input ids with its special tokens (BERT:
+    ``[CLS] ... [SEP]``), truncated to ``max_length``; the batches pad them with 0 and
+    carry their lengths, and the towers mask by length, so the padding id is never read.
+    ``len()`` is the number of token ids.
+
+    Args:
+        tokenizer: a ``PreTrainedTokenizerBase`` (e.g. from ``AutoTokenizer.from_pretrained``).
+        max_length: longest encoding kept; default the tokenizer's ``model_max_length``
+            (no truncation when the tokenizer declares none).
+    """
+
+    SUBFOLDER = "tokenizer"
+    """Where a checkpoint keeps the tokenizer (a subfolder: a BPE tokenizer's own ``vocab.json`` would clash)."""
+
+    def __init__(self, tokenizer: Any, max_length: int | None = None) -> None:
+        if max_length is None and tokenizer.model_max_length < _NO_MAX_LENGTH:
+            max_length = int(tokenizer.model_max_length)
+        if max_length is not None and max_length < 2:
+            raise ValueError(f"TokenizerVocabulary: max_length must be >= 2, got {max_length}")
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | Path, subfolder: str = "", **kwargs: Any) -> TokenizerVocabulary:
+        """``AutoTokenizer.from_pretrained`` (Hub id or directory) behind the adapter.
+
+        Raises:
+            OSError: naming ``name_or_path`` when no tokenizer can be read there.
+        """
+        from transformers import AutoTokenizer
+
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(name_or_path), subfolder=subfolder, **kwargs)
+        except (OSError, ValueError) as error:
+            where = f"{name_or_path}/{subfolder}" if subfolder else str(name_or_path)
+            raise OSError(f"Cannot load a tokenizer from {where!r}: {error}") from error
+        return cls(tokenizer)
+
+    def save_pretrained(self, directory: str | Path) -> Path:
+        """Write the tokenizer into ``directory/tokenizer``; returns that folder."""
+        target = Path(directory) / self.SUBFOLDER
+        self.tokenizer.save_pretrained(str(target))
+        return target
+
+    def encode(self, caption: str) -> list[int]:
+        """The tokenizer's input ids of ``caption`` (special tokens included, truncated to ``max_length``)."""
+        truncate = self.max_length is not None
+        return list(self.tokenizer(caption, truncation=truncate, max_length=self.max_length)["input_ids"])
+
+    def __len__(self) -> int:
+        return len(self.tokenizer)
+
+    def __repr__(self) -> str:
+        return f"TokenizerVocabulary({type(self.tokenizer).__name__}, {len(self)} ids)"
+
+
+_NO_MAX_LENGTH = 10**9
+"""transformers' ``model_max_length`` for a tokenizer that declares none is about 1e30."""

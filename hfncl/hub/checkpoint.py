@@ -18,7 +18,7 @@ from huggingface_hub import hf_hub_download
 from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 from safetensors import SafetensorError, safe_open
 
-from hfncl.data import DataFormatError, Vocabulary
+from hfncl.data import DataFormatError, TokenizerVocabulary, Vocabulary
 from hfncl.hub.card import CARD_FILE, CONFIG_FILE, read_config, write_model_card
 from hfncl.hub.record import RUN_RECORD, CheckpointError, DataDescription, RunRecord, read_run_record, write_run_record
 from hfncl.models import NCLConfig, NCLModel
@@ -119,8 +119,8 @@ def checkpoint_files(checkpoint: str | Path) -> list[Path]:
 
     Checks that ``config.json`` parses (and is not of a newer checkpoint format), that
     the safetensors headers are intact and hold exactly the tensors the config's
-    architecture needs, that ``vocab.json`` matches ``config.vocab_size``, and that the
-    card parses. ``hfncl_run.json`` is included when present.
+    architecture needs, that ``vocab.json`` matches ``config.vocab_size`` (or, for a
+    transformer text tower, that ``tokenizer/`` loads), and that the card parses. ``hfncl_run.json`` is included when present.
 
     Raises:
         CheckpointError: naming the file that is missing or wrong.
@@ -129,6 +129,34 @@ def checkpoint_files(checkpoint: str | Path) -> list[Path]:
     config = read_config(checkpoint)
     weights = weight_files(checkpoint)
     _check_weights(config, weights, checkpoint)
+    if config.text_tower == "transformer":
+        text_files = _tokenizer_files(checkpoint)
+    else:
+        text_files = [_checked_vocabulary(checkpoint, config)]
+    card = checkpoint / CARD_FILE
+    if not card.is_file():
+        raise CheckpointError(f"{card} does not exist: generate the model card with `hfncl card {checkpoint}`")
+    files = [checkpoint / CONFIG_FILE, *weights, *text_files, card]
+    if (checkpoint / RUN_RECORD).is_file():
+        files.append(checkpoint / RUN_RECORD)
+    return files
+
+
+def _tokenizer_files(checkpoint: Path) -> list[Path]:
+    """The files of the checkpoint's ``tokenizer/`` folder, after checking that they load."""
+    folder = checkpoint / TokenizerVocabulary.SUBFOLDER
+    files = sorted(p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else []
+    if not files:
+        raise CheckpointError(f"{folder} holds no tokenizer: a transformer text tower needs the tokenizer it was trained with")
+    try:
+        TokenizerVocabulary.from_pretrained(folder)
+    except OSError as error:
+        raise CheckpointError(str(error)) from error
+    return files
+
+
+def _checked_vocabulary(checkpoint: Path, config: NCLConfig) -> Path:
+    """``vocab.json`` of a GRU text tower, checked to parse and to match ``config.vocab_size``."""
     vocab_path = checkpoint / VOCAB_FILE
     if not vocab_path.is_file():
         raise CheckpointError(f"{vocab_path} does not exist: a published model needs the vocabulary of its text tower")
@@ -140,13 +168,26 @@ def checkpoint_files(checkpoint: str | Path) -> list[Path]:
         raise CheckpointError(
             f"{vocab_path} has {len(vocab)} words but config.json says vocab_size {config.vocab_size}"
         )
-    card = checkpoint / CARD_FILE
-    if not card.is_file():
-        raise CheckpointError(f"{card} does not exist: generate the model card with `hfncl card {checkpoint}`")
-    files = [checkpoint / CONFIG_FILE, *weights, vocab_path, card]
-    if (checkpoint / RUN_RECORD).is_file():
-        files.append(checkpoint / RUN_RECORD)
-    return files
+    return vocab_path
+
+
+def save_text_vocabulary(vocab: Vocabulary | TokenizerVocabulary, directory: str | Path) -> None:
+    """Write what tokenises captions for the model: ``vocab.json``, or a tokenizer in ``tokenizer/``."""
+    if isinstance(vocab, TokenizerVocabulary):
+        vocab.save_pretrained(directory)
+    else:
+        vocab.save_json(Path(directory) / VOCAB_FILE)
+
+
+def load_text_vocabulary(name_or_path: str | Path, config: NCLConfig) -> Vocabulary | TokenizerVocabulary:
+    """The caption tokeniser of a checkpoint (directory or Hub id).
+
+    Its tokenizer (``tokenizer/``) for a transformer text tower, else its vocabulary
+    (:func:`load_vocabulary`).
+    """
+    if config.text_tower == "transformer":
+        return TokenizerVocabulary.from_pretrained(name_or_path, subfolder=TokenizerVocabulary.SUBFOLDER)
+    return load_vocabulary(name_or_path)
 
 
 def load_vocabulary(

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from importlib.metadata import version
 from typing import Any
 
 from transformers import PretrainedConfig
+
+from hfncl.models.towers import resolve_tower_config
 
 CHECKPOINT_FORMAT = 1
 """Version of the checkpoint layout (config fields, weight names) this hfncl writes and reads.
@@ -37,8 +40,29 @@ def _check_checkpoint_format(checkpoint_format: Any, hfncl_version: Any) -> None
 
 IMAGE_POOLINGS = ("mean", "max")
 TEXT_POOLINGS = ("mean", "max")
-SIMILARITIES = ("cosine",)
-_POSITIVE_INTS = ("image_dim", "embed_dim", "word_dim", "vocab_size", "text_layers", "num_networks", "image_views")
+TRANSFORMER_POOLINGS = ("mean", "max", "pooler")
+TEXT_TOWERS = ("gru", "transformer")
+IMAGE_TOWERS = ("regions", "transformer")
+LORA_TOWERS = ("text", "image")
+SIMILARITIES = ("cosine", "sgr", "saf")
+_POSITIVE_INTS = (
+    "image_dim", "embed_dim", "word_dim", "vocab_size", "text_layers", "num_networks", "image_views", "sim_dim",
+    "reasoning_steps",
+)
+
+
+def _tower_config(
+    tower: str, kind: str, name: str | None, config: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """The stored config dict of a transformer tower: given, or read from ``name`` (first construction only)."""
+    if kind != "transformer" or config is not None:
+        return config
+    if not name:
+        raise ValueError(
+            f"NCLConfig.{tower}_tower is 'transformer' but neither {tower}_tower_name (a Hub id or directory) nor "
+            f"{tower}_tower_config is given"
+        )
+    return resolve_tower_config(name, "text" if tower == "text" else "vision")
 
 
 class NCLConfig(PretrainedConfig):
@@ -55,13 +79,22 @@ class NCLConfig(PretrainedConfig):
         text_layers: stacked GRU layers of the text tower.
         bidirectional: whether the text GRU reads captions in both directions.
         image_pooling: how region embeddings are pooled into one image embedding, one of
-            ``"mean"``, ``"max"``.
+            ``"mean"``, ``"max"``; a transformer image tower also takes ``"pooler"``
+            (CLIP's class token).
         image_views: number W of image views: W projections of the regions into the joint
             space, each pooled and normalised on its own (UGNCL's multi-view visual
             extractor, Sec. 3.2.1). A network's similarity is the mean over its views.
         text_pooling: how the GRU's word states are pooled into one caption embedding,
-            one of ``"mean"`` (VSE++ / SCAN precomp), ``"max"``.
-        similarity: image-caption similarity, one of ``"cosine"``.
+            one of ``"mean"`` (VSE++ / SCAN precomp), ``"max"``; a transformer text tower
+            also takes ``"pooler"`` (its ``pooler_output``: CLIP's EOS token).
+        similarity: image-caption similarity, one of ``"cosine"`` (dot product of the pooled
+            unit-norm embeddings), ``"sgr"`` or ``"saf"`` (SGRAF's similarity graph reasoning
+            or attention filtration over local and global similarity representations,
+            :mod:`hfncl.models.sgraf`; they need ``image_views = 1``).
+        sim_dim: size of SGRAF's similarity representations (256 in the paper); SGR / SAF only.
+        reasoning_steps: graph-reasoning steps of the SGR head (3 in the paper); SGR only.
+        attention_lambda: inverse temperature lambda of SGRAF's text-to-region attention
+            softmax (9 in the paper); SGR / SAF only.
         num_networks: number K of independently initialised networks (co-teaching
             methods train two); the model's similarity is their mean.
         plugins: names of the method plugins that trained the model (metadata).
@@ -74,6 +107,30 @@ class NCLConfig(PretrainedConfig):
             installed version, and every save writes the installed version.
         checkpoint_format: checkpoint layout version (:data:`CHECKPOINT_FORMAT`); a config
             of a newer format raises :class:`IncompatibleCheckpointError`.
+        text_tower: ``"gru"`` (the biGRU above) or ``"transformer"``: a BERT-family or CLIP
+            text encoder (:mod:`hfncl.models.towers`) whose token ids come from its own
+            tokenizer; ``word_dim``, ``text_layers`` and ``bidirectional`` are then unused.
+        text_tower_name: Hub id or local directory of the pretrained text encoder; read only
+            when a model is first built (its config into ``text_tower_config``, its weights at
+            initialisation), never when a saved model is loaded.
+        text_tower_config: the text encoder's own config as a dict (``to_dict()``; a CLIP
+            checkpoint contributes its ``text_config``); filled from ``text_tower_name`` when
+            not given, so a saved config rebuilds the tower offline.
+        image_tower: ``"regions"`` (precomputed region or cached CLIP features, (B, R, D)) or
+            ``"transformer"``: a CLIP vision encoder on pixel values (B, 3, H, W).
+        image_tower_name: like ``text_tower_name``, for the vision encoder.
+        image_tower_config: like ``text_tower_config`` (a CLIP checkpoint contributes its
+            ``vision_config``).
+        lora_rank: rank r of the LoRA adapters (peft) injected into the transformer towers
+            named by ``lora_towers``; 0 means no LoRA (the towers are fine-tuned whole).
+            With LoRA only the adapters of those towers are trainable there.
+        lora_alpha: LoRA scaling alpha (the update is ``alpha / r * B A``).
+        lora_dropout: dropout on the LoRA input.
+        lora_towers: which transformer towers get adapters, ``"text"`` and / or ``"image"``;
+            ``None``: every transformer tower.
+        lora_target_modules: names of the linear layers to adapt inside each adapted tower
+            (e.g. ``["query", "value"]``); ``None``: the attention query and value
+            projections of the tower's ``model_type`` (``DEFAULT_LORA_TARGETS``).
         kwargs: the common :class:`~transformers.PretrainedConfig` arguments.
 
     Raises:
@@ -94,6 +151,9 @@ class NCLConfig(PretrainedConfig):
         image_views: int = 1,
         text_pooling: str = "mean",
         similarity: str = "cosine",
+        sim_dim: int = 256,
+        reasoning_steps: int = 3,
+        attention_lambda: float = 9.0,
         num_networks: int = 1,
         plugins: list[str] | None = None,
         plugin_versions: dict[str, str] | None = None,
@@ -101,9 +161,33 @@ class NCLConfig(PretrainedConfig):
         plugin_distributions: dict[str, str] | None = None,
         hfncl_version: str | None = None,
         checkpoint_format: int = CHECKPOINT_FORMAT,
+        text_tower: str = "gru",
+        text_tower_name: str | None = None,
+        text_tower_config: dict[str, Any] | None = None,
+        image_tower: str = "regions",
+        image_tower_name: str | None = None,
+        image_tower_config: dict[str, Any] | None = None,
+        lora_rank: int = 0,
+        lora_alpha: float = 16.0,
+        lora_dropout: float = 0.0,
+        lora_towers: list[str] | None = None,
+        lora_target_modules: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
         _check_checkpoint_format(checkpoint_format, hfncl_version)
+        self.text_tower = text_tower
+        self.text_tower_name = text_tower_name
+        self.text_tower_config = _tower_config("text", text_tower, text_tower_name, text_tower_config)
+        self.image_tower = image_tower
+        self.image_tower_name = image_tower_name
+        self.image_tower_config = _tower_config("image", image_tower, image_tower_name, image_tower_config)
+        self.lora_rank = lora_rank
+        self.lora_alpha = lora_alpha
+        self.lora_dropout = lora_dropout
+        self.lora_towers = list(lora_towers) if isinstance(lora_towers, tuple) else lora_towers
+        self.lora_target_modules = (
+            list(lora_target_modules) if isinstance(lora_target_modules, tuple) else lora_target_modules
+        )
         self.image_dim = image_dim
         self.embed_dim = embed_dim
         self.word_dim = word_dim
@@ -114,6 +198,9 @@ class NCLConfig(PretrainedConfig):
         self.image_views = image_views
         self.text_pooling = text_pooling
         self.similarity = similarity
+        self.sim_dim = sim_dim
+        self.reasoning_steps = reasoning_steps
+        self.attention_lambda = attention_lambda
         self.num_networks = num_networks
         plugins = [] if plugins is None else plugins
         plugin_versions = {} if plugin_versions is None else plugin_versions
@@ -138,12 +225,23 @@ class NCLConfig(PretrainedConfig):
                 raise ValueError(f"NCLConfig.{name} must be a positive integer, got {value!r}")
         if not isinstance(self.bidirectional, bool):
             raise ValueError(f"NCLConfig.bidirectional must be True or False, got {self.bidirectional!r}")
-        if self.image_pooling not in IMAGE_POOLINGS:
-            raise ValueError(f"NCLConfig.image_pooling must be one of {IMAGE_POOLINGS}, got {self.image_pooling!r}")
-        if self.text_pooling not in TEXT_POOLINGS:
-            raise ValueError(f"NCLConfig.text_pooling must be one of {TEXT_POOLINGS}, got {self.text_pooling!r}")
+        image_poolings = TRANSFORMER_POOLINGS if self.image_tower == "transformer" else IMAGE_POOLINGS
+        if self.image_pooling not in image_poolings:
+            raise ValueError(f"NCLConfig.image_pooling must be one of {image_poolings}, got {self.image_pooling!r}")
+        text_poolings = TRANSFORMER_POOLINGS if self.text_tower == "transformer" else TEXT_POOLINGS
+        if self.text_pooling not in text_poolings:
+            raise ValueError(f"NCLConfig.text_pooling must be one of {text_poolings}, got {self.text_pooling!r}")
         if self.similarity not in SIMILARITIES:
             raise ValueError(f"NCLConfig.similarity must be one of {SIMILARITIES}, got {self.similarity!r}")
+        lam = self.attention_lambda
+        if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not math.isfinite(lam) or lam <= 0:
+            raise ValueError(f"NCLConfig.attention_lambda must be a positive finite number, got {lam!r}")
+        if self.similarity != "cosine" and self.image_views != 1:
+            raise ValueError(
+                f"NCLConfig.similarity {self.similarity!r} compares local features of one image view: "
+                f"image_views must be 1, got {self.image_views}"
+            )
+        self._check_towers()
         if not isinstance(self.plugins, list) or not all(isinstance(p, str) for p in self.plugins):
             raise ValueError(f"NCLConfig.plugins must be a list of plugin names, got {self.plugins!r}")
         if not isinstance(self.plugin_versions, dict):
@@ -158,6 +256,40 @@ class NCLConfig(PretrainedConfig):
             )
         if not isinstance(self.hfncl_version, str):
             raise ValueError(f"NCLConfig.hfncl_version must be a version string, got {self.hfncl_version!r}")
+
+    def _check_towers(self) -> None:
+        """The tower and LoRA fields (see the class docstring)."""
+        if self.text_tower not in TEXT_TOWERS:
+            raise ValueError(f"NCLConfig.text_tower must be one of {TEXT_TOWERS}, got {self.text_tower!r}")
+        if self.image_tower not in IMAGE_TOWERS:
+            raise ValueError(f"NCLConfig.image_tower must be one of {IMAGE_TOWERS}, got {self.image_tower!r}")
+        if self.image_tower == "transformer" and self.image_views != 1:
+            raise ValueError(f"NCLConfig.image_views must be 1 with image_tower 'transformer', got {self.image_views}")
+        rank = self.lora_rank
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+            raise ValueError(f"NCLConfig.lora_rank must be an integer >= 0 (0: no LoRA), got {rank!r}")
+        alpha, dropout = self.lora_alpha, self.lora_dropout
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or alpha <= 0:
+            raise ValueError(f"NCLConfig.lora_alpha must be a positive number, got {alpha!r}")
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+            raise ValueError(f"NCLConfig.lora_dropout must be in [0, 1), got {dropout!r}")
+        towers = self.lora_towers
+        if towers is not None and (not isinstance(towers, list) or not set(towers) <= set(LORA_TOWERS)):
+            raise ValueError(f"NCLConfig.lora_towers must be None or a list of {LORA_TOWERS}, got {towers!r}")
+        if rank and towers is not None:
+            kinds = {"text": self.text_tower, "image": self.image_tower}
+            plain = [t for t in towers if kinds[t] != "transformer"]
+            if plain:
+                raise ValueError(f"NCLConfig.lora_towers names {plain}, which are not transformer towers")
+        modules = self.lora_target_modules
+        if modules is not None and (not isinstance(modules, list) or not all(isinstance(m, str) for m in modules)):
+            raise ValueError(f"NCLConfig.lora_target_modules must be None or a list of module names, got {modules!r}")
+
+    def lora_applies_to(self, tower: str) -> bool:
+        """Whether the ``tower`` (``"text"`` or ``"image"``) gets LoRA adapters."""
+        kind = self.text_tower if tower == "text" else self.image_tower
+        wanted = self.lora_towers is None or tower in self.lora_towers
+        return self.lora_rank > 0 and kind == "transformer" and wanted
 
     def to_dict(self) -> dict[str, Any]:
         """The config as a dict, stamped with the installed hfncl version and :data:`CHECKPOINT_FORMAT`.

@@ -110,6 +110,17 @@ class RegionImageEncoder(nn.Module):
         regions = self.fc(images).unflatten(-1, (self.views, self.embed_dim))
         return l2_normalize(masked_pool(regions, None, self.pooling)).flatten(1)
 
+    def local(self, images: torch.Tensor) -> tuple[torch.Tensor, None]:
+        """Projected region features before pooling (local features for SGR / SAF heads).
+
+        Args:
+            images: float tensor (B, R, D) of region features.
+
+        Returns:
+            ``(states, None)``: states (B, R, W * embed_dim), every region valid (no mask).
+        """
+        return self.fc(images), None
+
 
 class GRUTextEncoder(nn.Module):
     """Token ids -> one caption embedding with a (bi)GRU over word embeddings (SCAN / VSE++).
@@ -161,6 +172,19 @@ class GRUTextEncoder(nn.Module):
         Returns:
             float tensor (B, embed_dim) of unit-norm caption embeddings.
         """
+        return l2_normalize(masked_pool(*self.local(captions, lengths), self.pooling))
+
+    def local(self, captions: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-word GRU states (local features for SGR / SAF heads), before pooling.
+
+        Args:
+            captions: long tensor (B, L) of token ids, padded with 0.
+            lengths: long tensor (B,) with the number of tokens of each caption (>= 1).
+
+        Returns:
+            ``(states, mask)``: states (B, T, embed_dim) with T = max(lengths) (directions
+            averaged), mask (B, T) true at the positions of real words.
+        """
         lengths = lengths.to(device="cpu", dtype=torch.long)
         packed = pack_padded_sequence(self.embed(captions), lengths, batch_first=True, enforce_sorted=False)
         hidden, _ = pad_packed_sequence(self.rnn(packed)[0], batch_first=True)
@@ -168,5 +192,4 @@ class GRUTextEncoder(nn.Module):
             fwd, bwd = hidden.chunk(2, dim=-1)
             hidden = (fwd + bwd) / 2
         positions = torch.arange(hidden.size(1), device=hidden.device)
-        mask = positions[None, :] < lengths.to(hidden.device)[:, None]
-        return l2_normalize(masked_pool(hidden, mask, self.pooling))
+        return hidden, positions[None, :] < lengths.to(hidden.device)[:, None]

@@ -19,12 +19,20 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from hfncl.models.configuration import IncompatibleCheckpointError, NCLConfig
-from hfncl.models.encoders import GRUTextEncoder, RegionImageEncoder, init_word_embedding, init_xavier_linear
+from hfncl.models.encoders import init_word_embedding, init_xavier_linear
+from hfncl.models.sgraf import build_similarity_head, pack_local
+from hfncl.models.towers import PretrainedTower, build_image_encoder, build_text_encoder
 from hfncl.plugins import require_plugins
 
 
 class MatchingNetwork(nn.Module):
-    """One image encoder, one text encoder and a cosine similarity (SCAN / VSE++ precomp encoder).
+    """One image encoder, one text encoder and a similarity head (SCAN / VSE++ precomp encoder).
+
+    With ``config.similarity == "cosine"`` the embeddings are the towers' pooled unit-norm
+    vectors and the similarity is their dot product. With ``"sgr"`` or ``"saf"`` (SGRAF,
+    :mod:`hfncl.models.sgraf`) the embeddings are the towers' local features, packed as
+    (B, T, d + 1) with a validity flag (:func:`hfncl.models.sgraf.pack_local`), and the
+    similarity is the head's.
 
     Args:
         config: the architecture; ``config.num_networks`` is ignored here.
@@ -34,24 +42,28 @@ class MatchingNetwork(nn.Module):
         super().__init__()
         config.check_values()
         self.views = config.image_views
-        self.image_encoder = RegionImageEncoder(
-            config.image_dim, config.embed_dim, config.image_pooling, config.image_views
-        )
-        self.text_encoder = GRUTextEncoder(
-            config.vocab_size,
-            config.word_dim,
-            config.embed_dim,
-            config.text_layers,
-            config.bidirectional,
-            config.text_pooling,
+        self.image_encoder = build_image_encoder(config)
+        self.text_encoder = build_text_encoder(config)
+        self.head = build_similarity_head(
+            config.similarity, config.embed_dim, config.sim_dim, config.attention_lambda, config.reasoning_steps
         )
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
-        """Region features (B, R, D) -> image embeddings (B, W * embed_dim): W unit-norm views, concatenated."""
+        """Region features (B, R, D) -> image embeddings (B, W * embed_dim): W unit-norm views, concatenated.
+
+        With an SGR / SAF head: packed local features (B, R, embed_dim + 1).
+        """
+        if self.head is not None:
+            return pack_local(*self.image_encoder.local(images))
         return self.image_encoder(images)
 
     def encode_text(self, captions: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """Token ids (B, L) padded with 0 and lengths (B,) -> unit-norm caption embeddings (B, embed_dim)."""
+        """Token ids (B, L) padded with 0 and lengths (B,) -> unit-norm caption embeddings (B, embed_dim).
+
+        With an SGR / SAF head: packed local features (B, T, embed_dim + 1), T the longest caption.
+        """
+        if self.head is not None:
+            return pack_local(*self.text_encoder.local(captions, lengths))
         return self.text_encoder(captions, lengths)
 
     def forward(
@@ -63,8 +75,12 @@ class MatchingNetwork(nn.Module):
     def view_similarity(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:
         """Cosine similarity of every image view with every caption: (n, W * d), (m, d) -> (W, n, m).
 
-        The embeddings are unit-norm, so the cosine is their dot product.
+        The embeddings are unit-norm, so the cosine is their dot product. With an SGR / SAF
+        head: the head's similarity of packed local features (n, R, d + 1), (m, T, d + 1) ->
+        (1, n, m), all pairs at once in training mode, in bounded blocks otherwise.
         """
+        if self.head is not None:
+            return self.head(image_embeds, text_embeds).unsqueeze(0)
         views = image_embeds.unflatten(-1, (self.views, -1)).transpose(0, 1)
         return views @ text_embeds.t()
 
@@ -123,6 +139,9 @@ class NCLModel(PreTrainedModel):
                     "or unset HF_HUB_OFFLINE."
                 ) from error
             raise
+        for module in model.modules():
+            if isinstance(module, PretrainedTower):
+                module.set_trainable()
         config = model.config
         require_plugins(config.plugins, config.plugin_distributions, config.plugin_versions, source=name)
         return model
@@ -144,20 +163,37 @@ class NCLModel(PreTrainedModel):
         towers) when loading, so a tower-level initialiser would leave a missing weight
         as uninitialised memory. Every call draws from the global generator, so the K
         networks start apart, and identically under the same ``torch.manual_seed``.
+
+        A transformer tower's encoder is a ``PreTrainedModel``: transformers initialises
+        its layers with that model's own scheme, never with this one. The tower itself
+        (a :class:`~hfncl.models.towers.PretrainedTower`, visited after its layers, whose
+        own parameters are its head) then draws its head, copies in its pretrained
+        weights and zeroes its LoRA updates. ``from_pretrained`` builds the model on the
+        meta device, where no initialiser runs, and fills every weight from the
+        checkpoint; the loaded head marks the tower initialised, so a reload never reads
+        the tower's source.
         """
-        if isinstance(module, nn.Linear):
+        if isinstance(module, PretrainedTower):
+            module.init_weights()
+        elif isinstance(module, nn.Linear):
             init_xavier_linear(module)
         elif isinstance(module, nn.Embedding):
             init_word_embedding(module)
-        elif isinstance(module, nn.GRU):
+        elif isinstance(module, (nn.GRU, nn.BatchNorm1d)):
             module.reset_parameters()
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
-        """Region features (B, R, D) -> image embeddings of every network, stacked (K, B, W * embed_dim)."""
+        """Region features (B, R, D) -> image embeddings of every network, stacked (K, B, W * embed_dim).
+
+        With an SGR / SAF head: packed local features (K, B, R, embed_dim + 1).
+        """
         return torch.stack([network.encode_image(images) for network in self.networks])
 
     def encode_text(self, captions: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """Token ids (B, L) and lengths (B,) -> caption embeddings of every network, stacked (K, B, embed_dim)."""
+        """Token ids (B, L) and lengths (B,) -> caption embeddings of every network, stacked (K, B, embed_dim).
+
+        With an SGR / SAF head: packed local features (K, B, T, embed_dim + 1).
+        """
         return torch.stack([network.encode_text(captions, lengths) for network in self.networks])
 
     def network_similarities(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:
@@ -168,9 +204,13 @@ class NCLModel(PreTrainedModel):
             text_embeds: (K, m, d) from :meth:`encode_text`.
         """
         k = len(self.networks)
-        if image_embeds.dim() != 3 or text_embeds.dim() != 3 or image_embeds.size(0) != k or text_embeds.size(0) != k:
+        dims = 3 if self.config.similarity == "cosine" else 4
+        shapes = "(K={k}, n, W*d) image and (K={k}, m, d) text"
+        if dims == 4:
+            shapes = "packed (K={k}, n, R, d+1) image and (K={k}, m, T, d+1) text"
+        if image_embeds.dim() != dims or text_embeds.dim() != dims or image_embeds.size(0) != k or text_embeds.size(0) != k:
             raise ValueError(
-                f"NCLModel expects (K={k}, n, W*d) image and (K={k}, m, d) text embeddings, got "
+                f"NCLModel expects {shapes.format(k=k)} embeddings, got "
                 f"{tuple(image_embeds.shape)} and {tuple(text_embeds.shape)}"
             )
         return torch.stack(

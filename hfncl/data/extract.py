@@ -1,0 +1,239 @@
+"""Image features from raw images and captions, written as a SCAN precomp directory.
+
+The source is an ``imagefolder`` directory (one folder per split, ``train/``, ``dev/``
+or ``validation/``, ``test/``, each with its images and a ``metadata.jsonl`` whose rows
+name a ``file_name`` and its captions) or a Hub dataset id (where the network exists).
+Every split is run through ``datasets.map`` with batched extraction by a Hugging Face
+image model and its image processor, and written as ``{split}_ims.npy`` (N, R, D) and
+``{split}_caps.txt`` (k captions per image), the files :func:`hfncl.data.load_precomp_split`
+reads, so the result trains like any precomp data (``--data-dir OUTPUT_DIR``).
+
+Features:
+
+``pooled``   one vector per image, R = 1: the model's image embedding
+             (``get_image_features`` of a dual encoder such as CLIP, i.e. the joint
+             CLIP space; else the ``pooler_output``, or the mean of the last hidden states).
+``patches``  the last hidden states of the vision encoder, R = number of tokens
+             (class token included): patch features for attention-based heads.
+
+Extraction is cached and resumable: each split is cut into ``num_shards`` contiguous
+shards whose mapped Arrow files go to ``cache_dir`` under a name keyed by the dataset's
+fingerprint, the model and the options; ``datasets`` writes a shard's file only when the
+shard is complete and reuses it on the next run, so a killed extraction resumes at the
+first unfinished shard.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import datasets
+import numpy as np
+import torch
+
+from hfncl.data.precomp import DataFormatError, default_cache_root
+
+FEATURES = ("pooled", "patches")
+SPLIT_NAMES = {"validation": "dev"}
+"""``datasets`` split name -> precomp split name (the recipes validate on ``dev``)."""
+
+
+class ImageFeatureExtractor:
+    """A Hugging Face image model and its image processor, as a batched ``datasets.map`` function.
+
+    Args:
+        model_name: Hub id or directory of the image model (a vision encoder such as
+            ``CLIPVisionModel``, or a dual encoder such as ``CLIPModel``) and its processor.
+        feature: ``"pooled"`` or ``"patches"`` (see the module docstring).
+        device: where the model runs.
+    """
+
+    def __init__(self, model_name: str, feature: str = "pooled", device: str | torch.device = "cpu") -> None:
+        from transformers import AutoImageProcessor, AutoModel
+
+        if feature not in FEATURES:
+            raise ValueError(f"feature must be one of {FEATURES}, got {feature!r}")
+        try:
+            self.processor = AutoImageProcessor.from_pretrained(model_name)
+            self.model = AutoModel.from_pretrained(model_name).to(device).eval()
+        except OSError as error:
+            raise OSError(f"Cannot load the image model or its image processor from {model_name!r}: {error}") from error
+        self.model_name = model_name
+        self.feature = feature
+        self.device = torch.device(device)
+
+    def identity(self) -> dict[str, Any]:
+        """What determines the features (hashed into the cache file names)."""
+        path = Path(self.model_name)
+        files = sorted(path.glob("*")) if path.is_dir() else []
+        stamps = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files if p.is_file()]
+        return {"model": self.model_name, "files": stamps, "feature": self.feature}
+
+    @torch.no_grad()
+    def __call__(self, images: Sequence[Any]) -> np.ndarray:
+        """Features (B, R, D) float32 of a batch of PIL images."""
+        pixels = self.processor(images=[image.convert("RGB") for image in images], return_tensors="pt")
+        pixel_values = pixels["pixel_values"].to(self.device)
+        vision = getattr(self.model, "vision_model", None)
+        if self.feature == "pooled" and hasattr(self.model, "get_image_features"):
+            pooled = self.model.get_image_features(pixel_values=pixel_values)
+            states = (pooled if isinstance(pooled, torch.Tensor) else pooled.pooler_output)[:, None]
+        else:
+            encoder = vision if vision is not None and hasattr(self.model, "get_image_features") else self.model
+            output = encoder(pixel_values=pixel_values)
+            if self.feature == "patches":
+                states = output.last_hidden_state
+            elif getattr(output, "pooler_output", None) is not None:
+                states = output.pooler_output[:, None]
+            else:
+                states = output.last_hidden_state.mean(dim=1, keepdim=True)
+        return states.float().cpu().numpy()
+
+
+def load_raw_dataset(source: str | Path, cache_dir: str | Path | None = None) -> datasets.DatasetDict:
+    """An ``imagefolder`` directory or a Hub dataset id as a ``DatasetDict`` of splits."""
+    cache = None if cache_dir is None else str(cache_dir)
+    if Path(source).is_dir():
+        return datasets.load_dataset("imagefolder", data_dir=str(source), cache_dir=cache)
+    return datasets.load_dataset(str(source), cache_dir=cache)
+
+
+def split_captions(dataset: datasets.Dataset, column: str, split: str) -> tuple[list[str], int]:
+    """The captions of every image in order (k per image) and k; a caption cell is a string or a list.
+
+    Raises:
+        DataFormatError: a missing column, an empty caption, or images with different caption counts.
+    """
+    if column not in dataset.column_names:
+        raise DataFormatError(
+            f"split {split!r} has no caption column {column!r} (columns: {dataset.column_names}); "
+            "name it in metadata.jsonl or pass caption_column"
+        )
+    captions: list[str] = []
+    per_image = None
+    for row, cell in enumerate(dataset.select_columns([column])[column]):
+        cell = [cell] if isinstance(cell, str) else cell
+        if not isinstance(cell, list) or not cell or not all(isinstance(c, str) and c.strip() for c in cell):
+            raise DataFormatError(f"split {split!r} row {row}: {column!r} must be a non-empty caption or list of them, got {cell!r}")
+        if per_image is None:
+            per_image = len(cell)
+        elif len(cell) != per_image:
+            raise DataFormatError(
+                f"split {split!r} row {row} has {len(cell)} captions, earlier rows {per_image}: every image needs the same number"
+            )
+        captions.extend(" ".join(c.split()) for c in cell)
+    if per_image is None:
+        raise DataFormatError(f"split {split!r} has no rows")
+    return captions, per_image
+
+
+def _extract_split(
+    dataset: datasets.Dataset,
+    extractor: ImageFeatureExtractor,
+    image_column: str,
+    cache_dir: Path,
+    batch_size: int,
+    num_shards: int,
+    split: str,
+) -> list[datasets.Dataset]:
+    """The mapped shards of one split, each with a ``regions`` column (R, D), read from cache when complete."""
+    if image_column not in dataset.column_names:
+        raise DataFormatError(f"split {split!r} has no image column {image_column!r} (columns: {dataset.column_names})")
+    images = dataset.select_columns([image_column])
+    identity = {"data": dataset._fingerprint, "extractor": extractor.identity(), "shards": num_shards}
+    key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    probe = extractor([images[0][image_column]])
+    features = datasets.Features({"regions": datasets.Array2D(shape=probe.shape[1:], dtype="float32")})
+    shards = []
+    for index in range(min(num_shards, images.num_rows)):
+        shard = images.shard(num_shards, index, contiguous=True)
+        shards.append(
+            shard.map(
+                lambda batch: {"regions": list(extractor(batch[image_column]))},
+                batched=True,
+                batch_size=batch_size,
+                remove_columns=[image_column],
+                features=features,
+                cache_file_name=str(cache_dir / f"{split}-{key}-{index:05d}-of-{num_shards:05d}.arrow"),
+                new_fingerprint=f"{key}-{index}",
+                desc=f"{split} features, shard {index + 1}/{num_shards}",
+            )
+        )
+    return shards
+
+
+def _write_regions(shards: list[datasets.Dataset], path: Path, chunk_size: int = 256) -> tuple[int, ...]:
+    """Stream the shards' ``regions`` into ``path`` (a float32 ``.npy``), chunk by chunk; returns its shape."""
+    first = np.asarray(shards[0].with_format("numpy")[0]["regions"], dtype=np.float32)
+    shape = (sum(s.num_rows for s in shards), *first.shape)
+    partial = path.with_suffix(".partial.npy")
+    out = np.lib.format.open_memmap(partial, mode="w+", dtype=np.float32, shape=shape)
+    row = 0
+    for shard in shards:
+        numpy = shard.with_format("numpy")
+        for start in range(0, shard.num_rows, chunk_size):
+            chunk = np.asarray(numpy[start : start + chunk_size]["regions"], dtype=np.float32)
+            out[row : row + len(chunk)] = chunk
+            row += len(chunk)
+    out.flush()
+    del out
+    os.replace(partial, path)
+    return shape
+
+
+def extract_features(
+    source: str | Path,
+    output_dir: str | Path,
+    model_name: str,
+    *,
+    feature: str = "pooled",
+    image_column: str = "image",
+    caption_column: str = "captions",
+    batch_size: int = 32,
+    num_shards: int = 8,
+    device: str | torch.device = "cpu",
+    cache_dir: str | Path | None = None,
+) -> dict[str, tuple[int, ...]]:
+    """Extract the image features of every split of ``source`` into the precomp directory ``output_dir``.
+
+    Args:
+        source: an ``imagefolder`` directory with ``metadata.jsonl`` per split, or a Hub dataset id.
+        output_dir: where ``{split}_ims.npy`` and ``{split}_caps.txt`` are written (a
+            ``validation`` split is written as ``dev``).
+        model_name: Hub id or directory of the image model and its image processor.
+        feature: ``"pooled"`` (R = 1) or ``"patches"``.
+        image_column: the column holding the images.
+        caption_column: the column holding a caption or a list of k captions per image.
+        batch_size: images per model call.
+        num_shards: shards per split; each is cached on completion (the unit of resumption).
+        device: where the model runs.
+        cache_dir: where ``datasets`` keeps the loaded dataset and the mapped shards
+            (default ``$HFNCL_CACHE/extract``).
+
+    Returns:
+        The shape (N, R, D) of each split's features, by precomp split name.
+
+    Raises:
+        DataFormatError: a missing column, an empty caption or unequal caption counts, naming the split and row.
+    """
+    if batch_size < 1 or num_shards < 1:
+        raise ValueError(f"batch_size and num_shards must be >= 1, got {batch_size} and {num_shards}")
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_root() / "extract"
+    raw = load_raw_dataset(source, cache / "datasets")
+    extractor = ImageFeatureExtractor(model_name, feature, device)
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    shapes = {}
+    for name, dataset in raw.items():
+        split = SPLIT_NAMES.get(name, name)
+        captions, _ = split_captions(dataset, caption_column, split)
+        shards = _extract_split(dataset, extractor, image_column, cache / "features", batch_size, num_shards, split)
+        shapes[split] = _write_regions(shards, output_dir / f"{split}_ims.npy")
+        (output_dir / f"{split}_caps.txt").write_text("\n".join(captions) + "\n", encoding="utf-8")
+    return shapes
