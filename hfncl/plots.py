@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from scipy.stats import norm
 
 from hfncl.division import min_max_normalise
 
@@ -16,9 +17,15 @@ def plot_division(
     true_clean: np.ndarray,
     path: str | Path,
     title: str = "",
+    mixture: torch.Tensor | np.ndarray | None = None,
 ) -> Path:
     """Histogram of the min-max normalised statistic for truly clean and noisy pairs, with the
     clean probability the method assigned, as a PNG. Needs matplotlib (``pip install hfncl[plots]``).
+
+    ``mixture`` (K, 3), a division's ``extras["mixture"]`` (weight, mean, standard deviation
+    per Gaussian component on the normalised scale), adds the fitted density, scaled to
+    the counts of all pairs (:func:`mixture_counts`; their histogram is outlined in grey):
+    each component dashed, their sum solid.
     """
     import matplotlib
 
@@ -32,6 +39,13 @@ def plot_division(
     bins = np.linspace(0.0, 1.0, 61)
     counts.hist(values[truth], bins, alpha=0.6, color="tab:green", label="clean pairs (hidden mask)")
     counts.hist(values[~truth], bins, alpha=0.6, color="tab:red", label="noisy pairs (hidden mask)")
+    if mixture is not None:
+        counts.hist(values, bins, histtype="step", color="dimgray", linewidth=0.8, label="all pairs")
+        grid = np.linspace(0.0, 1.0, 400)
+        expected = mixture_counts(mixture, grid, len(values), bins[1] - bins[0])
+        for component, style in zip(expected, ("--", ":"), strict=False):
+            counts.plot(grid, component, color="tab:blue", linestyle=style, linewidth=1.2)
+        counts.plot(grid, expected.sum(axis=0), color="tab:blue", linewidth=1.5, label="fitted mixture (all pairs)")
     counts.set_xlabel("per-sample statistic, min-max normalised")
     counts.set_ylabel("pairs")
     curve = counts.twinx()
@@ -48,3 +62,21 @@ def plot_division(
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path
+
+
+def mixture_counts(
+    mixture: torch.Tensor | np.ndarray, grid: np.ndarray, num_samples: int, bin_width: float
+) -> np.ndarray:
+    """(K, len(grid)) expected histogram counts of each Gaussian component of ``mixture`` at ``grid``.
+
+    ``mixture`` rows are (weight, mean, standard deviation); a component's density times
+    its weight, the number of samples and the bin width is the count a bin of that width
+    centred at the grid point expects from it.
+    """
+    parameters = np.asarray(torch.as_tensor(mixture).detach().cpu().double())
+    if parameters.ndim != 2 or parameters.shape[1] != 3 or (parameters[:, 2] <= 0).any():
+        raise ValueError(
+            f"mixture must be a (K, 3) array of (weight, mean, std > 0) rows, got {parameters.tolist()}"
+        )
+    weight, mean, std = (parameters[:, i, None] for i in range(3))
+    return weight * norm.pdf(grid[None, :], loc=mean, scale=std) * num_samples * bin_width

@@ -8,6 +8,13 @@ A *batch* is a plain ``dict`` produced by :func:`hfncl.data.collate_pairs`:
 ``index``    long tensor (B,): position of each pair in the training set; divisions,
              ledgers and noise masks are indexed by it.
 
+Label-noise data (samples with a category label per modality; see
+:class:`hfncl.engine.tasks.CategoryTask`) travel in batches of :func:`hfncl.data.noisy_labels.collate_labelled`:
+
+``image``, ``text``              float tensors (B, D_image), (B, D_text): the features.
+``image_label``, ``text_label``  long tensors (B,): the (possibly wrong) training labels.
+``index``                        long tensor (B,): position of each sample in the training set.
+
 The hidden clean/noisy mask never travels in a batch: methods cannot see it.
 """
 
@@ -43,10 +50,42 @@ class PairOutputs:
 
 
 @dataclass
+class CategoryOutputs:
+    """What one network says about a batch of category-labelled samples (label-noise data).
+
+    Sample ``j`` of the batch has one feature vector per modality (image and text, its
+    two modalities), each with its own, possibly wrong, category label. ``image_embeds``
+    and ``text_embeds`` (B, c) are the modalities' L2-normalised embeddings z_j^i in the
+    common space; ``prototypes`` (K, c) are the network's L2-normalised class prototypes
+    c_k, shared by the modalities, so ``logits(m)[j, k] = c_k . z_j^m`` is a cosine in
+    [-1, 1]. As with :class:`PairOutputs`, the per-sample tensors cover the global batch
+    (gathered over processes, with gradients) and ``index`` holds the samples' positions
+    in the training set.
+    """
+
+    image_embeds: torch.Tensor
+    text_embeds: torch.Tensor
+    prototypes: torch.Tensor
+    index: torch.Tensor
+
+    def embeds(self, modality: str) -> torch.Tensor:
+        """The (B, c) embeddings of ``modality`` (``"image"`` or ``"text"``)."""
+        if modality not in ("image", "text"):
+            raise ValueError(f"modality must be 'image' or 'text', got {modality!r}")
+        return self.image_embeds if modality == "image" else self.text_embeds
+
+    def logits(self, modality: str) -> torch.Tensor:
+        """(B, K) prototype scores c_k . z_j of ``modality``'s samples."""
+        return self.embeds(modality) @ self.prototypes.t()
+
+
+@dataclass
 class Division:
     """A method's verdict on every training pair, indexed by dataset position.
 
-    ``clean_prob``  (N,) float: probability that the pair is correctly matched (w_i).
+    ``clean_prob``  (N,) float: probability that the pair is correctly matched (w_i). For
+                    label-noise data N counts (modality, sample) units, modality-major
+                    (:mod:`hfncl.engine.tasks`).
     ``clean``       (N,) bool: the predicted clean set (the rest is the noisy set).
     ``extras``      named (N, ...) tensors a method wants to carry into ``rectify``
                     (soft labels, uncertainty, a three-way partition, ...). Under
@@ -55,6 +94,11 @@ class Division:
                     ``"set/NAME"``, an (N,) boolean mask of a named subset (e.g. a
                     three-way partition's hard set): the trainer reports each set's
                     share of the data and its purity (share truly clean) every epoch.
+                    Under ``"mixture"`` (the one entry not indexed by pair), a (K, 3)
+                    tensor: weight, mean and standard deviation of each Gaussian
+                    component of a mixture fitted to the min-max normalised
+                    statistic (:func:`hfncl.division.fit_loss_mixture`); the division
+                    plot draws its density over the histogram.
     """
 
     clean_prob: torch.Tensor

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from hfncl.division import gmm_clean_probability, threshold_division
+from hfncl.division import fit_loss_mixture, threshold_division
 from hfncl.hookspecs import hookimpl
 from hfncl.losses import triplet_hardest_negative, triplet_sum_negatives
 from hfncl.types import Division
@@ -105,7 +105,11 @@ def soft_margin(labels: torch.Tensor, alpha: float, curve: float) -> torch.Tenso
 
 @hookimpl
 def divide(trainer, epoch) -> list[Division]:
-    """Co-divide: network k's division is the GMM fitted on its peer's per-sample L_w."""
+    """Co-divide: network k's division is the GMM fitted on its peer's per-sample L_w.
+
+    Its extras carry that L_w (``statistic``) and the fitted GMM (``mixture``), which the
+    division plot draws over the losses (Fig. 3b).
+    """
     alpha = trainer.option("ncr.alpha")
 
     def per_sample_loss(batch) -> dict[str, torch.Tensor]:
@@ -119,13 +123,15 @@ def divide(trainer, epoch) -> list[Division]:
     divisions = []
     for net in range(NETWORKS):
         peer_loss = losses[f"loss{(net + 1) % NETWORKS}"]
-        clean_prob = gmm_clean_probability(
+        clean_prob, mixture = fit_loss_mixture(
             peer_loss,
             max_iter=trainer.option("ncr.gmm_max_iter"),
             reg_covar=trainer.option("ncr.gmm_reg_covar"),
             seed=trainer.config.seed + epoch,
         )
-        divisions.append(threshold_division(clean_prob, trainer.option("ncr.threshold"), statistic=peer_loss))
+        divisions.append(
+            threshold_division(clean_prob, trainer.option("ncr.threshold"), statistic=peer_loss, mixture=mixture)
+        )
     return divisions
 
 

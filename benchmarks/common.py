@@ -1,0 +1,82 @@
+"""What the benchmark scripts share: the machine line, quiet libraries, settings per method, tables."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import statistics
+from pathlib import Path
+from typing import Any
+
+import datasets
+import torch
+import transformers
+
+from hfncl.demo import DemoRun, demo_runs
+from hfncl.plugins import build_plugin_manager, installed_entry_points
+
+
+def machine(device: str = "cpu") -> str:
+    """Date, CPU model and usable cores (and the GPU when ``device`` is cuda), torch version."""
+    cpu = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    where = f"{cpu}, {cores} cores"
+    if device == "cuda":
+        where += f", {torch.cuda.get_device_name(0)}"
+    return f"{datetime.date.today().isoformat()}, {where}, torch {torch.__version__}"
+
+
+def quiet() -> None:
+    """Silence the libraries' own progress bars (dataset conversion, checkpoint writing)."""
+    datasets.disable_progress_bars()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def correspondence_methods() -> list[str]:
+    """Installed plugins that learn from image-caption pairs (``data_kind`` ``"pairs"`` or unanswered)."""
+    return [
+        name
+        for name in sorted(installed_entry_points())
+        if all(kind in (None, "pairs") for kind in build_plugin_manager([name]).hook.data_kind())
+    ]
+
+
+def method_runs(methods: list[str] | None, noise_ratio: float) -> list[DemoRun]:
+    """One run per method at ``noise_ratio``: those named, or every installed correspondence method
+    that declares ``demo_settings`` (the demo's selection)."""
+    if methods is not None:
+        return list(demo_runs((noise_ratio,), methods))
+    names = correspondence_methods()
+    return [run for run in demo_runs((noise_ratio,)) if run.plugin in names]
+
+
+def shortened(settings: dict[str, Any], epochs: int) -> dict[str, Any]:
+    """A method's settings trained for ``epochs`` epochs, its warmup cut so that at least one epoch divides."""
+    out = dict(settings, epochs=epochs)
+    if settings.get("warmup_epochs", 0) > 0:
+        out["warmup_epochs"] = max(1, min(settings["warmup_epochs"], epochs - 1)) if epochs > 1 else 0
+    if "lr_decay_epochs" in settings:
+        out["lr_decay_epochs"] = [e for e in settings["lr_decay_epochs"] if e < epochs]
+    return out
+
+
+def mean_spread(values: list[float], digits: int = 1) -> str:
+    """``mean ± sample standard deviation`` (just the mean for one value, ``-`` for none)."""
+    values = [v for v in values if v is not None and v == v]
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+def write_report(path: Path, text: str) -> None:
+    """Print ``text`` and write it to ``path``."""
+    print(text)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n")

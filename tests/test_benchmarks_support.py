@@ -1,0 +1,258 @@
+"""Library code the benchmarks use: the real-text proxy builder, hook timing, the mixture overlay."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import norm
+from transformers import BertConfig, BertModel, BertTokenizer
+
+from hfncl.data import DataFormatError, load_precomp_split
+from hfncl.data.proxy import ProxyConfig, build_caption_proxy, read_image_captions, split_images
+
+WORDS = ["a", "dog", "cat", "runs", "sits", "on", "the", "grass", "red", "ball", "man", "rides", "bike", "."]
+
+
+def _captions_file(path, images: int = 8, per_image: int = 3):
+    """Captions ``IMAGE#K<tab>caption``; the line of image 1, caption 2 uses a space like Flickr8k's messy lines."""
+    rng = np.random.default_rng(0)
+    lines = []
+    for i in range(images):
+        for k in range(per_image):
+            caption = " ".join(rng.choice(WORDS, size=int(rng.integers(2, 9))))
+            separator = " " if (i, k) == (1, 2) else "\t"
+            lines.append(f"img{i}.jpg#{k}{separator}{caption}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_encoder(tmp_path_factory):
+    """A randomly initialised 1-layer BERT (hidden size 32) and its word-level tokenizer, saved to a folder."""
+    folder = tmp_path_factory.mktemp("tiny_bert")
+    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS])}
+    BertTokenizer(vocab=vocab).save_pretrained(folder)
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=len(vocab), hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37,
+        max_position_embeddings=64,
+    )
+    BertModel(config).save_pretrained(folder)
+    return folder
+
+
+def test_reads_tab_and_space_separated_lines_in_caption_order(tmp_path):
+    path = tmp_path / "captions.txt"
+    path.write_text("b.jpg#1\tsecond of b\nb.jpg#0 first of b\na.jpg#0\tfirst of a\n\na.jpg#1\t  second of a  \n")
+    assert read_image_captions(path) == {"b.jpg": ["first of b", "second of b"], "a.jpg": ["first of a", "second of a"]}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("a.jpg#0\tone\na.jpg no caption key\n", "captions.txt:2"),
+        ("a.jpg#0\tone\na.jpg#0\tagain\n", "captions.txt:2: caption #0 of a.jpg appears twice"),
+        ("a.jpg#0\tone\na.jpg#1\ttwo\nb.jpg#0\tone\n", "image b.jpg has captions #[0]"),
+        ("a.jpg#0\tone\na.jpg#2\ttwo\n", "image a.jpg has captions #[0, 2]"),
+    ],
+)
+def test_malformed_caption_files_name_the_line_or_image(tmp_path, text, message):
+    path = tmp_path / "captions.txt"
+    path.write_text(text)
+    with pytest.raises(DataFormatError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        read_image_captions(path)
+
+
+def test_splits_are_disjoint_seeded_and_sized():
+    names = [f"img{i}" for i in range(20)]
+    config = ProxyConfig(num_test=5, num_dev=3, seed=4)
+    splits = split_images(names[::-1], config)
+    assert [len(splits[s]) for s in ("test", "dev", "train")] == [5, 3, 12]
+    assert sorted(sum(splits.values(), [])) == sorted(names)
+    assert split_images(names, config) == splits
+    assert split_images(names, ProxyConfig(num_test=5, num_dev=3, seed=5)) != splits
+    with pytest.raises(ValueError, match="leave none for training"):
+        split_images(names[:8], config)
+
+
+def test_proxy_regions_are_the_encoders_token_vectors_padded_with_their_mean(tmp_path, tiny_encoder):
+    captions = _captions_file(tmp_path / "captions.txt")
+    config = ProxyConfig(num_test=2, num_dev=2, region_caption=1, max_regions=6, batch_size=3, seed=1)
+    out = build_caption_proxy(captions, tmp_path / "proxy", tiny_encoder, config)
+    by_image = read_image_captions(captions)
+    splits = split_images(list(by_image), config)
+    tokenizer = BertTokenizer.from_pretrained(tiny_encoder)
+    encoder = BertModel.from_pretrained(tiny_encoder).eval()
+    for split, names in splits.items():
+        regions = np.load(out / f"{split}_ims.npy")
+        assert regions.shape == (len(names), 6, 32) and regions.dtype == np.float32
+        texts = (out / f"{split}_caps.txt").read_text().splitlines()
+        assert texts == [c for name in names for k, c in enumerate(by_image[name]) if k != 1]
+        for row, name in enumerate(names):
+            ids = tokenizer(by_image[name][1], truncation=True, max_length=6, return_tensors="pt")
+            with torch.no_grad():
+                alone = encoder(**ids).last_hidden_state[0].numpy()  # one caption, no padding
+            n = alone.shape[0]
+            np.testing.assert_allclose(regions[row, :n], alone, atol=1e-5)
+            np.testing.assert_allclose(regions[row, n:], np.broadcast_to(alone.mean(0), (6 - n, 32)), atol=1e-5)
+            np.testing.assert_allclose(regions[row].mean(0), alone.mean(0), atol=1e-5)
+            np.testing.assert_allclose(regions[row].max(0), alone.max(0), atol=1e-6)
+    split = load_precomp_split(out, "train", cache_dir=tmp_path / "cache")
+    assert split.num_images == 4 and split.captions_per_image == 2
+
+
+def test_proxy_is_deterministic_and_reused(tmp_path, tiny_encoder):
+    captions = _captions_file(tmp_path / "captions.txt")
+    config = ProxyConfig(num_test=2, num_dev=2, max_regions=5)
+    first = build_caption_proxy(captions, tmp_path / "one", tiny_encoder, config)
+    second = build_caption_proxy(captions, tmp_path / "two", tiny_encoder, config)
+    for split in ("train", "dev", "test"):
+        assert (first / f"{split}_ims.npy").read_bytes() == (second / f"{split}_ims.npy").read_bytes()
+    written = (first / "train_ims.npy").stat().st_mtime_ns
+    time.sleep(0.01)
+    build_caption_proxy(captions, first, tiny_encoder, config)
+    assert (first / "train_ims.npy").stat().st_mtime_ns == written
+    build_caption_proxy(captions, first, tiny_encoder, ProxyConfig(num_test=2, num_dev=2, max_regions=4))
+    assert np.load(first / "train_ims.npy").shape[1] == 4
+
+
+def test_proxy_needs_a_caption_left_as_text(tmp_path, tiny_encoder):
+    captions = _captions_file(tmp_path / "captions.txt", per_image=1)
+    with pytest.raises(ValueError, match="leave at least one as text"):
+        build_caption_proxy(captions, tmp_path / "proxy", tiny_encoder, ProxyConfig(num_test=2, num_dev=2))
+
+
+# --------------------------------------------------------------------------- hook timing
+
+
+class _Relay:
+    """A stand-in for a plugin manager's hook relay."""
+
+    def __init__(self) -> None:
+        self.divide = _Caller(lambda epoch: time.sleep(0.02) or f"division {epoch}")
+        self.train_step = _Caller(lambda: None)
+
+
+class _Caller:
+    def __init__(self, function) -> None:
+        self.function = function
+
+    def __call__(self, **kwargs):
+        return self.function(**kwargs)
+
+    def get_hookimpls(self):
+        return ["impl"]
+
+
+def test_hook_timer_forwards_calls_and_records_their_intervals():
+    from hfncl.profiling import HookTimer
+
+    timer = HookTimer(_Relay(), ["divide"])
+    assert timer.divide(epoch=3) == "division 3"
+    assert timer.divide.get_hookimpls() == ["impl"]
+    assert timer.train_step() is None and "train_step" not in timer.calls
+    (start, end), = timer.calls["divide"]
+    assert timer.seconds("divide") == [end - start] and 0.015 < end - start < 1.0
+    timer.calls["epoch_start"], timer.calls["epoch_end"] = [(1.0, 1.5), (4.0, 4.1)], [(3.0, 3.5), (9.0, 9.5)]
+    assert timer.between("epoch_start", "epoch_end") == [2.5, 5.5]
+
+
+def test_hook_timer_stops_after_the_limit_and_rejects_unknown_names():
+    from hfncl.profiling import HookLimitReached, HookTimer
+
+    timer = HookTimer(_Relay(), ["train_step"], limits={"train_step": 2})
+    timer.train_step()
+    timer.train_step()
+    with pytest.raises(HookLimitReached, match="train_step"):
+        timer.train_step()
+    assert len(timer.calls["train_step"]) == 2
+    with pytest.raises(AttributeError):
+        HookTimer(_Relay(), ["no_such_hook"])
+    with pytest.raises(ValueError, match="not timed"):
+        HookTimer(_Relay(), ["divide"], limits={"train_step": 1})
+
+
+def test_hook_timer_wraps_a_real_plugin_manager():
+    from hfncl.plugins import build_plugin_manager
+    from hfncl.profiling import HookTimer
+
+    timer = HookTimer(build_plugin_manager(["ncr"]).hook, ["num_networks"])
+    assert timer.num_networks(config=None) == 2 and len(timer.calls["num_networks"]) == 1
+    assert timer.option_defaults()[0]["ncr.alpha"] == 0.2
+
+
+# --------------------------------------------------------------------------- the fitted mixture
+
+
+def test_fit_loss_mixture_recovers_two_gaussians_and_matches_the_clean_probability():
+    from hfncl.division import fit_loss_mixture, gmm_clean_probability, min_max_normalise
+
+    rng = np.random.default_rng(0)
+    losses = np.concatenate([rng.normal(1.0, 0.1, 3000), rng.normal(3.0, 0.2, 1000)])
+    posterior, mixture = fit_loss_mixture(losses, max_iter=100, tol=1e-6)
+    # on the normalised scale (x - min) / (max - min); EM adds reg_covar = 5e-4 to each variance
+    low, span = losses.min(), np.ptp(losses)
+    std = np.sqrt((np.array([0.1, 0.2]) / span) ** 2 + 5e-4)
+    expected = np.array([[0.75, (1.0 - low) / span, std[0]], [0.25, (3.0 - low) / span, std[1]]])
+    np.testing.assert_allclose(mixture.numpy(), expected, rtol=0.05, atol=0.005)
+    torch.testing.assert_close(posterior, gmm_clean_probability(losses, max_iter=100, tol=1e-6))
+
+    x = min_max_normalise(losses)
+    w, m, s = mixture.double().numpy().T
+    joint = w[:, None] * norm.pdf(x[None, :], m[:, None], s[:, None])
+    np.testing.assert_allclose(posterior.numpy(), joint[0] / joint.sum(0), atol=1e-4)
+
+
+def test_mixture_counts_match_a_monte_carlo_histogram():
+    from hfncl.plots import mixture_counts
+
+    mixture = np.array([[0.7, 0.25, 0.05], [0.3, 0.7, 0.1]])
+    rng = np.random.default_rng(1)
+    n = 400_000
+    component = rng.random(n) < 0.7
+    samples = np.where(component, rng.normal(0.25, 0.05, n), rng.normal(0.7, 0.1, n))
+    bins = np.linspace(0.0, 1.0, 51)
+    histogram = np.histogram(samples, bins)[0]
+    centres = (bins[:-1] + bins[1:]) / 2
+    expected = mixture_counts(mixture, centres, n, bins[1] - bins[0])
+    assert expected.shape == (2, 50)
+    np.testing.assert_allclose(expected.sum(0), histogram, rtol=0.08, atol=60)
+    with pytest.raises(ValueError, match=r"\(K, 3\)"):
+        mixture_counts(np.array([[1.0, 0.5, 0.0]]), centres, n, 0.02)
+
+
+def test_plot_division_draws_the_mixture(tmp_path):
+    pytest.importorskip("matplotlib")
+    from hfncl.division import fit_loss_mixture
+    from hfncl.plots import plot_division
+
+    rng = np.random.default_rng(2)
+    losses = torch.tensor(np.concatenate([rng.normal(1, 0.1, 300), rng.normal(2, 0.3, 100)]))
+    truth = np.arange(400) < 300
+    posterior, mixture = fit_loss_mixture(losses)
+    plain = plot_division(losses, posterior, truth, tmp_path / "plain.png")
+    overlaid = plot_division(losses, posterior, truth, tmp_path / "mixture.png", mixture=mixture)
+    assert overlaid.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert overlaid.read_bytes() != plain.read_bytes()
+
+
+def test_ncr_division_carries_the_gmm_it_fitted():
+    from types import SimpleNamespace
+
+    from hfncl.division import fit_loss_mixture
+    from hfncl_plugins import ncr
+
+    options = {"ncr.alpha": 0.2, "ncr.threshold": 0.5, "ncr.gmm_max_iter": 10, "ncr.gmm_reg_covar": 5e-4}
+    losses = {"loss0": torch.linspace(0, 1, 50) ** 2, "loss1": torch.cat([torch.full((30,), 0.1), torch.ones(20)])}
+    trainer = SimpleNamespace(
+        option=options.__getitem__, config=SimpleNamespace(seed=3), collect=lambda statistic, description: losses
+    )
+    divisions = ncr.divide(trainer=trainer, epoch=2)
+    for net, peer in ((0, "loss1"), (1, "loss0")):
+        posterior, mixture = fit_loss_mixture(losses[peer], max_iter=10, reg_covar=5e-4, seed=5)
+        torch.testing.assert_close(divisions[net].extras["mixture"], mixture)
+        torch.testing.assert_close(divisions[net].clean_prob, posterior)
+        torch.testing.assert_close(divisions[net].extras["statistic"], losses[peer])
