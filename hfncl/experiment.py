@@ -14,6 +14,7 @@ from hfncl.data import (
     NOISE_KINDS,
     DataFormatError,
     NoisyPairDataset,
+    TokenizerVocabulary,
     Vocabulary,
     caption_level_noise,
     caption_pairing,
@@ -24,8 +25,9 @@ from hfncl.data import (
 )
 from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
 from hfncl.engine.trainer import Trainer
-from hfncl.hub import DataDescription, add_test_results
+from hfncl.hub import DataDescription, add_test_results, save_text_vocabulary
 from hfncl.models import NCLConfig, NCLModel
+from hfncl.models.towers import parameter_counts
 from hfncl.plugins import build_plugin_manager, plugin_model_defaults
 
 
@@ -75,10 +77,34 @@ class ModelArguments:
     image_pooling: str | None = field(default=None, metadata={"help": "Pooling over regions: mean or max."})
     image_views: int | None = field(default=None, metadata={"help": "Image views W (default 1)."})
     text_pooling: str | None = field(default=None, metadata={"help": "Pooling over words: mean or max."})
+    similarity: str | None = field(
+        default=None, metadata={"help": "Similarity head: cosine (default), sgr or saf (SGRAF, on local features)."}
+    )
+    sim_dim: int | None = field(default=None, metadata={"help": "SGR / SAF similarity representation size (default 256)."})
+    reasoning_steps: int | None = field(default=None, metadata={"help": "SGR graph-reasoning steps (default 3)."})
+    attention_lambda: float | None = field(
+        default=None, metadata={"help": "SGR / SAF text-to-region attention temperature lambda (default 9)."}
+    )
+    text_tower: str | None = field(
+        default=None,
+        metadata={"help": "gru (default), or a Hub id / directory of a BERT-family or CLIP text encoder."},
+    )
+    lora_rank: int | None = field(default=None, metadata={"help": "LoRA rank on the transformer towers (0: none)."})
+    lora_alpha: float | None = field(default=None, metadata={"help": "LoRA alpha (default 16)."})
+    lora_dropout: float | None = field(default=None, metadata={"help": "LoRA dropout (default 0)."})
+    lora_target_modules: list[str] | None = field(
+        default=None, metadata={"help": "Layers LoRA adapts (default: the tower's attention query and value)."}
+    )
 
     def explicit(self) -> dict[str, Any]:
-        """The fields given a value."""
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        """The fields given a value; ``text_tower`` NAME becomes ``text_tower="transformer"``, ``text_tower_name=NAME``."""
+        values = {k: v for k, v in asdict(self).items() if v is not None}
+        tower = values.pop("text_tower", None)
+        if tower is not None:
+            values["text_tower"] = "gru" if tower == "gru" else "transformer"
+            if tower != "gru":
+                values["text_tower_name"] = tower
+        return values
 
 
 def model_fields(plugins: list[str], model_args: ModelArguments | None) -> dict[str, Any]:
@@ -101,8 +127,15 @@ def _noise_index(args: DataArguments, num_images: int, captions_per_image: int, 
     return caption_pairing(index, num_images, captions_per_image)
 
 
-def prepare_data(args: DataArguments, output_dir: str | Path, image_dim: int | None = None):
-    """Load the splits, the vocabulary and the noisy training pairs."""
+def prepare_data(
+    args: DataArguments, output_dir: str | Path, image_dim: int | None = None, tokenizer: str | None = None
+):
+    """Load the splits, the vocabulary and the noisy training pairs.
+
+    With ``tokenizer`` (the Hub id or directory of a transformer text tower), captions are
+    tokenised by its ``AutoTokenizer`` (:class:`~hfncl.data.TokenizerVocabulary`) instead
+    of a word vocabulary.
+    """
     data_dir = Path(args.data_dir)
     if not data_dir.is_dir():
         raise DataFormatError(f"Data directory {str(data_dir)!r} does not exist or is not a directory")
@@ -112,7 +145,12 @@ def prepare_data(args: DataArguments, output_dir: str | Path, image_dim: int | N
     load.update(expected_feature_dim=dims[-1], expected_regions=dims[0])
     val = load_precomp_split(data_dir, args.val_split, **load)
     test = load_precomp_split(data_dir, args.test_split, **load)
-    vocab = Vocabulary.from_json(args.vocab_file) if args.vocab_file else Vocabulary.build(train.captions)
+    if tokenizer is not None:
+        if args.vocab_file:
+            raise ValueError(f"vocab_file {args.vocab_file!r} is for the GRU text tower; {tokenizer!r} has its own tokenizer")
+        vocab = TokenizerVocabulary.from_pretrained(tokenizer)
+    else:
+        vocab = Vocabulary.from_json(args.vocab_file) if args.vocab_file else Vocabulary.build(train.captions)
     pairing = _noise_index(args, train.num_images, train.captions_per_image, Path(output_dir))
     return {
         "train": NoisyPairDataset(train, vocab, pairing),
@@ -157,16 +195,19 @@ def run_experiment(
     record and its card (``OUTPUT_DIR/best/README.md``); with ``model_cards_dir`` the
     card is also written to ``model_cards_dir/<output dir name>.md``.
     """
-    data = prepare_data(data_args, config.output_dir)
-    model_config = NCLConfig(
-        image_dim=data["image_dim"], vocab_size=len(data["vocab"]), **model_fields(config.plugins, model_args)
-    )
+    fields = model_fields(config.plugins, model_args)
+    tokenizer = fields.get("text_tower_name") if fields.get("text_tower") == "transformer" else None
+    data = prepare_data(data_args, config.output_dir, tokenizer=tokenizer)
+    model_config = NCLConfig(image_dim=data["image_dim"], vocab_size=len(data["vocab"]), **fields)
     trainer = Trainer(config, model_config, data["train"], data["val"])
+    if trainer.accelerator.is_main_process and "transformer" in (model_config.text_tower, model_config.image_tower):
+        for part, counts in parameter_counts(trainer.model).items():
+            print(f"{part}: {counts['trainable']:,} trainable of {counts['total']:,} parameters")
     summary = trainer.train()
     best_dir = Path(config.output_dir) / "best"
     model = NCLModel.from_pretrained(str(best_dir)) if best_dir.exists() else trainer.model
     if trainer.accelerator.is_main_process and best_dir.exists():
-        data["vocab"].save_json(best_dir / "vocab.json")
+        save_text_vocabulary(data["vocab"], best_dir)
     test = evaluate_retrieval(
         model, data["test"], batch_size=config.eval_batch_size, folds=data_args.test_folds, hook=trainer.hook
     )
@@ -175,9 +216,10 @@ def run_experiment(
         "plugins": config.plugins,
         "noise_ratio": data_args.noise_ratio,
         "true_noise_ratio": float(1.0 - data["train"].clean_mask.mean()),
+        "num_processes": trainer.accelerator.num_processes,
         "test": test,
         "best_epoch": summary["best_epoch"],
-        "best_val_rsum": summary["best_rsum"],
+        "best_val_rsum": summary["best_score"],
         "division": {k: v for k, v in divisions[-1].items() if k.startswith("division")} if divisions else {},
         "history": summary["history"],
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -11,16 +12,21 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-ACCELERATE = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_machines", "1"]
+ACCELERATE = [sys.executable, "-m", "accelerate.commands.launch", "--num_machines", "1"]
 ACCELERATE += ["--mixed_precision", "no", "--dynamo_backend", "no"]
+# accelerate 1.x starts ONE process for `--cpu --num_processes 2`; several CPU processes
+# need `--multi_gpu` with ACCELERATE_USE_CPU=true (Accelerate then runs MULTI_CPU over gloo).
+CPU_ONLY = {"ACCELERATE_USE_CPU": "true"}
 TINY_ARGS = ["--epochs", "2", "--warmup-epochs", "1", "--batch-size", "32", "--eval-batch-size", "64"]
 TINY_ARGS += ["--embed-dim", "32", "--word-dim", "16", "--noise-ratio", "0.4", "--no-progress"]
 
 
 def _launch(processes: int, data_dir: Path, output_dir: Path) -> dict:
-    command = ACCELERATE + ["--num_processes", str(processes), str(REPO / "recipes" / "ncr_f30k.py")]
+    mode = ["--multi_gpu"] if processes > 1 else ["--cpu"]
+    command = ACCELERATE + mode + ["--num_processes", str(processes), str(REPO / "recipes" / "ncr_f30k.py")]
     command += ["--data-dir", str(data_dir), "--output-dir", str(output_dir), *TINY_ARGS]
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    environment = dict(os.environ, **CPU_ONLY, OMP_NUM_THREADS="1")
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=600, env=environment)
     assert completed.returncode == 0, completed.stderr[-3000:]
     return json.loads((output_dir / "results.json").read_text())
 
@@ -29,6 +35,7 @@ def _launch(processes: int, data_dir: Path, output_dir: Path) -> dict:
 def test_two_processes_give_the_division_and_metrics_of_one(tiny_data_dir, tmp_path):
     one = _launch(1, tiny_data_dir, tmp_path / "one")
     two = _launch(2, tiny_data_dir, tmp_path / "two")
+    assert (one["num_processes"], two["num_processes"]) == (1, 2)
     assert one["test"] == two["test"]
     for epoch_one, epoch_two in zip(one["history"], two["history"], strict=True):
         assert {k: v for k, v in epoch_one.items() if not k.startswith("train/")} == {
