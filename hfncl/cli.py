@@ -220,7 +220,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
     """Print the metrics of ``args.checkpoints`` on ``args.split`` as JSON."""
     from hfncl.data import DataFormatError, load_precomp_split
     from hfncl.engine.encoding import RetrievalSplit, evaluate_ensemble
-    from hfncl.hub import load_vocabulary
+    from hfncl.hub import load_text_vocabulary
     from hfncl.models import NCLModel
     from hfncl.models.configuration import IncompatibleCheckpointError
     from hfncl.plugins import build_plugin_manager
@@ -231,7 +231,10 @@ def evaluate_command(args: argparse.Namespace) -> int:
         if len(image_dims) != 1:
             raise ValueError(f"the checkpoints expect different region feature sizes {sorted(image_dims)}")
         split = load_precomp_split(args.data_dir, args.split, expected_feature_dim=image_dims.pop())
-        splits = [RetrievalSplit.from_precomp(split, load_vocabulary(name)) for name in args.checkpoints]
+        splits = [
+            RetrievalSplit.from_precomp(split, load_text_vocabulary(name, model.config))
+            for name, model in zip(args.checkpoints, models, strict=True)
+        ]
         hooks = [build_plugin_manager(m.config.plugins).hook if m.config.plugins else None for m in models]
         metrics = evaluate_ensemble(
             models, splits, batch_size=args.batch_size, device=args.device, folds=args.folds, hooks=hooks

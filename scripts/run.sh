@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The two commands of the README, each doing its own set-up on a fresh machine:
-#   bash scripts/run.sh demo   train vsepp and ncr on the generated benchmark, print the comparison
+#   bash scripts/run.sh demo   train every installed method on generated benchmarks, print the comparison
 #   bash scripts/run.sh test   the test suite
 # Both create .venv (Python 3.11) and install hfncl with the CPU build of torch on first use.
 set -euo pipefail

@@ -21,6 +21,7 @@ from hfncl.data import load_labelled_dataset
 from hfncl.data.synthetic_labels import LabelledSyntheticConfig, generate_labelled, generate_labelled_arrays
 from hfncl.engine.trainer import Trainer
 from hfncl.models import CategoryConfig, CategoryModel
+from hfncl.hub import checkpoint_files
 from hfncl.plugins import PluginError
 
 TINY = LabelledSyntheticConfig(train_per_class=12, valid_per_class=4, test_per_class=4, seed=2)
@@ -97,7 +98,12 @@ def test_run_writes_results_checkpoint_and_card_with_map(tiny_labelled, tmp_path
     model = AutoModel.from_pretrained(str(tmp_path / "best"))
     assert isinstance(model, CategoryModel) and model.config.plugins == ["prototype_ce"]
     card = (tmp_path / "best" / "README.md").read_text()
-    assert "mean_map" in card or "mAP" in card
+    assert "noisy category labels by the plugin(s) `prototype_ce`" in card
+    assert "the best on the validation split by mean mAP" in card and "rSum" not in card
+    assert "| split | I2T mAP | T2I mAP | mean mAP |" in card
+    assert "load_vocabulary" not in card and "image-caption" not in card
+    names = {path.name for path in checkpoint_files(tmp_path / "best")}
+    assert names == {"config.json", "model.safetensors", "README.md", "hfncl_run.json"}
 
 
 @pytest.mark.slow

@@ -315,7 +315,8 @@ def test_card_body_reports_plugins_architecture_data_noise_training_and_division
     assert "caption-level (a share of the captions re-paired with other images), ratio 40%, seed 7; " in text
     assert "37.5% of the 800 training pairs are wrong" in text
     assert "| `seed` | `3` |" in text and "| `warmup_epochs` | `1` |" in text and "`output_dir`" not in text
-    assert "weights of epoch 4" in text
+    assert "weights of epoch 4, the best on the validation split by rSum" in text
+    assert "noisy image-caption pairs" in text and 'load_text_vocabulary("' in text
     assert "| test: `test` (40 images) | 21.46 | 46.00 |" in text
     assert "| test: `test`, mean of 2 folds of 20 images | 30.00 | – |" in text
     assert "| validation: `dev`, epoch 4 | 20.00 | 45.00 |" in text

@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,60 @@ NOT_HYPERPARAMETERS = frozenset(
     }
 )
 _DIRECTIONS = {"i2t": "Image-to-text", "t2i": "Text-to-image"}
+_MAP_LABELS = {"i2t_map": "I2T mAP", "t2i_map": "T2I mAP", "mean_map": "mean mAP"}
+
+
+@dataclass(frozen=True)
+class CardTexts:
+    """The sentences of a card that depend on the kind of model (pairs or category labels)."""
+
+    summary: str
+    architecture: str
+    selection_metric: str
+    evaluation: str
+    usage: str
+
+
+_PAIR_USAGE = """import hfncl  # registers the model type with the transformers Auto classes
+from hfncl.hub import load_text_vocabulary
+from transformers import AutoModel
+
+model = AutoModel.from_pretrained("{model_id}")
+vocab = load_text_vocabulary("{model_id}", model.config)  # the SCAN vocabulary or the text tower's tokenizer"""
+_LABEL_USAGE = """import hfncl  # registers the model type with the transformers Auto classes
+from transformers import AutoModel
+
+model = AutoModel.from_pretrained("{model_id}")
+image_embeds, text_embeds = model.encode_image(image_features), model.encode_text(text_features)"""
+
+
+def card_texts(config: Any, model_id: str) -> CardTexts:
+    """What the card says about a model of ``config``'s kind: an :class:`NCLConfig` learns from
+    image-caption pairs; a config with ``num_classes`` (category prototypes) from noisy labels."""
+    plugins = ", ".join(f"`{p}`" for p in config.plugins) or "(none recorded)"
+    if hasattr(config, "num_classes"):
+        return CardTexts(
+            summary=f"A cross-modal retrieval model trained with hfncl on samples with noisy category labels "
+            f"by the plugin(s) {plugins}.",
+            architecture="A network per modality mapping precomputed features into a common space, with "
+            f"shared class prototypes, repeated in {config.num_networks} independently initialised network(s).",
+            selection_metric="mean mAP",
+            evaluation="Mean average precision over the full ranking of the test set with cosine similarity "
+            "(I2T: images query texts; T2I: texts query images; a retrieved item is relevant when it "
+            "shares the query's category), and the mean of the two.",
+            usage=_LABEL_USAGE.format(model_id=model_id),
+        )
+    return CardTexts(
+        summary=f"An image-text retrieval model trained with hfncl on noisy image-caption pairs by the plugin(s) "
+        f"{plugins}.",
+        architecture="A two-tower model: an image tower, a text tower and a similarity head, repeated in "
+        f"{config.num_networks} independently initialised network(s); the model's similarity is the mean "
+        "over its networks.",
+        selection_metric="rSum",
+        evaluation="Recall@K in percent (i2t: images query captions; t2i: captions query images), rSum "
+        "(the sum of the six recalls), and median / mean rank.",
+        usage=_PAIR_USAGE.format(model_id=model_id),
+    )
 _RANKS = {"medr": ("medr", "median rank"), "meanr": ("meanr", "mean rank")}
 _NOISE_KINDS = {
     "caption": "caption-level (a share of the captions re-paired with other images)",
@@ -73,6 +128,8 @@ def metric_label(key: str, long: bool = False) -> str:
     direction, _, name = key.partition("_")
     if key == "rsum":
         return "rSum"
+    if key in _MAP_LABELS:
+        return _MAP_LABELS[key]
     if direction in _DIRECTIONS and name.startswith("r") and name[1:].isdigit():
         return f"{_DIRECTIONS[direction] if long else direction} R@{name[1:]}"
     if direction in _DIRECTIONS and name in _RANKS:
@@ -133,7 +190,7 @@ def evaluation_rows(record: RunRecord) -> list[tuple[str, dict[str, float]]]:
 
 def evaluation_table(record: RunRecord) -> str:
     rows = evaluation_rows(record)
-    columns = _ordered_keys([metrics for _, metrics in rows], (*RECALL_KEYS, "rsum", *RANK_KEYS))
+    columns = _ordered_keys([metrics for _, metrics in rows], (*RECALL_KEYS, "rsum", *RANK_KEYS, *_MAP_LABELS))
     body = [[label] + [_metric_cell(metrics.get(k), 2) for k in columns] for label, metrics in rows]
     return markdown_table(["split"] + [metric_label(k) for k in columns], body)
 
@@ -277,15 +334,17 @@ def build_model_card(
     )
     hyperparameters = {k: v for k, v in record.training.items() if k not in NOT_HYPERPARAMETERS}
     options = sorted(config.plugin_options.items())
+    texts = card_texts(config, model_id)
     return ModelCard.from_template(
         card_data,
         template_path=str(template),
         model_name=_title(config, record),
         model_id=model_id,
-        summary=(
-            f"An image-text retrieval model trained with hfncl on noisy image-caption pairs by the plugin(s) "
-            f"{', '.join(f'`{p}`' for p in config.plugins) or '(none recorded)'}."
-        ),
+        summary=texts.summary,
+        architecture=texts.architecture,
+        selection_metric=texts.selection_metric,
+        evaluation=texts.evaluation,
+        usage=texts.usage,
         hfncl_version=config.hfncl_version,
         plugin_names=", ".join(f"`{p}`" for p in config.plugins) or "no recorded plugin",
         plugin_count=len(config.plugins),
@@ -293,7 +352,6 @@ def build_model_card(
         options_table=markdown_table(["option", "value"], [[f"`{k}`", _value_cell(v)] for k, v in options])
         if options
         else "",
-        num_networks=config.num_networks,
         architecture_table=markdown_table(
             ["field", "value"], [[f"`{k}`", _value_cell(v)] for k, v in architecture_fields(config).items()]
         ),

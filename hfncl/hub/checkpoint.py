@@ -21,7 +21,7 @@ from safetensors import SafetensorError, safe_open
 from hfncl.data import DataFormatError, TokenizerVocabulary, Vocabulary
 from hfncl.hub.card import CARD_FILE, CONFIG_FILE, read_config, write_model_card
 from hfncl.hub.record import RUN_RECORD, CheckpointError, DataDescription, RunRecord, read_run_record, write_run_record
-from hfncl.models import NCLConfig, NCLModel
+from hfncl.models import CategoryConfig, CategoryModel, NCLConfig, NCLModel
 from hfncl.plugins import load_plugin, plugin_sources
 
 WEIGHTS_FILE = "model.safetensors"
@@ -97,10 +97,11 @@ def _saved_shapes(files: list[Path]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _check_weights(config: NCLConfig, files: list[Path], checkpoint: Path) -> None:
+def _check_weights(config: NCLConfig | CategoryConfig, files: list[Path], checkpoint: Path) -> None:
     """Every tensor the architecture of ``config`` needs is saved, with its shape, and nothing else."""
+    model_class = CategoryModel if isinstance(config, CategoryConfig) else NCLModel
     with torch.device("meta"):
-        expected = {name: tuple(t.shape) for name, t in NCLModel(config).state_dict().items()}
+        expected = {name: tuple(t.shape) for name, t in model_class(config).state_dict().items()}
     saved = _saved_shapes(files)
     missing = sorted(set(expected) - set(saved))
     unexpected = sorted(set(saved) - set(expected))
@@ -120,7 +121,8 @@ def checkpoint_files(checkpoint: str | Path) -> list[Path]:
     Checks that ``config.json`` parses (and is not of a newer checkpoint format), that
     the safetensors headers are intact and hold exactly the tensors the config's
     architecture needs, that ``vocab.json`` matches ``config.vocab_size`` (or, for a
-    transformer text tower, that ``tokenizer/`` loads), and that the card parses. ``hfncl_run.json`` is included when present.
+    transformer text tower, that ``tokenizer/`` loads; a category-label model on
+    precomputed features has neither), and that the card parses. ``hfncl_run.json`` is included when present.
 
     Raises:
         CheckpointError: naming the file that is missing or wrong.
@@ -129,7 +131,9 @@ def checkpoint_files(checkpoint: str | Path) -> list[Path]:
     config = read_config(checkpoint)
     weights = weight_files(checkpoint)
     _check_weights(config, weights, checkpoint)
-    if config.text_tower == "transformer":
+    if isinstance(config, CategoryConfig):  # trained on precomputed features: no text vocabulary
+        text_files = []
+    elif config.text_tower == "transformer":
         text_files = _tokenizer_files(checkpoint)
     else:
         text_files = [_checked_vocabulary(checkpoint, config)]
