@@ -121,3 +121,13 @@ def test_dmcm_beats_the_cross_entropy_baseline_under_60_percent_noise(tmp_path):
         )
         scores[plugin] = result["test"]["mean_map"]
     assert scores["dmcm"] > scores["prototype_ce"] + 0.1, scores
+
+
+def test_a_truncated_category_checkpoint_is_named_as_such(tmp_path):
+    CategoryModel(CategoryConfig(image_dim=6, text_dim=5, num_classes=3, embed_dim=4, hidden_dim=8)).save_pretrained(
+        tmp_path
+    )
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-40])
+    with pytest.raises(OSError, match="corrupted or truncated"):
+        AutoModel.from_pretrained(str(tmp_path))

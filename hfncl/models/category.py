@@ -14,21 +14,19 @@ Auto classes; saving writes ``config.json`` and ``model.safetensors``.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import PretrainedConfig, PreTrainedModel
+from transformers import PretrainedConfig
 
 from hfncl.models.configuration import (
     CHECKPOINT_FORMAT,
-    IncompatibleCheckpointError,
     _check_checkpoint_format,
     installed_hfncl_version,
 )
-from hfncl.plugins import require_plugins
+from hfncl.models.loading import HfnclPreTrainedModel
 
 MODALITIES = ("image", "text")
 _POSITIVE_INTS = ("image_dim", "text_dim", "num_classes", "embed_dim", "hidden_dim", "num_networks")
@@ -136,26 +134,12 @@ class CategoryNetwork(nn.Module):
         return self.encode("image", image), self.encode("text", text)
 
 
-class CategoryModel(PreTrainedModel):
+class CategoryModel(HfnclPreTrainedModel):
     """K category networks saved and loaded as one transformers model."""
 
     config_class = CategoryConfig
     base_model_prefix = "hfncl_category"
     main_input_name = "image"
-
-    @classmethod
-    def from_pretrained(
-        cls, pretrained_model_name_or_path: str | os.PathLike, *model_args: Any, **kwargs: Any
-    ) -> CategoryModel:
-        """``PreTrainedModel.from_pretrained``, refusing newer checkpoint formats and missing plugins by name."""
-        name = str(pretrained_model_name_or_path)
-        try:
-            model = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
-        except IncompatibleCheckpointError as error:
-            raise IncompatibleCheckpointError(f"{name}: {error}") from error
-        config = model.config
-        require_plugins(config.plugins, config.plugin_distributions, config.plugin_versions, source=name)
-        return model
 
     def __init__(self, config: CategoryConfig) -> None:
         super().__init__(config)

@@ -9,20 +9,15 @@ networks' similarities, as NCR evaluates its two networks.
 
 from __future__ import annotations
 
-import os
-from typing import Any
 
 import torch
-from huggingface_hub import is_offline_mode
-from safetensors import SafetensorError
 from torch import nn
-from transformers import PreTrainedModel
 
-from hfncl.models.configuration import IncompatibleCheckpointError, NCLConfig
+from hfncl.models.configuration import NCLConfig
 from hfncl.models.encoders import init_word_embedding, init_xavier_linear
+from hfncl.models.loading import HfnclPreTrainedModel
 from hfncl.models.sgraf import build_similarity_head, pack_local
 from hfncl.models.towers import PretrainedTower, build_image_encoder, build_text_encoder
-from hfncl.plugins import require_plugins
 
 
 class MatchingNetwork(nn.Module):
@@ -89,7 +84,7 @@ class MatchingNetwork(nn.Module):
         return self.view_similarity(image_embeds, text_embeds).mean(dim=0)
 
 
-class NCLModel(PreTrainedModel):
+class NCLModel(HfnclPreTrainedModel):
     """K matching networks saved and loaded as one transformers model.
 
     ``save_pretrained`` writes ``config.json`` and ``model.safetensors``;
@@ -104,47 +99,11 @@ class NCLModel(PreTrainedModel):
     base_model_prefix = "hfncl"
     main_input_name = "images"
 
-    @classmethod
-    def from_pretrained(
-        cls, pretrained_model_name_or_path: str | os.PathLike, *model_args: Any, **kwargs: Any
-    ) -> NCLModel:
-        """``PreTrainedModel.from_pretrained`` (local directory or Hub id) with errors that say what to do.
-
-        ``AutoModel.from_pretrained`` ends here too, so the Auto classes give the same errors.
-
-        Raises:
-            IncompatibleCheckpointError: ``config.json`` was written by a newer hfncl in a
-                checkpoint format this one cannot read.
-            hfncl.plugins.MissingPluginError: a plugin that trained the model is not
-                installed; the message names the package to install.
-            OSError: the safetensors weights are corrupted or truncated, or
-                ``HF_HUB_OFFLINE=1`` is set and a name that is not a local directory is not
-                in the Hub cache.
-        """
-        name = str(pretrained_model_name_or_path)
-        try:
-            model = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
-        except IncompatibleCheckpointError as error:
-            raise IncompatibleCheckpointError(f"{name}: {error}") from error
-        except SafetensorError as error:
-            raise OSError(
-                f"The weights of {name!r} cannot be read: its safetensors file is corrupted or truncated ({error}). "
-                "Save the model again, or download it again with force_download=True."
-            ) from error
-        except OSError as error:
-            if is_offline_mode() and not os.path.isdir(name):
-                raise OSError(
-                    f"{name!r} is not a local directory, and HF_HUB_OFFLINE=1 forbids downloading it from the Hub "
-                    "(nor is a complete copy in the local Hub cache). Give the path of a saved checkpoint, "
-                    "or unset HF_HUB_OFFLINE."
-                ) from error
-            raise
-        for module in model.modules():
+    def after_loading(self) -> None:
+        """Restore the trainable flags of pretrained towers (loading marks every parameter trainable)."""
+        for module in self.modules():
             if isinstance(module, PretrainedTower):
                 module.set_trainable()
-        config = model.config
-        require_plugins(config.plugins, config.plugin_distributions, config.plugin_versions, source=name)
-        return model
 
     def __init__(self, config: NCLConfig) -> None:
         super().__init__(config)
