@@ -24,30 +24,27 @@ from common import machine, quiet, write_report
 
 from hfncl.category_experiment import CategoryModelArguments, LabelDataArguments, run_category_experiment
 from hfncl.config import TrainConfig
-from hfncl_plugins.dmcm import PAPER_SETTINGS
+from hfncl_plugins.dmcm import paper_training
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "pascal_sentence"
 FILES = ("sentence_features.npy", "sentence_features_doc2vec_bert_768.npy", "labels.npy")
-METHODS = {"dmcm": {"dmcm.beta": PAPER_SETTINGS["pascal_sentence"]["beta"]}, "prototype_ce": {}}
+METHODS = ("dmcm", "prototype_ce")
 
 
 def train(method: str, noise_ratio: float, epochs: int, hidden_dim: int, data_dir: Path, output_dir: Path) -> dict:
     """One run; returns the test metrics, the last division's AUC (DMCM) and the time."""
     image, text, labels = (str(data_dir / name) for name in FILES)
-    warmup = PAPER_SETTINGS["pascal_sentence"]["warmup_epochs"] if method == "dmcm" else 0
+    paper = paper_training("pascal_sentence")
+    if method != "dmcm":  # the baseline: the same optimiser, no warmup, no DMCM options
+        paper.update(warmup_epochs=0, options={})
+    paper.update(epochs=epochs, warmup_epochs=min(paper["warmup_epochs"], epochs - 1))
     config = TrainConfig(
         plugins=[method],
-        options=METHODS[method],
         output_dir=str(output_dir / f"{method}_{int(noise_ratio * 100)}"),
-        epochs=epochs,
-        warmup_epochs=min(warmup, epochs - 1),
-        batch_size=PAPER_SETTINGS["pascal_sentence"]["batch_size"],
         eval_batch_size=500,
-        learning_rate=1e-4,
-        lr_decay_epochs=[],
-        grad_clip=0.0,
         progress=False,
         plot_divisions=False,
+        **paper,
     )
     data = LabelDataArguments(image_features=image, text_features=text, labels=labels, noise_ratio=noise_ratio)
     start = time.perf_counter()

@@ -63,6 +63,22 @@ PAPER_SETTINGS: dict[str, dict[str, Any]] = {
 }
 
 
+def paper_training(dataset: str) -> dict[str, Any]:
+    """:class:`hfncl.config.TrainConfig` fields of the paper's run on ``dataset`` (a key of
+    :data:`PAPER_SETTINGS`): Adam lr 1e-4 without decay or gradient clipping, the dataset's
+    batch size, epochs, warmup and beta."""
+    settings = PAPER_SETTINGS[dataset]
+    return {
+        "epochs": settings["epochs"],
+        "warmup_epochs": settings["warmup_epochs"],
+        "batch_size": settings["batch_size"],
+        "learning_rate": 1e-4,
+        "lr_decay_epochs": [],
+        "grad_clip": 0.0,
+        "options": {"dmcm.beta": settings["beta"]},
+    }
+
+
 @hookimpl
 def data_kind() -> str:
     return "labels"

@@ -15,24 +15,13 @@ known to the division.
 import sys
 
 from hfncl.recipe import run_label_recipe
-from hfncl_plugins.dmcm import PAPER_SETTINGS
-
-SETTINGS = PAPER_SETTINGS["pascal_sentence"]
+from hfncl_plugins.dmcm import paper_training
 
 if __name__ == "__main__":
     sys.exit(
         run_label_recipe(
             __doc__,
             plugins=["dmcm"],
-            defaults={
-                "epochs": SETTINGS["epochs"],
-                "warmup_epochs": SETTINGS["warmup_epochs"],
-                "batch_size": SETTINGS["batch_size"],
-                "learning_rate": 1e-4,
-                "lr_decay_epochs": [],
-                "grad_clip": 0.0,
-                "options": {"dmcm.beta": SETTINGS["beta"]},
-                "output_dir": "runs/dmcm_pascal",
-            },
+            defaults={**paper_training("pascal_sentence"), "output_dir": "runs/dmcm_pascal"},
         )
     )

@@ -12,24 +12,13 @@ rule: 4000 of 8000).
 import sys
 
 from hfncl.recipe import run_label_recipe
-from hfncl_plugins.dmcm import PAPER_SETTINGS
-
-SETTINGS = PAPER_SETTINGS["xmedianet"]
+from hfncl_plugins.dmcm import paper_training
 
 if __name__ == "__main__":
     sys.exit(
         run_label_recipe(
             __doc__,
             plugins=["dmcm"],
-            defaults={
-                "epochs": SETTINGS["epochs"],
-                "warmup_epochs": SETTINGS["warmup_epochs"],
-                "batch_size": SETTINGS["batch_size"],
-                "learning_rate": 1e-4,
-                "lr_decay_epochs": [],
-                "grad_clip": 0.0,
-                "options": {"dmcm.beta": SETTINGS["beta"]},
-                "output_dir": "runs/dmcm_xmedianet",
-            },
+            defaults={**paper_training("xmedianet"), "output_dir": "runs/dmcm_xmedianet"},
         )
     )

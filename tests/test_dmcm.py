@@ -140,20 +140,16 @@ def _pascal_run(method: str, output_dir, noise_ratio: float) -> float:
     data = shared_data_dir() / "pascal_sentence"
     if not (data / "labels.npy").is_file():
         pytest.skip(f"shared data {data} is not available")
-    settings = dmcm.PAPER_SETTINGS["pascal_sentence"]
+    paper = dmcm.paper_training("pascal_sentence")
+    if method != "dmcm":
+        paper.update(warmup_epochs=0, options={})
     config = TrainConfig(
         plugins=[method],
-        options={"dmcm.beta": settings["beta"]} if method == "dmcm" else {},
         output_dir=str(output_dir / method),
-        epochs=30,
-        warmup_epochs=settings["warmup_epochs"] if method == "dmcm" else 0,
-        batch_size=settings["batch_size"],
         eval_batch_size=500,
-        learning_rate=1e-4,
-        lr_decay_epochs=[],
-        grad_clip=0.0,
         progress=False,
         plot_divisions=False,
+        **dict(paper, epochs=30),
     )
     arguments = LabelDataArguments(
         image_features=str(data / "sentence_features.npy"),
