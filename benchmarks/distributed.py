@@ -99,7 +99,9 @@ def compare(one: dict, two: dict) -> dict:
 
     pairs = list(zip(one["history"], two["history"], strict=True))
     return {
-        "clean_prob": max(float((one["divisions"][k] - two["divisions"][k]).abs().max()) for k in one["divisions"]),
+        "clean_prob": max(
+            (float((one["divisions"][k] - two["divisions"][k]).abs().max()) for k in one["divisions"]), default=0.0
+        ),
         "clean_set_differs": sum(
             int(((one["divisions"][k] >= 0.5) != (two["divisions"][k] >= 0.5)).sum()) for k in one["divisions"]
         ),

@@ -170,6 +170,10 @@ def train_step(trainer: "Trainer", batch: "Batch", networks: list[int]) -> dict[
     objective optimised several times after a fresh forward pass). The implementation
     uses ``trainer.forward``, ``trainer.optimize`` and the other public trainer
     methods, and returns the metrics to log. Returning ``None`` keeps the default step.
+    Start from ``trainer.compute_loss(batch, networks)`` (every active plugin's terms)
+    so that plugins combined with this one keep training, and draw per-sample
+    randomness with ``trainer.sample_uniform`` so that it does not depend on the
+    number of processes.
     """
 
 

@@ -22,7 +22,9 @@ Reading choices, where the paper leaves room:
   i2t beliefs are detached and the t2i branch's beliefs move, for caption queries the
   t2i beliefs are detached and the i2t branch's move (as in the authors' code).
 - Algorithm 1 recomputes the opinions of the same augmented batch x' in the second
-  step; the augmentation is drawn once per batch.
+  step; the augmentation is drawn once per batch, each pair's draws from its dataset
+  index, the seed and the epoch (``trainer.sample_uniform``), so that 1 and 2 processes
+  augment alike.
 - Augmentation (Sec. 2.1, 3.1, following VSE-infinity): each region is dropped with
   probability ``tcvse.region_drop`` (at least one is kept). Batch tensors have a
   fixed number of regions, so a dropped region is replaced by a copy of a kept region
@@ -185,15 +187,19 @@ def _check_square(matrix: torch.Tensor) -> None:
 
 
 # ----------------------------------------------------------------------------- augmentation
-def drop_regions(images: torch.Tensor, rate: float, generator: torch.Generator | None = None) -> torch.Tensor:
+def drop_regions(images: torch.Tensor, rate: float, draws: torch.Tensor | None = None) -> torch.Tensor:
     """Drop each region of (B, R, D) ``images`` with probability ``rate``, keeping at least one per image.
 
     A dropped region is replaced by a copy of the image's first kept region: the same
-    as discarding it under max pooling. ``generator`` defaults to torch's global one.
+    as discarding it under max pooling. ``draws`` are (B, R) uniform numbers in [0, 1)
+    (default: torch's global generator); region r of image b is dropped if its draw is
+    below ``rate``, and the region with the largest draw is always kept.
     """
     if rate == 0:
         return images
-    draws = torch.rand(images.shape[:2], generator=generator, device=images.device)
+    draws = torch.rand(images.shape[:2], device=images.device) if draws is None else draws.to(images.device)
+    if draws.shape != images.shape[:2]:
+        raise ValueError(f"draws must have the (images, regions) shape {tuple(images.shape[:2])}, got {tuple(draws.shape)}")
     keep = draws >= rate
     keep[torch.arange(images.size(0), device=images.device), draws.argmax(dim=1)] = True
     first_kept = keep.to(torch.int8).argmax(dim=1)
@@ -209,15 +215,18 @@ def perturb_words(
     discard: float = 0.0,
     swap: float = 0.0,
     vocab_size: int | None = None,
-    generator: torch.Generator | None = None,
+    draws: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Mask, discard or swap the words of (B, L) ``captions`` (``<start>`` w_1 .. w_n ``<end>``, 0-padded).
 
     Each word w_1..w_n, independently: with probability ``mask`` it becomes ``<unk>``,
     with ``discard`` it is removed (the caption closes up, its length shrinks), with
     ``swap`` it becomes a random vocabulary word (ids 4 .. vocab_size - 1, past the
-    special tokens). ``<start>``, ``<end>`` and padding are untouched. Returns the new
-    captions (same width) and lengths.
+    special tokens). ``<start>``, ``<end>`` and padding are untouched. ``draws`` are
+    (B, L, 2) uniform numbers in [0, 1) (default: torch's global generator): the first
+    chooses the word's fate (mask below ``mask``, swap in the next ``swap``, discard in
+    the next ``discard``), the second the swapped-in word. Returns the new captions
+    (same width) and lengths.
     """
     if min(mask, discard, swap) < 0 or mask + discard + swap > 1:
         raise ValueError(f"word probabilities must be >= 0 and sum to <= 1, got {mask}, {discard}, {swap}")
@@ -226,13 +235,16 @@ def perturb_words(
     positions = torch.arange(captions.size(1), device=captions.device)
     lengths_here = lengths.to(captions.device)
     word = (positions[None, :] >= 1) & (positions[None, :] < lengths_here[:, None] - 1)
-    draws = torch.rand(captions.shape, generator=generator, device=captions.device)
+    if draws is None:
+        draws = torch.rand((*captions.shape, 2), device=captions.device)
+    if draws.shape != (*captions.shape, 2):
+        raise ValueError(f"draws must have the shape {(*captions.shape, 2)} of (captions, words, 2), got {tuple(draws.shape)}")
+    draws, word_draws = draws[..., 0].to(captions.device), draws[..., 1].to(captions.device)
     out = torch.where(word & (draws < mask), torch.full_like(captions, Vocabulary.unk_id), captions)
     swapped = word & (draws >= mask) & (draws < mask + swap)
     if swapped.any():
-        random_words = torch.randint(
-            len(Vocabulary.SPECIALS), vocab_size, captions.shape, generator=generator, device=captions.device
-        )
+        specials = len(Vocabulary.SPECIALS)
+        random_words = specials + (word_draws * (vocab_size - specials)).long().clamp(max=vocab_size - specials - 1)
         out = torch.where(swapped, random_words, out)
     kept = (positions[None, :] < lengths_here[:, None]) & ~(
         word & (draws >= mask + swap) & (draws < mask + swap + discard)
@@ -243,17 +255,25 @@ def perturb_words(
     return out, new_lengths.to(lengths.dtype).to(lengths.device)
 
 
-def augment(batch: dict[str, torch.Tensor], settings: Settings, vocab_size: int) -> dict[str, torch.Tensor]:
-    """x' = Augment(x) of Algorithm 1: random region dropping and word mask / discard / swap."""
+def augment(trainer, batch: dict[str, torch.Tensor], settings: Settings) -> dict[str, torch.Tensor]:
+    """x' = Augment(x) of Algorithm 1: random region dropping and word mask / discard / swap.
+
+    Each pair's draws come from ``trainer.sample_uniform``: they depend on the seed, the
+    epoch and the pair's dataset index, not on the number of processes or a resume.
+    """
+    index, images, captions = batch["index"], batch["images"], batch["captions"]
     captions, lengths = perturb_words(
-        batch["captions"],
+        captions,
         batch["lengths"],
-        vocab_size=vocab_size,
+        vocab_size=trainer.model.config.vocab_size,
+        draws=trainer.sample_uniform(index, (*captions.shape[1:], 2), "tcvse.words"),
         **{operation: share * settings.word_augment for operation, share in WORD_OPERATIONS.items()},
     )
     return {
         **batch,
-        "images": drop_regions(batch["images"], settings.region_drop),
+        "images": drop_regions(
+            images, settings.region_drop, trainer.sample_uniform(index, images.shape[1:2], "tcvse.regions")
+        ),
         "captions": captions,
         "lengths": lengths,
     }
@@ -287,21 +307,37 @@ def num_networks(config) -> int:
     return NETWORKS
 
 
+def _evidential_terms(trainer, outputs, net: int) -> dict[str, torch.Tensor]:
+    """Eq. 9 for one branch: the i2t branch with its image queries (rows), the t2i branch with its captions (columns)."""
+    settings = Settings.read(trainer.options)
+    similarity = outputs.similarity if net == I2T else outputs.similarity.t()
+    return uncertainty_aware_loss(similarity, settings.tau, settings.evidence, kl_weight(trainer.epoch, settings.kl_step))
+
+
+@hookimpl
+def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
+    return _evidential_terms(trainer, outputs, net)
+
+
+@hookimpl
+def warmup_loss(trainer, batch, outputs, net) -> dict[str, torch.Tensor]:
+    return _evidential_terms(trainer, outputs, net)
+
+
 @hookimpl
 def train_step(trainer, batch, networks) -> dict[str, float]:
-    """Algorithm 1 on one batch: the uncertainty-aware update (Eq. 9), then MaxTimes consistency updates (Eq. 11)."""
+    """Algorithm 1 on one batch: the uncertainty-aware update (Eq. 9), then MaxTimes consistency updates (Eq. 11).
+
+    The first update is the trainer's default objective on the augmented batch x'
+    (``trainer.compute_loss``): this plugin's Eq. 9 terms per branch plus the terms of
+    any plugin combined with it.
+    """
     if sorted(networks) != [I2T, T2I]:
         raise ValueError(f"TcVSE trains its i2t and t2i branches jointly (networks [0, 1]), got the pass {networks}")
     settings = Settings.read(trainer.options)
-    inputs = augment(batch, settings, trainer.model.config.vocab_size)
-    kl_lambda = kl_weight(trainer.epoch, settings.kl_step)
-    i2t = uncertainty_aware_loss(trainer.forward(I2T, inputs).similarity, settings.tau, settings.evidence, kl_lambda)
-    t2i = uncertainty_aware_loss(
-        trainer.forward(T2I, inputs).similarity.t(), settings.tau, settings.evidence, kl_lambda
-    )
-    trainer.optimize(sum(i2t.values()) + sum(t2i.values()), networks)
-    metrics = {f"{name}/i2t": float(value.detach()) for name, value in i2t.items()}
-    metrics.update({f"{name}/t2i": float(value.detach()) for name, value in t2i.items()})
+    inputs = augment(trainer, batch, settings)
+    total, metrics = trainer.compute_loss(inputs, networks)
+    trainer.optimize(total, networks)
     consistency = 0.0
     for _ in range(settings.max_times):
         gap = consistency_loss(

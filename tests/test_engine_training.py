@@ -74,3 +74,10 @@ def test_run_experiment_reports_test_metrics_and_division(tiny_data_dir, tmp_pat
     assert (tmp_path / "best" / "model.safetensors").exists() and (tmp_path / "noise_index.npy").exists()
     picture = tmp_path / "divisions" / "epoch-001-net-0.png"
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_train_step_override_keeps_the_terms_of_plugins_combined_with_it(tiny_data_dir, tmp_path):
+    # tcvse replaces the step (Algorithm 1) but starts from trainer.compute_loss, so vsepp's term is trained too.
+    trainer = noisy_trainer(tiny_data_dir, tiny_config(tmp_path, ["tcvse", "vsepp"], epochs=1, warmup_epochs=0))
+    history = trainer.train()["history"]
+    assert {"train/uce/net0", "train/uce/net1", "train/triplet_hardest/net0", "train/consistency"} <= set(history[-1])

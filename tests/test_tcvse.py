@@ -9,6 +9,7 @@ import torch
 from torch.distributions import Dirichlet, kl_divergence
 
 from hfncl.data.vocab import Vocabulary
+from hfncl.engine.randomness import per_sample_uniform, purpose_key
 from hfncl_plugins import tcvse
 from hfncl_plugins.tcvse import (
     Settings,
@@ -138,8 +139,9 @@ def test_consistency_loss_rejects_mismatched_branches():
 # ----------------------------------------------------------------------------- augmentation
 def test_drop_regions_keeps_only_copies_of_the_image_own_regions():
     images = torch.randn(64, 8, 5, generator=torch.Generator().manual_seed(0))
-    dropped = drop_regions(images, 0.5, torch.Generator().manual_seed(1))
-    assert torch.equal(drop_regions(images, 0.5, torch.Generator().manual_seed(1)), dropped)
+    draws = torch.rand(64, 8, generator=torch.Generator().manual_seed(1))
+    dropped = drop_regions(images, 0.5, draws)
+    assert torch.equal(drop_regions(images, 0.5, draws.clone()), dropped)
     matches = (dropped[:, :, None, :] == images[:, None, :, :]).all(dim=-1)  # (B, R out, R in)
     assert matches.any(dim=2).all(), "every output region is one of the image's own regions"
     unchanged = (dropped == images).all(dim=-1)
@@ -152,8 +154,16 @@ def test_drop_regions_keeps_only_copies_of_the_image_own_regions():
 
 
 def test_drop_regions_at_a_rate_near_one_leaves_one_region_per_image():
-    dropped = drop_regions(torch.randn(16, 6, 3), 0.999, torch.Generator().manual_seed(0))
+    dropped = drop_regions(torch.randn(16, 6, 3), 0.999, torch.rand(16, 6, generator=torch.Generator().manual_seed(0)))
     assert (dropped == dropped[:, :1]).all()
+
+
+def test_drop_regions_by_hand_and_rejects_draws_of_the_wrong_shape():
+    images = torch.arange(6.0).reshape(1, 3, 2)  # regions [0, 1], [2, 3], [4, 5]
+    dropped = drop_regions(images, 0.5, torch.tensor([[0.2, 0.9, 0.1]]))  # drop regions 0 and 2, keep 1
+    assert torch.equal(dropped, torch.tensor([[[2.0, 3.0], [2.0, 3.0], [2.0, 3.0]]]))
+    with pytest.raises(ValueError, match=r"\(images, regions\) shape \(1, 3\)"):
+        drop_regions(images, 0.5, torch.rand(1, 2))
 
 
 CAPTIONS = torch.tensor([[1, 10, 11, 12, 2], [1, 13, 2, 0, 0]])
@@ -167,9 +177,7 @@ def test_perturb_words_mask_discard_swap_touch_only_the_words():
     discarded, lengths = perturb_words(CAPTIONS, LENGTHS, discard=1.0)
     assert torch.equal(discarded, torch.tensor([[1, 2, 0, 0, 0], [1, 2, 0, 0, 0]]))
     assert torch.equal(lengths, torch.tensor([2, 2]))
-    swapped, lengths = perturb_words(
-        CAPTIONS, LENGTHS, swap=1.0, vocab_size=6, generator=torch.Generator().manual_seed(0)
-    )
+    swapped, lengths = perturb_words(CAPTIONS, LENGTHS, swap=1.0, vocab_size=6)
     words = torch.tensor([[False, True, True, True, False], [False, True, False, False, False]])
     assert ((swapped[words] >= 4) & (swapped[words] < 6)).all()
     assert torch.equal(swapped[~words], CAPTIONS[~words]) and torch.equal(lengths, LENGTHS)
@@ -177,14 +185,27 @@ def test_perturb_words_mask_discard_swap_touch_only_the_words():
 
 def test_perturb_words_discard_closes_the_caption_up():
     captions = torch.tensor([[1, 10, 11, 12, 13, 14, 15, 2]] * 200)
-    out, lengths = perturb_words(
-        captions, torch.full((200,), 8), discard=0.5, generator=torch.Generator().manual_seed(0)
-    )
+    draws = torch.rand(200, 8, 2, generator=torch.Generator().manual_seed(0))
+    out, lengths = perturb_words(captions, torch.full((200,), 8), discard=0.5, draws=draws)
     for row, length in zip(out, lengths, strict=True):
         words = row[1 : length - 1]
         assert row[0] == 1 and row[length - 1] == 2 and (row[length:] == 0).all()
         assert torch.equal(words, words.sort().values), "the kept words stay in order"
     assert 0.4 < 1 - (lengths - 2).float().mean() / 6 < 0.6
+
+
+def test_perturb_words_by_hand_from_given_draws():
+    # fate draws with mask 0.25, swap 0.25, discard 0.25: [0, 0.25) mask, [0.25, 0.5) swap, [0.5, 0.75) discard
+    # swapped-in word: 4 + floor(u * (8 - 4)) with vocab_size 8
+    fate = torch.tensor([[0.9, 0.1, 0.3, 0.6, 0.9], [0.0, 0.8, 0.0, 0.0, 0.0]])
+    word = torch.tensor([[0.0, 0.0, 0.99, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0]])
+    out, lengths = perturb_words(
+        CAPTIONS, LENGTHS, mask=0.25, swap=0.25, discard=0.25, vocab_size=8, draws=torch.stack([fate, word], dim=-1)
+    )
+    assert torch.equal(out, torch.tensor([[1, UNK, 7, 2, 0], [1, 13, 2, 0, 0]]))
+    assert torch.equal(lengths, torch.tensor([4, 3]))
+    with pytest.raises(ValueError, match=r"\(captions, words, 2\)"):
+        perturb_words(CAPTIONS, LENGTHS, mask=0.5, draws=fate)
 
 
 def test_perturb_words_rejects_bad_probabilities():
@@ -228,11 +249,13 @@ class _Branch(torch.nn.Module):
 
 
 class _Trainer:
-    """What train_step uses of the trainer: options, epoch, model config, forward, optimize."""
+    """What train_step uses of the trainer: options, epoch, model config, forward, optimize,
+    sample_uniform and compute_loss (here: TcVSE's own loss hook, as the trainer would call it)."""
 
-    def __init__(self, **options) -> None:
+    def __init__(self, seed: int = 0, **options) -> None:
         self.options = {**tcvse.DEFAULTS, **options}
         self.epoch = 3
+        self.seed = seed
         self.model = SimpleNamespace(config=SimpleNamespace(vocab_size=20))
         self.branches = [_Branch(0), _Branch(1)]
         self.optimizer = torch.optim.SGD([p for b in self.branches for p in b.parameters()], lr=0.1)
@@ -249,6 +272,17 @@ class _Trainer:
         self.optimizer.step()
         self.steps += 1
 
+    def sample_uniform(self, index, shape, purpose):
+        return per_sample_uniform(index, shape, (self.seed, self.epoch, purpose_key(purpose)))
+
+    def compute_loss(self, batch, networks):
+        terms = {}
+        for net in networks:
+            outputs = self.forward(net, batch)
+            answer = tcvse.loss(trainer=self, batch=batch, outputs=outputs, targets=None, net=net)
+            terms.update({f"{name}/net{net}": value for name, value in answer.items()})
+        return sum(terms.values()), {name: float(value.detach()) for name, value in terms.items()}
+
 
 BATCH = {
     "images": torch.randn(6, 4, 3, generator=torch.Generator().manual_seed(0)),
@@ -262,8 +296,8 @@ def test_train_step_updates_once_then_max_times_for_consistency_on_one_augmented
     trainer = _Trainer(**{"tcvse.max_times": 3})
     metrics = tcvse.train_step(trainer=trainer, batch=BATCH, networks=[0, 1])
     assert trainer.steps == 1 + 3
-    assert set(metrics) == {"uce/i2t", "kl/i2t", "uce/t2i", "kl/t2i", "consistency"}
-    assert metrics["kl/i2t"] > 0 and metrics["consistency"] > 0
+    assert set(metrics) == {"uce/net0", "kl/net0", "uce/net1", "kl/net1", "consistency"}
+    assert metrics["kl/net0"] > 0 and metrics["consistency"] > 0
     assert all(seen is trainer.seen[0] for seen in trainer.seen), "every forward pass sees the same x'"
     assert not torch.equal(trainer.seen[0]["captions"], BATCH["captions"]) or not torch.equal(
         trainer.seen[0]["images"], BATCH["images"]
@@ -273,15 +307,44 @@ def test_train_step_updates_once_then_max_times_for_consistency_on_one_augmented
     assert trainer.steps == 1
 
 
-def test_train_step_is_deterministic_under_the_same_global_seed():
+def test_loss_hook_trains_the_i2t_branch_on_rows_and_the_t2i_branch_on_columns():
+    similarity = torch.tensor([[0.9, 0.1, 0.0], [0.5, 0.2, 0.4], [0.3, 0.3, 0.6]])
+    trainer, outputs = _Trainer(), SimpleNamespace(similarity=similarity)
+    kl_lambda = tcvse.kl_weight(trainer.epoch, tcvse.DEFAULTS["tcvse.kl_step"])
+    for net, queries in ((0, similarity), (1, similarity.t())):
+        answer = tcvse.loss(trainer=trainer, batch=None, outputs=outputs, targets=None, net=net)
+        expected = uncertainty_aware_loss(queries, 0.05, "exp", kl_lambda)
+        assert answer.keys() == expected.keys()
+        for name in expected:
+            torch.testing.assert_close(answer[name], expected[name])
+        warmup = tcvse.warmup_loss(trainer=trainer, batch=None, outputs=outputs, net=net)
+        torch.testing.assert_close(warmup["uce"], expected["uce"])
+
+
+def test_augmentation_depends_on_each_pair_not_on_the_batch_it_is_in():
+    """What makes 1 and 2 processes (or a resumed run) see the same x': each pair's draws follow its index."""
+    settings = tcvse.Settings.read({"tcvse.region_drop": 0.5, "tcvse.word_augment": 0.5})
+    trainer = _Trainer()
+    whole = tcvse.augment(trainer, BATCH, settings)
+    halves = [tcvse.augment(trainer, {k: v[part] for k, v in BATCH.items()}, settings) for part in (slice(0, 3), slice(3, 6))]
+    for name in ("images", "captions", "lengths"):
+        assert torch.equal(torch.cat([half[name] for half in halves]), whole[name])
+    order = torch.tensor([5, 2, 0, 4, 1, 3])
+    shuffled = tcvse.augment(trainer, {k: v[order] for k, v in BATCH.items()}, settings)
+    assert torch.equal(shuffled["images"], whole["images"][order])
+    trainer.epoch += 1
+    assert not torch.equal(tcvse.augment(trainer, BATCH, settings)["images"], whole["images"]), "new draws each epoch"
+
+
+def test_train_step_is_deterministic_under_the_same_seed():
     runs = []
-    for _ in range(2):
-        torch.manual_seed(5)  # the trainer seeds torch's global generator, which the augmentation draws from
-        trainer = _Trainer()
+    for seed in (5, 5, 6):
+        trainer = _Trainer(seed=seed)
         metrics = tcvse.train_step(trainer=trainer, batch=BATCH, networks=[0, 1])
         runs.append((metrics, torch.cat([p.detach().flatten() for b in trainer.branches for p in b.parameters()])))
     assert runs[0][0] == runs[1][0]
     assert torch.equal(runs[0][1], runs[1][1])
+    assert not torch.equal(runs[0][1], runs[2][1]), "another seed draws another augmentation"
 
 
 def test_train_step_needs_both_branches_in_one_pass():

@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 from hfncl.config import TrainConfig
 from hfncl.engine.distributed import gather, world
 from hfncl.engine.ledger import Ledger
+from hfncl.engine.randomness import per_sample_uniform, purpose_key
 from hfncl.engine.sampler import GlobalBatchSampler
 from hfncl.engine.tasks import DATA_KINDS, PairTask, Task
 from hfncl.evaluation import division_quality, partition_report
@@ -143,6 +144,44 @@ class Trainer:
         self._clip(networks)
         self.optimizer.step()
 
+    def sample_uniform(self, index: torch.Tensor, shape: tuple[int, ...], purpose: str) -> torch.Tensor:
+        """Uniform draws in [0, 1), (len(index), *shape), one block per sample of this process's batch.
+
+        Each sample's block depends only on the run's seed, the epoch, the pass, ``purpose``
+        and the sample's dataset index (:mod:`hfncl.engine.randomness`), so per-sample
+        randomness (augmentation, a plugin's masks) is the same with 1 or 2 processes and
+        after a resume in mid-epoch.
+        """
+        stream = (self.config.seed, self.epoch, self.state.pass_index, purpose_key(purpose))
+        return per_sample_uniform(index, shape, stream)
+
+    def compute_loss(self, batch: Batch, networks: list[int]) -> tuple[torch.Tensor, dict[str, float]]:
+        """The default objective of one step: per network, rectify, forward, and every active plugin's terms.
+
+        Returns the sum over ``networks`` of all terms (``warmup_loss`` in warmup, ``loss``
+        after it) and each term's value by name (suffixed ``/netK`` with several networks).
+        A ``train_step`` override starts from it so that plugins combined with the
+        overriding one keep contributing their terms.
+        """
+        logged: dict[str, float] = {}
+        total = None
+        for net in networks:
+            targets = None
+            if not self.in_warmup:
+                targets = self.hook.rectify(trainer=self, batch=batch, net=net, division=self.divisions[net])
+            inputs = targets.get("inputs", batch) if targets else batch
+            outputs = self.forward(net, inputs)
+            if self.in_warmup:
+                answers = self.hook.warmup_loss(trainer=self, batch=inputs, outputs=outputs, net=net)
+            else:
+                answers = self.hook.loss(trainer=self, batch=inputs, outputs=outputs, targets=targets, net=net)
+            terms = self._merge_terms(answers)
+            network_loss = sum(terms.values())
+            total = network_loss if total is None else total + network_loss
+            suffix = f"/net{net}" if self.num_networks > 1 else ""
+            logged.update({f"{name}{suffix}": float(value.detach()) for name, value in terms.items()})
+        return total, logged
+
     def collect(
         self,
         statistic: Callable[[Batch], dict[str, torch.Tensor]],
@@ -252,23 +291,7 @@ class Trainer:
         overridden = self.hook.train_step(trainer=self, batch=batch, networks=networks)
         if overridden is not None:
             return dict(overridden)
-        logged: dict[str, float] = {}
-        total = None
-        for net in networks:
-            targets = None
-            if not self.in_warmup:
-                targets = self.hook.rectify(trainer=self, batch=batch, net=net, division=self.divisions[net])
-            inputs = targets.get("inputs", batch) if targets else batch
-            outputs = self.forward(net, inputs)
-            if self.in_warmup:
-                answers = self.hook.warmup_loss(trainer=self, batch=inputs, outputs=outputs, net=net)
-            else:
-                answers = self.hook.loss(trainer=self, batch=inputs, outputs=outputs, targets=targets, net=net)
-            terms = self._merge_terms(answers)
-            network_loss = sum(terms.values())
-            total = network_loss if total is None else total + network_loss
-            suffix = f"/net{net}" if self.num_networks > 1 else ""
-            logged.update({f"{name}{suffix}": float(value.detach()) for name, value in terms.items()})
+        total, logged = self.compute_loss(batch, networks)
         self.optimize(total, networks)
         return logged
 
