@@ -12,13 +12,14 @@ import huggingface_hub.constants
 import pytest
 import torch
 from huggingface_hub import CommitInfo, HfApi, ModelCard, RepoUrl
+from safetensors.torch import load as safetensors_load
 from safetensors.torch import load_file, save_file
-from transformers import AutoConfig, AutoModel
+from transformers import AutoConfig, AutoModel, BertConfig, BertModel, BertTokenizer
 
 from conftest import TINY_MODEL, tiny_config
 from hfncl import cli
 from hfncl.config import TrainConfig
-from hfncl.data import Vocabulary
+from hfncl.data import TokenizerVocabulary, Vocabulary
 from hfncl.experiment import DataArguments, run_experiment
 from hfncl.hub import (
     RUN_RECORD,
@@ -32,10 +33,11 @@ from hfncl.hub import (
     load_vocabulary,
     push_checkpoint,
     read_run_record,
+    save_text_vocabulary,
     save_trained_model,
 )
 from hfncl.hub.card import division_rows, eval_results, metric_label
-from hfncl.models import NCLConfig, NCLModel
+from hfncl.models import CategoryConfig, CategoryModel, NCLConfig, NCLModel
 from hfncl.models.configuration import CHECKPOINT_FORMAT, IncompatibleCheckpointError
 from hfncl.plugins import MissingPluginError
 
@@ -168,6 +170,7 @@ class FakeHub:
         snapshot = repo_dir / "snapshots" / oid
         snapshot.mkdir(parents=True)
         for name, content in files.items():
+            (snapshot / name).parent.mkdir(parents=True, exist_ok=True)
             (snapshot / name).write_bytes(content)
         (repo_dir / "refs").mkdir(exist_ok=True)
         (repo_dir / "refs" / "main").write_text(oid)
@@ -280,6 +283,210 @@ def test_push_checks_the_checkpoint_before_sending_anything(tmp_path, hub, damag
     with pytest.raises(CheckpointError, match=message):
         push_checkpoint(tmp_path, REPO_ID)
     assert hub.repos == [] and hub.commits == []
+
+
+# --- model.push_to_hub ---------------------------------------------------------------------------
+
+CHECKPOINT_FILES = {"config.json", "model.safetensors", "vocab.json", RUN_RECORD, "README.md"}
+
+
+def test_push_to_hub_of_a_loaded_checkpoint_sends_what_hfncl_push_sends(tmp_path, hub):
+    checkpoint = tmp_path / "run" / "best"
+    make_checkpoint(checkpoint)
+    (checkpoint / "notes.txt").write_text("not part of the model")
+    loaded = NCLModel.from_pretrained(checkpoint)
+    assert loaded.checkpoint_source.name_or_path == str(checkpoint.resolve())
+
+    commit = loaded.push_to_hub(REPO_ID, private=True, commit_message="from the model")
+    push_checkpoint(checkpoint, REPO_ID, private=True, commit_message="from the directory")
+
+    by_model, by_cli = hub.commits
+    assert hub.repos == 2 * [{"repo_id": REPO_ID, "private": True, "exist_ok": True}]
+    assert set(by_model["files"]) == set(by_cli["files"]) == CHECKPOINT_FILES
+    assert by_model["files"] == by_cli["files"]  # same bytes, the card naming the repo id included
+    assert (by_model["message"], by_model["repo_id"]) == ("from the model", REPO_ID)
+    assert commit.commit_url == f"https://huggingface.co/{REPO_ID}/commit/{1:040x}"
+
+
+def test_push_to_hub_sends_the_weights_as_they_are_now(tmp_path, hub):
+    make_checkpoint(tmp_path)
+    loaded = NCLModel.from_pretrained(tmp_path)
+    name = "networks.1.image_encoder.fc.weight"
+    with torch.no_grad():
+        loaded.get_parameter(name).mul_(-2.0)
+
+    loaded.push_to_hub(REPO_ID)
+
+    [sent] = hub.commits
+    weights = safetensors_load(sent["files"]["model.safetensors"])
+    state = loaded.state_dict()
+    assert weights.keys() == state.keys() and all(torch.equal(weights[k], state[k]) for k in state)
+    assert not torch.equal(weights[name], load_file(tmp_path / "model.safetensors")[name])
+    for companion in ("vocab.json", RUN_RECORD):
+        assert sent["files"][companion] == (tmp_path / companion).read_bytes()
+
+
+def test_push_to_hub_takes_the_companion_files_from_the_subfolder_it_was_loaded_from(tmp_path, hub):
+    make_checkpoint(tmp_path / "best")
+    (tmp_path / "vocab.json").write_text("{}")  # the parent directory's files are not the model's
+    NCLModel.from_pretrained(tmp_path, subfolder="best").push_to_hub(REPO_ID)
+    [sent] = hub.commits
+    assert set(sent["files"]) == CHECKPOINT_FILES
+    for name in CHECKPOINT_FILES - {"README.md"}:  # the card is regenerated, naming the repository
+        assert sent["files"][name] == (tmp_path / "best" / name).read_bytes(), name
+
+
+def test_push_to_hub_of_a_model_built_in_memory_and_again_from_its_hub_id(tmp_path, hub, batch):
+    model = tiny_model()
+    model.push_to_hub(REPO_ID, vocabulary=Vocabulary(WORDS), record=tiny_record(), license="mit")
+
+    [first] = hub.commits
+    assert set(first["files"]) == CHECKPOINT_FILES and first["message"] == "Upload tiny-ncr with hfncl"
+    Vocabulary(WORDS).save_json(tmp_path / "vocab.json")
+    assert first["files"]["vocab.json"] == (tmp_path / "vocab.json").read_bytes()
+    config = json.loads(first["files"]["config.json"])
+    assert config["plugin_distributions"] == {"ncr": "hfncl"} and config["plugin_versions"] == {"ncr": version("hfncl")}
+    record = RunRecord.from_dict(json.loads(first["files"][RUN_RECORD]), RUN_RECORD)
+    assert record.best_epoch == 4 and record.plugin_summaries["ncr"]
+    card = ModelCard(first["files"]["README.md"].decode())
+    assert card.data.model_name == REPO_ID and card.data.license == "mit"
+
+    loaded = NCLModel.from_pretrained(REPO_ID, cache_dir=hub.cache)
+    assert_same_similarities(loaded, model, batch)
+    assert loaded.checkpoint_source.revision == f"{1:040x}"  # the commit the weights came from
+    # a newer commit to the repository does not change what the loaded model publishes
+    tiny_model(seed=1).push_to_hub(REPO_ID, vocabulary=Vocabulary(WORDS), record=tiny_record(best_epoch=9))
+    loaded.push_to_hub("hfncl-test/copy")
+
+    copy = hub.commits[-1]
+    assert copy["repo_id"] == "hfncl-test/copy" and set(copy["files"]) == CHECKPOINT_FILES
+    for name in ("config.json", "model.safetensors", "vocab.json", RUN_RECORD):
+        assert copy["files"][name] == first["files"][name], name
+    assert ModelCard(copy["files"]["README.md"].decode()).data.model_name == "hfncl-test/copy"
+
+
+def in_memory(directory: Path) -> tuple[NCLModel, dict]:
+    return tiny_model(), {}
+
+
+def in_memory_with_record(directory: Path) -> tuple[NCLModel, dict]:
+    return tiny_model(), {"record": tiny_record()}
+
+
+def loaded_then_vocabulary_deleted(directory: Path) -> tuple[NCLModel, dict]:
+    make_checkpoint(directory)
+    model = NCLModel.from_pretrained(directory)
+    (directory / "vocab.json").unlink()
+    return model, {}
+
+
+VOCABULARY_MISSING = r"  - the text vocabulary \(vocab\.json\): pass vocabulary=<the hfncl\.data\.Vocabulary"
+RECORD_MISSING = r"  - the run record \(hfncl_run\.json\) the model card is generated from: pass record=<"
+
+
+@pytest.mark.parametrize(
+    ("build", "missing", "where"),
+    [
+        (in_memory, [VOCABULARY_MISSING, RECORD_MISSING], "The model was built in memory, not loaded"),
+        (in_memory_with_record, [VOCABULARY_MISSING], "The model was built in memory, not loaded"),
+        (loaded_then_vocabulary_deleted, [VOCABULARY_MISSING], ", where the model was loaded from, does not have"),
+    ],
+)
+def test_push_to_hub_without_a_companion_file_says_how_to_supply_it_and_sends_nothing(
+    tmp_path, hub, build, missing, where
+):
+    model, kwargs = build(tmp_path)
+    with pytest.raises(CheckpointError) as raised:
+        model.push_to_hub(REPO_ID, **kwargs)
+    message = str(raised.value)
+    assert message.startswith(f"Nothing was uploaded: NCLModel.push_to_hub('{REPO_ID}') publishes a complete")
+    listed = [line for line in message.splitlines() if line.startswith("  - ")]
+    assert len(listed) == len(missing) and all(re.match(pattern, line) for pattern, line in zip(missing, listed))
+    assert where in message and f"`hfncl push CHECKPOINT {REPO_ID}`" in message
+    assert hub.repos == [] and hub.commits == []
+
+
+def tiny_category_model() -> CategoryModel:
+    torch.manual_seed(0)
+    config = CategoryConfig(image_dim=6, text_dim=5, num_classes=3, embed_dim=4, hidden_dim=8, plugins=["prototype_ce"])
+    return CategoryModel(config).eval()
+
+
+@pytest.mark.parametrize(
+    ("build", "kwargs", "error", "message"),
+    [
+        (
+            tiny_model,
+            {"vocabulary": Vocabulary(WORDS[:-1]), "record": tiny_record()},
+            CheckpointError,
+            r"vocabulary= has 11 words but the model's config\.vocab_size is 12",
+        ),
+        (
+            tiny_model,
+            {"revision": "dev", "create_pr": True},
+            TypeError,
+            r"unsupported argument\(s\) \['create_pr', 'revision'\]: .* takes only vocabulary, record, commit_message",
+        ),
+        (
+            tiny_category_model,
+            {"vocabulary": Vocabulary(WORDS), "record": tiny_record()},
+            CheckpointError,
+            "CategoryModel is a category-label model .* it has no text vocabulary",
+        ),
+    ],
+)
+def test_push_to_hub_refuses_wrong_arguments_before_sending_anything(hub, build, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        build().push_to_hub(REPO_ID, **kwargs)
+    assert hub.repos == [] and hub.commits == []
+
+
+def test_category_model_pushes_without_a_vocabulary(hub):
+    record = tiny_record(training=TrainConfig(plugins=["prototype_ce"]).to_dict(), validation={"mean_map": 0.5})
+    model = tiny_category_model()
+    model.push_to_hub(REPO_ID, record=record)
+    loaded = AutoModel.from_pretrained(REPO_ID, cache_dir=hub.cache)
+    loaded.push_to_hub("hfncl-test/copy")
+
+    first, copy = hub.commits
+    expected = {"config.json", "model.safetensors", RUN_RECORD, "README.md"}
+    assert set(first["files"]) == set(copy["files"]) == expected
+    assert copy["files"][RUN_RECORD] == first["files"][RUN_RECORD]
+    assert copy["files"]["model.safetensors"] == first["files"]["model.safetensors"]
+    assert "noisy category labels" in ModelCard(first["files"]["README.md"].decode()).text
+
+
+def test_push_to_hub_sends_the_tokenizer_of_a_transformer_text_tower(tmp_path, hub):
+    bert = tmp_path / "bert"
+    vocab = {word: i for i, word in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS])}
+    tiny_bert = BertConfig(
+        vocab_size=len(vocab), hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8
+    )
+    BertModel(tiny_bert).save_pretrained(bert)
+    BertTokenizer(vocab=vocab).save_pretrained(bert)
+    config = NCLConfig(image_dim=8, embed_dim=8, text_tower="transformer", text_tower_name=str(bert), plugins=["ncr"])
+    tokenizer = TokenizerVocabulary.from_pretrained(bert)
+    model = NCLModel(config).eval()
+    with pytest.raises(CheckpointError, match="vocabulary= must be a TokenizerVocabulary for a transformer text tower"):
+        model.push_to_hub(REPO_ID, vocabulary=Vocabulary(WORDS), record=tiny_record())
+    checkpoint = tmp_path / "checkpoint"
+    save_trained_model(model, checkpoint, tiny_record())
+    save_text_vocabulary(tokenizer, checkpoint)
+
+    NCLModel.from_pretrained(checkpoint).push_to_hub(REPO_ID)
+    model.push_to_hub("hfncl-test/copy", vocabulary=tokenizer, record=tiny_record())
+
+    from_directory, from_memory = hub.commits
+    tokenizer_files = {p.relative_to(checkpoint).as_posix() for p in (checkpoint / "tokenizer").rglob("*")}
+    assert tokenizer_files and set(from_directory["files"]) == set(from_memory["files"]) == {
+        "config.json",
+        "model.safetensors",
+        RUN_RECORD,
+        "README.md",
+        *tokenizer_files,
+    }
+    for name in tokenizer_files:
+        assert from_directory["files"][name] == from_memory["files"][name] == (checkpoint / name).read_bytes()
 
 
 # --- the card -------------------------------------------------------------------------------------

@@ -131,12 +131,7 @@ def checkpoint_files(checkpoint: str | Path) -> list[Path]:
     config = read_config(checkpoint)
     weights = weight_files(checkpoint)
     _check_weights(config, weights, checkpoint)
-    if isinstance(config, CategoryConfig):  # trained on precomputed features: no text vocabulary
-        text_files = []
-    elif config.text_tower == "transformer":
-        text_files = _tokenizer_files(checkpoint)
-    else:
-        text_files = [_checked_vocabulary(checkpoint, config)]
+    text_files = text_vocabulary_files(checkpoint, config)
     card = checkpoint / CARD_FILE
     if not card.is_file():
         raise CheckpointError(f"{card} does not exist: generate the model card with `hfncl card {checkpoint}`")
@@ -144,6 +139,29 @@ def checkpoint_files(checkpoint: str | Path) -> list[Path]:
     if (checkpoint / RUN_RECORD).is_file():
         files.append(checkpoint / RUN_RECORD)
     return files
+
+
+def text_vocabulary_type(config: NCLConfig | CategoryConfig) -> type[Vocabulary] | type[TokenizerVocabulary] | None:
+    """What tokenises captions for a model of ``config``: a :class:`Vocabulary` (GRU text tower),
+    a :class:`TokenizerVocabulary` (transformer text tower), or ``None`` for a category-label
+    model, trained on precomputed features."""
+    if isinstance(config, CategoryConfig):
+        return None
+    return TokenizerVocabulary if config.text_tower == "transformer" else Vocabulary
+
+
+def text_vocabulary_files(checkpoint: str | Path, config: NCLConfig | CategoryConfig) -> list[Path]:
+    """The checked files of the text vocabulary a checkpoint of ``config`` needs (none for a category-label model).
+
+    Raises:
+        CheckpointError: naming the file that is missing or wrong.
+    """
+    kind = text_vocabulary_type(config)
+    if kind is None:
+        return []
+    if kind is TokenizerVocabulary:
+        return _tokenizer_files(Path(checkpoint))
+    return [_checked_vocabulary(Path(checkpoint), config)]
 
 
 def _tokenizer_files(checkpoint: Path) -> list[Path]:

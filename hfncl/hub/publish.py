@@ -1,13 +1,25 @@
-"""Publishing a checkpoint directory to the Hugging Face Hub."""
+"""Publishing to the Hugging Face Hub: a checkpoint directory, or a model with its companion files."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 
-from huggingface_hub import CommitInfo, CommitOperationAdd, HfApi
+from huggingface_hub import CommitInfo, CommitOperationAdd, HfApi, snapshot_download
 
+from hfncl.data import TokenizerVocabulary, Vocabulary
 from hfncl.hub.card import card_name, write_model_card
-from hfncl.hub.checkpoint import checkpoint_files
+from hfncl.hub.checkpoint import (
+    VOCAB_FILE,
+    checkpoint_files,
+    save_text_vocabulary,
+    save_trained_model,
+    text_vocabulary_files,
+    text_vocabulary_type,
+)
+from hfncl.hub.record import RUN_RECORD, CheckpointError, RunRecord, read_run_record
+from hfncl.models.loading import CheckpointSource, HfnclPreTrainedModel
 
 
 def push_checkpoint(
@@ -53,4 +65,158 @@ def push_checkpoint(
         repo_id=repo.repo_id,
         operations=operations,
         commit_message=commit_message or f"Upload {card_name(repo_id)} with hfncl",
+    )
+
+
+def push_model(
+    model: HfnclPreTrainedModel,
+    repo_id: str,
+    source: CheckpointSource | None = None,
+    vocabulary: Vocabulary | TokenizerVocabulary | None = None,
+    record: RunRecord | None = None,
+    private: bool | None = None,
+    commit_message: str | None = None,
+    token: str | bool | None = None,
+    license: str | None = None,
+) -> CommitInfo:
+    """Publish a model as a complete checkpoint through :func:`push_checkpoint` (``model.push_to_hub`` calls this).
+
+    The model's current weights and config are saved into a temporary directory with its
+    text vocabulary and run record, each taken from the argument when given, else copied
+    from ``source`` (the checkpoint the model was loaded from; a Hub repository's files
+    are fetched at the commit the model was loaded from). A ``record`` given here is
+    saved as the trainer saves one (:func:`hfncl.hub.save_trained_model`). Everything is
+    checked before anything is written or sent.
+
+    Args:
+        model: an hfncl model (:class:`hfncl.models.NCLModel` or :class:`hfncl.models.CategoryModel`).
+        repo_id: ``user/name`` (or ``org/name``) of the model repository.
+        source: where the model was loaded from (``model.checkpoint_source``), if anywhere.
+        vocabulary: the text vocabulary (``None``: from ``source``; a category-label model has none).
+        record: the run record (``None``: from ``source``); required, the card is generated from it.
+        private, commit_message, token, license: as in :func:`push_checkpoint`.
+
+    Raises:
+        CheckpointError: the vocabulary or the record is neither given nor in ``source``
+            (the message says how to supply it), a vocabulary does not fit the model's
+            text tower, or a file of ``source`` is malformed.
+        OSError: the companion files of a Hub ``source`` cannot be fetched.
+    """
+    config = model.config
+    kind = text_vocabulary_type(config)
+    _check_vocabulary_argument(vocabulary, kind, type(model).__name__, config)
+    needs_vocabulary, needs_record = kind is not None and vocabulary is None, record is None
+    directory = None
+    if source is not None and (needs_vocabulary or needs_record):
+        directory = _companion_directory(source, kind if needs_vocabulary else None, needs_record, token)
+    missing = []
+    if needs_vocabulary and not _has_text_vocabulary(directory, kind):
+        missing.append(_VOCABULARY_HINTS[kind])
+    if needs_record and (directory is None or not (directory / RUN_RECORD).is_file()):
+        missing.append(
+            f"the run record ({RUN_RECORD}) the model card is generated from: pass record=<the "
+            "hfncl.hub.RunRecord of the run that trained the model>"
+        )
+    if missing:
+        raise CheckpointError(_missing_message(type(model).__name__, repo_id, source, missing))
+    text_files = text_vocabulary_files(directory, config) if needs_vocabulary else []
+    if needs_record:
+        read_run_record(directory)  # checked here, so that an error names the file of the source
+    with tempfile.TemporaryDirectory(prefix="hfncl-push-") as temporary:
+        checkpoint = Path(temporary)
+        if record is None:
+            model.save_pretrained(str(checkpoint))
+            shutil.copyfile(directory / RUN_RECORD, checkpoint / RUN_RECORD)
+        else:
+            save_trained_model(model, checkpoint, record)
+        if vocabulary is not None:
+            save_text_vocabulary(vocabulary, checkpoint)
+        for path in text_files:
+            target = checkpoint / path.relative_to(directory)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+        return push_checkpoint(
+            checkpoint, repo_id, private=private, commit_message=commit_message, token=token, license=license
+        )
+
+
+_VOCABULARY_HINTS = {
+    Vocabulary: f"the text vocabulary ({VOCAB_FILE}): pass vocabulary=<the hfncl.data.Vocabulary the model was "
+    "trained with>",
+    TokenizerVocabulary: f"the text tokenizer ({TokenizerVocabulary.SUBFOLDER}/): pass vocabulary=<the "
+    "hfncl.data.TokenizerVocabulary the model was trained with>",
+}
+
+
+def _check_vocabulary_argument(
+    vocabulary: Vocabulary | TokenizerVocabulary | None, kind: type | None, model_name: str, config: object
+) -> None:
+    """A ``vocabulary`` argument fits the model's text tower (and a GRU tower's ``vocab_size``)."""
+    if vocabulary is None:
+        return
+    if kind is None:
+        raise CheckpointError(
+            f"{model_name} is a category-label model trained on precomputed features: it has no text vocabulary, "
+            "so push_to_hub takes no vocabulary="
+        )
+    if not isinstance(vocabulary, kind):
+        tower = "transformer" if kind is TokenizerVocabulary else "GRU"
+        raise CheckpointError(
+            f"vocabulary= must be a {kind.__name__} for a {tower} text tower, got {type(vocabulary).__name__}"
+        )
+    if kind is Vocabulary and len(vocabulary) != config.vocab_size:
+        raise CheckpointError(
+            f"vocabulary= has {len(vocabulary)} words but the model's config.vocab_size is {config.vocab_size}"
+        )
+
+
+def _companion_directory(
+    source: CheckpointSource, vocabulary_kind: type | None, needs_record: bool, token: str | bool | None
+) -> Path:
+    """The directory of ``source`` holding its companion files: the local checkpoint, or the Hub
+    repository's cached snapshot at the loaded commit with the needed files fetched."""
+    if source.is_local:
+        return Path(source.name_or_path) / source.subfolder
+    prefix = f"{source.subfolder}/" if source.subfolder else ""
+    patterns = [prefix + RUN_RECORD] if needs_record else []
+    if vocabulary_kind is Vocabulary:
+        patterns.append(prefix + VOCAB_FILE)
+    elif vocabulary_kind is TokenizerVocabulary:
+        patterns.append(f"{prefix}{TokenizerVocabulary.SUBFOLDER}/*")
+    try:
+        snapshot = snapshot_download(
+            source.name_or_path,
+            revision=source.revision,
+            cache_dir=source.cache_dir,
+            allow_patterns=patterns,
+            token=token,
+        )
+    except OSError as error:
+        raise OSError(
+            f"Cannot fetch {', '.join(patterns)} of {source}, where the model was loaded from: {error}. "
+            "Pass vocabulary= and record= to push_to_hub, or publish a saved checkpoint directory with `hfncl push`."
+        ) from error
+    return Path(snapshot) / source.subfolder
+
+
+def _has_text_vocabulary(directory: Path | None, kind: type) -> bool:
+    if directory is None:
+        return False
+    if kind is TokenizerVocabulary:
+        folder = directory / TokenizerVocabulary.SUBFOLDER
+        return folder.is_dir() and any(path.is_file() for path in folder.rglob("*"))
+    return (directory / VOCAB_FILE).is_file()
+
+
+def _missing_message(model_name: str, repo_id: str, source: CheckpointSource | None, missing: list[str]) -> str:
+    where = (
+        "The model was built in memory, not loaded with from_pretrained, so there is no checkpoint to take them from."
+        if source is None
+        else f"{source}, where the model was loaded from, does not have them."
+    )
+    return (
+        f"Nothing was uploaded: {model_name}.push_to_hub({repo_id!r}) publishes a complete hfncl checkpoint, "
+        "and it is missing\n  - " + "\n  - ".join(missing) + f"\n{where} Or save a complete checkpoint "
+        "(hfncl.hub.save_trained_model, hfncl.hub.save_text_vocabulary) and publish it with "
+        f"`hfncl push CHECKPOINT {repo_id}`."
     )
