@@ -261,6 +261,7 @@ def _extract_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-shards", type=int, default=8, help="Cached shards per split (the unit of resumption).")
     parser.add_argument("--device", default="cpu", help="Where the model runs (default: cpu).")
     parser.add_argument("--cache-dir", help="Cache of the loaded dataset and mapped shards (default: $HFNCL_CACHE/extract).")
+    parser.add_argument("--revision", help="Branch, tag or commit of a Hub model (default: its default branch).")
 
 
 @command(
@@ -285,6 +286,7 @@ def extract_command(args: argparse.Namespace) -> int:
             num_shards=args.num_shards,
             device=args.device,
             cache_dir=args.cache_dir,
+            revision=args.revision,
         )
     except (DataFormatError, OSError, ValueError) as error:
         print(f"hfncl: error: {error}", file=sys.stderr)

@@ -130,7 +130,7 @@ def test_cli_extract(raw_dir, vision_dir, tmp_path, capsys):
     assert status == 0
     assert "train: 7 images x 1 x 16 features" in capsys.readouterr().out
     assert cli.main(["extract", str(raw_dir), str(tmp_path / "o"), "--model", str(tmp_path / "missing")]) == 1
-    assert "Cannot load the image model" in capsys.readouterr().err
+    assert "missing': it is not a local directory" in capsys.readouterr().err
 
 
 def test_extracted_features_train_like_precomp_data(raw_dir, vision_dir, tmp_path):
@@ -140,3 +140,47 @@ def test_extracted_features_train_like_precomp_data(raw_dir, vision_dir, tmp_pat
     result = run_experiment(DataArguments(data_dir=str(data_dir)), config, ModelArguments(embed_dim=8, word_dim=8))
     assert set(result["test"]) >= {"rsum", "i2t_r1", "t2i_r1"}
     assert (tmp_path / "run" / "best" / "model.safetensors").is_file()
+
+
+def _fake_hub(monkeypatch, vision_dir: Path, commits: dict[str, str]) -> list[str]:
+    """A Hub where ``user/tiny-vision`` resolves ``revision`` to ``commits[revision]`` and loads ``vision_dir``."""
+    from huggingface_hub import HfApi, ResolvedRevision
+    from transformers import AutoImageProcessor, AutoModel
+
+    loaded = []
+
+    def resolve(self, repo_id, *, revision=None, local_files_only=False, **kwargs):
+        return ResolvedRevision(commits[revision or "main"], initial=revision, repo_id=repo_id)
+
+    def loader(original):
+        def load(name, revision=None, **kwargs):
+            assert name == "user/tiny-vision"
+            loaded.append(revision.resolved)
+            return original(str(vision_dir), **kwargs)
+
+        return load
+
+    monkeypatch.setattr(HfApi, "resolve_revision", resolve)
+    monkeypatch.setattr(AutoModel, "from_pretrained", loader(AutoModel.from_pretrained))
+    monkeypatch.setattr(AutoImageProcessor, "from_pretrained", loader(AutoImageProcessor.from_pretrained))
+    return loaded
+
+
+def test_a_hub_model_is_loaded_at_its_resolved_commit_which_keys_the_cache(vision_dir, monkeypatch):
+    loaded = _fake_hub(monkeypatch, vision_dir, {"main": "a" * 40, "v2": "b" * 40})
+    main = ImageFeatureExtractor("user/tiny-vision")
+    assert loaded == ["a" * 40, "a" * 40], "processor and model come from the commit resolved once"
+    tagged = ImageFeatureExtractor("user/tiny-vision", revision="v2")
+    assert main.identity()["commit"] == "a" * 40 and tagged.identity()["commit"] == "b" * 40
+    assert main.identity() != tagged.identity(), "features of another commit are not read from the cache"
+
+
+def test_an_unresolvable_hub_model_is_a_clear_error(monkeypatch):
+    from huggingface_hub import HfApi
+
+    def offline(self, repo_id, **kwargs):
+        raise OSError("no cached revision")
+
+    monkeypatch.setattr(HfApi, "resolve_revision", offline)
+    with pytest.raises(OSError, match=r"'user/absent': it is not a local directory, .* revision 'main' cannot be resolved"):
+        ImageFeatureExtractor("user/absent")

@@ -35,6 +35,8 @@ from typing import Any
 import datasets
 import numpy as np
 import torch
+from huggingface_hub import HfApi, is_offline_mode
+from huggingface_hub.errors import HfHubHTTPError
 
 from hfncl.data.precomp import DataFormatError, default_cache_root
 
@@ -51,16 +53,37 @@ class ImageFeatureExtractor:
             ``CLIPVisionModel``, or a dual encoder such as ``CLIPModel``) and its processor.
         feature: ``"pooled"`` or ``"patches"`` (see the module docstring).
         device: where the model runs.
+        revision: for a Hub id, the branch, tag or commit to load (default: the default
+            branch). It is resolved to a commit once, before loading, so that the model and
+            the processor come from that commit and the cache key names it: features of a
+            newer commit are extracted anew, not read from an older cache.
     """
 
-    def __init__(self, model_name: str, feature: str = "pooled", device: str | torch.device = "cpu") -> None:
+    def __init__(
+        self,
+        model_name: str,
+        feature: str = "pooled",
+        device: str | torch.device = "cpu",
+        revision: str | None = None,
+    ) -> None:
         from transformers import AutoImageProcessor, AutoModel
 
         if feature not in FEATURES:
             raise ValueError(f"feature must be one of {FEATURES}, got {feature!r}")
+        self.commit = None
+        if not Path(model_name).is_dir():
+            try:
+                resolved = HfApi().resolve_revision(model_name, revision=revision, local_files_only=is_offline_mode())
+            except (HfHubHTTPError, OSError, ValueError) as error:
+                raise OSError(
+                    f"Cannot load the image model {model_name!r}: it is not a local directory, and as a Hub id "
+                    f"its revision {revision or 'main'!r} cannot be resolved"
+                    f"{' (HF_HUB_OFFLINE=1 and not in the Hub cache)' if is_offline_mode() else ''}: {error}"
+                ) from error
+            revision, self.commit = resolved, resolved.resolved
         try:
-            self.processor = AutoImageProcessor.from_pretrained(model_name)
-            self.model = AutoModel.from_pretrained(model_name).to(device).eval()
+            self.processor = AutoImageProcessor.from_pretrained(model_name, revision=revision)
+            self.model = AutoModel.from_pretrained(model_name, revision=revision).to(device).eval()
         except OSError as error:
             raise OSError(f"Cannot load the image model or its image processor from {model_name!r}: {error}") from error
         self.model_name = model_name
@@ -68,11 +91,12 @@ class ImageFeatureExtractor:
         self.device = torch.device(device)
 
     def identity(self) -> dict[str, Any]:
-        """What determines the features (hashed into the cache file names)."""
+        """What determines the features (hashed into the cache file names): the model (a local
+        directory's file names, sizes and times, or a Hub id's resolved commit) and the feature."""
         path = Path(self.model_name)
         files = sorted(path.glob("*")) if path.is_dir() else []
         stamps = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files if p.is_file()]
-        return {"model": self.model_name, "files": stamps, "feature": self.feature}
+        return {"model": self.model_name, "commit": self.commit, "files": stamps, "feature": self.feature}
 
     @torch.no_grad()
     def __call__(self, images: Sequence[Any]) -> np.ndarray:
@@ -199,6 +223,7 @@ def extract_features(
     num_shards: int = 8,
     device: str | torch.device = "cpu",
     cache_dir: str | Path | None = None,
+    revision: str | None = None,
 ) -> dict[str, tuple[int, ...]]:
     """Extract the image features of every split of ``source`` into the precomp directory ``output_dir``.
 
@@ -215,6 +240,8 @@ def extract_features(
         device: where the model runs.
         cache_dir: where ``datasets`` keeps the loaded dataset and the mapped shards
             (default ``$HFNCL_CACHE/extract``).
+        revision: the branch, tag or commit of a Hub model (resolved to a commit, which
+            keys the cache); ignored for a local directory.
 
     Returns:
         The shape (N, R, D) of each split's features, by precomp split name.
@@ -226,7 +253,7 @@ def extract_features(
         raise ValueError(f"batch_size and num_shards must be >= 1, got {batch_size} and {num_shards}")
     cache = Path(cache_dir) if cache_dir is not None else default_cache_root() / "extract"
     raw = load_raw_dataset(source, cache / "datasets")
-    extractor = ImageFeatureExtractor(model_name, feature, device)
+    extractor = ImageFeatureExtractor(model_name, feature, device, revision=revision)
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     shapes = {}
