@@ -21,6 +21,9 @@ Reading choices, where the paper leaves room:
   noisy parts; Eq. 5 (tau from the top 10%) and Eq. 6 (hardest negatives) are computed
   within each part, as they would be within B_c and B_n. Each network still sees every
   pair once per epoch.
+- ``ncr.co_rectify = false`` is Table 4's "co-divide without co-rectify" ablation: the
+  clean part keeps its given label y = 1 (margin alpha) and the noisy part, which has no
+  label without the rectifier, is left out of the loss.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ def option_defaults() -> dict[str, Any]:
         "ncr.top_fraction": 0.1,
         "ncr.gmm_max_iter": 10,
         "ncr.gmm_reg_covar": 5e-4,
+        "ncr.co_rectify": True,
     }
 
 
@@ -159,6 +163,8 @@ def rectify(trainer, batch, net, division) -> dict[str, torch.Tensor]:
     The trained network's own prediction comes from its training forward pass in
     ``loss`` (detached): the same values without a second forward pass.
     """
+    if not trainer.option("ncr.co_rectify"):
+        return {"dataset_clean": division.clean}
     peer = trainer.forward((net + 1) % NETWORKS, batch, grad=False)
     index = peer.index.cpu()
     device = peer.similarity.device
@@ -172,10 +178,22 @@ def rectify(trainer, batch, net, division) -> dict[str, torch.Tensor]:
     }
 
 
+def co_divide_only_loss(similarity: torch.Tensor, clean: torch.Tensor, alpha: float) -> torch.Tensor:
+    """Table 4's ablation without co-rectify: L_soft (Eq. 6) with margin alpha (y = 1) on the clean part only."""
+    part = clean.nonzero().squeeze(1)
+    if part.numel() < 2:
+        return similarity.sum() * 0
+    margins = torch.full((part.numel(),), alpha, device=similarity.device)
+    return triplet_hardest_negative(_within(similarity, part), margins).sum()
+
+
 @hookimpl
 def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
     """Co-rectified labels (Eq. 4) as soft margins (Eq. 7) of L_soft (Eq. 6), hardest negatives within each part."""
     alpha = trainer.option("ncr.alpha")
+    if not trainer.option("ncr.co_rectify"):
+        clean = targets["dataset_clean"][outputs.index.cpu()].to(outputs.similarity.device)
+        return {"soft_margin_triplet": co_divide_only_loss(outputs.similarity, clean, alpha)}
     clean = targets["clean"]
     own_prediction = _per_part(outputs.similarity.detach(), clean, alpha, trainer.option("ncr.top_fraction"))
     labels = rectified_labels(targets["clean_prob"], clean, own_prediction, targets["peer_prediction"])

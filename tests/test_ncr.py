@@ -51,7 +51,8 @@ def test_soft_margin_loss_takes_hardest_negatives_within_the_clean_and_noisy_par
     clean = torch.tensor([True, True, False, False])
     w = torch.tensor([0.9, 0.7, 0.2, 0.1])
     peer = torch.tensor([0.8, 0.4, 0.6, 0.0])
-    trainer = SimpleNamespace(option={"ncr.alpha": 0.2, "ncr.curve": 10.0, "ncr.top_fraction": 0.1}.__getitem__)
+    options = {"ncr.alpha": 0.2, "ncr.curve": 10.0, "ncr.top_fraction": 0.1, "ncr.co_rectify": True}
+    trainer = SimpleNamespace(option=options.__getitem__)
     outputs = SimpleNamespace(similarity=similarity)
     targets = {"clean": clean, "clean_prob": w, "peer_prediction": peer}
     term = loss(trainer=trainer, batch={}, outputs=outputs, targets=targets, net=0)
@@ -67,3 +68,27 @@ def test_soft_margin_loss_takes_hardest_negatives_within_the_clean_and_noisy_par
     torch.testing.assert_close(term["soft_margin_triplet"], expected)
     # across parts the hardest negative of image 0 would be caption 3 and of caption 0 image 2
     assert not torch.isclose(term["soft_margin_triplet"], triplet_hardest_negative(similarity, margins).sum())
+
+
+def test_without_co_rectify_only_the_clean_part_trains_with_the_full_margin():
+    """Table 4's "co-divide without co-rectify": y = 1 on the clean part, the noisy part left out."""
+    from types import SimpleNamespace
+
+    from hfncl_plugins.ncr import co_divide_only_loss, loss, rectify
+
+    similarity = torch.tensor(
+        [[0.9, 0.8, 0.1, 0.7], [0.2, 0.6, 0.3, 0.1], [0.95, 0.1, 0.4, 0.2], [0.1, 0.3, 0.5, 0.3]]
+    )
+    # by hand, clean pairs 0 and 2 (alpha 0.2): image 0: [0.2 - 0.9 + 0.1]_+ = 0, caption 0: [0.2 - 0.9 + 0.95]_+ = 0.25;
+    # image 2: [0.2 - 0.4 + 0.95]_+ = 0.75, caption 2: [0.2 - 0.4 + 0.1]_+ = 0
+    clean = torch.tensor([True, False, True, False])
+    torch.testing.assert_close(co_divide_only_loss(similarity, clean, 0.2), torch.tensor(1.0))
+    options = {"ncr.alpha": 0.2, "ncr.co_rectify": False}
+    trainer = SimpleNamespace(option=options.__getitem__)
+    division = SimpleNamespace(clean=torch.tensor([False, True, False, False, True, False, True]))
+    targets = rectify(trainer=trainer, batch={}, net=0, division=division)
+    outputs = SimpleNamespace(similarity=similarity, index=torch.tensor([4, 0, 6, 5]))  # dataset pairs of the batch
+    term = loss(trainer=trainer, batch={}, outputs=outputs, targets=targets, net=0)["soft_margin_triplet"]
+    torch.testing.assert_close(term, torch.tensor(1.0))
+    lonely = co_divide_only_loss(similarity.requires_grad_(), torch.tensor([True, False, False, False]), 0.2)
+    assert lonely.item() == 0 and lonely.requires_grad, "a batch with one clean pair trains nothing but still backpropagates"
