@@ -19,23 +19,40 @@ from hfncl.data import (
     caption_level_noise,
     caption_pairing,
     image_level_noise,
+    is_imagefolder,
     load_noise_index,
+    load_pixel_splits,
     load_precomp_split,
     save_noise_index,
 )
+from hfncl.data.pixels import METADATA_FILE, image_processor_from_pretrained
 from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
 from hfncl.engine.trainer import Trainer
 from hfncl.hub import DataDescription, add_test_results, save_text_vocabulary
+from hfncl.hub.checkpoint import save_image_processor
 from hfncl.models import NCLConfig, NCLModel
 from hfncl.models.towers import parameter_counts
 from hfncl.plugins import build_plugin_manager, plugin_model_defaults
+
+DATA_FORMATS = ("auto", "precomp", "imagefolder")
 
 
 @dataclass
 class DataArguments:
     """Where the data is and how its training pairs are corrupted."""
 
-    data_dir: str = field(metadata={"help": "SCAN precomp directory ({split}_ims.npy, {split}_caps.txt|tsv)."})
+    data_dir: str = field(
+        metadata={
+            "help": "SCAN precomp directory ({split}_ims.npy, {split}_caps.txt|tsv), or an imagefolder of raw images "
+            "({split}/ folders with images and metadata.jsonl) for a model with a pixel image tower."
+        }
+    )
+    data_format: str = field(
+        default="auto",
+        metadata={
+            "help": "precomp, imagefolder, or auto: an imagefolder when {train_split}/metadata.jsonl exists, else precomp."
+        },
+    )
     noise_ratio: float = field(default=0.0, metadata={"help": "Share of training pairs to corrupt."})
     noise_kind: str = field(
         default="caption", metadata={"help": "caption: re-pair a share of captions (caption level); image: permute a share of images (image level)."}
@@ -60,6 +77,8 @@ class DataArguments:
             raise ValueError(f"noise_ratio must be in [0, 1), got {self.noise_ratio}")
         if self.noise_kind not in NOISE_KINDS:
             raise ValueError(f"noise_kind must be one of {NOISE_KINDS}, got {self.noise_kind!r}")
+        if self.data_format not in DATA_FORMATS:
+            raise ValueError(f"data_format must be one of {DATA_FORMATS}, got {self.data_format!r}")
 
 
 @dataclass
@@ -74,7 +93,9 @@ class ModelArguments:
     embed_dim: int | None = field(default=None, metadata={"help": "Joint embedding dimension (default 1024)."})
     word_dim: int | None = field(default=None, metadata={"help": "Word embedding dimension (default 300)."})
     text_layers: int | None = field(default=None, metadata={"help": "BiGRU layers (default 1)."})
-    image_pooling: str | None = field(default=None, metadata={"help": "Pooling over regions: mean or max."})
+    image_pooling: str | None = field(
+        default=None, metadata={"help": "Pooling over regions: mean or max (a vision tower also takes pooler)."}
+    )
     image_views: int | None = field(default=None, metadata={"help": "Image views W (default 1)."})
     text_pooling: str | None = field(default=None, metadata={"help": "Pooling over words: mean or max."})
     similarity: str | None = field(
@@ -89,21 +110,33 @@ class ModelArguments:
         default=None,
         metadata={"help": "gru (default), or a Hub id / directory of a BERT-family or CLIP text encoder."},
     )
+    image_tower: str | None = field(
+        default=None,
+        metadata={
+            "help": "regions (default: precomputed features), or a Hub id / directory of a CLIP vision encoder and "
+            "its image processor, which reads the raw images of an imagefolder."
+        },
+    )
     lora_rank: int | None = field(default=None, metadata={"help": "LoRA rank on the transformer towers (0: none)."})
     lora_alpha: float | None = field(default=None, metadata={"help": "LoRA alpha (default 16)."})
     lora_dropout: float | None = field(default=None, metadata={"help": "LoRA dropout (default 0)."})
     lora_target_modules: list[str] | None = field(
         default=None, metadata={"help": "Layers LoRA adapts (default: the tower's attention query and value)."}
     )
+    lora_towers: list[str] | None = field(
+        default=None, metadata={"help": "Transformer towers that get LoRA adapters: text, image (default: every one)."}
+    )
 
     def explicit(self) -> dict[str, Any]:
-        """The fields given a value; ``text_tower`` NAME becomes ``text_tower="transformer"``, ``text_tower_name=NAME``."""
+        """The fields given a value; ``text_tower`` NAME becomes ``text_tower="transformer"``, ``text_tower_name=NAME``
+        (and ``image_tower`` NAME ``image_tower="transformer"``, ``image_tower_name=NAME``)."""
         values = {k: v for k, v in asdict(self).items() if v is not None}
-        tower = values.pop("text_tower", None)
-        if tower is not None:
-            values["text_tower"] = "gru" if tower == "gru" else "transformer"
-            if tower != "gru":
-                values["text_tower_name"] = tower
+        for part, plain in (("text", "gru"), ("image", "regions")):
+            tower = values.pop(f"{part}_tower", None)
+            if tower is not None:
+                values[f"{part}_tower"] = plain if tower == plain else "transformer"
+                if tower != plain:
+                    values[f"{part}_tower_name"] = tower
         return values
 
 
@@ -127,24 +160,76 @@ def _noise_index(args: DataArguments, num_images: int, captions_per_image: int, 
     return caption_pairing(index, num_images, captions_per_image)
 
 
+def _data_format(args: DataArguments, data_dir: Path, image_processor: str | None) -> str:
+    """``"precomp"`` or ``"imagefolder"``, checked against the model's image tower.
+
+    Raises:
+        DataFormatError: naming the data directory and ``NCLConfig.image_tower`` when raw
+            images meet a region tower or precomputed features a pixel tower, or when an
+            imagefolder asked for lacks its training split's metadata.
+    """
+    data_format = args.data_format
+    if data_format == "auto":
+        data_format = "imagefolder" if is_imagefolder(data_dir, args.train_split) else "precomp"
+    elif data_format == "imagefolder" and not is_imagefolder(data_dir, args.train_split):
+        raise DataFormatError(
+            f"{data_dir / args.train_split / METADATA_FILE} does not exist: an imagefolder holds one folder per split "
+            f"with its images and a {METADATA_FILE} of rows " '{"file_name": ..., "captions": [...]}'
+        )
+    if data_format == "imagefolder" and image_processor is None:
+        raise DataFormatError(
+            f"{data_dir} is an imagefolder of raw images, but the model's image tower (NCLConfig.image_tower) is "
+            "'regions', which reads precomputed features: train on pixels with a vision tower (--image-tower "
+            f"<CLIP model>), or extract features first (hfncl extract {data_dir} OUT --model <image model>) and train on OUT"
+        )
+    if data_format == "precomp" and image_processor is not None:
+        raise DataFormatError(
+            f"{data_dir} holds precomputed image features (precomp), but the model's image tower is "
+            f"NCLConfig.image_tower 'transformer' (image_tower_name {image_processor!r}), which reads pixels: give an "
+            "imagefolder of raw images (a folder per split with its images and a metadata.jsonl), or leave "
+            "image_tower at 'regions'"
+        )
+    return data_format
+
+
 def prepare_data(
-    args: DataArguments, output_dir: str | Path, image_dim: int | None = None, tokenizer: str | None = None
+    args: DataArguments,
+    output_dir: str | Path,
+    image_dim: int | None = None,
+    tokenizer: str | None = None,
+    image_processor: str | None = None,
 ):
     """Load the splits, the vocabulary and the noisy training pairs.
 
     With ``tokenizer`` (the Hub id or directory of a transformer text tower), captions are
     tokenised by its ``AutoTokenizer`` (:class:`~hfncl.data.TokenizerVocabulary`) instead
-    of a word vocabulary.
+    of a word vocabulary. With ``image_processor`` (the Hub id or directory of a pixel
+    image tower), the data are an imagefolder of raw images whose pixel values that
+    source's ``AutoImageProcessor`` makes (:class:`~hfncl.data.PixelSplit`, returned as
+    ``"image_processor"``; ``"image_dim"`` is then ``None``); without it, a precomp
+    directory of features of ``image_dim`` (default: whatever the training split holds).
+
+    Raises:
+        DataFormatError: a missing directory, malformed data, or data that do not fit the
+            image tower (see :func:`_data_format`).
     """
     data_dir = Path(args.data_dir)
     if not data_dir.is_dir():
         raise DataFormatError(f"Data directory {str(data_dir)!r} does not exist or is not a directory")
-    load = dict(feature_dtype=args.feature_dtype, expected_feature_dim=image_dim)
-    train = load_precomp_split(data_dir, args.train_split, **load)
-    dims = train.images.features["regions"].shape
-    load.update(expected_feature_dim=dims[-1], expected_regions=dims[0])
-    val = load_precomp_split(data_dir, args.val_split, **load)
-    test = load_precomp_split(data_dir, args.test_split, **load)
+    names = (args.train_split, args.val_split, args.test_split)
+    processor = None
+    if _data_format(args, data_dir, image_processor) == "imagefolder":
+        processor = image_processor_from_pretrained(image_processor)
+        pixel_splits = load_pixel_splits(data_dir, names, processor)
+        train, val, test = (pixel_splits[name] for name in names)
+        feature_dim = None
+    else:
+        load = dict(feature_dtype=args.feature_dtype, expected_feature_dim=image_dim)
+        train = load_precomp_split(data_dir, args.train_split, **load)
+        regions, feature_dim = train.region_shape
+        load.update(expected_feature_dim=feature_dim, expected_regions=regions)
+        val = load_precomp_split(data_dir, args.val_split, **load)
+        test = load_precomp_split(data_dir, args.test_split, **load)
     if tokenizer is not None:
         if args.vocab_file:
             raise ValueError(f"vocab_file {args.vocab_file!r} is for the GRU text tower; {tokenizer!r} has its own tokenizer")
@@ -157,7 +242,8 @@ def prepare_data(
         "val": RetrievalSplit.from_precomp(val, vocab),
         "test": RetrievalSplit.from_precomp(test, vocab),
         "vocab": vocab,
-        "image_dim": dims[-1],
+        "image_dim": feature_dim,
+        "image_processor": processor,
     }
 
 
@@ -197,8 +283,10 @@ def run_experiment(
     """
     fields = model_fields(config.plugins, model_args)
     tokenizer = fields.get("text_tower_name") if fields.get("text_tower") == "transformer" else None
-    data = prepare_data(data_args, config.output_dir, tokenizer=tokenizer)
-    model_config = NCLConfig(image_dim=data["image_dim"], vocab_size=len(data["vocab"]), **fields)
+    pixels = fields.get("image_tower_name") if fields.get("image_tower") == "transformer" else None
+    data = prepare_data(data_args, config.output_dir, tokenizer=tokenizer, image_processor=pixels)
+    image_dim = {} if data["image_dim"] is None else {"image_dim": data["image_dim"]}
+    model_config = NCLConfig(**image_dim, vocab_size=len(data["vocab"]), **fields)
     trainer = Trainer(config, model_config, data["train"], data["val"])
     if trainer.accelerator.is_main_process and "transformer" in (model_config.text_tower, model_config.image_tower):
         for part, counts in parameter_counts(trainer.model).items():
@@ -208,6 +296,8 @@ def run_experiment(
     model = NCLModel.from_pretrained(str(best_dir)) if best_dir.exists() else trainer.model
     if trainer.accelerator.is_main_process and best_dir.exists():
         save_text_vocabulary(data["vocab"], best_dir)
+        if data["image_processor"] is not None:
+            save_image_processor(data["image_processor"], best_dir)
     test = evaluate_retrieval(
         model, data["test"], batch_size=config.eval_batch_size, folds=data_args.test_folds, hook=trainer.hook
     )

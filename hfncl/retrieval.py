@@ -4,6 +4,7 @@
 
     retriever = Retriever.from_pretrained("runs/ugncl_f30k/best")      # or a Hub id
     images = retriever.encode_images(region_features)                  # (N, R, D) precomputed regions
+    images = retriever.encode_images([Image.open("dog.jpg")])          # a model whose image tower reads pixels
     texts = retriever.encode_texts(["a dog runs on the beach", ...])
     ranking = retriever.rank(images, texts, direction="i2t", top_k=5)  # captions for each image
     ranking.indices, ranking.scores, ranking.uncertainty
@@ -25,8 +26,10 @@ import numpy as np
 import torch
 
 from hfncl.data import TokenizerVocabulary, Vocabulary, collate_captions
+from hfncl.data.pixels import pixel_values
 from hfncl.engine.encoding import direction_similarity, join_batches
 from hfncl.hub import load_text_vocabulary
+from hfncl.hub.checkpoint import load_image_processor
 from hfncl.models import NCLModel
 from hfncl.plugins import build_plugin_manager
 
@@ -53,31 +56,49 @@ class Retriever:
         model: the trained model (its config names its plugins, which must be installed).
         vocab: the vocabulary for :meth:`encode_texts` (token ids can be encoded without one);
             for a transformer text tower, its tokenizer (:class:`~hfncl.data.TokenizerVocabulary`).
+        image_processor: for a model whose image tower reads pixels, the image processor it
+            was trained with, so that :meth:`encode_images` takes PIL images.
         device: where to run the model.
         batch_size: encoding batch size.
     """
 
     def __init__(
-        self, model: NCLModel, vocab: Vocabulary | TokenizerVocabulary | None = None, *, device: str | torch.device = "cpu", batch_size: int = 256
+        self,
+        model: NCLModel,
+        vocab: Vocabulary | TokenizerVocabulary | None = None,
+        *,
+        image_processor: Any = None,
+        device: str | torch.device = "cpu",
+        batch_size: int = 256,
     ) -> None:
         self.model = model.to(device).eval()
         self.vocab = vocab
+        self.image_processor = image_processor
         self.device = torch.device(device)
         self.batch_size = batch_size
         self.hook = build_plugin_manager(model.config.plugins).hook if model.config.plugins else None
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | Path, **kwargs: Any) -> "Retriever":
-        """Load the model and its vocabulary (or tokenizer) from a checkpoint directory or a Hub repository."""
+        """Load the model and its vocabulary (or tokenizer) from a checkpoint directory or a Hub repository,
+        and the image processor of a model whose image tower reads pixels (``image_processor/``)."""
         model = NCLModel.from_pretrained(str(name_or_path))
+        if "image_processor" not in kwargs:
+            kwargs["image_processor"] = load_image_processor(name_or_path, model.config)
         return cls(model, load_text_vocabulary(name_or_path, model.config), **kwargs)
 
     @torch.no_grad()
-    def encode_images(self, regions: torch.Tensor | np.ndarray) -> torch.Tensor:
+    def encode_images(self, regions: torch.Tensor | np.ndarray | Sequence[Any]) -> torch.Tensor:
         """Region features (N, R, D) -> image embeddings of every network (K, N, W * d).
 
-        A model with a transformer image tower takes pixel values (N, C, H, W) instead.
+        A model with a transformer image tower takes pixel values (N, C, H, W) instead, or a
+        sequence of PIL images, which the retriever's image processor turns into pixel values
+        batch by batch.
         """
+        if hasattr(regions, "convert"):
+            raise TypeError("encode_images expects a sequence of images, got one image")
+        if isinstance(regions, Sequence) and regions and all(hasattr(image, "convert") for image in regions):
+            return self._encode_pil_images(regions)
         regions = torch.as_tensor(np.asarray(regions) if not isinstance(regions, torch.Tensor) else regions)
         if self.model.config.image_tower == "transformer":
             if regions.dim() != 4:
@@ -89,6 +110,27 @@ class Retriever:
             )
         batches = regions.float().split(self.batch_size)
         return join_batches([self.model.encode_image(batch.to(self.device)) for batch in batches])
+
+    def _encode_pil_images(self, images: Sequence[Any]) -> torch.Tensor:
+        """PIL images -> image embeddings (K, N, d), through the image processor, one batch at a time."""
+        if self.model.config.image_tower != "transformer":
+            raise TypeError(
+                "encode_images got images, but this model's image tower reads precomputed region features "
+                f"(N, R, {self.model.config.image_dim}): extract them first (hfncl extract)"
+            )
+        if self.image_processor is None:
+            raise ValueError(
+                "encode_images needs the image processor the model was trained with to read images "
+                "(Retriever(image_processor=...), or Retriever.from_pretrained of a checkpoint with image_processor/)"
+            )
+        images = list(images)
+        batches = [images[start : start + self.batch_size] for start in range(0, len(images), self.batch_size)]
+        return join_batches(
+            [
+                self.model.encode_image(torch.from_numpy(pixel_values(self.image_processor, batch)).to(self.device))
+                for batch in batches
+            ]
+        )
 
     @torch.no_grad()
     def encode_texts(self, texts: Sequence[str]) -> torch.Tensor:

@@ -198,7 +198,7 @@ def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
     own_prediction = _per_part(outputs.similarity.detach(), clean, alpha, trainer.option("ncr.top_fraction"))
     labels = rectified_labels(targets["clean_prob"], clean, own_prediction, targets["peer_prediction"])
     margins = soft_margin(labels, alpha, trainer.option("ncr.curve"))
-    total = outputs.similarity.new_zeros(())
+    total = outputs.similarity.sum() * 0  # stays in the graph when no part has two pairs (a tiny last batch)
     for part in _parts(clean):
         total = total + triplet_hardest_negative(_within(outputs.similarity, part), margins[part]).sum()
     return {"soft_margin_triplet": total}

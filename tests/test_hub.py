@@ -425,7 +425,7 @@ def tiny_category_model() -> CategoryModel:
             tiny_model,
             {"revision": "dev", "create_pr": True},
             TypeError,
-            r"unsupported argument\(s\) \['create_pr', 'revision'\]: .* takes only vocabulary, record, commit_message",
+            r"unsupported argument\(s\) \['create_pr', 'revision'\]: .* takes only vocabulary, record, image_processor, commit_message",
         ),
         (
             tiny_category_model,

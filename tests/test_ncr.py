@@ -92,3 +92,15 @@ def test_without_co_rectify_only_the_clean_part_trains_with_the_full_margin():
     torch.testing.assert_close(term, torch.tensor(1.0))
     lonely = co_divide_only_loss(similarity.requires_grad_(), torch.tensor([True, False, False, False]), 0.2)
     assert lonely.item() == 0 and lonely.requires_grad, "a batch with one clean pair trains nothing but still backpropagates"
+
+
+def test_a_batch_without_two_pairs_in_any_part_gives_a_zero_loss_that_still_backpropagates():
+    from types import SimpleNamespace
+
+    from hfncl_plugins.ncr import loss
+
+    options = {"ncr.alpha": 0.2, "ncr.curve": 10.0, "ncr.top_fraction": 0.1, "ncr.co_rectify": True}
+    similarity = torch.tensor([[0.9, 0.1], [0.2, 0.8]], requires_grad=True)
+    targets = {"clean": torch.tensor([True, False]), "clean_prob": torch.tensor([0.9, 0.1]), "peer_prediction": torch.zeros(2)}
+    term = loss(trainer=SimpleNamespace(option=options.__getitem__), batch={}, outputs=SimpleNamespace(similarity=similarity), targets=targets, net=0)
+    assert term["soft_margin_triplet"].item() == 0 and term["soft_margin_triplet"].requires_grad

@@ -158,6 +158,12 @@ def test_drop_regions_at_a_rate_near_one_leaves_one_region_per_image():
     assert (dropped == dropped[:, :1]).all()
 
 
+def test_drop_regions_refuses_pixel_batches():
+    with pytest.raises(ValueError, match=r"needs region features \(B, R, D\), got images of shape \(2, 3, 4, 4\)"):
+        drop_regions(torch.zeros(2, 3, 4, 4), 0.2)
+    assert drop_regions(torch.zeros(2, 3, 4, 4), 0.0).shape == (2, 3, 4, 4)
+
+
 def test_drop_regions_by_hand_and_rejects_draws_of_the_wrong_shape():
     images = torch.arange(6.0).reshape(1, 3, 2)  # regions [0, 1], [2, 3], [4, 5]
     dropped = drop_regions(images, 0.5, torch.tensor([[0.2, 0.9, 0.1]]))  # drop regions 0 and 2, keep 1

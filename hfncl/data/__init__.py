@@ -1,4 +1,4 @@
-"""Data: SCAN precomp, vocabularies, correspondence noise, PyTorch datasets; labelled features and label noise."""
+"""Data: SCAN precomp, raw images (pixel splits), vocabularies, correspondence noise, PyTorch datasets; labelled features and label noise."""
 
 from hfncl.data.label_noise import (
     LABEL_NOISE_KINDS,
@@ -33,10 +33,12 @@ from hfncl.data.pairs import (
     EncodedCaptions,
     ImageDataset,
     NoisyPairDataset,
+    PairSplit,
     collate_captions,
     collate_images,
     collate_pairs,
 )
+from hfncl.data.pixels import PixelSplit, is_imagefolder, load_pixel_splits
 from hfncl.data.precomp import (
     FEATURE_DTYPES,
     DataFormatError,
@@ -68,6 +70,8 @@ __all__ = [
     "EncodedCaptions",
     "ImageDataset",
     "NoisyPairDataset",
+    "PairSplit",
+    "PixelSplit",
     "PrecompSplit",
     "TokenizerVocabulary",
     "Vocabulary",
@@ -78,8 +82,10 @@ __all__ = [
     "collate_images",
     "collate_pairs",
     "image_level_noise",
+    "is_imagefolder",
     "iter_feature_chunks",
     "load_noise_index",
+    "load_pixel_splits",
     "load_precomp_split",
     "make_noise",
     "read_captions",

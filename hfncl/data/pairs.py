@@ -1,23 +1,53 @@
-"""PyTorch datasets over a :class:`~hfncl.data.precomp.PrecompSplit`.
+"""PyTorch datasets over a split of images and captions (a :class:`PairSplit`).
 
 Training iterates over (possibly wrongly) paired captions and images with
 :class:`NoisyPairDataset` and :func:`collate_pairs`; evaluation encodes the unique
 images (:class:`ImageDataset`) and all captions (:class:`CaptionDataset`) separately.
 All three implement ``__getitems__``, which ``torch.utils.data.DataLoader`` calls with
-a whole batch of indices, so region features are read in one batched Arrow access.
+a whole batch of indices, so a batch's image inputs are read in one batched access
+(region features: one Arrow read; raw images: decoded and processed together).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from hfncl.data.noise import caption_pairing, clean_mask
-from hfncl.data.precomp import PrecompSplit
 from hfncl.data.vocab import Vocabulary
+
+
+class PairSplit(Protocol):
+    """What the datasets here read of a split: its images' inputs and its captions.
+
+    ``captions[c]`` describes image ``c // captions_per_image``. An image's *input* is
+    what the model's image tower reads, an array of ``image_shape``:
+    :class:`~hfncl.data.precomp.PrecompSplit` gives region features (R, D),
+    :class:`~hfncl.data.pixels.PixelSplit` pixel values (C, H, W) made by the tower's
+    image processor. The datasets and the batches never look inside that shape.
+    """
+
+    split: str
+    captions: list[str]
+    captions_per_image: int
+
+    @property
+    def num_images(self) -> int: ...
+
+    @property
+    def num_captions(self) -> int: ...
+
+    @property
+    def image_shape(self) -> tuple[int, ...]:
+        """Shape of one image's input: (R, D) regions or (C, H, W) pixels."""
+        ...
+
+    def image_inputs(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
+        """The inputs of the images ``indices`` (repeated indices allowed): float32 (len, *image_shape)."""
+        ...
 
 
 class EncodedCaptions:
@@ -52,10 +82,11 @@ class NoisyPairDataset(torch.utils.data.Dataset):
 
     ``caption_to_image`` is a caption- or image-level noise index (see
     :func:`hfncl.data.noise.caption_pairing`); ``None`` pairs every caption with its
-    own image. Items are ``{"image": (R, D) float32, "caption": (L,) long, "index": i}``.
+    own image. Items are ``{"image": float32 image input (R, D) or (C, H, W), "caption": (L,) long,
+    "index": i}``.
     """
 
-    def __init__(self, split: PrecompSplit, vocab: Vocabulary, caption_to_image: np.ndarray | None = None) -> None:
+    def __init__(self, split: PairSplit, vocab: Vocabulary, caption_to_image: np.ndarray | None = None) -> None:
         self.split = split
         k = split.captions_per_image
         if caption_to_image is None:
@@ -84,7 +115,7 @@ class NoisyPairDataset(torch.utils.data.Dataset):
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         positions = _positions(indices, len(self), "pair")
-        images = torch.from_numpy(self.split.regions(self.caption_to_image[positions]))
+        images = torch.from_numpy(self.split.image_inputs(self.caption_to_image[positions]))
         return [
             {"image": image, "caption": self.captions[i], "index": i}
             for image, i in zip(images, positions, strict=True)
@@ -92,9 +123,9 @@ class NoisyPairDataset(torch.utils.data.Dataset):
 
 
 class ImageDataset(torch.utils.data.Dataset):
-    """The unique images of a split, in order: item ``i`` is ``{"image": (R, D) float32, "index": i}``."""
+    """The unique images of a split, in order: item ``i`` is ``{"image": float32 image input, "index": i}``."""
 
-    def __init__(self, split: PrecompSplit) -> None:
+    def __init__(self, split: PairSplit) -> None:
         self.split = split
 
     @property
@@ -109,7 +140,7 @@ class ImageDataset(torch.utils.data.Dataset):
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         positions = _positions(indices, len(self), "image")
-        images = torch.from_numpy(self.split.regions(positions))
+        images = torch.from_numpy(self.split.image_inputs(positions))
         return [{"image": image, "index": i} for image, i in zip(images, positions, strict=True)]
 
 
@@ -119,7 +150,7 @@ class CaptionDataset(torch.utils.data.Dataset):
     Caption ``c`` describes image ``c // captions_per_image``.
     """
 
-    def __init__(self, split: PrecompSplit, vocab: Vocabulary) -> None:
+    def __init__(self, split: PairSplit, vocab: Vocabulary) -> None:
         self.captions_per_image = split.captions_per_image
         self.captions = EncodedCaptions(split.captions, vocab)
 
@@ -149,7 +180,7 @@ def _index(items: Sequence[dict[str, Any]]) -> torch.Tensor:
 def collate_pairs(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
     """Batch of :class:`NoisyPairDataset` items, as documented in :mod:`hfncl.types`.
 
-    ``images`` (B, R, D) float32, ``captions`` (B, L) long padded with 0 (``<pad>``),
+    ``images`` float32 (B, R, D) region features or (B, C, H, W) pixel values, ``captions`` (B, L) long padded with 0 (``<pad>``),
     ``lengths`` (B,) long, ``index`` (B,) long; items keep their order.
     """
     captions, lengths = _pad_captions([item["caption"] for item in items])
@@ -158,7 +189,7 @@ def collate_pairs(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
 
 
 def collate_images(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-    """Batch of :class:`ImageDataset` items: ``images`` (B, R, D) float32 and ``index`` (B,)."""
+    """Batch of :class:`ImageDataset` items: ``images`` float32 (B, *image_shape) and ``index`` (B,)."""
     return {"images": torch.stack([item["image"] for item in items]).float(), "index": _index(items)}
 
 

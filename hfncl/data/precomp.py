@@ -77,6 +77,15 @@ class PrecompSplit:
         regions, dim = self.images.features["regions"].shape
         return regions, dim
 
+    @property
+    def image_shape(self) -> tuple[int, ...]:
+        """Shape of one image's input to the image tower (the :class:`hfncl.data.pairs.PairSplit` contract): (R, D)."""
+        return self.region_shape
+
+    def image_inputs(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
+        """The image inputs of the images ``indices`` (:class:`hfncl.data.pairs.PairSplit`): their :meth:`regions`."""
+        return self.regions(indices)
+
     def regions(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
         """Region features of the images ``indices`` as a float32 array (len, R, D).
 

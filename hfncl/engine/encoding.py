@@ -16,8 +16,9 @@ from hfncl.models.sgraf import concat_packed
 class RetrievalSplit:
     """What evaluation needs of a split: its unique images and all their captions.
 
-    ``images`` yields dicts with ``images`` (R, D) per image; ``captions`` yields dicts
-    with ``caption`` token ids; caption ``c`` describes image ``c // captions_per_image``.
+    ``images`` yields dicts with ``image``, one image's input (region features (R, D) or
+    pixel values (C, H, W)); ``captions`` yields dicts with ``caption`` token ids;
+    caption ``c`` describes image ``c // captions_per_image``.
     """
 
     images: torch.utils.data.Dataset
@@ -26,7 +27,8 @@ class RetrievalSplit:
 
     @classmethod
     def from_precomp(cls, split, vocab) -> "RetrievalSplit":
-        """The evaluation view of a :class:`hfncl.data.PrecompSplit`."""
+        """The evaluation view of a split (:class:`hfncl.data.PairSplit`: a :class:`hfncl.data.PrecompSplit` of
+        region features or a :class:`hfncl.data.PixelSplit` of raw images)."""
         return cls(ImageDataset(split), CaptionDataset(split, vocab), split.captions_per_image)
 
     @property

@@ -3,7 +3,8 @@
 A published hfncl checkpoint is one directory (or Hub repository) holding
 ``config.json`` and the safetensors weights of every network (what
 ``save_pretrained`` writes), ``vocab.json`` (the text tower's vocabulary),
-``hfncl_run.json`` (the run record) and ``README.md`` (the model card).
+``hfncl_run.json`` (the run record) and ``README.md`` (the model card); a model whose
+image tower reads pixels also keeps its image processor in ``image_processor/``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import inspect
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 from huggingface_hub import hf_hub_download
@@ -19,6 +21,7 @@ from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 from safetensors import SafetensorError, safe_open
 
 from hfncl.data import DataFormatError, TokenizerVocabulary, Vocabulary
+from hfncl.data.pixels import image_processor_from_pretrained
 from hfncl.hub.card import CARD_FILE, CONFIG_FILE, read_config, write_model_card
 from hfncl.hub.record import RUN_RECORD, CheckpointError, DataDescription, RunRecord, read_run_record, write_run_record
 from hfncl.models import CategoryConfig, CategoryModel, NCLConfig, NCLModel
@@ -27,6 +30,8 @@ from hfncl.plugins import load_plugin, plugin_sources
 WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
 VOCAB_FILE = "vocab.json"
+IMAGE_PROCESSOR_SUBFOLDER = "image_processor"
+"""Where a checkpoint with a pixel image tower keeps the image processor it was trained with."""
 
 
 def save_trained_model(model: NCLModel, directory: str | Path, record: RunRecord) -> Path:
@@ -122,7 +127,8 @@ def checkpoint_files(checkpoint: str | Path) -> list[Path]:
     the safetensors headers are intact and hold exactly the tensors the config's
     architecture needs, that ``vocab.json`` matches ``config.vocab_size`` (or, for a
     transformer text tower, that ``tokenizer/`` loads; a category-label model on
-    precomputed features has neither), and that the card parses. ``hfncl_run.json`` is included when present.
+    precomputed features has neither), that a model whose image tower reads pixels has an
+    ``image_processor/`` that loads, and that the card parses. ``hfncl_run.json`` is included when present.
 
     Raises:
         CheckpointError: naming the file that is missing or wrong.
@@ -135,10 +141,54 @@ def checkpoint_files(checkpoint: str | Path) -> list[Path]:
     card = checkpoint / CARD_FILE
     if not card.is_file():
         raise CheckpointError(f"{card} does not exist: generate the model card with `hfncl card {checkpoint}`")
-    files = [checkpoint / CONFIG_FILE, *weights, *text_files, card]
+    files = [checkpoint / CONFIG_FILE, *weights, *text_files, *_image_processor_files(checkpoint, config), card]
     if (checkpoint / RUN_RECORD).is_file():
         files.append(checkpoint / RUN_RECORD)
     return files
+
+
+def _image_processor_files(checkpoint: Path, config: NCLConfig | CategoryConfig) -> list[Path]:
+    """The files of ``image_processor/`` of a pixel image tower, checked to load (none for other towers)."""
+    folder = checkpoint / IMAGE_PROCESSOR_SUBFOLDER
+    if getattr(config, "image_tower", None) != "transformer":
+        return []
+    if not folder.is_dir():
+        raise CheckpointError(
+            f"{folder} does not exist: the model's image tower reads pixels and needs the image processor it was "
+            "trained with (hfncl.hub.checkpoint.save_image_processor writes it)"
+        )
+    try:
+        image_processor_from_pretrained(checkpoint, IMAGE_PROCESSOR_SUBFOLDER)
+    except OSError as error:
+        raise CheckpointError(str(error)) from error
+    return sorted(p for p in folder.rglob("*") if p.is_file())
+
+
+def save_image_processor(processor: Any, directory: str | Path) -> Path:
+    """Write the image processor of a pixel image tower into ``directory/image_processor``; returns that folder."""
+    target = Path(directory) / IMAGE_PROCESSOR_SUBFOLDER
+    processor.save_pretrained(str(target))
+    return target
+
+
+def load_image_processor(name_or_path: str | Path, config: NCLConfig) -> Any | None:
+    """The image processor of a checkpoint (directory or Hub id) whose image tower reads pixels, else ``None``.
+
+    Read from the checkpoint's ``image_processor/``, never from the tower's source, so it
+    loads offline like the model.
+
+    Raises:
+        CheckpointError: a pixel model's checkpoint without a loadable ``image_processor/``.
+    """
+    if config.image_tower != "transformer":
+        return None
+    try:
+        return image_processor_from_pretrained(name_or_path, IMAGE_PROCESSOR_SUBFOLDER)
+    except OSError as error:
+        raise CheckpointError(
+            f"{error}. A model whose image tower reads pixels needs the image processor it was trained with in "
+            f"{IMAGE_PROCESSOR_SUBFOLDER}/ (hfncl.hub.checkpoint.save_image_processor writes it)"
+        ) from error
 
 
 def text_vocabulary_type(config: NCLConfig | CategoryConfig) -> type[Vocabulary] | type[TokenizerVocabulary] | None:

@@ -5,14 +5,17 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from huggingface_hub import CommitInfo, CommitOperationAdd, HfApi, snapshot_download
 
 from hfncl.data import TokenizerVocabulary, Vocabulary
 from hfncl.hub.card import card_name, write_model_card
 from hfncl.hub.checkpoint import (
+    IMAGE_PROCESSOR_SUBFOLDER,
     VOCAB_FILE,
     checkpoint_files,
+    save_image_processor,
     save_text_vocabulary,
     save_trained_model,
     text_vocabulary_files,
@@ -78,6 +81,7 @@ def push_model(
     commit_message: str | None = None,
     token: str | bool | None = None,
     license: str | None = None,
+    image_processor: Any | None = None,
 ) -> CommitInfo:
     """Publish a model as a complete checkpoint through :func:`push_checkpoint` (``model.push_to_hub`` calls this).
 
@@ -94,6 +98,8 @@ def push_model(
         source: where the model was loaded from (``model.checkpoint_source``), if anywhere.
         vocabulary: the text vocabulary (``None``: from ``source``; a category-label model has none).
         record: the run record (``None``: from ``source``); required, the card is generated from it.
+        image_processor: the image processor of a model whose image tower reads pixels
+            (``None``: ``image_processor/`` of ``source``); other models take none.
         private, commit_message, token, license: as in :func:`push_checkpoint`.
 
     Raises:
@@ -106,10 +112,23 @@ def push_model(
     kind = text_vocabulary_type(config)
     _check_vocabulary_argument(vocabulary, kind, type(model).__name__, config)
     needs_vocabulary, needs_record = kind is not None and vocabulary is None, record is None
+    reads_pixels = getattr(config, "image_tower", None) == "transformer"
+    if image_processor is not None and not reads_pixels:
+        raise CheckpointError(
+            f"{type(model).__name__}'s image tower reads precomputed features, so push_to_hub takes no image_processor="
+        )
+    needs_processor = reads_pixels and image_processor is None
     directory = None
-    if source is not None and (needs_vocabulary or needs_record):
-        directory = _companion_directory(source, kind if needs_vocabulary else None, needs_record, token)
+    if source is not None and (needs_vocabulary or needs_record or needs_processor):
+        directory = _companion_directory(
+            source, kind if needs_vocabulary else None, needs_record, needs_processor, token
+        )
     missing = []
+    if needs_processor and (directory is None or not (directory / IMAGE_PROCESSOR_SUBFOLDER).is_dir()):
+        missing.append(
+            f"the image processor ({IMAGE_PROCESSOR_SUBFOLDER}/) of the pixel image tower: pass image_processor=<the "
+            "transformers image processor the model was trained with>"
+        )
     if needs_vocabulary and not _has_text_vocabulary(directory, kind):
         missing.append(_VOCABULARY_HINTS[kind])
     if needs_record and (directory is None or not (directory / RUN_RECORD).is_file()):
@@ -131,6 +150,10 @@ def push_model(
             save_trained_model(model, checkpoint, record)
         if vocabulary is not None:
             save_text_vocabulary(vocabulary, checkpoint)
+        if image_processor is not None:
+            save_image_processor(image_processor, checkpoint)
+        elif needs_processor:
+            shutil.copytree(directory / IMAGE_PROCESSOR_SUBFOLDER, checkpoint / IMAGE_PROCESSOR_SUBFOLDER)
         for path in text_files:
             target = checkpoint / path.relative_to(directory)
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -171,7 +194,11 @@ def _check_vocabulary_argument(
 
 
 def _companion_directory(
-    source: CheckpointSource, vocabulary_kind: type | None, needs_record: bool, token: str | bool | None
+    source: CheckpointSource,
+    vocabulary_kind: type | None,
+    needs_record: bool,
+    needs_processor: bool,
+    token: str | bool | None,
 ) -> Path:
     """The directory of ``source`` holding its companion files: the local checkpoint, or the Hub
     repository's cached snapshot at the loaded commit with the needed files fetched."""
@@ -179,6 +206,8 @@ def _companion_directory(
         return Path(source.name_or_path) / source.subfolder
     prefix = f"{source.subfolder}/" if source.subfolder else ""
     patterns = [prefix + RUN_RECORD] if needs_record else []
+    if needs_processor:
+        patterns.append(f"{prefix}{IMAGE_PROCESSOR_SUBFOLDER}/*")
     if vocabulary_kind is Vocabulary:
         patterns.append(prefix + VOCAB_FILE)
     elif vocabulary_kind is TokenizerVocabulary:

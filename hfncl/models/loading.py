@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from hfncl.data import TokenizerVocabulary, Vocabulary
     from hfncl.hub.record import RunRecord
 
-PUSH_OPTIONS = ("vocabulary", "record", "commit_message", "private", "token", "license")
+PUSH_OPTIONS = ("vocabulary", "record", "image_processor", "commit_message", "private", "token", "license")
 
 
 @dataclass(frozen=True)
@@ -162,6 +162,7 @@ class HfnclPreTrainedModel(PreTrainedModel):
         private: bool | None = None,
         token: str | bool | None = None,
         license: str | None = None,
+        image_processor: Any | None = None,
         **unsupported: Any,
     ) -> CommitInfo:
         """Publish the model as a complete hfncl checkpoint, the way ``hfncl push`` does.
@@ -175,7 +176,8 @@ class HfnclPreTrainedModel(PreTrainedModel):
           transformer one; a category-label model (:class:`hfncl.models.CategoryModel`) has none;
         - the run record ``hfncl_run.json``. It is required: the model card is generated
           from it (training hyper-parameters, data, noise, metrics), and a checkpoint
-          published without a card would not say what the model is or how good it is.
+          published without a card would not say what the model is or how good it is;
+        - the image processor ``image_processor/`` of a model whose image tower reads pixels.
 
         Each is taken from the keyword argument when given, else from the checkpoint the
         model was loaded from (:attr:`checkpoint_source`: the local directory, or the Hub
@@ -196,6 +198,9 @@ class HfnclPreTrainedModel(PreTrainedModel):
             private: visibility of a repository created here (an existing one keeps its own).
             token: Hub token; default: the saved login or ``HF_TOKEN``.
             license: Hub license identifier for the card's metadata.
+            image_processor: for a model whose image tower reads pixels, the transformers
+                image processor it was trained with (default: ``image_processor/`` of the
+                checkpoint it was loaded from); other models take none.
 
         Returns:
             The commit (a ``str``, the commit URL, with ``commit_url`` and ``oid``).
@@ -222,6 +227,7 @@ class HfnclPreTrainedModel(PreTrainedModel):
             source=self.checkpoint_source,
             vocabulary=vocabulary,
             record=record,
+            image_processor=image_processor,
             commit_message=commit_message,
             private=private,
             token=token,
