@@ -284,3 +284,24 @@ def test_views_and_options_round_trip(tmp_path: Path, batch) -> None:
     loaded = NCLModel.from_pretrained(tmp_path)
     assert loaded.config.image_views == 2 and loaded.config.plugin_options == {"x.tau": 0.1}
     assert torch.allclose(original(images, captions, lengths), loaded(images, captions, lengths), atol=1e-6)
+
+
+@pytest.mark.parametrize("config_class", ["NCLConfig", "CategoryConfig"])
+def test_both_model_configs_share_the_provenance_fields_and_their_checks(config_class):
+    from hfncl import models
+    from hfncl.models import HfnclConfig
+    from hfncl.models.configuration import CHECKPOINT_FORMAT, IncompatibleCheckpointError
+
+    cls = getattr(models, config_class)
+    assert issubclass(cls, HfnclConfig)
+    plugins = ["a"]
+    config = cls(plugins=plugins, plugin_versions={"a": "1"}, plugin_distributions={"a": "pkg-a"})
+    plugins.append("b")
+    assert config.plugins == ["a"], "lists are copied"
+    assert config.to_dict()["checkpoint_format"] == CHECKPOINT_FORMAT
+    with pytest.raises(ValueError, match=rf"{config_class}\.plugin_distributions must be a dict name -> package"):
+        cls(plugin_distributions={"a": 1})
+    with pytest.raises(ValueError, match=rf"{config_class}\.plugins must be a list of plugin names"):
+        cls(plugins="ncr")
+    with pytest.raises(IncompatibleCheckpointError, match="Upgrade hfncl"):
+        cls(checkpoint_format=CHECKPOINT_FORMAT + 1)

@@ -8,10 +8,10 @@ with ``AutoConfig`` and ``AutoModel``, so ``AutoModel.from_pretrained`` loads a 
 from transformers import AutoConfig, AutoModel
 
 from hfncl.models.category import CategoryConfig, CategoryModel, CategoryNetwork
-from hfncl.models.configuration import NCLConfig
+from hfncl.models.configuration import HfnclConfig, NCLConfig
 from hfncl.models.modeling import MatchingNetwork, NCLModel
 
-__all__ = ["CategoryConfig", "CategoryModel", "CategoryNetwork", "MatchingNetwork", "NCLConfig", "NCLModel"]
+__all__ = ["CategoryConfig", "CategoryModel", "CategoryNetwork", "HfnclConfig", "MatchingNetwork", "NCLConfig", "NCLModel"]
 
 
 # exist_ok: importing twice (or reloading the module) re-registers instead of raising.

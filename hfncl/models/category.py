@@ -19,20 +19,15 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import PretrainedConfig
 
-from hfncl.models.configuration import (
-    CHECKPOINT_FORMAT,
-    _check_checkpoint_format,
-    installed_hfncl_version,
-)
+from hfncl.models.configuration import CHECKPOINT_FORMAT, HfnclConfig
 from hfncl.models.loading import HfnclPreTrainedModel
 
 MODALITIES = ("image", "text")
 _POSITIVE_INTS = ("image_dim", "text_dim", "num_classes", "embed_dim", "hidden_dim", "num_networks")
 
 
-class CategoryConfig(PretrainedConfig):
+class CategoryConfig(HfnclConfig):
     """Architecture of a :class:`CategoryModel` and the plugins that trained it.
 
     Args:
@@ -45,7 +40,7 @@ class CategoryConfig(PretrainedConfig):
         num_networks: number of independently initialised networks; retrieval ranks by
             the mean of their cosine similarities.
         plugins, plugin_versions, plugin_options, plugin_distributions, hfncl_version,
-            checkpoint_format: as in :class:`hfncl.models.NCLConfig`.
+            checkpoint_format: provenance, as in :class:`hfncl.models.configuration.HfnclConfig`.
         kwargs: the common :class:`~transformers.PretrainedConfig` arguments.
 
     Raises:
@@ -70,33 +65,23 @@ class CategoryConfig(PretrainedConfig):
         checkpoint_format: int = CHECKPOINT_FORMAT,
         **kwargs: Any,
     ) -> None:
-        _check_checkpoint_format(checkpoint_format, hfncl_version)
+        self.set_provenance(
+            plugins, plugin_versions, plugin_options, plugin_distributions, hfncl_version, checkpoint_format
+        )
         self.image_dim = image_dim
         self.text_dim = text_dim
         self.num_classes = num_classes
         self.embed_dim = embed_dim
         self.hidden_dim = hidden_dim
         self.num_networks = num_networks
-        self.plugins = list(plugins or [])
-        self.plugin_versions = dict(plugin_versions or {})
-        self.plugin_options = dict(plugin_options or {})
-        self.plugin_distributions = dict(plugin_distributions or {})
-        self.hfncl_version = installed_hfncl_version() if hfncl_version is None else hfncl_version
-        self.checkpoint_format = checkpoint_format
         for name in _POSITIVE_INTS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"CategoryConfig.{name} must be a positive integer, got {value!r}")
         if self.num_classes < 2:
             raise ValueError(f"CategoryConfig.num_classes must be at least 2, got {self.num_classes}")
+        self.check_provenance()
         super().__init__(**kwargs)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The config as a dict, stamped with the installed hfncl version and checkpoint format."""
-        output = super().to_dict()
-        output["hfncl_version"] = installed_hfncl_version()
-        output["checkpoint_format"] = CHECKPOINT_FORMAT
-        return output
 
 
 def modality_mlp(input_dim: int, hidden_dim: int, embed_dim: int) -> nn.Sequential:

@@ -27,16 +27,92 @@ def installed_hfncl_version() -> str:
     return version("hfncl")
 
 
-def _check_checkpoint_format(checkpoint_format: Any, hfncl_version: Any) -> None:
-    """Refuse a config whose ``checkpoint_format`` is not one this hfncl reads, naming both versions."""
-    if isinstance(checkpoint_format, bool) or not isinstance(checkpoint_format, int) or checkpoint_format < 1:
-        raise ValueError(f"NCLConfig.checkpoint_format must be a positive integer, got {checkpoint_format!r}")
-    if checkpoint_format > CHECKPOINT_FORMAT:
-        raise IncompatibleCheckpointError(
-            f"config.json has checkpoint_format {checkpoint_format} (written by hfncl {hfncl_version or '(unknown)'}), "
-            f"but the installed hfncl {installed_hfncl_version()} reads checkpoint formats up to "
-            f"{CHECKPOINT_FORMAT}. Upgrade hfncl (pip install -U hfncl) to load this checkpoint."
-        )
+class HfnclConfig(PretrainedConfig):
+    """What every hfncl model config carries besides its architecture: the plugins that
+    trained the model and the checkpoint format it is written in.
+
+    Subclasses call :meth:`set_provenance` first in their ``__init__`` (so that a config
+    of a newer checkpoint format is refused before any of its fields is read) and
+    :meth:`check_provenance` with their own value checks. ``to_dict`` stamps what is
+    written with the installed hfncl version and :data:`CHECKPOINT_FORMAT`, like
+    ``transformers_version``: what is being written is written by this hfncl, in its
+    format, whatever the config was read from.
+
+    Fields:
+        plugins: names of the method plugins that trained the model.
+        plugin_versions: version of each of those plugins.
+        plugin_options: the plugin options the model was trained with, defaults included
+            (read at inference by plugins that score or rank, e.g. which branch retrieves).
+        plugin_distributions: the distribution package that provided each of those plugins
+            (what to ``pip install`` when one is missing at load time).
+        hfncl_version: the hfncl that wrote the config.
+        checkpoint_format: the checkpoint layout version it was written in.
+    """
+
+    def set_provenance(
+        self,
+        plugins: list[str] | None,
+        plugin_versions: dict[str, str] | None,
+        plugin_options: dict[str, Any] | None,
+        plugin_distributions: dict[str, str] | None,
+        hfncl_version: str | None,
+        checkpoint_format: int,
+    ) -> None:
+        """Refuse a newer checkpoint format, then store the plugin fields (copies of lists and dicts)."""
+        self._check_checkpoint_format(checkpoint_format, hfncl_version)
+        self.plugins = _copied([] if plugins is None else plugins)
+        self.plugin_versions = _copied({} if plugin_versions is None else plugin_versions)
+        self.plugin_options = _copied({} if plugin_options is None else plugin_options)
+        self.plugin_distributions = _copied({} if plugin_distributions is None else plugin_distributions)
+        self.hfncl_version = installed_hfncl_version() if hfncl_version is None else hfncl_version
+        self.checkpoint_format = checkpoint_format
+
+    def check_provenance(self) -> None:
+        """Raise a ``ValueError`` naming the first plugin field whose value is not allowed."""
+        name = type(self).__name__
+        if not isinstance(self.plugins, list) or not all(isinstance(p, str) for p in self.plugins):
+            raise ValueError(f"{name}.plugins must be a list of plugin names, got {self.plugins!r}")
+        if not isinstance(self.plugin_versions, dict):
+            raise ValueError(f"{name}.plugin_versions must be a dict name -> version, got {self.plugin_versions!r}")
+        if not isinstance(self.plugin_options, dict):
+            raise ValueError(f"{name}.plugin_options must be a dict name -> value, got {self.plugin_options!r}")
+        if not isinstance(self.plugin_distributions, dict) or not all(
+            isinstance(v, str) for v in self.plugin_distributions.values()
+        ):
+            raise ValueError(
+                f"{name}.plugin_distributions must be a dict name -> package, got {self.plugin_distributions!r}"
+            )
+        if not isinstance(self.hfncl_version, str):
+            raise ValueError(f"{name}.hfncl_version must be a version string, got {self.hfncl_version!r}")
+
+    def _check_checkpoint_format(self, checkpoint_format: Any, hfncl_version: Any) -> None:
+        """Refuse a config whose ``checkpoint_format`` is not one this hfncl reads, naming both versions."""
+        if isinstance(checkpoint_format, bool) or not isinstance(checkpoint_format, int) or checkpoint_format < 1:
+            raise ValueError(
+                f"{type(self).__name__}.checkpoint_format must be a positive integer, got {checkpoint_format!r}"
+            )
+        if checkpoint_format > CHECKPOINT_FORMAT:
+            raise IncompatibleCheckpointError(
+                f"config.json has checkpoint_format {checkpoint_format} (written by hfncl "
+                f"{hfncl_version or '(unknown)'}), but the installed hfncl {installed_hfncl_version()} reads "
+                f"checkpoint formats up to {CHECKPOINT_FORMAT}. Upgrade hfncl (pip install -U hfncl) to load "
+                "this checkpoint."
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as a dict, stamped with the installed hfncl version and :data:`CHECKPOINT_FORMAT`."""
+        output = super().to_dict()
+        output["hfncl_version"] = installed_hfncl_version()
+        output["checkpoint_format"] = CHECKPOINT_FORMAT
+        return output
+
+
+def _copied(value: Any) -> Any:
+    """A copy of a list / tuple (as a list) or dict; any other value as it is (left to the value checks)."""
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return dict(value) if isinstance(value, dict) else value
+
 
 IMAGE_POOLINGS = ("mean", "max")
 TEXT_POOLINGS = ("mean", "max")
@@ -65,7 +141,7 @@ def _tower_config(
     return resolve_tower_config(name, "text" if tower == "text" else "vision")
 
 
-class NCLConfig(PretrainedConfig):
+class NCLConfig(HfnclConfig):
     """Architecture of a two-tower retrieval model and the plugins that trained it.
 
     The defaults are the SCAN / VSE++ precomp encoder: 36 x 2048 bottom-up region
@@ -97,16 +173,9 @@ class NCLConfig(PretrainedConfig):
             softmax (9 in the paper); SGR / SAF only.
         num_networks: number K of independently initialised networks (co-teaching
             methods train two); the model's similarity is their mean.
-        plugins: names of the method plugins that trained the model (metadata).
-        plugin_versions: version of each of those plugins (metadata).
-        plugin_options: the plugin options the model was trained with, defaults included
-            (read at inference by plugins that score or rank, e.g. which branch retrieves).
-        plugin_distributions: the distribution package that provided each of those plugins
-            (metadata; names the package to install when a plugin is missing at load time).
-        hfncl_version: version of the hfncl that wrote the config; a fresh config gets the
-            installed version, and every save writes the installed version.
-        checkpoint_format: checkpoint layout version (:data:`CHECKPOINT_FORMAT`); a config
-            of a newer format raises :class:`IncompatibleCheckpointError`.
+        plugins, plugin_versions, plugin_options, plugin_distributions, hfncl_version,
+            checkpoint_format: provenance, as in :class:`HfnclConfig`; a config of a newer
+            checkpoint format raises :class:`IncompatibleCheckpointError`.
         text_tower: ``"gru"`` (the biGRU above) or ``"transformer"``: a BERT-family or CLIP
             text encoder (:mod:`hfncl.models.towers`) whose token ids come from its own
             tokenizer; ``word_dim``, ``text_layers`` and ``bidirectional`` are then unused.
@@ -174,7 +243,9 @@ class NCLConfig(PretrainedConfig):
         lora_target_modules: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
-        _check_checkpoint_format(checkpoint_format, hfncl_version)
+        self.set_provenance(
+            plugins, plugin_versions, plugin_options, plugin_distributions, hfncl_version, checkpoint_format
+        )
         self.text_tower = text_tower
         self.text_tower_name = text_tower_name
         self.text_tower_config = _tower_config("text", text_tower, text_tower_name, text_tower_config)
@@ -202,18 +273,6 @@ class NCLConfig(PretrainedConfig):
         self.reasoning_steps = reasoning_steps
         self.attention_lambda = attention_lambda
         self.num_networks = num_networks
-        plugins = [] if plugins is None else plugins
-        plugin_versions = {} if plugin_versions is None else plugin_versions
-        self.plugins = list(plugins) if isinstance(plugins, (list, tuple)) else plugins
-        self.plugin_versions = dict(plugin_versions) if isinstance(plugin_versions, dict) else plugin_versions
-        plugin_options = {} if plugin_options is None else plugin_options
-        self.plugin_options = dict(plugin_options) if isinstance(plugin_options, dict) else plugin_options
-        plugin_distributions = {} if plugin_distributions is None else plugin_distributions
-        self.plugin_distributions = (
-            dict(plugin_distributions) if isinstance(plugin_distributions, dict) else plugin_distributions
-        )
-        self.hfncl_version = installed_hfncl_version() if hfncl_version is None else hfncl_version
-        self.checkpoint_format = checkpoint_format
         self.check_values()
         super().__init__(**kwargs)
 
@@ -242,20 +301,7 @@ class NCLConfig(PretrainedConfig):
                 f"image_views must be 1, got {self.image_views}"
             )
         self._check_towers()
-        if not isinstance(self.plugins, list) or not all(isinstance(p, str) for p in self.plugins):
-            raise ValueError(f"NCLConfig.plugins must be a list of plugin names, got {self.plugins!r}")
-        if not isinstance(self.plugin_versions, dict):
-            raise ValueError(f"NCLConfig.plugin_versions must be a dict name -> version, got {self.plugin_versions!r}")
-        if not isinstance(self.plugin_options, dict):
-            raise ValueError(f"NCLConfig.plugin_options must be a dict name -> value, got {self.plugin_options!r}")
-        if not isinstance(self.plugin_distributions, dict) or not all(
-            isinstance(v, str) for v in self.plugin_distributions.values()
-        ):
-            raise ValueError(
-                f"NCLConfig.plugin_distributions must be a dict name -> package, got {self.plugin_distributions!r}"
-            )
-        if not isinstance(self.hfncl_version, str):
-            raise ValueError(f"NCLConfig.hfncl_version must be a version string, got {self.hfncl_version!r}")
+        self.check_provenance()
 
     def _check_towers(self) -> None:
         """The tower and LoRA fields (see the class docstring)."""
@@ -290,14 +336,3 @@ class NCLConfig(PretrainedConfig):
         kind = self.text_tower if tower == "text" else self.image_tower
         wanted = self.lora_towers is None or tower in self.lora_towers
         return self.lora_rank > 0 and kind == "transformer" and wanted
-
-    def to_dict(self) -> dict[str, Any]:
-        """The config as a dict, stamped with the installed hfncl version and :data:`CHECKPOINT_FORMAT`.
-
-        Like ``transformers_version``: what is being written is written by this hfncl, in
-        its format, whatever the config was read from.
-        """
-        output = super().to_dict()
-        output["hfncl_version"] = installed_hfncl_version()
-        output["checkpoint_format"] = CHECKPOINT_FORMAT
-        return output
