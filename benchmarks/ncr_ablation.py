@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -55,7 +56,7 @@ def markdown(rows: list[dict], header: str) -> str:
 
         def cell(key: str) -> str:
             value = division.get(f"division/net0/{key}")
-            return "-" if value is None else f"{value:.3f}"
+            return "-" if value is None or math.isnan(value) else f"{value:.3f}"
 
         lines.append(
             f"| {row['label']} | {row['pairs']} | {row['i2t_r1']:.1f} | {row['t2i_r1']:.1f} | {row['rsum']:.1f} | "
