@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from importlib.metadata import version
@@ -218,7 +219,7 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
 )
 def evaluate_command(args: argparse.Namespace) -> int:
     """Print the metrics of ``args.checkpoints`` on ``args.split`` as JSON."""
-    from hfncl.data import DataFormatError, load_precomp_split
+    from hfncl.data import DataFormatError
     from hfncl.engine.encoding import RetrievalSplit, evaluate_ensemble
     from hfncl.hub import load_text_vocabulary
     from hfncl.models import NCLModel
@@ -227,12 +228,11 @@ def evaluate_command(args: argparse.Namespace) -> int:
 
     try:
         models = [NCLModel.from_pretrained(name).to(args.device) for name in args.checkpoints]
-        image_dims = {model.config.image_dim for model in models}
-        if len(image_dims) != 1:
-            raise ValueError(f"the checkpoints expect different region feature sizes {sorted(image_dims)}")
-        split = load_precomp_split(args.data_dir, args.split, expected_feature_dim=image_dims.pop())
         splits = [
-            RetrievalSplit.from_precomp(split, load_text_vocabulary(name, model.config))
+            RetrievalSplit.from_precomp(
+                _evaluation_split(args.data_dir, args.split, name, model.config),
+                load_text_vocabulary(name, model.config),
+            )
             for name, model in zip(args.checkpoints, models, strict=True)
         ]
         hooks = [build_plugin_manager(m.config.plugins).hook if m.config.plugins else None for m in models]
@@ -244,6 +244,24 @@ def evaluate_command(args: argparse.Namespace) -> int:
         return 1
     print(json.dumps({"checkpoints": args.checkpoints, "split": args.split, "metrics": metrics}, indent=1))
     return 0
+
+
+def _evaluation_split(data_dir: str, split: str, checkpoint: str, config: Any) -> Any:
+    """The split a checkpoint reads: raw images of an imagefolder through the checkpoint's own
+    image processor for a pixel image tower, precomputed regions of its feature size otherwise."""
+    from hfncl.data import DataFormatError, load_precomp_split
+    from hfncl.data.pixels import is_imagefolder, load_pixel_splits
+    from hfncl.hub.checkpoint import load_image_processor
+
+    processor = load_image_processor(checkpoint, config)
+    if processor is None:
+        return load_precomp_split(data_dir, split, expected_feature_dim=config.image_dim)
+    if not any(is_imagefolder(data_dir, folder) for folder in {split, "validation" if split == "dev" else split}):
+        raise DataFormatError(
+            f"{checkpoint}'s image tower reads pixels (NCLConfig.image_tower 'transformer'), but {data_dir} has no "
+            f"{split}/metadata.jsonl: evaluate it on an imagefolder of raw images"
+        )
+    return load_pixel_splits(data_dir, [split], processor)[split]
 
 
 def _extract_arguments(parser: argparse.ArgumentParser) -> None:

@@ -7,6 +7,7 @@ from ``tests/test_towers.py``; the images are the generated PNGs of ``tests/test
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -29,6 +30,7 @@ from hfncl.data import (
     collate_pairs,
     load_pixel_splits,
 )
+from hfncl import cli
 from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
 from hfncl.experiment import DataArguments, ModelArguments, prepare_data, run_experiment
 from hfncl.hub import CheckpointError, checkpoint_files
@@ -205,6 +207,11 @@ def test_a_method_trains_on_raw_images_with_a_clip_vision_tower(lora_rank, raw_d
     texts = retriever.encode_texts(test.captions)
     assert torch.equal(images, image_embeds) and torch.equal(texts, text_embeds)
     assert torch.equal(retriever.similarity(images, texts), trained.similarity(image_embeds, text_embeds))
+    capsys.readouterr()
+    assert cli.main(["evaluate", str(best), "--data-dir", str(raw_dir)]) == 0
+    assert json.loads(capsys.readouterr().out)["metrics"] == pytest.approx(result["test"])
+    assert cli.main(["evaluate", str(best), "--data-dir", str(tmp_path)]) == 1
+    assert "image tower reads pixels" in capsys.readouterr().err
 
 
 def test_a_pixel_checkpoint_needs_its_image_processor_and_push_to_hub_sends_it(tower_dir, tmp_path, monkeypatch):
