@@ -18,8 +18,10 @@ For each size N (training pairs, 5 captions per image, so N / 5 images):
    128, times the method's passes) x step time. With ``--full-epoch-max N``, sizes up to N
    also train two whole epochs (warmup, then one with the division) and report them measured.
 
-Memory is sampled every 20 ms from ``/proc/self/status``: peak RSS (``VmHWM``) and the
-peak of its anonymous part (``RssAnon``: what the process allocated). The rest of RSS
+Memory is sampled every 20 ms from ``/proc/self/status``: peak RSS (``VmHWM``, the
+high-water mark of the worker's own address space; not ``ru_maxrss``, which Linux carries
+over from the parent through fork and exec, and the parent's conversion touches the whole
+feature file) and the peak of its anonymous part (``RssAnon``: what the process allocated). The rest of RSS
 is file-backed pages of the memory-mapped data, page cache the kernel drops under
 pressure; it grows with the data the run has touched, not with what it holds.
 Writes ``scale.md`` and ``scale.json`` to ``--output-dir``.
@@ -29,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import statistics
 import subprocess
 import sys
@@ -161,7 +162,7 @@ def measure(args: argparse.Namespace, size: int) -> dict:
         "steps_per_epoch": steps_per_epoch,
         "epoch_s_extrapolated": steps_per_epoch * step,
         "baseline_rss_mib": baseline["VmRSS"],
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mib": MemorySampler.read()["VmHWM"],
         "peak_anon_mib": memory["RssAnon"],
         "peak_file_mib": memory["RssFile"],
     }
@@ -177,7 +178,7 @@ def markdown(rows: list[dict], header: str) -> str:
         header,
         "",
         "| pairs | images | steps run | step (s) | epoch (s), extrapolated | epoch (s), measured | peak RSS (MiB) | "
-        "peak anonymous RSS (MiB) | file-backed RSS at peak (MiB) |",
+        "peak anonymous RSS (MiB) | peak file-backed RSS (MiB) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
