@@ -9,6 +9,7 @@ import pytest
 
 import hfncl.data.precomp as precomp
 from hfncl.data import DataFormatError, iter_feature_chunks, load_precomp_split, read_captions
+from hfncl.data.captions import CaptionStore
 
 NUM_IMAGES, REGIONS, DIM, K = 6, 3, 8, 5
 
@@ -155,6 +156,7 @@ def test_caption_lines_are_stripped_and_trailing_blank_lines_ignored(tmp_path):
     path = tmp_path / "caps.txt"
     path.write_bytes(b"\xef\xbb\xbf first \r\nsecond\r\n\r\n")
     assert read_captions(path) == ["first", "second"]
+    assert isinstance(read_captions(path), CaptionStore)
 
 
 # --- errors -----------------------------------------------------------------------------

@@ -10,6 +10,7 @@ a whole batch of indices, so a batch's image inputs are read in one batched acce
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -31,7 +32,7 @@ class PairSplit(Protocol):
     """
 
     split: str
-    captions: list[str]
+    captions: Sequence[str]
     captions_per_image: int
 
     @property
@@ -51,14 +52,21 @@ class PairSplit(Protocol):
 
 
 class EncodedCaptions:
-    """Token ids of many captions in one flat int32 array with offsets (cheap to pickle)."""
+    """Token ids of many captions in one flat array with offsets (cheap to pickle).
+
+    The ids are stored as uint16 when the vocabulary has fewer than 65536 words (SCAN's
+    Flickr30K and MS-COCO vocabularies have about 8.5K and 11K), else int32; captions are
+    encoded one at a time into the flat array, never as a list of lists.
+    """
 
     def __init__(self, captions: Sequence[str], vocab: Vocabulary) -> None:
-        encoded = [vocab.encode(caption) for caption in captions]
-        lengths = np.fromiter((len(ids) for ids in encoded), dtype=np.int64, count=len(encoded))
-        self.offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=self.offsets[1:])
-        self.tokens = np.fromiter((t for ids in encoded for t in ids), dtype=np.int32, count=int(self.offsets[-1]))
+        tokens = array("H" if len(vocab) <= np.iinfo(np.uint16).max + 1 else "i")
+        ends = array("q", [0])
+        for caption in captions:
+            tokens.extend(vocab.encode(caption))
+            ends.append(len(tokens))
+        self.offsets = np.frombuffer(ends, dtype=np.int64)
+        self.tokens = np.frombuffer(tokens, dtype=np.uint16 if tokens.typecode == "H" else np.int32)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1

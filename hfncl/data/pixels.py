@@ -75,7 +75,7 @@ class PixelSplit:
     data_dir: Path
     split: str
     images: datasets.Dataset = field(repr=False)
-    captions: list[str] = field(repr=False)
+    captions: Sequence[str] = field(repr=False)
     captions_per_image: int
     processor: Any = field(repr=False)
     image_column: str = "image"

@@ -32,6 +32,8 @@ import datasets
 import numpy as np
 from datasets.exceptions import DatasetGenerationError
 
+from hfncl.data.captions import CaptionStore
+
 FEATURE_DTYPES = ("float32", "float16")
 _CACHE_FORMAT_VERSION = 1
 
@@ -52,7 +54,7 @@ class PrecompSplit:
     data_dir: Path
     split: str
     images: datasets.Dataset = field(repr=False)
-    captions: list[str] = field(repr=False)
+    captions: Sequence[str] = field(repr=False)
     captions_per_image: int
 
     def __post_init__(self) -> None:
@@ -164,12 +166,13 @@ def load_precomp_split(
     return PrecompSplit(data_dir, split, images, captions, len(captions) // num_images)
 
 
-def read_captions(path: str | Path) -> list[str]:
+def read_captions(path: str | Path) -> CaptionStore:
     """Captions of a ``.txt`` (one per line) or ``.tsv`` (field 1 of each row) file, stripped.
 
     Empty lines at the end of the file are ignored; an empty or whitespace-only caption
     elsewhere, a ``.tsv`` row with fewer than two fields or bytes that are not UTF-8
-    raise :class:`DataFormatError` naming ``file:line``.
+    raise :class:`DataFormatError` naming ``file:line``. The captions are kept in one
+    UTF-8 buffer (:class:`~hfncl.data.captions.CaptionStore`), not as a string object each.
     """
     path = Path(path)
     data = path.read_bytes()
@@ -184,10 +187,10 @@ def read_captions(path: str | Path) -> list[str]:
     if path.suffix == ".tsv":
         reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t")
         rows = ((reader.line_num, row) for row in reader)
-        captions = [_tsv_caption(path, line, row) for line, row in rows]
+        captions = CaptionStore(_tsv_caption(path, line, row) for line, row in rows)
     else:
-        lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n") if text else []
-        captions = [_caption(path, line, raw) for line, raw in enumerate(lines, start=1)]
+        lines = io.StringIO(text, newline=None) if text else io.StringIO()
+        captions = CaptionStore(_caption(path, line, raw) for line, raw in enumerate(lines, start=1))
     if not captions:
         raise DataFormatError(f"{path}: no captions")
     return captions
