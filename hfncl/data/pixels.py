@@ -27,6 +27,7 @@ import numpy as np
 
 from hfncl.data.extract import SPLIT_NAMES, load_raw_dataset, split_captions
 from hfncl.data.precomp import DataFormatError, default_cache_root
+from hfncl.data.splits import SplitSizes
 
 METADATA_FILE = "metadata.jsonl"
 
@@ -64,7 +65,7 @@ def is_imagefolder(data_dir: str | Path, split: str = "train") -> bool:
 
 
 @dataclass
-class PixelSplit:
+class PixelSplit(SplitSizes):
     """One split of an imagefolder: images decoded and processed per batch, and their captions.
 
     ``images`` is the split's memory-mapped Arrow dataset with the one column
@@ -79,19 +80,6 @@ class PixelSplit:
     captions_per_image: int
     processor: Any = field(repr=False)
     image_column: str = "image"
-
-    @property
-    def name(self) -> str:
-        """The directory name, e.g. ``my_images``."""
-        return self.data_dir.name
-
-    @property
-    def num_images(self) -> int:
-        return self.images.num_rows
-
-    @property
-    def num_captions(self) -> int:
-        return len(self.captions)
 
     @cached_property
     def image_shape(self) -> tuple[int, ...]:

@@ -33,6 +33,7 @@ import numpy as np
 from datasets.exceptions import DatasetGenerationError
 
 from hfncl.data.captions import CaptionStore
+from hfncl.data.splits import SplitSizes
 
 FEATURE_DTYPES = ("float32", "float16")
 _CACHE_FORMAT_VERSION = 1
@@ -43,7 +44,7 @@ class DataFormatError(ValueError):
 
 
 @dataclass
-class PrecompSplit:
+class PrecompSplit(SplitSizes):
     """One split of a precomp directory.
 
     ``images`` is a memory-mapped Arrow dataset with one column ``regions``
@@ -59,19 +60,6 @@ class PrecompSplit:
 
     def __post_init__(self) -> None:
         self._numpy_images = self.images.with_format("numpy")
-
-    @property
-    def name(self) -> str:
-        """The directory name, e.g. ``f30k_precomp``."""
-        return self.data_dir.name
-
-    @property
-    def num_images(self) -> int:
-        return self.images.num_rows
-
-    @property
-    def num_captions(self) -> int:
-        return len(self.captions)
 
     @property
     def region_shape(self) -> tuple[int, int]:
