@@ -248,19 +248,19 @@ def evaluate_command(args: argparse.Namespace) -> int:
 
 def _evaluation_split(data_dir: str, split: str, checkpoint: str, config: Any) -> Any:
     """The split a checkpoint reads: raw images of an imagefolder through the checkpoint's own
-    image processor for a pixel image tower, precomputed regions of its feature size otherwise."""
-    from hfncl.data import DataFormatError, load_precomp_split
-    from hfncl.data.pixels import is_imagefolder, load_pixel_splits
+    image processor for a pixel image tower, precomputed regions of its feature size otherwise
+    (:func:`hfncl.experiment.data_format` checks that the data fit the tower)."""
+    from pathlib import Path
+
+    from hfncl.data import load_precomp_split
+    from hfncl.data.pixels import load_pixel_splits
+    from hfncl.experiment import data_format
     from hfncl.hub.checkpoint import load_image_processor
 
     processor = load_image_processor(checkpoint, config)
-    if processor is None:
+    tower_name = None if processor is None else config.image_tower_name or checkpoint
+    if data_format("auto", Path(data_dir), split, tower_name) == "precomp":
         return load_precomp_split(data_dir, split, expected_feature_dim=config.image_dim)
-    if not any(is_imagefolder(data_dir, folder) for folder in {split, "validation" if split == "dev" else split}):
-        raise DataFormatError(
-            f"{checkpoint}'s image tower reads pixels (NCLConfig.image_tower 'transformer'), but {data_dir} has no "
-            f"{split}/metadata.jsonl: evaluate it on an imagefolder of raw images"
-        )
     return load_pixel_splits(data_dir, [split], processor)[split]
 
 

@@ -160,36 +160,39 @@ def _noise_index(args: DataArguments, num_images: int, captions_per_image: int, 
     return caption_pairing(index, num_images, captions_per_image)
 
 
-def _data_format(args: DataArguments, data_dir: Path, image_processor: str | None) -> str:
-    """``"precomp"`` or ``"imagefolder"``, checked against the model's image tower.
+def data_format(requested: str, data_dir: Path, split: str, image_tower_name: str | None) -> str:
+    """``"precomp"`` or ``"imagefolder"`` for ``split`` of ``data_dir``, checked against the model's image tower.
+
+    ``requested`` is ``DataArguments.data_format`` (``"auto"``: an imagefolder when
+    ``{split}/metadata.jsonl`` exists); ``image_tower_name`` is the source of a pixel
+    image tower, ``None`` for the region tower.
 
     Raises:
         DataFormatError: naming the data directory and ``NCLConfig.image_tower`` when raw
             images meet a region tower or precomputed features a pixel tower, or when an
-            imagefolder asked for lacks its training split's metadata.
+            imagefolder asked for lacks the split's metadata.
     """
-    data_format = args.data_format
-    if data_format == "auto":
-        data_format = "imagefolder" if is_imagefolder(data_dir, args.train_split) else "precomp"
-    elif data_format == "imagefolder" and not is_imagefolder(data_dir, args.train_split):
+    found = is_imagefolder(data_dir, split) or (split == "dev" and is_imagefolder(data_dir, "validation"))
+    if requested == "imagefolder" and not found:
         raise DataFormatError(
-            f"{data_dir / args.train_split / METADATA_FILE} does not exist: an imagefolder holds one folder per split "
+            f"{data_dir / split / METADATA_FILE} does not exist: an imagefolder holds one folder per split "
             f"with its images and a {METADATA_FILE} of rows " '{"file_name": ..., "captions": [...]}'
         )
-    if data_format == "imagefolder" and image_processor is None:
+    chosen = "imagefolder" if requested == "imagefolder" or (requested == "auto" and found) else "precomp"
+    if chosen == "imagefolder" and image_tower_name is None:
         raise DataFormatError(
             f"{data_dir} is an imagefolder of raw images, but the model's image tower (NCLConfig.image_tower) is "
             "'regions', which reads precomputed features: train on pixels with a vision tower (--image-tower "
             f"<CLIP model>), or extract features first (hfncl extract {data_dir} OUT --model <image model>) and train on OUT"
         )
-    if data_format == "precomp" and image_processor is not None:
+    if chosen == "precomp" and image_tower_name is not None:
         raise DataFormatError(
-            f"{data_dir} holds precomputed image features (precomp), but the model's image tower is "
-            f"NCLConfig.image_tower 'transformer' (image_tower_name {image_processor!r}), which reads pixels: give an "
+            f"{data_dir} holds precomputed image features (precomp), but the model's image tower reads pixels: "
+            f"NCLConfig.image_tower 'transformer' (image_tower_name {image_tower_name!r}): give an "
             "imagefolder of raw images (a folder per split with its images and a metadata.jsonl), or leave "
             "image_tower at 'regions'"
         )
-    return data_format
+    return chosen
 
 
 def prepare_data(
@@ -211,14 +214,14 @@ def prepare_data(
 
     Raises:
         DataFormatError: a missing directory, malformed data, or data that do not fit the
-            image tower (see :func:`_data_format`).
+            image tower (see :func:`data_format`).
     """
     data_dir = Path(args.data_dir)
     if not data_dir.is_dir():
         raise DataFormatError(f"Data directory {str(data_dir)!r} does not exist or is not a directory")
     names = (args.train_split, args.val_split, args.test_split)
     processor = None
-    if _data_format(args, data_dir, image_processor) == "imagefolder":
+    if data_format(args.data_format, data_dir, args.train_split, image_processor) == "imagefolder":
         processor = image_processor_from_pretrained(image_processor)
         pixel_splits = load_pixel_splits(data_dir, names, processor)
         train, val, test = (pixel_splits[name] for name in names)
