@@ -274,17 +274,24 @@ def _lora(config: Any, tower: str, tower_config: dict[str, Any]) -> LoraConfig |
     )
 
 
+def _transformer_tower(encoder_class: type[PretrainedTower], config: Any, tower: str) -> PretrainedTower:
+    """The ``tower`` (``"text"`` or ``"image"``) of ``config`` as a transformer: its stored
+    config, source, pooling and LoRA settings are the config's ``{tower}_...`` fields."""
+    tower_config = getattr(config, f"{tower}_tower_config")
+    return encoder_class(
+        tower_config,
+        getattr(config, f"{tower}_tower_name"),
+        config.embed_dim,
+        getattr(config, f"{tower}_pooling"),
+        _lora(config, tower, tower_config),
+        f"{tower}_tower_config",
+    )
+
+
 def build_text_encoder(config: Any) -> nn.Module:
     """The text tower an :class:`~hfncl.models.NCLConfig` asks for: biGRU or transformer."""
     if config.text_tower == "transformer":
-        return TransformerTextEncoder(
-            config.text_tower_config,
-            config.text_tower_name,
-            config.embed_dim,
-            config.text_pooling,
-            _lora(config, "text", config.text_tower_config),
-            "text_tower_config",
-        )
+        return _transformer_tower(TransformerTextEncoder, config, "text")
     return GRUTextEncoder(
         config.vocab_size,
         config.word_dim,
@@ -298,12 +305,5 @@ def build_text_encoder(config: Any) -> nn.Module:
 def build_image_encoder(config: Any) -> nn.Module:
     """The image tower an :class:`~hfncl.models.NCLConfig` asks for: region features or a vision transformer."""
     if config.image_tower == "transformer":
-        return TransformerImageEncoder(
-            config.image_tower_config,
-            config.image_tower_name,
-            config.embed_dim,
-            config.image_pooling,
-            _lora(config, "image", config.image_tower_config),
-            "image_tower_config",
-        )
+        return _transformer_tower(TransformerImageEncoder, config, "image")
     return RegionImageEncoder(config.image_dim, config.embed_dim, config.image_pooling, config.image_views)
