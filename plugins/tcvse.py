@@ -264,24 +264,25 @@ def augment(trainer, batch: dict[str, torch.Tensor], settings: Settings) -> dict
     """x' = Augment(x) of Algorithm 1: random region dropping and word mask / discard / swap.
 
     Each pair's draws come from ``trainer.sample_uniform``: they depend on the seed, the
-    epoch and the pair's dataset index, not on the number of processes or a resume.
+    epoch and the pair's dataset index, not on the number of processes or a resume. An
+    augmentation whose rate is 0 is skipped, draws included.
     """
-    index, images, captions = batch["index"], batch["images"], batch["captions"]
-    captions, lengths = perturb_words(
-        captions,
-        batch["lengths"],
-        vocab_size=trainer.model.config.vocab_size,
-        draws=trainer.sample_uniform(index, (*captions.shape[1:], 2), "tcvse.words"),
-        **{operation: share * settings.word_augment for operation, share in WORD_OPERATIONS.items()},
-    )
-    return {
-        **batch,
-        "images": drop_regions(
+    index, augmented = batch["index"], dict(batch)
+    if settings.word_augment:
+        captions = batch["captions"]
+        augmented["captions"], augmented["lengths"] = perturb_words(
+            captions,
+            batch["lengths"],
+            vocab_size=trainer.model.config.vocab_size,
+            draws=trainer.sample_uniform(index, (*captions.shape[1:], 2), "tcvse.words"),
+            **{operation: share * settings.word_augment for operation, share in WORD_OPERATIONS.items()},
+        )
+    if settings.region_drop:
+        images = batch["images"]
+        augmented["images"] = drop_regions(
             images, settings.region_drop, trainer.sample_uniform(index, images.shape[1:2], "tcvse.regions")
-        ),
-        "captions": captions,
-        "lengths": lengths,
-    }
+        )
+    return augmented
 
 
 # ----------------------------------------------------------------------------- hooks
