@@ -2,11 +2,16 @@
 
 A *batch* is a plain ``dict`` produced by :func:`hfncl.data.collate_pairs`:
 
-``images``   float tensor (B, R, D): the region features of the image each pair shows.
-``captions`` long tensor (B, L): token ids, padded with 0.
-``lengths``  long tensor (B,): number of tokens of each caption.
-``index``    long tensor (B,): position of each pair in the training set; divisions,
-             ledgers and noise masks are indexed by it.
+``images``       float tensor (B, R, D) region features or (B, C, H, W) pixel values: the
+                 input of the image each pair shows.
+``captions``     long tensor (B, L): token ids, padded with 0.
+``lengths``      long tensor (B,): number of tokens of each caption.
+``index``        long tensor (B,): position of each pair in the training set; divisions,
+                 ledgers and noise masks are indexed by it.
+``image_index``  long tensor (B,): the split image each pair shows (as given, i.e. possibly
+                 the wrong one); pairs with the same image share it. A plugin that changes
+                 a pair's image input in place may keep it: rows are only treated as one
+                 image when their inputs are also equal.
 
 Label-noise data (samples with a category label per modality; see
 :class:`hfncl.engine.tasks.CategoryTask`) travel in batches of :func:`hfncl.data.noisy_labels.collate_labelled`:

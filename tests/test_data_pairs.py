@@ -93,12 +93,13 @@ def test_dataloader_batches_follow_the_documented_layout(split, vocab, features)
     )
     seen = []
     for batch in loader:
-        assert set(batch) == {"images", "captions", "lengths", "index"}
+        assert set(batch) == {"images", "captions", "lengths", "index", "image_index"}
         b = len(batch["index"])
         assert batch["images"].shape == (b, REGIONS, DIM) and batch["images"].dtype == torch.float32
         assert batch["captions"].shape == (b, int(batch["lengths"].max())) and batch["captions"].dtype == torch.long
         for row, i in enumerate(batch["index"].tolist()):
             np.testing.assert_array_equal(batch["images"][row].numpy(), features[data.caption_to_image[i]])
+            assert batch["image_index"][row] == data.caption_to_image[i]
             assert batch["captions"][row, : batch["lengths"][row]].tolist() == vocab.encode(split.captions[i])
         seen += batch["index"].tolist()
     assert sorted(seen) == list(range(len(data)))
@@ -106,13 +107,14 @@ def test_dataloader_batches_follow_the_documented_layout(split, vocab, features)
 
 def test_collate_pads_with_zero():
     items = [
-        {"image": torch.ones(2, 4), "caption": torch.tensor([1, 5, 2]), "index": 7},
-        {"image": torch.zeros(2, 4), "caption": torch.tensor([1, 5, 6, 6, 2]), "index": 3},
+        {"image": torch.ones(2, 4), "caption": torch.tensor([1, 5, 2]), "index": 7, "image_index": 1},
+        {"image": torch.zeros(2, 4), "caption": torch.tensor([1, 5, 6, 6, 2]), "index": 3, "image_index": 0},
     ]
     batch = collate_pairs(items)
     assert batch["captions"].tolist() == [[1, 5, 2, 0, 0], [1, 5, 6, 6, 2]]
     assert batch["lengths"].tolist() == [3, 5]
     assert batch["index"].tolist() == [7, 3]
+    assert batch["image_index"].tolist() == [1, 0]
     assert batch["images"].shape == (2, 2, 4)
     assert collate_captions(items)["captions"].tolist() == batch["captions"].tolist()
 

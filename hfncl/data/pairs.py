@@ -91,7 +91,7 @@ class NoisyPairDataset(torch.utils.data.Dataset):
     ``caption_to_image`` is a caption- or image-level noise index (see
     :func:`hfncl.data.noise.caption_pairing`); ``None`` pairs every caption with its
     own image. Items are ``{"image": float32 image input (R, D) or (C, H, W), "caption": (L,) long,
-    "index": i}``.
+    "index": i, "image_index": the split image the pair shows}``.
     """
 
     def __init__(self, split: PairSplit, vocab: Vocabulary, caption_to_image: np.ndarray | None = None) -> None:
@@ -122,11 +122,14 @@ class NoisyPairDataset(torch.utils.data.Dataset):
         return self.__getitems__([i])[0]
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        """The pairs ``indices``; an image shown by several of them (its k captions) is read once."""
         positions = _positions(indices, len(self), "pair")
-        images = torch.from_numpy(self.split.image_inputs(self.caption_to_image[positions]))
+        image_index = self.caption_to_image[positions]
+        distinct, slot = np.unique(image_index, return_inverse=True)
+        images = torch.from_numpy(self.split.image_inputs(distinct))
         return [
-            {"image": image, "caption": self.captions[i], "index": i}
-            for image, i in zip(images, positions, strict=True)
+            {"image": images[s], "caption": self.captions[i], "index": i, "image_index": int(image)}
+            for s, i, image in zip(slot.tolist(), positions, image_index.tolist(), strict=True)
         ]
 
 
@@ -189,11 +192,12 @@ def collate_pairs(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
     """Batch of :class:`NoisyPairDataset` items, as documented in :mod:`hfncl.types`.
 
     ``images`` float32 (B, R, D) region features or (B, C, H, W) pixel values, ``captions`` (B, L) long padded with 0 (``<pad>``),
-    ``lengths`` (B,) long, ``index`` (B,) long; items keep their order.
+    ``lengths`` (B,) long, ``index`` (B,) long, ``image_index`` (B,) long; items keep their order.
     """
     captions, lengths = _pad_captions([item["caption"] for item in items])
     images = torch.stack([item["image"] for item in items]).float()
-    return {"images": images, "captions": captions, "lengths": lengths, "index": _index(items)}
+    image_index = torch.tensor([item["image_index"] for item in items], dtype=torch.long)
+    return {"images": images, "captions": captions, "lengths": lengths, "index": _index(items), "image_index": image_index}
 
 
 def collate_images(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:

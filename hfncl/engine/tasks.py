@@ -77,7 +77,20 @@ class PairTask:
         return collate_pairs(items)
 
     def encode(self, module: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, ...]:
-        return tuple(module(batch["images"], batch["captions"], batch["lengths"]))
+        """``(image_embeds, text_embeds)`` of every pair; in eval mode each distinct image is encoded once.
+
+        A statistics pass over the training set (:meth:`hfncl.engine.trainer.Trainer.collect`,
+        e.g. a division) reads pairs in dataset order, where an image's k captions sit
+        side by side: encoding the image once instead of k times is the same result (an
+        encoder in eval mode treats every image on its own) at a fraction of the cost.
+        In training mode every row is encoded (dropout differs per row).
+        """
+        images, captions, lengths = batch["images"], batch["captions"], batch["lengths"]
+        distinct = None if module.training else distinct_images(images, batch["image_index"])
+        if distinct is None:
+            return tuple(module(images, captions, lengths))
+        first, slot = distinct
+        return module.encode_image(images[first])[slot], module.encode_text(captions, lengths)
 
     def outputs(self, network: torch.nn.Module, gathered: tuple[torch.Tensor, ...], index: torch.Tensor) -> PairOutputs:
         image_embeds, text_embeds = gathered
@@ -92,6 +105,25 @@ class PairTask:
 
     def clean_masks(self, train_data: Any) -> dict[str, np.ndarray]:
         return {"pairs": np.asarray(train_data.clean_mask, dtype=bool)}
+
+
+def distinct_images(images: torch.Tensor, image_index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(first, slot)`` with ``images[first][slot] == images``: the first row of each distinct image and
+    each row's image among them, or ``None`` when every row is its own image.
+
+    Rows are grouped by ``image_index`` and a group is only merged when its rows are
+    equal (a plugin may have changed one pair's image input, e.g. by augmentation, and
+    kept its index); if any group's rows differ, ``None``.
+    """
+    distinct, slot = torch.unique(image_index, return_inverse=True)
+    rows = image_index.numel()
+    if distinct.numel() == rows:
+        return None
+    positions = torch.arange(rows, device=image_index.device)
+    first = torch.full_like(distinct, rows).scatter_reduce(0, slot, positions, reduce="amin")
+    if not torch.equal(images[first][slot], images):
+        return None
+    return first, slot
 
 
 class CategoryTask:
