@@ -1,12 +1,21 @@
 """Training and evaluation speed of every method on the generated benchmark, per device.
 
     python benchmarks/speed.py --output-dir runs/bench_speed     # CPU, and CUDA when available
+    python benchmarks/speed.py --shape f30k --methods ncr        # Flickr30K-sized regions and model
     python benchmarks/speed.py --quick                           # tiny data, seconds per method
 
-For each method (those declaring ``demo_settings``, or ``--methods``): trains on the
-demo's benchmark (3000 images x 5 captions, 50% caption noise, the demo's model) for
-one warmup epoch if the method warms up, then two more epochs, and times the last
-epoch through the trainer's hook calls (:class:`hfncl.profiling.HookTimer`):
+For each method (those declaring ``demo_settings``, or ``--methods``): trains on a
+generated benchmark at 50% caption noise for one warmup epoch if the method warms up,
+then two more epochs, and times the last epoch through the trainer's hook calls
+(:class:`hfncl.profiling.HookTimer`). ``--shape`` picks the benchmark and model:
+
+- ``demo``: the demo's (3000 images x 5 captions of 8 x 64-d regions, 64-d words, a
+  256-d GRU): the text encoder dominates every stage;
+- ``f30k``: Flickr30K's shapes (36 x 2048-d regions, the papers' 300-d words and 1024-d
+  joint space) on 600 images x 5 captions, where the image encoder weighs as in the papers;
+- ``quick``: tiny data and model (``--quick``), to check the script in seconds.
+
+Times of the last epoch:
 
 - epoch: from ``epoch_start`` to ``epoch_end`` (the division stage and every pass over
   the data; validation and checkpointing come after it and are not counted);
@@ -16,7 +25,7 @@ epoch through the trainer's hook calls (:class:`hfncl.profiling.HookTimer`):
 - evaluation: ``evaluate_retrieval`` (encode every image and caption, rank both ways)
   on the first 1K and on all 5K test images (x 5 captions) with the trained networks.
 
-Each device runs in its own process. Writes ``speed.md`` and ``speed.json``.
+Each device runs in its own process. Writes ``speed-{shape}.md`` and ``speed-{shape}.json``.
 """
 
 from __future__ import annotations
@@ -43,8 +52,19 @@ from hfncl.profiling import HookTimer
 
 NOISE_RATIO = 0.5
 DIVISION_LIMIT = 0.15
-QUICK_DATA = dict(num_train=120, num_dev=20, num_concepts=16, feature_dim=16)
-QUICK_MODEL = ModelArguments(embed_dim=32, word_dim=16)
+SHAPES: dict[str, tuple[dict, ModelArguments, str]] = {
+    "demo": ({}, DEMO_MODEL, "the demo's benchmark"),
+    "f30k": (
+        dict(num_train=600, num_dev=100, num_regions=36, feature_dim=2048),
+        ModelArguments(),
+        "the generated benchmark at Flickr30K's shapes (36 x 2048 regions, the papers' 1024-d model)",
+    ),
+    "quick": (
+        dict(num_train=120, num_dev=20, num_concepts=16, feature_dim=16),
+        ModelArguments(embed_dim=32, word_dim=16),
+        "tiny benchmark (--quick)",
+    ),
+}
 
 
 def first_images(split: RetrievalSplit, count: int) -> RetrievalSplit:
@@ -55,14 +75,14 @@ def first_images(split: RetrievalSplit, count: int) -> RetrievalSplit:
     return RetrievalSplit(Subset(split.images, range(count)), Subset(split.captions, range(count * k)), k)
 
 
-def measure(run: DemoRun, data_dir: Path, output_dir: Path, device: str, eval_sizes: list[int], quick: bool) -> dict:
+def measure(run: DemoRun, data_dir: Path, output_dir: Path, device: str, eval_sizes: list[int], shape: str) -> dict:
     """Train ``run`` for warmup + 2 epochs on ``device`` and time its last epoch and its evaluation."""
     warmup = 1 if run.settings.get("warmup_epochs", 0) > 0 else 0
     settings = shortened(run.settings, warmup + 2)
     config = demo_train_config(DemoRun(run.plugin, run.noise_ratio, settings), output_dir / run.plugin, 0, False)
     config.plot_divisions = False
     data = prepare_data(DataArguments(data_dir=str(data_dir), noise_ratio=run.noise_ratio), config.output_dir)
-    model_args = QUICK_MODEL if quick else DEMO_MODEL
+    model_args = SHAPES[shape][1]
     model_config = NCLConfig(
         image_dim=data["image_dim"], vocab_size=len(data["vocab"]), **model_fields(config.plugins, model_args)
     )
@@ -128,11 +148,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", choices=("cpu", "cuda"), nargs="+", default=None,
                         help="Devices (default: cpu, and cuda when torch.cuda.is_available()).")
     parser.add_argument("--eval-sizes", type=int, nargs="+", default=None, help="Test images to evaluate (default 1000 5000).")
-    parser.add_argument("--quick", action="store_true", help="Tiny data and model: checks the script in seconds.")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="demo", help="Benchmark and model sizes (see above).")
+    parser.add_argument("--quick", action="store_true", help="Same as --shape quick: checks the script in seconds.")
     parser.add_argument("--results-json", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.quick:
+        args.shape = "quick"
     if args.eval_sizes is None:
-        args.eval_sizes = [100, 200] if args.quick else [1000, 5000]
+        args.eval_sizes = [100, 200] if args.shape == "quick" else [1000, 5000]
     if args.device is None:
         args.device = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     if "cuda" in args.device and not torch.cuda.is_available():
@@ -140,35 +163,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def benchmark_data(output_dir: Path, eval_sizes: list[int], quick: bool) -> Path:
-    """The demo's benchmark (or a tiny one) with as many test images as the largest evaluation."""
-    extra = QUICK_DATA if quick else {}
-    return generate_precomp(output_dir / "data", SyntheticConfig(num_test=max(eval_sizes), **extra))
+def benchmark_data(output_dir: Path, eval_sizes: list[int], shape: str) -> Path:
+    """The benchmark of ``shape`` with as many test images as the largest evaluation."""
+    return generate_precomp(output_dir / "data" / shape, SyntheticConfig(num_test=max(eval_sizes), **SHAPES[shape][0]))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     quiet()
     output_dir = Path(args.output_dir)
-    data_dir = benchmark_data(output_dir, args.eval_sizes, args.quick)
+    data_dir = benchmark_data(output_dir, args.eval_sizes, args.shape)
     if args.results_json:
         device = args.device[0]
         rows = [
-            measure(run, data_dir, output_dir / device, device, args.eval_sizes, args.quick)
+            measure(run, data_dir, output_dir / device / args.shape, device, args.eval_sizes, args.shape)
             for run in method_runs(args.methods, NOISE_RATIO)
         ]
         Path(args.results_json).write_text(json.dumps({"machine": machine(device), "rows": rows}, indent=1))
         return 0
     rows, machines = [], []
     for device in args.device:
-        child = output_dir / f"speed-{device}.json"
+        child = output_dir / f"speed-{device}-{args.shape}.json"
         command = [sys.executable, __file__, "--output-dir", str(output_dir), "--device", device, "--results-json", str(child)]
         command += ["--eval-sizes", *map(str, args.eval_sizes)] + (["--methods", *args.methods] if args.methods else [])
-        subprocess.run(command + (["--quick"] if args.quick else []), check=True)
+        subprocess.run(command + ["--shape", args.shape], check=True)
         measured = json.loads(child.read_text())
         rows += measured["rows"]
         machines.append(f"{device}: {measured['machine']}")
-    size = "tiny benchmark (--quick)" if args.quick else "the demo's benchmark"
+    size = SHAPES[args.shape][2]
     header = (
         f"Speed on {size}, {rows[0]['pairs']} training pairs, {NOISE_RATIO:.0%} noise; last of warmup + 2 epochs. "
         + "; ".join(machines)
@@ -178,8 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         if r["division_share"] > 0.001:
             verdict = "meets" if r["division_share"] < DIVISION_LIMIT else "DOES NOT meet"
             text += f"\n\n{r['method']} ({r['device']}): division {r['division_share']:.1%} of the epoch, {verdict} the < {DIVISION_LIMIT:.0%} target."
-    write_report(output_dir / "speed.md", text)
-    (output_dir / "speed.json").write_text(json.dumps(rows, indent=1))
+    write_report(output_dir / f"speed-{args.shape}.md", text)
+    (output_dir / f"speed-{args.shape}.json").write_text(json.dumps(rows, indent=1))
     return 0
 
 
