@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import hfncl.data.precomp as precomp
-from hfncl.data import DataFormatError, iter_feature_chunks, load_precomp_split, read_captions
+from hfncl.data import (
+    DataFormatError,
+    iter_feature_chunks,
+    load_precomp_split,
+    read_captions,
+)
 from hfncl.data.captions import CaptionStore
 
 NUM_IMAGES, REGIONS, DIM, K = 6, 3, 8, 5
@@ -62,6 +68,15 @@ def test_regions_accessor_keeps_order_and_repeats(data_dir):
     assert split.regions([]).shape == (0, REGIONS, DIM)
     with pytest.raises(IndexError, match="image index 6"):
         split.regions([1, 6])
+
+
+def test_an_images_dataset_with_an_indices_mapping_is_refused(data_dir):
+    split = load(data_dir)
+    shuffled = split.images.select([2, 0, 1])
+    with pytest.raises(ValueError, match=r"indices mapping .*flatten_indices"):
+        dataclasses.replace(split, images=shuffled)
+    flat = dataclasses.replace(split, images=shuffled.flatten_indices())
+    np.testing.assert_array_equal(flat.regions([0]), split.regions([2]))
 
 
 def test_second_load_reuses_the_cache(data_dir, monkeypatch):

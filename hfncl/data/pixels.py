@@ -91,14 +91,9 @@ class PixelSplit(SplitSizes):
 
         Only these images are read from disk, decoded and run through the processor.
         """
-        index = np.asarray(indices, dtype=np.int64).reshape(-1)
+        index = self.image_index(indices)
         if index.size == 0:
             return np.empty((0, *self.image_shape), dtype=np.float32)
-        outside = (index < 0) | (index >= self.num_images)
-        if outside.any():
-            raise IndexError(
-                f"image index {index[outside][0]} is outside 0..{self.num_images - 1} of split {self.split!r}"
-            )
         return pixel_values(self.processor, self.images[index.tolist()][self.image_column])
 
 

@@ -90,14 +90,9 @@ class PrecompSplit(SplitSizes):
         (``datasets``' numpy formatter deserialises every Array2D row on its own, about
         ten times slower).
         """
-        index = np.asarray(indices, dtype=np.int64).reshape(-1)
+        index = self.image_index(indices)
         if index.size == 0:
             return np.empty((0, *self.region_shape), dtype=np.float32)
-        outside = (index < 0) | (index >= self.num_images)
-        if outside.any():
-            raise IndexError(
-                f"image index {index[outside][0]} is outside 0..{self.num_images - 1} of split {self.split!r}"
-            )
         rows = self._region_column.take(pa.array(index)).combine_chunks().storage
         values = rows.flatten().flatten().to_numpy(zero_copy_only=False)
         return values.reshape(index.size, *self.region_shape).astype(np.float32)
