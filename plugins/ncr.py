@@ -21,6 +21,14 @@ Reading choices, where the paper leaves room:
   noisy parts; Eq. 5 (tau from the top 10%) and Eq. 6 (hardest negatives) are computed
   within each part, as they would be within B_c and B_n. Each network still sees every
   pair once per epoch.
+- **When the noisy part joins.** Algorithm 1 trains on B_c and B_n in every epoch after
+  warmup; the authors' released training loop (whose runs give Table 1) counts its 40
+  co-training epochs after the warmup and adds the noisy part's loss only from the
+  middle of them (``epoch >= num_epochs // 2``), so that co-rectify's predictions on
+  mismatched pairs come from networks that have first learned from the clean part alone.
+  ``ncr.noisy_part_start`` (default 0.5) is that point as a share of the epochs after
+  warmup: the noisy part trains from epoch ``warmup + int((epochs - warmup) * share)``;
+  0 is Algorithm 1 read literally. Until then co-rectify needs no peer forward pass.
 - ``ncr.co_rectify = false`` is Table 4's "co-divide without co-rectify" ablation: the
   clean part keeps its given label y = 1 (margin alpha) and the noisy part, which has no
   label without the rectifier, is left out of the loss.
@@ -33,6 +41,7 @@ from typing import Any
 import torch
 
 from hfncl.division import fit_loss_mixture, threshold_division
+from hfncl.engine.distributed import gather
 from hfncl.hookspecs import hookimpl
 from hfncl.losses import triplet_hardest_negative, triplet_sum_negatives
 from hfncl.types import Division
@@ -50,6 +59,7 @@ def option_defaults() -> dict[str, Any]:
         "ncr.gmm_max_iter": 10,
         "ncr.gmm_reg_covar": 5e-4,
         "ncr.co_rectify": True,
+        "ncr.noisy_part_start": 0.5,
     }
 
 
@@ -139,9 +149,16 @@ def divide(trainer, epoch) -> list[Division]:
     return divisions
 
 
-def _parts(clean: torch.Tensor) -> list[torch.Tensor]:
-    """Positions of the clean part and of the noisy part of a batch (parts of one pair have no negative)."""
-    return [part for part in (clean.nonzero().squeeze(1), (~clean).nonzero().squeeze(1)) if part.numel() > 1]
+def noisy_part_trains(trainer) -> bool:
+    """Whether this epoch's L_soft includes the noisy part: from ``ncr.noisy_part_start`` of the epochs after warmup on."""
+    warmup = trainer.config.warmup_epochs
+    return trainer.epoch >= warmup + int((trainer.config.epochs - warmup) * trainer.option("ncr.noisy_part_start"))
+
+
+def _parts(clean: torch.Tensor, with_noisy: bool = True) -> list[torch.Tensor]:
+    """Positions of the clean part and (``with_noisy``) of the noisy part of a batch; a part of one pair has no negative."""
+    parts = [clean.nonzero().squeeze(1)] + ([(~clean).nonzero().squeeze(1)] if with_noisy else [])
+    return [part for part in parts if part.numel() > 1]
 
 
 def _within(similarity: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
@@ -161,10 +178,16 @@ def rectify(trainer, batch, net, division) -> dict[str, torch.Tensor]:
     """Co-rectify, first half: the division of the batch and the peer network's prediction (Eq. 5).
 
     The trained network's own prediction comes from its training forward pass in
-    ``loss`` (detached): the same values without a second forward pass.
+    ``loss`` (detached): the same values without a second forward pass. The peer's
+    prediction is needed only for the noisy part, so before that part trains
+    (``ncr.noisy_part_start``) only the division of the batch is returned.
     """
     if not trainer.option("ncr.co_rectify"):
         return {"dataset_clean": division.clean}
+    if not noisy_part_trains(trainer):
+        index = gather(batch["index"]).cpu()
+        device = batch["index"].device
+        return {"clean": division.clean[index].to(device), "clean_prob": division.clean_prob[index].to(device)}
     peer = trainer.forward((net + 1) % NETWORKS, batch, grad=False)
     index = peer.index.cpu()
     device = peer.similarity.device
@@ -195,10 +218,12 @@ def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
         clean = targets["dataset_clean"][outputs.index.cpu()].to(outputs.similarity.device)
         return {"soft_margin_triplet": co_divide_only_loss(outputs.similarity, clean, alpha)}
     clean = targets["clean"]
+    with_noisy = "peer_prediction" in targets
+    peer_prediction = targets["peer_prediction"] if with_noisy else torch.zeros_like(targets["clean_prob"])
     own_prediction = _per_part(outputs.similarity.detach(), clean, alpha, trainer.option("ncr.top_fraction"))
-    labels = rectified_labels(targets["clean_prob"], clean, own_prediction, targets["peer_prediction"])
+    labels = rectified_labels(targets["clean_prob"], clean, own_prediction, peer_prediction)
     margins = soft_margin(labels, alpha, trainer.option("ncr.curve"))
     total = outputs.similarity.sum() * 0  # stays in the graph when no part has two pairs (a tiny last batch)
-    for part in _parts(clean):
+    for part in _parts(clean, with_noisy):
         total = total + triplet_hardest_negative(_within(outputs.similarity, part), margins[part]).sum()
     return {"soft_margin_triplet": total}

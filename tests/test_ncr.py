@@ -104,3 +104,41 @@ def test_a_batch_without_two_pairs_in_any_part_gives_a_zero_loss_that_still_back
     targets = {"clean": torch.tensor([True, False]), "clean_prob": torch.tensor([0.9, 0.1]), "peer_prediction": torch.zeros(2)}
     term = loss(trainer=SimpleNamespace(option=options.__getitem__), batch={}, outputs=SimpleNamespace(similarity=similarity), targets=targets, net=0)
     assert term["soft_margin_triplet"].item() == 0 and term["soft_margin_triplet"].requires_grad
+
+
+def test_the_noisy_part_joins_the_loss_from_the_start_epoch_on():
+    """The authors' schedule (``ncr.noisy_part_start``): before it, only the clean part trains and no peer forward runs."""
+    from types import SimpleNamespace
+
+    from hfncl.losses import triplet_hardest_negative
+    from hfncl_plugins.ncr import loss, noisy_part_trains, rectify
+
+    similarity = torch.tensor(
+        [[0.9, 0.8, 0.1, 0.7], [0.2, 0.6, 0.3, 0.1], [0.95, 0.1, 0.4, 0.2], [0.1, 0.3, 0.5, 0.3]]
+    )
+    options = {"ncr.alpha": 0.2, "ncr.curve": 10.0, "ncr.top_fraction": 0.1, "ncr.co_rectify": True, "ncr.noisy_part_start": 0.5}
+
+    def peer_forward(net, batch, grad):
+        raise AssertionError("no peer forward before the noisy part trains")
+
+    def trainer_at(epoch):
+        return SimpleNamespace(option=options.__getitem__, epoch=epoch, config=SimpleNamespace(epochs=10, warmup_epochs=4), forward=peer_forward)
+
+    # 6 epochs after a warmup of 4: the noisy part trains from the middle of them, epoch 4 + 3
+    assert [noisy_part_trains(trainer_at(epoch)) for epoch in (4, 6, 7, 9)] == [False, False, True, True]
+    division = SimpleNamespace(
+        clean=torch.tensor([True, False, True, True, False, False]), clean_prob=torch.tensor([0.9, 0.2, 0.6, 0.7, 0.1, 0.3])
+    )
+    batch = {"index": torch.tensor([0, 3, 1, 4])}  # dataset pairs of the batch: clean, clean, noisy, noisy
+    targets = rectify(trainer=trainer_at(4), batch=batch, net=0, division=division)
+    assert set(targets) == {"clean", "clean_prob"}
+    term = loss(trainer=trainer_at(4), batch=batch, outputs=SimpleNamespace(similarity=similarity), targets=targets, net=0)
+    # the clean part as in Eq. 4: own predictions 1.0 and 0.5 (see the test above), w = 0.9 and 0.7
+    margins = soft_margin(torch.tensor([0.9 + 0.1 * 1.0, 0.7 + 0.3 * 0.5]), 0.2, 10.0)
+    torch.testing.assert_close(term["soft_margin_triplet"], triplet_hardest_negative(similarity[:2, :2], margins).sum())
+    with torch.no_grad():
+        called = []
+        later = trainer_at(7)
+        later.forward = lambda net, batch, grad: called.append(net) or SimpleNamespace(similarity=similarity, index=batch["index"])
+        targets = rectify(trainer=later, batch=batch, net=0, division=division)
+    assert called == [1] and "peer_prediction" in targets
