@@ -184,21 +184,15 @@ def rectify(trainer, batch, net, division) -> dict[str, torch.Tensor]:
     """
     if not trainer.option("ncr.co_rectify"):
         return {"dataset_clean": division.clean}
-    if not noisy_part_trains(trainer):
-        index = gather(batch["index"]).cpu()
-        device = batch["index"].device
-        return {"clean": division.clean[index].to(device), "clean_prob": division.clean_prob[index].to(device)}
-    peer = trainer.forward((net + 1) % NETWORKS, batch, grad=False)
-    index = peer.index.cpu()
-    device = peer.similarity.device
-    clean = division.clean[index].to(device)
-    return {
-        "clean": clean,
-        "clean_prob": division.clean_prob[index].to(device),
-        "peer_prediction": _per_part(
-            peer.similarity, clean, trainer.option("ncr.alpha"), trainer.option("ncr.top_fraction")
-        ),
-    }
+    index = gather(batch["index"]).cpu()
+    device = batch["index"].device
+    targets = {"clean": division.clean[index].to(device), "clean_prob": division.clean_prob[index].to(device)}
+    if noisy_part_trains(trainer):
+        peer = trainer.forward((net + 1) % NETWORKS, batch, grad=False)
+        targets["peer_prediction"] = _per_part(
+            peer.similarity, targets["clean"], trainer.option("ncr.alpha"), trainer.option("ncr.top_fraction")
+        )
+    return targets
 
 
 def co_divide_only_loss(similarity: torch.Tensor, clean: torch.Tensor, alpha: float) -> torch.Tensor:
