@@ -29,6 +29,20 @@ Reading choices, where the paper leaves room:
   ``ncr.noisy_part_start`` (default 0.5) is that point as a share of the epochs after
   warmup: the noisy part trains from epoch ``warmup + int((epochs - warmup) * share)``;
   0 is Algorithm 1 read literally. Until then co-rectify needs no peer forward pass.
+- **Where co-divide's losses come from.** Algorithm 1 computes each network's per-sample
+  L_w in a gradient-free pass over the training set before the epoch
+  (``ncr.division_statistics = "pass"``, the default). ``"steps"`` takes them instead
+  from the previous epoch's training steps, where each network's similarity of the
+  batch is already computed: L_w of every pair of the batch (Eq. 2, over all its
+  negatives, whichever part the pair is in) is recorded in ``trainer.ledger``. The losses
+  then come from a network that changes during the epoch and from shuffled batches rather
+  than dataset order; there is no second pass over the data (the pass is about a fifth
+  of an epoch on a CPU, ``benchmarks/README.md``). The first division after warmup uses
+  the last warmup epoch's L_w. A pair left out of the previous epoch (training drops
+  the last, incomplete batch) keeps the loss of the last epoch that trained it. While
+  some pair has no recorded loss (a pair left out of every epoch so far, a checkpoint
+  from before the option was set), the division runs the pass and records its losses
+  for those pairs, so the pass runs at most once.
 - ``ncr.co_rectify = false`` is Table 4's "co-divide without co-rectify" ablation: the
   clean part keeps its given label y = 1 (margin alpha) and the noisy part, which has no
   label without the rectifier, is left out of the loss.
@@ -60,7 +74,12 @@ def option_defaults() -> dict[str, Any]:
         "ncr.gmm_reg_covar": 5e-4,
         "ncr.co_rectify": True,
         "ncr.noisy_part_start": 0.5,
+        "ncr.division_statistics": "pass",
     }
+
+
+DIVISION_STATISTICS = ("pass", "steps")
+STEP_LOSS = "ncr.step_lw{}"
 
 
 @hookimpl
@@ -78,8 +97,29 @@ def training_passes(config, num_networks) -> list[list[int]]:
     return [[net] for net in range(num_networks)]
 
 
+def per_sample_lw(similarity: torch.Tensor, alpha: float) -> torch.Tensor:
+    """Each pair's L_w (Eq. 2) averaged over its b - 1 negatives: co-divide's statistic."""
+    return triplet_sum_negatives(similarity, alpha) / max(similarity.size(0) - 1, 1)
+
+
+def division_statistics(trainer) -> str:
+    """``ncr.division_statistics``, checked."""
+    source = trainer.option("ncr.division_statistics")
+    if source not in DIVISION_STATISTICS:
+        raise ValueError(f"option ncr.division_statistics must be one of {DIVISION_STATISTICS}, got {source!r}")
+    return source
+
+
+def record_step_loss(trainer, outputs, net: int) -> None:
+    """With ``ncr.division_statistics = "steps"``: store the batch's per-sample L_w of network ``net``."""
+    if division_statistics(trainer) == "steps":
+        similarity = outputs.similarity.detach()
+        trainer.ledger.record(outputs.index, STEP_LOSS.format(net), per_sample_lw(similarity, trainer.option("ncr.alpha")))
+
+
 @hookimpl
 def warmup_loss(trainer, batch, outputs, net) -> dict[str, torch.Tensor]:
+    record_step_loss(trainer, outputs, net)
     return {"warmup_lw": triplet_sum_negatives(outputs.similarity, trainer.option("ncr.alpha")).sum()}
 
 
@@ -124,19 +164,14 @@ def divide(trainer, epoch) -> list[Division]:
     Its extras carry that L_w (``statistic``) and the fitted GMM (``mixture``), which the
     division plot draws over the losses (Fig. 3b).
     """
-    alpha = trainer.option("ncr.alpha")
-
-    def per_sample_loss(batch) -> dict[str, torch.Tensor]:
-        losses = {}
-        for net in range(NETWORKS):
-            similarity = trainer.forward(net, batch, grad=False).similarity
-            losses[f"loss{net}"] = triplet_sum_negatives(similarity, alpha) / max(similarity.size(0) - 1, 1)
-        return losses
-
-    losses = trainer.collect(per_sample_loss, description=f"epoch {epoch} co-divide")
+    losses = recorded_losses(trainer)
+    if losses is None:
+        losses = pass_losses(trainer, epoch)
+        if division_statistics(trainer) == "steps":
+            fill_unrecorded(trainer, losses)
     divisions = []
     for net in range(NETWORKS):
-        peer_loss = losses[f"loss{(net + 1) % NETWORKS}"]
+        peer_loss = losses[(net + 1) % NETWORKS]
         clean_prob, mixture = fit_loss_mixture(
             peer_loss,
             max_iter=trainer.option("ncr.gmm_max_iter"),
@@ -147,6 +182,36 @@ def divide(trainer, epoch) -> list[Division]:
             threshold_division(clean_prob, trainer.option("ncr.threshold"), statistic=peer_loss, mixture=mixture)
         )
     return divisions
+
+
+def pass_losses(trainer, epoch: int) -> list[torch.Tensor]:
+    """Algorithm 1's statistics: every network's per-sample L_w in a gradient-free pass over the training set."""
+    alpha = trainer.option("ncr.alpha")
+
+    def per_sample_loss(batch) -> dict[str, torch.Tensor]:
+        return {f"loss{net}": per_sample_lw(trainer.forward(net, batch, grad=False).similarity, alpha) for net in range(NETWORKS)}
+
+    losses = trainer.collect(per_sample_loss, description=f"epoch {epoch} co-divide")
+    return [losses[f"loss{net}"] for net in range(NETWORKS)]
+
+
+def recorded_losses(trainer) -> list[torch.Tensor] | None:
+    """The per-sample L_w recorded during the previous epoch's steps (``"steps"``), or ``None`` to run the pass."""
+    if division_statistics(trainer) != "steps":
+        return None
+    columns = [trainer.ledger.columns.get(STEP_LOSS.format(net)) for net in range(NETWORKS)]
+    if any(column is None or torch.isnan(column).any() for column in columns):
+        return None
+    return [column.clone() for column in columns]
+
+
+def fill_unrecorded(trainer, losses: list[torch.Tensor]) -> None:
+    """Record the pass's L_w for the pairs that no training step has recorded yet, so the next division needs no pass."""
+    for net, values in enumerate(losses):
+        column = trainer.ledger.columns.get(STEP_LOSS.format(net))
+        missing = torch.ones(trainer.num_train, dtype=torch.bool) if column is None else torch.isnan(column)
+        index = missing.nonzero().squeeze(1)
+        trainer.ledger.record(index, STEP_LOSS.format(net), values[index])
 
 
 def noisy_part_trains(trainer) -> bool:
@@ -208,6 +273,7 @@ def co_divide_only_loss(similarity: torch.Tensor, clean: torch.Tensor, alpha: fl
 def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
     """Co-rectified labels (Eq. 4) as soft margins (Eq. 7) of L_soft (Eq. 6), hardest negatives within each part."""
     alpha = trainer.option("ncr.alpha")
+    record_step_loss(trainer, outputs, net)
     if not trainer.option("ncr.co_rectify"):
         clean = targets["dataset_clean"][outputs.index.cpu()].to(outputs.similarity.device)
         return {"soft_margin_triplet": co_divide_only_loss(outputs.similarity, clean, alpha)}

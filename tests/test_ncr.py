@@ -51,7 +51,7 @@ def test_soft_margin_loss_takes_hardest_negatives_within_the_clean_and_noisy_par
     clean = torch.tensor([True, True, False, False])
     w = torch.tensor([0.9, 0.7, 0.2, 0.1])
     peer = torch.tensor([0.8, 0.4, 0.6, 0.0])
-    options = {"ncr.alpha": 0.2, "ncr.curve": 10.0, "ncr.top_fraction": 0.1, "ncr.co_rectify": True}
+    options = {"ncr.alpha": 0.2, "ncr.division_statistics": "pass", "ncr.curve": 10.0, "ncr.top_fraction": 0.1, "ncr.co_rectify": True}
     trainer = SimpleNamespace(option=options.__getitem__)
     outputs = SimpleNamespace(similarity=similarity)
     targets = {"clean": clean, "clean_prob": w, "peer_prediction": peer}
@@ -83,7 +83,7 @@ def test_without_co_rectify_only_the_clean_part_trains_with_the_full_margin():
     # image 2: [0.2 - 0.4 + 0.95]_+ = 0.75, caption 2: [0.2 - 0.4 + 0.1]_+ = 0
     clean = torch.tensor([True, False, True, False])
     torch.testing.assert_close(co_divide_only_loss(similarity, clean, 0.2), torch.tensor(1.0))
-    options = {"ncr.alpha": 0.2, "ncr.co_rectify": False}
+    options = {"ncr.alpha": 0.2, "ncr.division_statistics": "pass", "ncr.co_rectify": False}
     trainer = SimpleNamespace(option=options.__getitem__)
     division = SimpleNamespace(clean=torch.tensor([False, True, False, False, True, False, True]))
     targets = rectify(trainer=trainer, batch={}, net=0, division=division)
@@ -99,7 +99,7 @@ def test_a_batch_without_two_pairs_in_any_part_gives_a_zero_loss_that_still_back
 
     from hfncl_plugins.ncr import loss
 
-    options = {"ncr.alpha": 0.2, "ncr.curve": 10.0, "ncr.top_fraction": 0.1, "ncr.co_rectify": True}
+    options = {"ncr.alpha": 0.2, "ncr.division_statistics": "pass", "ncr.curve": 10.0, "ncr.top_fraction": 0.1, "ncr.co_rectify": True}
     similarity = torch.tensor([[0.9, 0.1], [0.2, 0.8]], requires_grad=True)
     targets = {"clean": torch.tensor([True, False]), "clean_prob": torch.tensor([0.9, 0.1]), "peer_prediction": torch.zeros(2)}
     term = loss(trainer=SimpleNamespace(option=options.__getitem__), batch={}, outputs=SimpleNamespace(similarity=similarity), targets=targets, net=0)
@@ -116,7 +116,7 @@ def test_the_noisy_part_joins_the_loss_from_the_start_epoch_on():
     similarity = torch.tensor(
         [[0.9, 0.8, 0.1, 0.7], [0.2, 0.6, 0.3, 0.1], [0.95, 0.1, 0.4, 0.2], [0.1, 0.3, 0.5, 0.3]]
     )
-    options = {"ncr.alpha": 0.2, "ncr.curve": 10.0, "ncr.top_fraction": 0.1, "ncr.co_rectify": True, "ncr.noisy_part_start": 0.5}
+    options = {"ncr.alpha": 0.2, "ncr.division_statistics": "pass", "ncr.curve": 10.0, "ncr.top_fraction": 0.1, "ncr.co_rectify": True, "ncr.noisy_part_start": 0.5}
 
     def peer_forward(net, batch, grad):
         raise AssertionError("no peer forward before the noisy part trains")
@@ -142,3 +142,55 @@ def test_the_noisy_part_joins_the_loss_from_the_start_epoch_on():
         later.forward = lambda net, batch, grad: called.append(net) or SimpleNamespace(similarity=similarity, index=batch["index"])
         targets = rectify(trainer=later, batch=batch, net=0, division=division)
     assert called == [1] and "peer_prediction" in targets
+
+
+def test_division_from_the_training_steps_uses_the_recorded_losses_and_runs_no_pass():
+    """``ncr.division_statistics = "steps"``: each network's steps record L_w (Eq. 2, mean over negatives); co-divide fits its peer's."""
+    from types import SimpleNamespace
+
+    from hfncl.division import fit_loss_mixture
+    from hfncl.engine.ledger import Ledger
+    from hfncl_plugins.ncr import divide, warmup_loss
+
+    options = {
+        "ncr.alpha": 0.2, "ncr.division_statistics": "steps", "ncr.threshold": 0.5, "ncr.gmm_max_iter": 10, "ncr.gmm_reg_covar": 5e-4
+    }
+    passes = []
+    pass_losses = {"loss0": torch.rand(6), "loss1": torch.rand(6)}
+    trainer = SimpleNamespace(
+        option=options.__getitem__,
+        ledger=Ledger(6),
+        num_train=6,
+        config=SimpleNamespace(seed=0),
+        collect=lambda statistic, description: passes.append(description) or pass_losses,
+    )
+    generator = torch.Generator().manual_seed(0)
+    for net in (0, 1):
+        for index in (torch.tensor([4, 0, 2]), torch.tensor([1, 5, 3])):
+            similarity = torch.rand(3, 3, generator=generator)
+            warmup_loss(trainer=trainer, batch={}, outputs=SimpleNamespace(similarity=similarity, index=index), net=net)
+    # pair 4 (first row of net 0's first batch): hinge terms against its 2 negatives, both directions, averaged
+    recorded = trainer.ledger.get("ncr.step_lw0")
+    first = torch.rand(3, 3, generator=torch.Generator().manual_seed(0))
+    by_hand = sum(
+        max(0.0, 0.2 - first[0, 0] + first[0, j]) + max(0.0, 0.2 - first[0, 0] + first[j, 0]) for j in (1, 2)
+    ) / 2
+    torch.testing.assert_close(recorded[4], torch.tensor(float(by_hand)))
+    divisions = divide(trainer=trainer, epoch=3)
+    assert passes == []
+    for net, peer in ((0, 1), (1, 0)):
+        peer_loss = trainer.ledger.get(f"ncr.step_lw{peer}")
+        torch.testing.assert_close(divisions[net].extras["statistic"], peer_loss)
+        expected, _ = fit_loss_mixture(peer_loss, max_iter=10, reg_covar=5e-4, seed=3)
+        torch.testing.assert_close(divisions[net].clean_prob, expected)
+    recorded_by_net0 = trainer.ledger.get("ncr.step_lw0").clone()
+    trainer.ledger.get("ncr.step_lw1")[2] = float("nan")  # a pair network 1 has never trained on
+    divisions = divide(trainer=trainer, epoch=3)
+    assert passes == ["epoch 3 co-divide"]
+    torch.testing.assert_close(divisions[0].extras["statistic"], pass_losses["loss1"])
+    # the pass's loss fills the missing pair only; the next division needs no pass
+    filled = trainer.ledger.get("ncr.step_lw1")
+    assert filled[2] == pass_losses["loss1"][2] and not torch.isnan(filled).any()
+    torch.testing.assert_close(trainer.ledger.get("ncr.step_lw0"), recorded_by_net0)
+    divide(trainer=trainer, epoch=4)
+    assert passes == ["epoch 3 co-divide"]
