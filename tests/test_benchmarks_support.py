@@ -245,7 +245,7 @@ def test_ncr_division_carries_the_gmm_it_fitted():
     from hfncl.division import fit_loss_mixture
     from hfncl_plugins import ncr
 
-    options = {"ncr.alpha": 0.2, "ncr.threshold": 0.5, "ncr.gmm_max_iter": 10, "ncr.gmm_reg_covar": 5e-4}
+    options = {"ncr.alpha": 0.2, "ncr.division_statistics": "pass", "ncr.threshold": 0.5, "ncr.gmm_max_iter": 10, "ncr.gmm_reg_covar": 5e-4}
     losses = {"loss0": torch.linspace(0, 1, 50) ** 2, "loss1": torch.cat([torch.full((30,), 0.1), torch.ones(20)])}
     trainer = SimpleNamespace(
         option=options.__getitem__, config=SimpleNamespace(seed=3), collect=lambda statistic, description: losses

@@ -153,7 +153,8 @@ def test_division_from_the_training_steps_uses_the_recorded_losses_and_runs_no_p
     from hfncl_plugins.ncr import divide, warmup_loss
 
     options = {
-        "ncr.alpha": 0.2, "ncr.division_statistics": "steps", "ncr.threshold": 0.5, "ncr.gmm_max_iter": 10, "ncr.gmm_reg_covar": 5e-4
+        "ncr.alpha": 0.2, "ncr.division_statistics": "steps", "ncr.threshold": 0.5, "ncr.gmm_max_iter": 10,
+        "ncr.gmm_reg_covar": 5e-4, "ncr.noisy_part_start": 0.5,
     }
     passes = []
     pass_losses = {"loss0": torch.rand(6), "loss1": torch.rand(6)}
@@ -161,7 +162,7 @@ def test_division_from_the_training_steps_uses_the_recorded_losses_and_runs_no_p
         option=options.__getitem__,
         ledger=Ledger(6),
         num_train=6,
-        config=SimpleNamespace(seed=0),
+        config=SimpleNamespace(seed=0, epochs=10, warmup_epochs=4),  # the noisy part trains from epoch 7
         collect=lambda statistic, description: passes.append(description) or pass_losses,
     )
     generator = torch.Generator().manual_seed(0)
@@ -194,3 +195,7 @@ def test_division_from_the_training_steps_uses_the_recorded_losses_and_runs_no_p
     torch.testing.assert_close(trainer.ledger.get("ncr.step_lw0"), recorded_by_net0)
     divide(trainer=trainer, epoch=4)
     assert passes == ["epoch 3 co-divide"]
+    # right after the epoch in which the noisy part first trained, the pass runs; before and after, not
+    for epoch in (7, 8, 9):
+        divide(trainer=trainer, epoch=epoch)
+    assert passes == ["epoch 3 co-divide", "epoch 8 co-divide"]
