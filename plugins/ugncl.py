@@ -53,6 +53,15 @@ Reading choices, where the paper leaves room:
   the min-max normalised u puts 99.8% of the pairs in S_H, and b_ii, a share among 128
   candidates each holding at least ~23 evidence, never exceeds epsilon, so S_H^C stays empty.
   The paper's xi1 = 0.1 stays the default. No ``demo_settings`` until this is solved.
+  After the 2 warmup epochs (demo benchmark, 50% noise): with xi1 = 0.1 every similarity
+  has fallen to about -0.45, matched pairs and negatives alike (b_ii ranks clean above noisy
+  pairs with ROC-AUC 0.55); measuring evidence above an orthogonal pair's,
+  max(exp(softplus(S) / tau) - exp(log 2 / tau), 0), moves the collapse to about -0.03 and
+  does not prevent it. With xi1 = 0 the geometry survives: b_ii ranks the pairs with AUC 0.95
+  and the pair's own item has the largest belief for 58% of clean and 3% of noisy pairs, but
+  the raw u is about 2e-5 for every pair (AUC 0.61): read literally (raw u < p) every pair is
+  determined, and the determined-noisy set holds 42% of the clean pairs, which L_e's label 0
+  then pushes apart.
 - **Warmup** trains every pair as determined-clean with y~ = 1: L_e plus xi2 times Eq. 16 with
   the full margin gamma (no division exists yet; a hardest-negative warmup collapses under
   heavy noise, as VSE++ does).
