@@ -37,9 +37,8 @@ Reading choices, where the paper leaves room:
   network's similarity of every batch, and L_w of each pair (Eq. 2, over all the batch's
   negatives, whichever part the pair is in) is read off it. The losses then come from a
   network that changes during the epoch and from shuffled batches rather than dataset
-  order. On the demo benchmark at 50% noise both give the same division (ROC-AUC 0.989 vs
-  0.990) and rSum (472.2 vs 473.7), and without the pass an epoch is about a quarter
-  shorter (``benchmarks/README.md``). The first division after warmup uses the last
+  order. On the demo benchmark at 50% noise both give the same division (ROC-AUC 0.990)
+  and rSum (472.4 vs 473.7), and without the pass an epoch is about a quarter shorter (``benchmarks/README.md``). The first division after warmup uses the last
   warmup epoch's L_w. A pair left out of the previous epoch (training drops the last,
   incomplete batch) keeps the loss of the last epoch that trained it. The division runs
   the pass instead in two cases: while some pair has no recorded loss (left out of every
