@@ -102,8 +102,14 @@ def with_options(run: DemoRun, options: dict[str, Any]) -> DemoRun:
     return DemoRun(run.plugin, run.noise_ratio, settings)
 
 
-def options_label(options: dict[str, Any]) -> str:
-    return ", ".join(f"{key}={value}" for key, value in options.items())
+def options_label(options: dict[str, Any], separator: str = ", ") -> str:
+    """``KEY=VALUE`` of each option, joined by ``separator``."""
+    return separator.join(f"{key}={value}" for key, value in options.items())
+
+
+def run_label(plugin: str, options: dict[str, Any]) -> str:
+    """The method's name in the table and its run folder: the plugin, with its options if any."""
+    return plugin + (f" ({options_label(options)})" if options else "")
 
 
 def measure(
@@ -113,8 +119,7 @@ def measure(
     warmup = 1 if run.settings.get("warmup_epochs", 0) > 0 else 0
     run = with_options(run, options)
     settings = dict(shortened(run.settings, warmup + 2), warmup_epochs=warmup)
-    run_dir = output_dir / (run.plugin + (f" ({options_label(options)})" if options else ""))
-    config = demo_train_config(DemoRun(run.plugin, run.noise_ratio, settings), run_dir, 0, False)
+    config = demo_train_config(DemoRun(run.plugin, run.noise_ratio, settings), output_dir / run_label(run.plugin, options), 0, False)
     config.plot_divisions = False
     data = prepare_data(DataArguments(data_dir=str(data_dir), noise_ratio=run.noise_ratio), config.output_dir)
     model_args = SHAPES[shape][1]
@@ -132,7 +137,7 @@ def measure(
     steps = sum(start >= epoch_start for start, _ in timer.calls["train_step"])
     row = {
         "device": device,
-        "method": run.plugin + (f" ({options_label(options)})" if options else ""),
+        "method": run_label(run.plugin, options),
         "pairs": len(data["train"]),
         "networks": trainer.num_networks,
         "passes": len(trainer.passes),
@@ -239,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         if r["division_share"] > 0.001:
             verdict = "meets" if r["division_share"] < DIVISION_LIMIT else "DOES NOT meet"
             text += f"\n\n{r['method']} ({r['device']}): division {r['division_share']:.1%} of the epoch, {verdict} the < {DIVISION_LIMIT:.0%} target."
-    name = f"speed-{args.shape}" + ("-" + "-".join(f"{k}={v}" for k, v in options.items()) if options else "")
+    name = f"speed-{args.shape}" + (f"-{options_label(options, '-')}" if options else "")
     write_report(output_dir / f"{name}.md", text)
     (output_dir / f"{name}.json").write_text(json.dumps(rows, indent=1))
     return 0

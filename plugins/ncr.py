@@ -102,9 +102,9 @@ def training_passes(config, num_networks) -> list[list[int]]:
     return [[net] for net in range(num_networks)]
 
 
-def per_sample_lw(similarity: torch.Tensor, alpha: float) -> torch.Tensor:
-    """Each pair's L_w (Eq. 2) averaged over its b - 1 negatives: co-divide's statistic."""
-    return triplet_sum_negatives(similarity, alpha) / max(similarity.size(0) - 1, 1)
+def per_sample_lw(hinge_sums: torch.Tensor) -> torch.Tensor:
+    """Each pair's L_w (Eq. 2) averaged over its b - 1 negatives, from its sums over them: co-divide's statistic."""
+    return hinge_sums.detach() / max(hinge_sums.numel() - 1, 1)
 
 
 def division_statistics(trainer) -> str:
@@ -115,17 +115,24 @@ def division_statistics(trainer) -> str:
     return source
 
 
-def record_step_loss(trainer, outputs, net: int) -> None:
-    """With ``ncr.division_statistics = "steps"``: store the batch's per-sample L_w of network ``net``."""
-    if division_statistics(trainer) == "steps":
-        similarity = outputs.similarity.detach()
-        trainer.ledger.record(outputs.index, STEP_LOSS.format(net), per_sample_lw(similarity, trainer.option("ncr.alpha")))
+def record_step_loss(trainer, outputs, net: int, hinge_sums: torch.Tensor | None = None) -> None:
+    """With ``ncr.division_statistics = "steps"``: store the batch's per-sample L_w of network ``net``.
+
+    ``hinge_sums`` are the per-pair sums of Eq. 2 when the caller has them (warmup's loss);
+    otherwise they are computed from the batch's similarity.
+    """
+    if division_statistics(trainer) != "steps":
+        return
+    if hinge_sums is None:
+        hinge_sums = triplet_sum_negatives(outputs.similarity.detach(), trainer.option("ncr.alpha"))
+    trainer.ledger.record(outputs.index, STEP_LOSS.format(net), per_sample_lw(hinge_sums))
 
 
 @hookimpl
 def warmup_loss(trainer, batch, outputs, net) -> dict[str, torch.Tensor]:
-    record_step_loss(trainer, outputs, net)
-    return {"warmup_lw": triplet_sum_negatives(outputs.similarity, trainer.option("ncr.alpha")).sum()}
+    hinge_sums = triplet_sum_negatives(outputs.similarity, trainer.option("ncr.alpha"))
+    record_step_loss(trainer, outputs, net, hinge_sums)
+    return {"warmup_lw": hinge_sums.sum()}
 
 
 def adaptive_prediction(similarity: torch.Tensor, alpha: float, top_fraction: float = 0.1) -> torch.Tensor:
@@ -194,7 +201,10 @@ def pass_losses(trainer, epoch: int) -> list[torch.Tensor]:
     alpha = trainer.option("ncr.alpha")
 
     def per_sample_loss(batch) -> dict[str, torch.Tensor]:
-        return {f"loss{net}": per_sample_lw(trainer.forward(net, batch, grad=False).similarity, alpha) for net in range(NETWORKS)}
+        return {
+            f"loss{net}": per_sample_lw(triplet_sum_negatives(trainer.forward(net, batch, grad=False).similarity, alpha))
+            for net in range(NETWORKS)
+        }
 
     losses = trainer.collect(per_sample_loss, description=f"epoch {epoch} co-divide")
     return [losses[f"loss{net}"] for net in range(NETWORKS)]
