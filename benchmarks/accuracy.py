@@ -6,7 +6,8 @@
 
 Methods: every installed plugin that learns from image-caption pairs and declares
 ``demo_settings`` (the demo's selection), or those named with ``--methods``; each trains
-alone with its demo settings (epochs, warmup, options) and the demo's optimiser. Noise:
+alone with its demo settings (epochs, warmup, options), or the ``--settings`` given instead
+(which also trains a named method that declares none), and the demo's optimiser. Noise:
 the NCR protocol (re-pair a share of the training captions) at each ratio of ``--ratios``.
 A seed seeds both the noise split and the training; the data itself is fixed.
 
@@ -121,6 +122,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--benchmark", nargs="+", choices=("generated", "proxy"), default=None,
                         help="Benchmarks to run (default: generated; with --quick: both).")
     parser.add_argument("--methods", nargs="+", default=None, help="Methods (default: the demo's selection).")
+    parser.add_argument("--settings", type=json.loads, default=None,
+                        help="JSON training settings (epochs, warmup_epochs, options) replacing the demo settings "
+                        "of the --methods, e.g. for a method that declares none.")
     parser.add_argument("--ratios", type=float, nargs="+", default=[0.0, 0.2, 0.5, 0.7], help="Noise ratios.")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="Seeds of noise and training.")
     parser.add_argument("--captions-file", default=str(DEFAULT_CAPTIONS), help="Flickr8k captions.txt for the proxy.")
@@ -131,6 +135,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.benchmark is None:
         args.benchmark = ["generated", "proxy"] if args.quick else ["generated"]
+    if args.settings is not None and not args.methods:
+        parser.error("--settings needs --methods")
     if args.quick:
         args.ratios, args.seeds = [0.0, 0.5], [0, 1]
     if not all(0.0 <= r < 1.0 for r in args.ratios):
@@ -142,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     quiet()
     output_dir = Path(args.output_dir)
-    report: dict[str, Any] = {"machine": machine(), "benchmarks": {}}
+    report: dict[str, Any] = {"machine": machine(), "settings": args.settings, "benchmarks": {}}
     for name in args.benchmark:
         data_dir, description = prepare_benchmark(name, args, output_dir)
         if data_dir is None:
@@ -153,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = [
             train(run, data_dir, seed, output_dir / name / f"{run.label}_seed{seed}", args.quick, args.progress)
             for ratio in args.ratios
-            for run in method_runs(args.methods, ratio)
+            for run in method_runs(args.methods, ratio, args.settings)
             for seed in args.seeds
         ]
         minutes = (time.perf_counter() - started) / 60
@@ -161,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
             f"Accuracy on the {description}; test metrics, mean ± std over seeds {args.seeds}; "
             f"{minutes:.1f} min in all; {report['machine']}"
         )
+        if args.settings is not None:
+            header += f"; settings {json.dumps(args.settings)}"
         write_report(output_dir / f"accuracy_{name}.md", markdown(rows, header))
         report["benchmarks"][name] = {"description": description, "minutes": minutes, "runs": rows}
     (output_dir / "accuracy.json").write_text(json.dumps(report, indent=1, default=float))

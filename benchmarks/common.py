@@ -46,9 +46,16 @@ def correspondence_methods() -> list[str]:
     ]
 
 
-def method_runs(methods: list[str] | None, noise_ratio: float) -> list[DemoRun]:
+def method_runs(
+    methods: list[str] | None, noise_ratio: float, settings: dict[str, Any] | None = None
+) -> list[DemoRun]:
     """One run per method at ``noise_ratio``: those named, or every installed correspondence method
-    that declares ``demo_settings`` (the demo's selection)."""
+    that declares ``demo_settings`` (the demo's selection). ``settings`` (epochs, warmup, options)
+    replace the methods' demo settings, which lets a named method without demo settings train."""
+    if settings is not None:
+        if not methods:
+            raise ValueError("settings that replace the demo settings need the methods named")
+        return [DemoRun(name, noise_ratio, dict(settings)) for name in methods]
     if methods is not None:
         return list(demo_runs((noise_ratio,), methods))
     names = correspondence_methods()

@@ -34,34 +34,14 @@ Reading choices, where the paper leaves room:
   authors build on) lambda reaches theta after 492 steps, in the first epochs of Flickr30K.
 - **Reductions.** L_e (Eq. 15) is averaged over the batch's pairs and L_t (Eq. 16) summed
   over them, as in the DECL code base; summing both gives the KL of Eq. 13 128 times the
-  weight against L_t, and the model collapsed (see below). Both are computed in float64: the
+  weight against L_t, and the model collapsed. Both are computed in float64: the
   fused evidence reaches 1e7 and the KL of Eq. 13 is a difference of log-gammas of that size.
-- **KL scale (open problem).** The KL of Eq. 13 sums over the K - 1 wrong candidates of a
-  query. A well-aligned model cannot push them all far below cosine 0 (the mean pairwise
-  cosine of K unit vectors is at least -1 / (K - 1)), so its KL stays large: ~15 per query
-  at alpha = 2 on every wrong candidate (cosine 0 under an evidence exp(S / tau) that can vanish), several hundred with Eq. 3's floor of
-  ~23 per direction (fused over the views). A collapsed model whose similarities all sit at
-  -1 has the smallest KL and loses only ~1 of least-squares risk per query, so for K = 128
-  and xi1 above a few thousandths the collapse is the loss's optimum. Measured on the
-  generated benchmark with both losses summed (1200 images, 50% noise, 8 epochs, 3 of warmup;
-  test rSum): xi1 = 0.1 13 (validation, end of warmup), 0.01: 28.0, 0.001: 90.4, 0: 218.4
-  (NCR 367.9, VSE++ 235.6 on the same data); TcVSE's evidence exp(S / tau) in Eq. 3 does not
-  help (37.7 at xi1 = 0.1, 180.5 at 0). With the reductions and lambda above (demo benchmark:
-  3000 images, 50% noise, 10 epochs, 2 of warmup) the model no longer collapses but stays
-  weak: xi1 = 0.1 187.2, xi1 = 0 263.6 (VSE++ 339.5, NCR 473.7). At xi1 = 0 the soft label b_ii
-  ranks the pairs well (division AUC 0.95) but the thresholds do not fit the evidence scale:
-  the min-max normalised u puts 99.8% of the pairs in S_H, and b_ii, a share among 128
-  candidates each holding at least ~23 evidence, never exceeds epsilon, so S_H^C stays empty.
-  The paper's xi1 = 0.1 stays the default. No ``demo_settings`` until this is solved.
-  After the 2 warmup epochs (demo benchmark, 50% noise): with xi1 = 0.1 every similarity
-  has fallen to about -0.45, matched pairs and negatives alike (b_ii ranks clean above noisy
-  pairs with ROC-AUC 0.55); measuring evidence above an orthogonal pair's,
-  max(exp(softplus(S) / tau) - exp(log 2 / tau), 0), moves the collapse to about -0.03 and
-  does not prevent it. With xi1 = 0 the geometry survives: b_ii ranks the pairs with AUC 0.95
-  and the pair's own item has the largest belief for 58% of clean and 3% of noisy pairs, but
-  the raw u is about 2e-5 for every pair (AUC 0.61): read literally (raw u < p) every pair is
-  determined, and the determined-noisy set holds 42% of the clean pairs, which L_e's label 0
-  then pushes apart.
+- **KL scale and thresholds (open problem).** On cosine similarities the paper's xi1 = 0.1
+  collapses the model (the KL of Eq. 13 is smallest when all similarities are equal), and
+  the thresholds p and epsilon never select a hard-clean pair: every candidate holds at
+  least ~23 evidence, so b_ii stays near 1 / K. Measurements, and what was tried, are in
+  ``docs/ugncl.md``. The paper's values stay the defaults; no ``demo_settings`` until this
+  is solved.
 - **Warmup** trains every pair as determined-clean with y~ = 1: L_e plus xi2 times Eq. 16 with
   the full margin gamma (no division exists yet; a hardest-negative warmup collapses under
   heavy noise, as VSE++ does).

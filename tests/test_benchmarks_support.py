@@ -256,3 +256,26 @@ def test_ncr_division_carries_the_gmm_it_fitted():
         torch.testing.assert_close(divisions[net].extras["mixture"], mixture)
         torch.testing.assert_close(divisions[net].clean_prob, posterior)
         torch.testing.assert_close(divisions[net].extras["statistic"], losses[peer])
+
+
+def _benchmark_common():
+    """``benchmarks/common.py``, which the scripts import by their own directory."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "common.py"
+    spec = importlib.util.spec_from_file_location("benchmark_common", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_given_settings_replace_the_demo_settings_and_train_a_method_without_any():
+    common = _benchmark_common()
+    settings = {"epochs": 3, "warmup_epochs": 1, "options": {"ugncl.xi1": 0.0}}
+    (run,) = common.method_runs(["ugncl"], 0.7, settings)
+    assert (run.plugin, run.noise_ratio, run.settings) == ("ugncl", 0.7, settings)
+    (ncr,) = common.method_runs(["ncr"], 0.5)
+    assert ncr.settings["epochs"] == 10
+    with pytest.raises(ValueError, match="methods named"):
+        common.method_runs(None, 0.5, settings)
