@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -260,9 +262,6 @@ def test_ncr_division_carries_the_gmm_it_fitted():
 
 def _benchmark_common():
     """``benchmarks/common.py``, which the scripts import by their own directory."""
-    import importlib.util
-    from pathlib import Path
-
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "common.py"
     spec = importlib.util.spec_from_file_location("benchmark_common", path)
     module = importlib.util.module_from_spec(spec)
