@@ -12,12 +12,14 @@ minimises the evidential loss (Eq. 12-15) plus xi2 times the trusted robust loss
 
 Reading choices, where the paper leaves room:
 
-- **Scale of u.** With e = exp(softplus(S) / tau) and tau = 0.1 every evidence is at
-  least exp(softplus(-1) / 0.1) ~ 23, so u = K / L is below 0.05 for any similarity
-  and the printed threshold p = 0.5 would never select a hard pair. The division
-  therefore thresholds u min-max normalised over the training set (as NCR normalises
-  its losses before fitting its GMM): the most uncertain pairs of the set form S_H.
-  Eq. 17 uses the same normalised u, so that its sigmoid in u is centred on p.
+- **Scale of u.** The division thresholds the joint u = K / L itself, as Eq. 8 prints it,
+  with p = 0.5. With e = exp(softplus(S) / tau) and tau = 0.1 every evidence is at least
+  exp(softplus(-1) / 0.1) ~ 23, so on a cosine head u is below 0.05 for every pair: the
+  hard set is empty and the division is Eq. 9's argmax rule, pair by pair. An earlier
+  reading min-max normalised u over the training set to fill the hard set; it put 98-99%
+  of the pairs in the hard-noisy set with soft labels ~0.01 and cost 100 rSum at 70% noise
+  (``docs/ugncl.md``). A similarity head whose negatives hold ~1 evidence (an unbounded
+  logit, as the paper's SGR) reaches u >= p, and Eq. 10-11 and 17 apply there.
 - **Division batches.** u and b are K-way quantities: the division pass scores each pair
   within a batch of ``batch_size`` pairs of a seeded permutation of the training set
   (not in dataset order, where one image's five captions would compete with each other).
@@ -55,7 +57,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from hfncl.division import min_max_normalise
 from hfncl.engine.distributed import gather
 from hfncl.evidential import kl_to_uniform, opinion
 from hfncl.hookspecs import hookimpl
@@ -144,7 +145,7 @@ def uncertainty_division(
 ) -> Division:
     """Eq. 8-11 on the training set.
 
-    ``uncertainty`` is u scaled to [0, 1]; ``own_belief`` b_ii; ``own_is_argmax`` whether the
+    ``uncertainty`` is the joint u = K / L (Eq. 7); ``own_belief`` b_ii; ``own_is_argmax`` whether the
     pair's own item has the largest belief. Determined (u < p): clean (y~ = 1) if argmax,
     else noisy (y~ = 0). Hard (u >= p): y~ = b_ii, hard-clean if y~ > epsilon. The division's
     ``clean_prob`` is y~, ``clean`` = determined-clean or hard-clean; its extras carry the
@@ -191,7 +192,7 @@ def divide(trainer, epoch) -> Division:
         seed=trainer.config.seed + 7919 * (epoch + 1),
     )
     return uncertainty_division(
-        torch.from_numpy(min_max_normalise(stats["u"])),
+        stats["u"],
         stats["own_belief"],
         stats["own_is_argmax"].bool(),
         trainer.option("ugncl.uncertainty_threshold"),

@@ -190,5 +190,7 @@ def test_ugncl_trains_with_two_views_and_reports_its_sets(tiny_data_dir, tmp_pat
     last = result["history"][-1]
     shares = [last[f"division/{name}_share"] for name in ugncl.SET_NAMES.values()]
     assert sum(shares) == pytest.approx(1.0)
+    # Eq. 8 on the raw u: cosine evidence is at least ~23 per candidate, u < 0.05 < p, all determined.
+    assert last["division/clean_share"] + last["division/noisy_share"] == pytest.approx(1.0)
     assert result["test"]["rsum"] > 0
     assert NCLConfig.from_pretrained(tmp_path / "best").image_views == 2
