@@ -80,12 +80,23 @@ def option_defaults() -> dict[str, Any]:
         "ugncl.delta_margin": 10.0,
         "ugncl.lambda_decay": 0.25,
         "ugncl.lambda_min": 5,
+        "ugncl.ensemble": 1,
     }
 
 
 @hookimpl
 def model_defaults() -> dict[str, Any]:
     return {"image_views": 2}
+
+
+@hookimpl
+def num_networks(config) -> int:
+    """UGNCL* (Sec. 4.3): ``ugncl.ensemble`` networks trained side by side, each on its own
+    division and never on the other's; inference averages their similarities."""
+    networks = config.options.get("ugncl.ensemble", option_defaults()["ugncl.ensemble"])
+    if isinstance(networks, bool) or not isinstance(networks, int) or networks < 1:
+        raise ValueError(f"option ugncl.ensemble must be a positive integer (networks in the ensemble), got {networks!r}")
+    return networks
 
 
 # --------------------------------------------------------------------------- evidence
@@ -169,20 +180,21 @@ def uncertainty_division(
 
 
 @hookimpl
-def divide(trainer, epoch) -> Division:
-    """UGD over the training set in batches of the training batch size (seeded order)."""
+def divide(trainer, epoch) -> list[Division]:
+    """UGD over the training set, one division per network, in batches of the training batch size (seeded order)."""
     tau, size = trainer.option("ugncl.tau"), trainer.config.batch_size
 
     def pair_statistics(batch) -> dict[str, torch.Tensor]:
-        view_similarity = trainer.forward(0, batch, grad=False).view_similarity
-        columns: dict[str, list[torch.Tensor]] = {"u": [], "own_belief": [], "own_is_argmax": []}
-        for start in range(0, view_similarity.size(-1), size):
-            block = view_similarity[:, start : start + size, start : start + size]
-            belief, uncertainty = pair_opinions(block, tau)
-            own = torch.arange(belief.size(0), device=belief.device)
-            columns["u"].append(uncertainty)
-            columns["own_belief"].append(belief[own, own])
-            columns["own_is_argmax"].append((belief.argmax(dim=1) == own).double())
+        columns: dict[str, list[torch.Tensor]] = {}
+        for net in range(trainer.num_networks):
+            view_similarity = trainer.forward(net, batch, grad=False).view_similarity
+            for start in range(0, view_similarity.size(-1), size):
+                block = view_similarity[:, start : start + size, start : start + size]
+                belief, uncertainty = pair_opinions(block, tau)
+                own = torch.arange(belief.size(0), device=belief.device)
+                columns.setdefault(f"u{net}", []).append(uncertainty)
+                columns.setdefault(f"own_belief{net}", []).append(belief[own, own])
+                columns.setdefault(f"own_is_argmax{net}", []).append((belief.argmax(dim=1) == own).double())
         return {name: torch.cat(values) for name, values in columns.items()}
 
     stats = trainer.collect(
@@ -191,13 +203,16 @@ def divide(trainer, epoch) -> Division:
         batch_size=size,
         seed=trainer.config.seed + 7919 * (epoch + 1),
     )
-    return uncertainty_division(
-        stats["u"],
-        stats["own_belief"],
-        stats["own_is_argmax"].bool(),
-        trainer.option("ugncl.uncertainty_threshold"),
-        trainer.option("ugncl.epsilon"),
-    )
+    return [
+        uncertainty_division(
+            stats[f"u{net}"],
+            stats[f"own_belief{net}"],
+            stats[f"own_is_argmax{net}"].bool(),
+            trainer.option("ugncl.uncertainty_threshold"),
+            trainer.option("ugncl.epsilon"),
+        )
+        for net in range(trainer.num_networks)
+    ]
 
 
 # --------------------------------------------------------------------------- losses

@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch.distributions import Dirichlet, kl_divergence
 
+from hfncl.config import TrainConfig
 from hfncl.losses import triplet_hardest_negative
 from hfncl.models import NCLConfig, NCLModel
 from hfncl_plugins import ugncl
@@ -194,3 +195,23 @@ def test_ugncl_trains_with_two_views_and_reports_its_sets(tiny_data_dir, tmp_pat
     assert last["division/clean_share"] + last["division/noisy_share"] == pytest.approx(1.0)
     assert result["test"]["rsum"] > 0
     assert NCLConfig.from_pretrained(tmp_path / "best").image_views == 2
+
+
+def test_ugncl_ensemble_trains_networks_on_their_own_divisions(tiny_data_dir, tmp_path) -> None:
+    from conftest import TINY_MODEL, tiny_config
+    from hfncl.experiment import DataArguments, run_experiment
+
+    result = run_experiment(
+        DataArguments(data_dir=str(tiny_data_dir), noise_ratio=0.4),
+        tiny_config(tmp_path, ["ugncl"], epochs=2, options={"ugncl.xi1": 0.0, "ugncl.ensemble": 2}),
+        TINY_MODEL,
+    )
+    last = result["history"][-1]
+    assert {"division/net0/clean_share", "division/net1/clean_share"} <= set(last)
+    assert NCLConfig.from_pretrained(tmp_path / "best").num_networks == 2
+
+
+@pytest.mark.parametrize("networks", [0, 1.5, True])
+def test_ugncl_ensemble_size_is_checked(networks) -> None:
+    with pytest.raises(ValueError, match="ugncl.ensemble"):
+        ugncl.num_networks(TrainConfig(options={"ugncl.ensemble": networks}))
