@@ -6,7 +6,8 @@
 Defaults follow Sec. 4.2 of the paper: W = 2 image views, batch K = 128, joint space
 1024, 5 warmup epochs then 40 epochs, otherwise NCR's settings (Adam lr 2e-4 decayed
 x0.1 at epoch 30, grad clip 2). Options (``--options '{"ugncl.xi2": 0.8}'``): tau 0.1,
-p = epsilon = 0.5, xi1 0.1, xi2 0.8, gamma 0.2, m 10, Delta 10, delta 0.25, theta 5.
+p = epsilon = 0.5, xi1 0.1, xi2 0.8, gamma 0.2, m 10, Delta 10, delta 0.25, theta 5;
+``ugncl.ensemble`` 1 (2 trains the paper's UGNCL*, two networks averaged at inference).
 """
 
 import sys
