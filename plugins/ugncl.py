@@ -101,7 +101,9 @@ def num_networks(config) -> int:
     division and never on the other's; inference averages their similarities."""
     networks = config.options.get("ugncl.ensemble", option_defaults()["ugncl.ensemble"])
     if isinstance(networks, bool) or not isinstance(networks, int) or networks < 1:
-        raise ValueError(f"option ugncl.ensemble must be a positive integer (networks in the ensemble), got {networks!r}")
+        raise ValueError(
+            f"option ugncl.ensemble must be a positive integer (networks in the ensemble), got {networks!r}"
+        )
     return networks
 
 
@@ -162,8 +164,8 @@ def uncertainty_division(
 ) -> Division:
     """Eq. 8-11 on the training set.
 
-    ``uncertainty`` is the joint u = K / L (Eq. 7); ``own_belief`` b_ii; ``own_is_argmax`` whether the
-    pair's own item has the largest belief. Determined (u < p): clean (y~ = 1) if argmax,
+    ``uncertainty`` is the joint u = K / L (Eq. 7); ``own_belief`` b_ii; ``own_is_argmax``
+    whether the pair's own item has the largest belief. Determined (u < p): clean (y~ = 1) if argmax,
     else noisy (y~ = 0). Hard (u >= p): y~ = b_ii, hard-clean if y~ > epsilon. The division's
     ``clean_prob`` is y~, ``clean`` = determined-clean or hard-clean; its extras carry the
     soft label, the uncertainty, the set code per pair and one ``set/NAME`` mask per set.
@@ -187,7 +189,7 @@ def uncertainty_division(
 
 @hookimpl
 def divide(trainer, epoch) -> list[Division]:
-    """UGD over the training set, one division per network, in batches of the training batch size (seeded order)."""
+    """UGD over the training set, one division per network, in training-size batches (seeded order)."""
     tau, size = trainer.option("ugncl.tau"), trainer.config.batch_size
 
     def pair_statistics(batch) -> dict[str, torch.Tensor]:
