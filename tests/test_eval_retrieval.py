@@ -99,10 +99,45 @@ def test_hand_made_three_images_two_captions() -> None:
     assert got["t2i_medr"] == 2.0 and got["t2i_meanr"] == 2.0
 
 
-def test_ties_count_in_the_query_favour() -> None:
-    got = retrieval_metrics_from_matrix(torch.zeros(4, 8), captions_per_image=2)
-    assert all(got[key] == 100.0 for key in RECALL_KEYS)
-    assert got["i2t_medr"] == got["t2i_meanr"] == 1.0
+def test_ties_count_against_the_query() -> None:
+    """Replaces the former optimistic rule (a constant matrix scored R@1 = 100, rSum 600).
+
+    10 images x 5 captions, all scores 0: every query ranks behind all its wrong
+    candidates, i.e. i2t rank 45 (the other images' captions; own captions never count)
+    and t2i rank 9 (the other images). Only t2i R@10 is reached, trivially, as 9 < 10.
+    """
+    got = retrieval_metrics_from_matrix(torch.zeros(10, 50), captions_per_image=5, chunk_size=3)
+    assert [got[key] for key in RECALL_KEYS] == [0.0, 0.0, 0.0, 0.0, 0.0, 100.0]
+    assert got["rsum"] == 100.0
+    assert got["i2t_medr"] == got["i2t_meanr"] == 46.0
+    assert got["t2i_medr"] == got["t2i_meanr"] == 10.0
+
+
+def test_tied_wrong_candidate_counts_above_the_ground_truth() -> None:
+    sims = torch.tensor([[1.0, 0.5, 1.0, 0.0], [0.0, 1.0, 0.0, 1.0]])  # k = 2
+    # image 0: best own 1.0 tied with caption 2 -> rank 1; image 1: own 1.0 tied with caption 1 -> rank 1
+    # caption 0: image 1 scores 0.0 < 1.0 -> rank 0; caption 1 (gt 0.5): image 1 scores 1.0 -> rank 1
+    # caption 2 (gt 0.0): image 0 scores 1.0 -> rank 1; caption 3 (gt 1.0): image 0 scores 0.0 -> rank 0
+    got = retrieval_metrics_from_matrix(sims, captions_per_image=2)
+    assert got["i2t_r1"] == 0.0 and got["i2t_r5"] == 100.0
+    assert got["t2i_r1"] == 50.0
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_similarities_are_refused(bad: float) -> None:
+    sims = random_sims(6, 2, seed=1)
+    sims[4, 3] = bad
+    with pytest.raises(ValueError, match=r"similarity rows 3:6 hold 1 non-finite .* image rows \[4\].* broken"):
+        retrieval_metrics_from_matrix(sims, 2, chunk_size=3)
+
+
+def test_nan_or_overflowing_embeddings_never_score_perfectly() -> None:
+    images = torch.full((4, 3), float("nan"))
+    with pytest.raises(ValueError, match="non-finite"):
+        retrieval_metrics(embedding_scorer(images, images.repeat_interleave(2, dim=0)), 4, 2)
+    huge = torch.full((4, 3), 3e38)  # finite, but every dot product overflows to inf
+    with pytest.raises(ValueError, match="non-finite"):
+        retrieval_metrics(embedding_scorer(huge, huge.repeat_interleave(2, dim=0)), 4, 2)
 
 
 def test_scorer_drift_between_passes_does_not_demote_ground_truth() -> None:

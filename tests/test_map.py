@@ -86,3 +86,18 @@ def test_bad_inputs_are_rejected():
         mean_average_precision(torch.ones(3, 2), [0, 1, 1], torch.ones(2, 4), [0, 1])
     with pytest.raises(ValueError, match="integer class indices"):
         mean_average_precision(torch.ones(1, 2), [0.5], torch.ones(1, 2), [0])
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_embeddings_are_refused(bad):
+    images = torch.eye(3)
+    images[1, 2] = bad
+    with pytest.raises(ValueError, match=r"query_embeds hold non-finite values .* rows \[1\].* broken"):
+        cross_modal_map(images, [0, 1, 2], torch.eye(3), [0, 1, 2])
+
+
+def test_constant_embeddings_score_chance_not_perfect():
+    labels = torch.tensor([0, 1, 2, 3])
+    # every cosine is 0: each query's single relevant item shares the cut-off of all 4, AP = 1/4
+    got = cross_modal_map(torch.zeros(4, 3), labels, torch.zeros(4, 3), labels)
+    assert got == {"i2t_map": 0.25, "t2i_map": 0.25, "mean_map": 0.25}

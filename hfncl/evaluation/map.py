@@ -11,7 +11,10 @@ literature (e.g. the evaluation code published with DSCMR and MRL):
   scoring at least as high (scikit-learn's ``average_precision_score`` treats ties the
   same way), so ties never favour the query and the gallery order does not matter;
 * a query without any relevant item in the gallery has AP 0 and still counts in the
-  mean (as in that code).
+  mean (as in that code);
+* embeddings holding NaN or infinite values are refused with a ``ValueError`` (broken
+  weights or features); an all-zero embedding ties with everything and so scores no better
+  than chance.
 
 The similarity matrix is never held whole: queries are scored ``chunk_size`` at a
 time against the full gallery, so memory is ``chunk_size x gallery`` floats.
@@ -31,6 +34,13 @@ def _embeddings(values: torch.Tensor | ArrayLike, name: str) -> torch.Tensor:
     tensor = torch.as_tensor(values).detach()
     if tensor.dim() != 2 or tensor.size(0) == 0:
         raise ValueError(f"{name} must be a non-empty (N, D) matrix, got shape {tuple(tensor.shape)}")
+    finite = torch.isfinite(tensor)
+    if not bool(finite.all()):
+        rows = (~finite).any(dim=1).nonzero().flatten()
+        raise ValueError(
+            f"{name} hold non-finite values (NaN or inf) in rows {rows[:5].tolist()}{' ...' if len(rows) > 5 else ''}: "
+            "the model's weights or the features are broken"
+        )
     return F.normalize(tensor.float(), dim=1)
 
 

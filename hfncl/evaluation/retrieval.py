@@ -9,10 +9,13 @@ The evaluator never holds ``S`` whole: it asks a *row scorer* for blocks of rows
 ``score_rows(slice(a, b)) -> S[a:b]``, so a 5K x 25K evaluation needs one
 ``chunk_size x N * k`` block at a time. The metrics follow SCAN's evaluation code
 (R@K in percent, ranks 0-based internally, median / mean rank reported 1-based),
-with one documented difference: ties are resolved optimistically. A query's rank
-is the number of candidates scoring *strictly higher* than its ground truth,
-whereas SCAN's ``argsort`` places tied candidates in an arbitrary order. With
-continuous scores ties do not occur and both rules agree.
+with one documented difference: ties are resolved pessimistically. A query's rank
+is the number of wrong candidates scoring *at least as high* as its ground truth,
+whereas SCAN's ``argsort`` places tied candidates in an arbitrary order; a constant
+similarity therefore ranks every query last, at chance level, never at the top. With
+continuous scores ties do not occur and both rules agree. A block holding NaN or
+infinite similarities is refused with a ``ValueError``: such scores come from broken
+weights or features and no ranking of them means anything.
 """
 
 from __future__ import annotations
@@ -36,13 +39,21 @@ def _row_chunks(num_rows: int, chunk_size: int) -> list[slice]:
 
 
 def _checked_chunk(score_rows: RowScorer, rows: slice, num_captions: int) -> torch.Tensor:
-    """Call the scorer for ``rows`` and check the block it returns has the promised shape."""
+    """Call the scorer for ``rows``; check the block has the promised shape and finite values."""
     block = score_rows(rows)
     expected = (rows.stop - rows.start, num_captions)
     if tuple(block.shape) != expected:
         raise ValueError(
             f"score_rows({rows.start}:{rows.stop}) returned shape {tuple(block.shape)}, "
             f"expected {expected}"
+        )
+    finite = torch.isfinite(block)
+    if not bool(finite.all()):
+        bad_rows = (~finite).any(dim=1).nonzero().flatten() + rows.start
+        raise ValueError(
+            f"similarity rows {rows.start}:{rows.stop} hold {int((~finite).sum())} non-finite values (NaN or inf) "
+            f"in image rows {bad_rows[:5].tolist()}{' ...' if len(bad_rows) > 5 else ''}: "
+            "the model's weights or the features are broken"
         )
     return block
 
@@ -85,16 +96,17 @@ def retrieval_metrics(
     for at most ``chunk_size`` rows. The rows are visited twice (the scorer is called
     ``2 * ceil(num_images / chunk_size)`` times, under ``torch.no_grad``):
 
-    1. image-to-text: an image's rank is the rank of the best-ranked of its ``k``
-       captions, i.e. the number of captions scoring strictly higher than its best
-       ground-truth caption. The same pass collects each caption's ground-truth score
+    1. image-to-text: an image's rank is the number of other images' captions scoring
+       at least as high as its best ground-truth caption (its own captions never count
+       against it). The same pass collects each caption's ground-truth score
        ``S[c // k, c]``.
-    2. text-to-image: a caption's rank is the number of images scoring strictly higher
-       than its ground-truth image, accumulated over the row blocks. The ground-truth
-       image never counts against its own caption, so a scorer that is not bit-for-bit
-       deterministic between the two passes cannot push a caption down one rank.
+    2. text-to-image: a caption's rank is the number of other images scoring at least
+       as high as its ground-truth image, accumulated over the row blocks. The
+       ground-truth image never counts against its own caption, so a scorer that is not
+       bit-for-bit deterministic between the two passes cannot push a caption down one rank.
 
-    Ties count in the query's favour (strictly greater candidates only). Recalls are
+    Ties count against the query (a constant matrix gives chance-level recall); a
+    block with NaN or infinite scores raises ``ValueError`` naming its rows. Recalls are
     percentages; ``rsum`` is the sum of the six recalls; ``*_medr`` is
     ``floor(median(rank)) + 1`` and ``*_meanr`` is ``mean(rank) + 1`` as in SCAN.
     The computation stays on the device of the returned blocks.
@@ -116,8 +128,10 @@ def retrieval_metrics(
     i2t_ranks, gt_scores = [], []
     for rows in chunks:
         block = _checked_chunk(score_rows, rows, num_captions)
-        own = block.gather(1, _own_columns(rows, captions_per_image, block.device))
-        i2t_ranks.append((block > own.amax(dim=1, keepdim=True)).sum(dim=1))
+        own_columns = _own_columns(rows, captions_per_image, block.device)
+        own = block.gather(1, own_columns)
+        at_least = block >= own.amax(dim=1, keepdim=True)
+        i2t_ranks.append(at_least.scatter_(1, own_columns, False).sum(dim=1))
         if t2i_score_rows is not None:
             t2i_block = _checked_chunk(t2i_score_rows, rows, num_captions)
             own = t2i_block.gather(1, _own_columns(rows, captions_per_image, t2i_block.device))
@@ -127,9 +141,9 @@ def retrieval_metrics(
     t2i_ranks = torch.zeros(num_captions, dtype=torch.long, device=caption_gt.device)
     for rows in chunks:
         block = _checked_chunk(t2i_scorer, rows, num_captions)
-        higher = block > caption_gt.to(block.device)[None, :]
-        higher.scatter_(1, _own_columns(rows, captions_per_image, block.device), False)
-        t2i_ranks += higher.sum(dim=0).to(t2i_ranks.device)
+        at_least = block >= caption_gt.to(block.device)[None, :]
+        at_least.scatter_(1, _own_columns(rows, captions_per_image, block.device), False)
+        t2i_ranks += at_least.sum(dim=0).to(t2i_ranks.device)
     return _assemble(torch.cat(i2t_ranks), t2i_ranks)
 
 
