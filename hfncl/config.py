@@ -66,6 +66,9 @@ class TrainConfig:
         self.options = PluginOptions(self.options)
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"TrainConfig.optimizer must be one of {sorted(OPTIMIZERS)}, got {self.optimizer!r}")
+        for name, least in (("epochs", 1), ("eval_batch_size", 1), ("save_steps", 0), ("num_workers", 0)):
+            if getattr(self, name) < least:
+                raise ValueError(f"TrainConfig.{name} must be >= {least}, got {getattr(self, name)}")
         if self.batch_size < 2:
             raise ValueError(f"TrainConfig.batch_size must be >= 2 (a batch needs negatives), got {self.batch_size}")
         if not 0 <= self.warmup_epochs <= self.epochs:

@@ -25,6 +25,7 @@ from hfncl.data import (
     load_precomp_split,
     save_noise_index,
 )
+from hfncl.data.precomp import FEATURE_DTYPES
 from hfncl.data.pixels import METADATA_FILE, image_processor_from_pretrained
 from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
 from hfncl.engine.trainer import Trainer
@@ -32,7 +33,7 @@ from hfncl.hub import DataDescription, add_test_results, save_text_vocabulary
 from hfncl.hub.checkpoint import save_image_processor
 from hfncl.models import NCLConfig, NCLModel
 from hfncl.models.towers import parameter_counts
-from hfncl.plugins import build_plugin_manager, plugin_model_defaults
+from hfncl.plugins import build_plugin_manager, plugin_model_defaults, resolve_options
 
 DATA_FORMATS = ("auto", "precomp", "imagefolder")
 
@@ -79,6 +80,10 @@ class DataArguments:
             raise ValueError(f"noise_kind must be one of {NOISE_KINDS}, got {self.noise_kind!r}")
         if self.data_format not in DATA_FORMATS:
             raise ValueError(f"data_format must be one of {DATA_FORMATS}, got {self.data_format!r}")
+        if self.feature_dtype not in FEATURE_DTYPES:
+            raise ValueError(f"feature_dtype must be one of {FEATURE_DTYPES}, got {self.feature_dtype!r}")
+        if self.test_folds < 1:
+            raise ValueError(f"test_folds must be >= 1, got {self.test_folds}")
 
 
 @dataclass
@@ -284,6 +289,7 @@ def run_experiment(
     record and its card (``OUTPUT_DIR/best/README.md``); with ``model_cards_dir`` the
     card is also written to ``model_cards_dir/<output dir name>.md``.
     """
+    resolve_options(build_plugin_manager(config.plugins).hook, config.plugins, config.options)  # before any work
     fields = model_fields(config.plugins, model_args)
     tokenizer = fields.get("text_tower_name") if fields.get("text_tower") == "transformer" else None
     pixels = fields.get("image_tower_name") if fields.get("image_tower") == "transformer" else None

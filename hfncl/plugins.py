@@ -8,6 +8,7 @@ registers only the plugins its configuration names, in that order.
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass
 from collections.abc import Iterable, Mapping
 from importlib.metadata import EntryPoint, entry_points
@@ -199,6 +200,42 @@ def require_plugins(
     raise MissingPluginError(
         f"{source} was trained with plugin(s) that are not installed here:\n  " + "\n  ".join(advice)
     )
+
+
+def _fits(value: Any, default: Any) -> bool:
+    """Whether an option ``value`` has the type of its declared ``default`` (an int fits a float; JSON lists fit tuples)."""
+    if default is None:
+        return True
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(default, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float)) and math.isfinite(value)
+    if isinstance(default, (list, tuple)):
+        return isinstance(value, (list, tuple))
+    return isinstance(value, type(default))
+
+
+def resolve_options(hook: Any, plugins: list[str], options: Mapping[str, Any]) -> dict[str, Any]:
+    """The active plugins' declared option defaults overridden by ``options``, checked.
+
+    Raises:
+        PluginError: naming an option no active plugin declares, or a value whose type differs
+            from its default's (an option declared with default ``None`` takes any value).
+    """
+    merged: dict[str, Any] = {}
+    for declared in hook.option_defaults():
+        merged.update(declared or {})
+    unknown = sorted(set(options) - set(merged))
+    if unknown:
+        raise PluginError(f"Unknown option(s) {unknown} for plugins {plugins}; declared options: {sorted(merged)}")
+    for name, value in options.items():
+        if not _fits(value, merged[name]):
+            expected = "a finite number" if isinstance(merged[name], float) else type(merged[name]).__name__
+            raise PluginError(
+                f"Option {name!r} must be {expected} like its default {merged[name]!r}, got {value!r} "
+                f"({type(value).__name__})"
+            )
+    return merged | dict(options)
 
 
 def plugin_model_defaults(hook: Any) -> dict[str, Any]:

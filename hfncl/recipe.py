@@ -25,16 +25,21 @@ def run_recipe(
     """
     parser = HfArgumentParser((DataArguments, TrainConfig, ModelArguments), description=description)
     parser.set_defaults(plugins=plugins, **defaults)
-    data_args, config, model_args = parser.parse_args_into_dataclasses(
-        args=list(argv) if argv is not None else None
-    )
     try:
+        data_args, config, model_args = parser.parse_args_into_dataclasses(
+            args=list(argv) if argv is not None else None
+        )
         result = run_experiment(data_args, config, model_args)
-    except (DataFormatError, PluginError) as error:
-        print(f"error: {error}", file=sys.stderr)
+    except (DataFormatError, PluginError, ValueError) as error:
+        print(f"error: {one_line(error)}", file=sys.stderr)
         return 2
     print(json.dumps({"test": result["test"], "division": result["division"]}, indent=1))
     return 0
+
+
+def one_line(error: Exception) -> str:
+    """An error's message on one line (a multi-line message's lines joined by ``; ``)."""
+    return "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
 
 
 def run_label_recipe(
@@ -55,7 +60,7 @@ def run_label_recipe(
         )
         result = run_category_experiment(data_args, config, model_args)
     except (DataFormatError, PluginError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {one_line(error)}", file=sys.stderr)
         return 2
     print(json.dumps({"test": result["test"], "division": result["division"]}, indent=1))
     return 0

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
 from conftest import noisy_trainer, tiny_config
+from hfncl.cli import main
+from hfncl.plugins import _fits
 
 
 def test_nan_weights_are_an_error_and_zero_weights_score_no_better_than_chance(tiny_data_dir, tmp_path):
@@ -19,3 +24,50 @@ def test_nan_weights_are_an_error_and_zero_weights_score_no_better_than_chance(t
         next(trainer.model.parameters()).fill_(float("nan"))
     with pytest.raises(ValueError, match="non-finite .* the model's weights or the features are broken"):
         trainer.evaluate(trainer.val_split)
+
+
+def train_cli(capsys, *arguments: str) -> tuple[int, str]:
+    """``hfncl train ARGUMENTS`` in this process: its exit status and what it wrote to stderr."""
+    status = main(["train", *arguments])
+    return status, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--epochs", "0"], "TrainConfig.epochs must be >= 1, got 0"),
+        (["--save_steps", "-1"], "TrainConfig.save_steps must be >= 0, got -1"),
+        (["--feature_dtype", "int8"], "feature_dtype must be one of ('float32', 'float16'), got 'int8'"),
+        (["--noise_ratio", "2"], "noise_ratio must be in [0, 1), got 2.0"),
+        (
+            ["--plugins", "ncr", "--options", '{"ncr.alpha": "abc"}'],
+            "Option 'ncr.alpha' must be a finite number like its default 0.2, got 'abc' (str)",
+        ),
+        (["--options", '{"vsepp.margin": true}'], "Option 'vsepp.margin' must be a finite number"),
+        (["--batch_size", "1000"], "TrainConfig.batch_size 1000 exceeds the 800 training samples"),
+    ],
+)
+def test_configuration_errors_are_one_line(tiny_data_dir, tmp_path, capsys, arguments, message):
+    base = ["--plugins", "vsepp", "--data_dir", str(tiny_data_dir), "--output_dir", str(tmp_path), "--progress", "false"]
+    status, err = train_cli(capsys, *base, *arguments)
+    assert status != 0
+    assert err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_cli_configuration_error_in_a_subprocess_is_one_line_without_traceback(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "hfncl.cli", "train", "--plugins", "vsepp", "--data_dir", str(tmp_path), "--epochs", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert done.stderr.strip() == "error: TrainConfig.epochs must be >= 1, got 0"
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_option_types_follow_their_defaults():
+    assert _fits(3, 0.2) and not _fits(float("nan"), 0.2) and not _fits(True, 0.2)
+    assert _fits(False, True) and not _fits(1, True)
+    assert _fits(5, 5) and not _fits(5.0, 5) and _fits("x", None) and _fits([1], (0,))

@@ -35,7 +35,7 @@ from hfncl.engine.tasks import DATA_KINDS, PairTask, Task
 from hfncl.evaluation import division_quality, partition_report
 from hfncl.hub import RunRecord, save_trained_model
 from hfncl.plots import plot_division
-from hfncl.plugins import PluginError, build_plugin_manager
+from hfncl.plugins import PluginError, build_plugin_manager, resolve_options
 from hfncl.types import Batch, Division
 
 LATEST = "latest"
@@ -82,7 +82,12 @@ class Trainer:
         self.task = task if task is not None else PairTask()
         self.hook = build_plugin_manager(config.plugins).hook
         self._check_data_kind()
-        self.options = self._merge_options()
+        self.options = resolve_options(self.hook, config.plugins, config.options)
+        if len(train_data) < config.batch_size:
+            raise ValueError(
+                f"TrainConfig.batch_size {config.batch_size} exceeds the {len(train_data)} training samples: "
+                "every epoch would take zero optimisation steps; lower batch_size"
+            )
         self.accelerator = accelerator or Accelerator(
             mixed_precision=config.mixed_precision, log_with=config.log_with or None, project_dir=config.output_dir
         )
@@ -427,17 +432,6 @@ class Trainer:
             save_trained_model(self.model, self.output_dir / "best", record)
 
     # ------------------------------------------------------------------ internals
-    def _merge_options(self) -> dict[str, Any]:
-        merged: dict[str, Any] = {}
-        for declared in self.hook.option_defaults():
-            merged.update(declared or {})
-        unknown = sorted(set(self.config.options) - set(merged))
-        if unknown:
-            raise PluginError(
-                f"Unknown option(s) {unknown} for plugins {self.config.plugins}; declared options: {sorted(merged)}"
-            )
-        merged.update(self.config.options)
-        return merged
 
     def _check_data_kind(self) -> None:
         """Refuse plugins that train on another kind of data than this run's task."""
