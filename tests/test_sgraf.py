@@ -30,9 +30,10 @@ from hfncl.models.sgraf import (
     SAFHead,
     SGRHead,
     pack_local,
-    text_to_region_attention,
+    region_attention,
     unpack_local,
 )
+from hfncl.models.sgraf_kernels import CAPTION_GROUP, local_similarity, plan_blocks
 from hfncl.retrieval import Retriever
 from tests.conftest import tiny_config
 
@@ -141,18 +142,104 @@ def test_similarity_matches_a_per_pair_loop_of_the_paper_formulas(similarity):
     torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-10)
 
 
+def _unit_t(x: torch.Tensor) -> torch.Tensor:
+    return x / torch.sqrt((x * x).sum())
+
+
+def _pool_t(pool, vectors: list[torch.Tensor]) -> torch.Tensor:
+    query = sum(vectors) / len(vectors)
+    gate = torch.tanh(_linear(pool.query_proj, query))
+    logits = torch.stack([_linear(pool.score, torch.tanh(_linear(pool.local_proj, v)) * gate)[0] for v in vectors])
+    return _unit_t(sum(w * v for w, v in zip(torch.softmax(logits, dim=0), vectors)))
+
+
+def _reference_nodes(head, image: torch.Tensor, caption: torch.Tensor, words: int) -> list[torch.Tensor]:
+    """Differentiable nodes [s^g, s^l_1, ..., s^l_L] of one pair, one word and one region at a time (Eq. 2-5)."""
+    regions = [_unit_t(r) for r in image]
+    tokens = [_unit_t(w) for w in caption[:words]]
+    nodes = [_unit_t(_linear(head.global_sim.transform, (_pool_t(head.image_pool, regions) - _pool_t(head.text_pool, tokens)) ** 2))]
+    for y in tokens:
+        logits = []
+        for x in regions:
+            norm = torch.linalg.vector_norm(torch.stack([torch.clamp(x @ w, min=0.0) for w in tokens])).clamp_min(1e-8)
+            logits.append(head.smooth * torch.clamp(x @ y, min=0.0) / norm)
+        alpha = torch.softmax(torch.stack(logits), dim=0)
+        attended = _unit_t(sum(a * x for a, x in zip(alpha, regions)))
+        nodes.append(_unit_t(_linear(head.local_sim.transform, (attended - y) ** 2)))
+    return nodes
+
+
+def _reference_sgr(head, nodes: list[torch.Tensor]) -> torch.Tensor:
+    for step in head.steps:
+        updated = []
+        for p in nodes:
+            edges = torch.softmax(torch.stack([_linear(step.query, p) @ _linear(step.key, q) for q in nodes]), dim=0)
+            updated.append(torch.relu(_linear(step.update, sum(e * q for e, q in zip(edges, nodes)))))
+        nodes = updated
+    return torch.sigmoid(_linear(head.output, nodes[0]))[0]
+
+
+def _reference_saf_matrix(head, all_nodes: list[list[list[torch.Tensor]]], training: bool) -> torch.Tensor:
+    """SAF of every pair; BN with the statistics of every node of every pair in training, running ones otherwise."""
+    bn = head.norm
+    raw = [[[_linear(head.attention, node)[0] for node in pair] for pair in row] for row in all_nodes]
+    if training:
+        values = torch.stack([t for row in raw for pair in row for t in pair])
+        mean, var = values.mean(), values.var(unbiased=False)
+    else:
+        mean, var = bn.running_mean[0], bn.running_var[0]
+    rows = []
+    for row_raw, row_nodes in zip(raw, all_nodes):
+        scores = []
+        for pair_raw, nodes in zip(row_raw, row_nodes):
+            gates = [torch.sigmoid((t - mean) / torch.sqrt(var + bn.eps) * bn.weight[0] + bn.bias[0]) for t in pair_raw]
+            filtered = _unit_t(sum(g / sum(gates) * node for g, node in zip(gates, nodes)))
+            scores.append(torch.sigmoid(_linear(head.output, filtered))[0])
+        rows.append(torch.stack(scores))
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("similarity", HEADS)
+@pytest.mark.parametrize("training", [False, True])
+def test_similarity_and_gradients_match_a_per_pair_loop_reference(similarity, training):
+    """The block scorer against loops over pairs, words and regions: values and every gradient to 1e-5."""
+    model = _model(similarity).double().train(training)
+    _set_running_stats(model)
+    head = model.networks[0].head
+    head.block_bytes = 2000  # several blocks, several caption groups' worth of rows
+    images, captions, lengths = _inputs(captions=7)
+    image_embeds = model.encode_image(images.double())[0].detach().requires_grad_(True)
+    text_embeds = model.encode_text(captions, lengths)[0].detach().requires_grad_(True)
+    weights = torch.randn(5, 7, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    got = head(image_embeds, text_embeds)
+    inputs = [image_embeds, text_embeds, *head.parameters()]
+    # SGR's key bias cancels in the edge softmax: its gradient is zero, and the fast path never reads it
+    got_grads = torch.autograd.grad((got * weights).sum(), inputs, allow_unused=True, materialize_grads=True)
+
+    states_i, states_t = image_embeds[..., :-1], text_embeds[..., :-1]
+    all_nodes = [[_reference_nodes(head, states_i[i], states_t[j], int(lengths[j])) for j in range(7)] for i in range(5)]
+    if similarity == "sgr":
+        expected = torch.stack([torch.stack([_reference_sgr(head, nodes) for nodes in row]) for row in all_nodes])
+    else:
+        expected = _reference_saf_matrix(head, all_nodes, training)
+    expected_grads = torch.autograd.grad((expected * weights).sum(), inputs, allow_unused=True, materialize_grads=True)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-7)
+    for name, g, e in zip(["images", "texts", *(n for n, _ in head.named_parameters())], got_grads, expected_grads):
+        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-7, msg=lambda m, name=name: f"{name}: {m}")
+
+
 def test_text_to_region_attention_by_hand():
     """Regions (1, 0), (0, 1); words (1, 0), (0.6, 0.8): c^ normalises each region's row over the words."""
     regions = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]], dtype=torch.float64)
     words = torch.tensor([[[1.0, 0.0], [0.6, 0.8]]], dtype=torch.float64)
-    attended = text_to_region_attention(regions, torch.ones(1, 2, dtype=torch.bool), words, torch.ones(1, 2, dtype=torch.bool), 9.0)
+    attended = region_attention(regions, torch.ones(1, 2, dtype=torch.bool), words, torch.ones(1, 2, dtype=torch.bool), 9.0)
     # region 1: c = (1, 0.6) / sqrt(1.36); region 2: c = (0, 0.8) / 0.8 = (0, 1)
     c1 = (1 / math.sqrt(1.36), 0.6 / math.sqrt(1.36))
     c2 = (0.0, 1.0)
     for word in range(2):
         a1 = math.exp(9 * c1[word]) / (math.exp(9 * c1[word]) + math.exp(9 * c2[word]))
         expected = torch.tensor([a1, 1 - a1], dtype=torch.float64)
-        torch.testing.assert_close(attended[0, 0, word], expected / expected.norm())
+        torch.testing.assert_close(attended[0, 0, word], expected)
 
 
 # ----------------------------------------------------------------- shapes and batch behaviour
@@ -186,19 +273,49 @@ def test_permuting_images_and_captions_permutes_the_similarity_matrix(similarity
 
 
 @pytest.mark.parametrize("similarity", HEADS)
-@pytest.mark.parametrize("pairs", [1, 4, 7, 30, 1000])
-def test_batched_and_chunked_paths_agree(similarity, pairs):
-    model = _model(similarity).eval()
+@pytest.mark.parametrize("training", [False, True])
+@pytest.mark.parametrize("block_bytes", [1, 700, 5000, 2**30])
+def test_block_budgets_give_the_same_similarities(similarity, training, block_bytes):
+    """One pair per block, a few, or the whole matrix at once: the same scores (SAF's training BN included)."""
+    model = _model(similarity).train(training)
     _set_running_stats(model)
     head = model.networks[0].head
-    images, captions, lengths = _inputs()
+    images, captions, lengths = _inputs(captions=CAPTION_GROUP + 3)
     image_embeds, text_embeds = model.encode_image(images)[0], model.encode_text(captions, lengths)[0]
     with torch.no_grad():
-        torch.testing.assert_close(
-            head.chunked(image_embeds, text_embeds, pairs), head.batched(image_embeds, text_embeds), rtol=1e-5, atol=1e-6
-        )
-    with pytest.raises(ValueError, match="positive integer"):
-        head.chunked(image_embeds, text_embeds, 0)
+        head.block_bytes = 2**30
+        whole = head(image_embeds, text_embeds)
+        head.block_bytes = block_bytes
+        torch.testing.assert_close(head(image_embeds, text_embeds), whole, rtol=1e-5, atol=1e-6)
+    head.block_bytes = 0
+    with pytest.raises(ValueError, match="block_bytes must be a positive integer"):
+        head(image_embeds, text_embeds)
+
+
+def test_blocks_cover_every_pair_once_within_the_budget():
+    lengths = torch.tensor([3, 9, 1, 9, 4] * 7)
+    blocks, order = plan_blocks(13, lengths, 8, 4, 4 * 8 * 9 * CAPTION_GROUP * 2)
+    covered = torch.zeros(13, len(lengths), dtype=torch.long)
+    for block in blocks:
+        covered[block.rows, block.captions] += 1
+        assert int(lengths[block.captions].max()) == block.length
+        assert (block.rows.stop - block.rows.start) * len(block.captions) * block.length * 8 * 4 <= 4 * 8 * 9 * CAPTION_GROUP * 2
+    assert torch.equal(covered, torch.ones_like(covered))
+    assert torch.equal(lengths[order], lengths.sort(descending=True, stable=True).values)
+    assert torch.equal(torch.cat([b.captions for b in blocks if b.rows.start == 0]), order)
+
+
+def test_local_similarity_matches_the_plain_expression_in_values_and_gradients():
+    generator = torch.Generator().manual_seed(4)
+    attended = torch.randn(3, 4, 5, 6, generator=generator, dtype=torch.float64)
+    words = torch.nn.functional.normalize(torch.randn(4, 5, 6, generator=generator, dtype=torch.float64), dim=-1)
+    weight, bias = torch.randn(7, 6, generator=generator, dtype=torch.float64), torch.randn(7, generator=generator, dtype=torch.float64)
+    inputs = [t.requires_grad_(True) for t in (attended, words, weight, bias)]
+    assert torch.autograd.gradcheck(local_similarity, inputs)
+    plain = (((attended / attended.norm(dim=-1, keepdim=True).clamp_min(1e-8)) - words) ** 2) @ weight.t() + bias
+    torch.testing.assert_close(local_similarity(*inputs), plain)
+    zero = torch.zeros(1, 1, 1, 6, dtype=torch.float64)  # a zero vector stays zero under l2norm
+    torch.testing.assert_close(local_similarity(zero, words[:1, :1], weight, bias)[0], (words[:1, :1] ** 2) @ weight.t() + bias)
 
 
 @pytest.mark.parametrize("similarity", HEADS)
@@ -347,6 +464,24 @@ def test_encode_split_pads_captions_across_batches_and_evaluation_matches_the_fu
     assert sgr.training is False
     with pytest.raises(ValueError, match="one split and one hook per model"):
         evaluate_ensemble([sgr, saf], [split])
+
+
+def test_evaluation_scores_the_matrix_once_when_it_fits(monkeypatch):
+    """Both directions (and every fold) read one scored matrix; over the cache budget, every pass scores again."""
+    import hfncl.engine.encoding as encoding
+
+    model = _model("sgr").eval()
+    images, captions, lengths = _inputs(images=4, captions=8)
+    split = _split(images, captions, lengths, 2)
+    calls = []
+    similarity = model.similarity
+    monkeypatch.setattr(model, "similarity", lambda i, t: calls.append(i.size(1)) or similarity(i, t))
+    cached = evaluate_retrieval(model, split, batch_size=3, folds=2)
+    assert calls == [4]
+    monkeypatch.setattr(encoding, "SCORE_CACHE_BYTES", 4 * 4 * 8 - 1)
+    calls.clear()
+    assert evaluate_retrieval(model, split, batch_size=3, folds=2) == cached
+    assert len(calls) == 2 + 2 * 2
 
 
 def test_evaluation_scores_in_eval_mode_and_restores_training_mode():

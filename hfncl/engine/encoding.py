@@ -11,6 +11,9 @@ from hfncl.data import CaptionDataset, ImageDataset, collate_captions, collate_i
 from hfncl.evaluation import coco_5fold_metrics, retrieval_metrics
 from hfncl.models.sgraf import concat_packed
 
+SCORE_CACHE_BYTES = 2**30
+"""Largest similarity matrix evaluation keeps whole instead of scoring its rows again (1K x 5K: 20 MB)."""
+
 
 @dataclass
 class RetrievalSplit:
@@ -118,8 +121,9 @@ def evaluate_ensemble(
     encodes ``splits[i]`` (the same images and captions, tokenised with its own
     vocabulary) and scores it as :func:`direction_similarity` with ``hooks[i]`` says; the
     ensemble's score of a pair is the mean of the members' scores, per direction.
-    Scoring streams over blocks of image rows, so no member's full similarity matrix is
-    ever held.
+    The mean similarity matrix is scored once and kept when it fits
+    :data:`SCORE_CACHE_BYTES` (else streamed over blocks of image rows, scored per pass);
+    no member's own matrix is ever held.
     """
     hooks = [None] * len(models) if hooks is None else list(hooks)
     if not models or len(splits) != len(models) or len(hooks) != len(models):
@@ -149,11 +153,14 @@ def _ensemble_metrics(
         i2t, t2i = direction_similarity(model, hook, "i2t"), direction_similarity(model, hook, "t2i")
         i2t_members.append(_bound_scorer(i2t, image_embeds, text_embeds))
         t2i_members.append(None if t2i == i2t else _bound_scorer(t2i, image_embeds, text_embeds))
-    i2t_rows = _mean_scorer(i2t_members)
+    num_images, captions_per_image = splits[0].num_images, splits[0].captions_per_image
+    num_captions = len(splits[0].captions)
+    i2t_rows = _scored_once(_mean_scorer(i2t_members), num_images, num_captions)
     t2i_rows = None
     if any(member is not None for member in t2i_members):  # some member ranks captions differently
-        t2i_rows = _mean_scorer([t or i for t, i in zip(t2i_members, i2t_members)])
-    num_images, captions_per_image = splits[0].num_images, splits[0].captions_per_image
+        t2i_rows = _scored_once(
+            _mean_scorer([t or i for t, i in zip(t2i_members, i2t_members)]), num_images, num_captions
+        )
     metrics = retrieval_metrics(i2t_rows, num_images, captions_per_image, t2i_score_rows=t2i_rows)
     if folds > 1:
         averaged = coco_5fold_metrics(
@@ -168,6 +175,29 @@ def _bound_scorer(
 ) -> Callable[[slice], torch.Tensor]:
     """Row scorer: the similarity of the images ``rows`` with every caption."""
     return lambda rows: similarity(image_embeds[:, rows], text_embeds)
+
+
+def _scored_once(
+    score_rows: Callable[[slice], torch.Tensor], num_images: int, num_captions: int, chunk_size: int = 1000
+) -> Callable[[slice], torch.Tensor]:
+    """``score_rows`` computing every row once, when the (N, N * k) float32 matrix fits :data:`SCORE_CACHE_BYTES`.
+
+    The metrics visit every row block twice (and once more per fold); an SGR / SAF head
+    costs far more per pair than the matrix costs to keep, so the matrix is scored on the
+    first request, in blocks of ``chunk_size`` rows, and sliced afterwards. A larger
+    matrix is streamed as before: every request scores its rows.
+    """
+    if num_images * num_captions * 4 > SCORE_CACHE_BYTES:
+        return score_rows
+    matrix: list[torch.Tensor] = []
+
+    def rows(requested: slice) -> torch.Tensor:
+        if not matrix:
+            blocks = [score_rows(slice(a, min(a + chunk_size, num_images))) for a in range(0, num_images, chunk_size)]
+            matrix.append(torch.cat(blocks))
+        return matrix[0][requested]
+
+    return rows
 
 
 def _mean_scorer(members: list[Callable[[slice], torch.Tensor]]) -> Callable[[slice], torch.Tensor]:

@@ -15,7 +15,8 @@ through *similarity representations*, vectors of ``sim_dim`` (256) dimensions:
   c_ij = x_i^T y_j of region i and word j, c^_ij = [c_ij]_+ / sqrt(sum_j [c_ij]_+^2)
   (normalised over the caption's words), alpha_ij = softmax_i(lambda c^_ij) with the
   smoothing temperature lambda = 9, the attended region vector a_j = sum_i alpha_ij x_i
-  and the node s_j^l = s(a_j, y_j; W_l) (:func:`text_to_region_attention`).
+  and the node s_j^l = s(a_j, y_j; W_l) (:func:`region_attention`,
+  :func:`~hfncl.models.sgraf_kernels.local_similarity`).
 - **SGR** (Sec. 3.3, Eq. 6-7): a graph over the nodes N = {s^g, s_1^l, ..., s_L^l};
   edges e(s_p, s_q) = softmax_q((W_in s_p)^T (W_out s_q)); each of the ``reasoning_steps``
   (3) steps updates every node s_p <- ReLU(W_r sum_q e(s_p, s_q) s_q) with its own
@@ -34,8 +35,14 @@ Reading choices where the paper leaves room:
   graph's edges and SAF's weights, so a caption scores the same however it is padded.
 - SAF's BN is a ``BatchNorm1d`` over the scalar scores W_f s_p of every valid node of
   every pair scored at once. In training (``module.training``) those are the batch's
-  statistics, so the K x K training batch is scored as one block; in evaluation the
-  running statistics make a pair's score independent of what is scored with it.
+  statistics, over every block of the K x K training batch; in evaluation the running
+  statistics make a pair's score independent of what is scored with it.
+
+How it is computed (same values; measurements in ``benchmarks/README.md``): pairs are
+scored in memory-bounded blocks of captions of similar length, one side's work is done
+once per item, the local node keeps a quarter of the memory for backward
+(:mod:`hfncl.models.sgraf_kernels`), SGR folds W_out^T W_in into one matrix and its last
+step updates only the node that is read.
 
 Embeddings of these heads are *packed local features*: one float tensor (B, T, d + 1)
 per side, the L2-unnormalised states of the T positions in ``[..., :d]`` and a validity
@@ -48,16 +55,16 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hfncl.models.sgraf_kernels import DEFAULT_BLOCK_BYTES, PairBlock, local_similarity, plan_blocks
+
 LOCAL_SIMILARITIES = ("sgr", "saf")
 """Similarity heads that compare local features (:class:`SimilarityHead` subclasses)."""
-
-DEFAULT_EVAL_PAIRS = 2048
-"""Image-caption pairs scored per block by the chunked (evaluation) path."""
 
 _EPS = 1e-8
 
@@ -133,14 +140,14 @@ class SimilarityRepresentation(nn.Module):
         return l2norm(self.transform((x - y).pow(2)))
 
 
-def text_to_region_attention(
+def region_attention(
     regions: torch.Tensor,
     region_mask: torch.Tensor,
     words: torch.Tensor,
     word_mask: torch.Tensor,
     smooth: float,
 ) -> torch.Tensor:
-    """Attended region vector of every word of every caption for every image (SGRAF Eq. 2-3).
+    """Attended region vector of every word of every caption for every image (SGRAF Eq. 2-3), un-normalised.
 
     Args:
         regions: (n, R, d) unit-norm region features x_i of n images.
@@ -150,20 +157,40 @@ def text_to_region_attention(
         smooth: the inverse temperature lambda of the softmax over regions.
 
     Returns:
-        (n, m, L, d): l2norm(sum_i alpha_ij x_i) with c_ij = x_i^T y_j,
+        (n, m, L, d): sum_i alpha_ij x_i with c_ij = x_i^T y_j,
         c^_ij = [c_ij]_+ / sqrt(sum_{valid j} [c_ij]_+^2), alpha_ij = softmax_i(lambda c^_ij).
+        SGRAF normalises it to a_j before comparing it with y_j (:func:`local_similarity`).
     """
-    cosine = torch.einsum("nrd,mld->nmrl", regions, words)
-    positive = cosine.clamp_min(0.0) * word_mask[None, :, None, :].to(cosine.dtype)
-    normalised = positive / positive.norm(dim=-1, keepdim=True).clamp_min(_EPS)
-    logits = (smooth * normalised).masked_fill(~region_mask[:, None, :, None], float("-inf"))
-    alpha = logits.softmax(dim=2)
-    return l2norm(torch.einsum("nmrl,nrd->nmld", alpha, regions))
+    n, m, length = regions.size(0), words.size(0), words.size(1)
+    cosine = torch.einsum("nrd,mld->nmlr", regions, words)
+    positive = cosine.clamp_min(0.0) * word_mask[None, :, :, None].to(cosine.dtype)
+    normalised = positive / positive.norm(dim=2, keepdim=True).clamp_min(_EPS)
+    logits = (smooth * normalised).masked_fill(~region_mask[:, None, None, :], float("-inf"))
+    alpha = logits.softmax(dim=-1)
+    return torch.bmm(alpha.reshape(n, m * length, -1), regions).reshape(n, m, length, -1)
+
+
+class _Side(NamedTuple):
+    """The per-item work of one side, done once per item: unit-norm local features, mask, global feature."""
+
+    local: torch.Tensor
+    mask: torch.Tensor
+    glob: torch.Tensor
+
+    def take(self, items: torch.Tensor | slice, length: int | None = None) -> "_Side":
+        """The items ``items``, their positions cut to ``length`` (all when None)."""
+        positions = slice(None, length)
+        return _Side(self.local[items, positions], self.mask[items, positions], self.glob[items])
 
 
 class SimilarityHead(nn.Module, ABC):
     """Similarity nodes of SGRAF (global + one per word) and a scalar score from them.
 
+    Every pair is scored in blocks (:func:`~hfncl.models.sgraf_kernels.plan_blocks`): captions
+    sorted by length in small groups, each group trimmed to its longest caption, with as
+    many image rows per block as keep the block's largest tensor within ``block_bytes``.
+    Training, the statistics pass and evaluation all use this path; the work of one side
+    (normalisation, global pooling) is done once per image and once per caption.
     Subclasses define :meth:`score`: (n, m, 1 + L, sim_dim) nodes and their (m, 1 + L)
     mask -> (n, m) similarities in (0, 1).
 
@@ -171,35 +198,28 @@ class SimilarityHead(nn.Module, ABC):
         embed_dim: size d of the local features.
         sim_dim: size of a similarity representation (256 in SGRAF).
         smooth: lambda of the text-to-region attention (9 in SGRAF).
-        eval_pairs: pairs per block of the chunked path (:meth:`forward` outside training).
+        block_bytes: memory budget of a block's largest tensor.
     """
 
-    def __init__(self, embed_dim: int, sim_dim: int, smooth: float, eval_pairs: int = DEFAULT_EVAL_PAIRS) -> None:
+    def __init__(self, embed_dim: int, sim_dim: int, smooth: float, block_bytes: int = DEFAULT_BLOCK_BYTES) -> None:
         super().__init__()
         self.smooth = smooth
-        self.eval_pairs = eval_pairs
+        self.block_bytes = block_bytes
         self.image_pool = AttentionPooling(embed_dim)
         self.text_pool = AttentionPooling(embed_dim)
         self.global_sim = SimilarityRepresentation(embed_dim, sim_dim)
         self.local_sim = SimilarityRepresentation(embed_dim, sim_dim)
 
-    def nodes(
-        self,
-        regions: torch.Tensor,
-        region_mask: torch.Tensor,
-        image_global: torch.Tensor,
-        words: torch.Tensor,
-        word_mask: torch.Tensor,
-        text_global: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def nodes(self, images: _Side, texts: _Side) -> tuple[torch.Tensor, torch.Tensor]:
         """Similarity nodes (n, m, 1 + L, sim_dim) of every image-caption pair and their mask (m, 1 + L).
 
         Node 0 is the global similarity s^g, node 1 + j the local similarity of word j.
         """
-        attended = text_to_region_attention(regions, region_mask, words, word_mask, self.smooth)
-        local = self.local_sim(attended, words.unsqueeze(0))
-        glob = self.global_sim(image_global.unsqueeze(1), text_global.unsqueeze(0))
-        node_mask = torch.cat([word_mask.new_ones(word_mask.size(0), 1), word_mask], dim=1)
+        attended = region_attention(images.local, images.mask, texts.local, texts.mask, self.smooth)
+        transform = self.local_sim.transform
+        local = l2norm(local_similarity(attended, texts.local, transform.weight, transform.bias))
+        glob = self.global_sim(images.glob.unsqueeze(1), texts.glob.unsqueeze(0))
+        node_mask = torch.cat([texts.mask.new_ones(texts.mask.size(0), 1), texts.mask], dim=1)
         return torch.cat([glob.unsqueeze(2), local], dim=2), node_mask
 
     @abstractmethod
@@ -207,69 +227,49 @@ class SimilarityHead(nn.Module, ABC):
         """(n, m, 1 + L, sim_dim) similarity nodes and their (m, 1 + L) mask -> (n, m) similarities."""
 
     def forward(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:
-        """Similarity (n, m) of every image (n, R, d + 1) with every caption (m, L, d + 1), packed.
-
-        In training mode the n x m pairs are scored as one block (:meth:`batched`: SAF's
-        batch norm sees the whole batch); otherwise in blocks of at most ``eval_pairs``
-        pairs (:meth:`chunked`), which bounds memory whatever n and m are.
-        """
-        if self.training:
-            return self.batched(image_embeds, text_embeds)
-        return self.chunked(image_embeds, text_embeds, self.eval_pairs)
-
-    def batched(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:
-        """The batched path: the (n, m) similarities of all pairs computed as one block."""
+        """Similarity (n, m) of every image (n, R, d + 1) with every caption (m, L, d + 1), packed."""
         images = self._encode_side(image_embeds, self.image_pool)
-        return self._score_block(images, self._encode_side(text_embeds, self.text_pool))
+        texts = self._encode_side(text_embeds, self.text_pool)
+        images = images.take(slice(None), _valid_length(images.mask).max().item())
+        blocks, order = plan_blocks(
+            image_embeds.size(0), _valid_length(texts.mask), texts.local.size(-1),
+            texts.local.element_size(), self.block_bytes,
+        )
+        columns = self.score_blocks(images, texts, blocks)
+        return columns[:, torch.argsort(order).to(columns.device)]
 
-    def chunked(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor, pairs: int) -> torch.Tensor:
-        """The chunked path: chunks of captions x rows of images, at most ``pairs`` pairs per block.
-
-        The per-item work (normalisation, global pooling) is done once per item: for all
-        images, and for the captions one chunk at a time, so neither the pair blocks nor
-        the captions' intermediate features grow with the number of captions.
-        """
-        if isinstance(pairs, bool) or not isinstance(pairs, int) or pairs < 1:
-            raise ValueError(f"pairs per block must be a positive integer, got {pairs!r}")
-        images = self._encode_side(image_embeds, self.image_pool)
-        n, m = image_embeds.size(0), text_embeds.size(0)
-        cols = max(1, min(m, pairs))
-        rows = max(1, pairs // cols)
-        columns = []
-        for c in range(0, m, cols):
-            texts = self._encode_side(text_embeds[c : c + cols], self.text_pool)
-            columns.append(
-                torch.cat([self._score_block(tuple(t[r : r + rows] for t in images), texts) for r in range(0, n, rows)])
-            )
-        return torch.cat(columns, dim=1)
+    def score_blocks(self, images: _Side, texts: _Side, blocks: list[PairBlock]) -> torch.Tensor:
+        """Scores of the blocks, as the (n, m) matrix with its columns in the blocks' caption order."""
+        groups: dict[int, list[torch.Tensor]] = {}
+        for block in blocks:
+            group = texts.take(block.captions.to(texts.local.device), block.length)
+            nodes, node_mask = self.nodes(images.take(block.rows), group)
+            groups.setdefault(block.group, []).append(self.score(nodes, node_mask))
+        return torch.cat([torch.cat(rows) for rows in groups.values()], dim=1)
 
     @staticmethod
-    def _encode_side(packed: torch.Tensor, pool: AttentionPooling) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _encode_side(packed: torch.Tensor, pool: AttentionPooling) -> _Side:
         """Packed (B, T, d + 1) -> unit-norm local features (B, T, d), mask (B, T), global features (B, d)."""
         states, mask = unpack_local(packed)
         if not bool(mask.any(dim=1).all()):
             raise ValueError("every image and caption needs at least one valid position (an all-padding item came)")
         local = l2norm(states)
-        return local, mask, pool(local, mask)
-
-    def _score_block(self, images: tuple[torch.Tensor, ...], texts: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        regions, region_mask, image_global = images
-        words, word_mask, text_global = texts
-        regions, region_mask = _trim(regions, region_mask)
-        words, word_mask = _trim(words, word_mask)
-        nodes, node_mask = self.nodes(regions, region_mask, image_global, words, word_mask, text_global)
-        return self.score(nodes, node_mask)
+        return _Side(local, mask, pool(local, mask))
 
 
-def _trim(local: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Drop trailing positions that are padding in every item of the block (saves work, same result)."""
-    valid = mask.any(dim=0).nonzero()
-    last = int(valid.max()) + 1 if valid.numel() else 1
-    return local[:, :last], mask[:, :last]
+def _valid_length(mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) mask -> (B,) one past each item's last valid position."""
+    positions = torch.arange(1, mask.size(1) + 1, device=mask.device)
+    return (mask * positions).amax(dim=1)
 
 
 class GraphReasoningStep(nn.Module):
-    """One SGR step (Eq. 6-7): s_p <- ReLU(W_r sum_q softmax_q((W_in s_p)^T (W_out s_q)) s_q)."""
+    """One SGR step (Eq. 6-7): s_p <- ReLU(W_r sum_q softmax_q((W_in s_p)^T (W_out s_q)) s_q).
+
+    The edge logits are computed as (W_out^T (W_in s_p + b_in))^T s_q: the terms
+    (W_in s_p + b_in)^T b_out are constant over q and cancel in the softmax, and
+    W_out^T W_in is one (s, s) matrix, so a step costs two node-wise products, not three.
+    """
 
     def __init__(self, sim_dim: int) -> None:
         super().__init__()
@@ -277,35 +277,48 @@ class GraphReasoningStep(nn.Module):
         self.key = nn.Linear(sim_dim, sim_dim)
         self.update = nn.Linear(sim_dim, sim_dim)
 
+    def _queries(self, nodes: torch.Tensor) -> torch.Tensor:
+        """W_out^T (W_in s + b_in) of every given node."""
+        return F.linear(nodes, self.key.weight.t() @ self.query.weight, self.key.weight.t() @ self.query.bias)
+
     def forward(self, nodes: torch.Tensor, node_mask: torch.Tensor) -> torch.Tensor:
         """Nodes (n, m, N, s) with mask (m, N) -> updated nodes (n, m, N, s); padding nodes are never read."""
-        edges = self.query(nodes) @ self.key(nodes).transpose(-1, -2)
+        edges = self._queries(nodes) @ nodes.transpose(-1, -2)
         edges = edges.masked_fill(~node_mask[None, :, None, :], float("-inf")).softmax(dim=-1)
         return torch.relu(self.update(edges @ nodes))
+
+    def first_node(self, nodes: torch.Tensor, node_mask: torch.Tensor) -> torch.Tensor:
+        """The updated node 0 only, (n, m, s): what the last step must give SGR's output."""
+        edges = torch.einsum("nms,nmqs->nmq", self._queries(nodes[:, :, 0]), nodes)
+        edges = edges.masked_fill(~node_mask[None], float("-inf")).softmax(dim=-1)
+        return torch.relu(self.update(torch.einsum("nmq,nmqs->nms", edges, nodes)))
 
 
 class SGRHead(SimilarityHead):
     """Similarity Graph Reasoning: ``steps`` reasoning steps, then sigmoid(W_o s^g) (SGRAF Sec. 3.3)."""
 
     def __init__(
-        self, embed_dim: int, sim_dim: int, smooth: float, steps: int, eval_pairs: int = DEFAULT_EVAL_PAIRS
+        self, embed_dim: int, sim_dim: int, smooth: float, steps: int, block_bytes: int = DEFAULT_BLOCK_BYTES
     ) -> None:
-        super().__init__(embed_dim, sim_dim, smooth, eval_pairs)
+        super().__init__(embed_dim, sim_dim, smooth, block_bytes)
         self.steps = nn.ModuleList([GraphReasoningStep(sim_dim) for _ in range(steps)])
         self.output = nn.Linear(sim_dim, 1)
 
     def score(self, nodes: torch.Tensor, node_mask: torch.Tensor) -> torch.Tensor:
-        """(n, m, N, s) nodes, (m, N) mask -> (n, m) similarities in (0, 1)."""
-        for step in self.steps:
+        """(n, m, N, s) nodes, (m, N) mask -> (n, m) similarities in (0, 1).
+
+        Only s^g is read after the last step, so that step updates node 0 alone.
+        """
+        for step in self.steps[:-1]:
             nodes = step(nodes, node_mask)
-        return torch.sigmoid(self.output(nodes[:, :, 0])).squeeze(-1)
+        return torch.sigmoid(self.output(self.steps[-1].first_node(nodes, node_mask))).squeeze(-1)
 
 
 class SAFHead(SimilarityHead):
     """Similarity Attention Filtration: BN-normalised sigmoid weights over the nodes (SGRAF Sec. 3.4, Eq. 8)."""
 
-    def __init__(self, embed_dim: int, sim_dim: int, smooth: float, eval_pairs: int = DEFAULT_EVAL_PAIRS) -> None:
-        super().__init__(embed_dim, sim_dim, smooth, eval_pairs)
+    def __init__(self, embed_dim: int, sim_dim: int, smooth: float, block_bytes: int = DEFAULT_BLOCK_BYTES) -> None:
+        super().__init__(embed_dim, sim_dim, smooth, block_bytes)
         self.attention = nn.Linear(sim_dim, 1)
         self.norm = nn.BatchNorm1d(1)
         self.output = nn.Linear(sim_dim, 1)
@@ -315,9 +328,32 @@ class SAFHead(SimilarityHead):
 
         The batch norm sees only the valid nodes' scores.
         """
-        valid = node_mask.unsqueeze(0).expand(nodes.shape[:3])
-        raw = self.attention(nodes).squeeze(-1)
-        normed = raw.masked_scatter(valid, self.norm(raw[valid].unsqueeze(1)).squeeze(1))
+        valid, raw = self._raw(nodes, node_mask)
+        return self._filter(nodes, valid, raw.masked_scatter(valid, self.norm(raw[valid].unsqueeze(1)).squeeze(1)))
+
+    def score_blocks(self, images: _Side, texts: _Side, blocks: list[PairBlock]) -> torch.Tensor:
+        """As :meth:`SimilarityHead.score_blocks`; in training the batch norm's statistics are those of
+        every valid node of every block (the whole batch), as if the matrix were one block."""
+        if not self.training:
+            return super().score_blocks(images, texts, blocks)
+        parts = []
+        for block in blocks:
+            group = texts.take(block.captions.to(texts.local.device), block.length)
+            nodes, node_mask = self.nodes(images.take(block.rows), group)
+            parts.append((block, nodes, *self._raw(nodes, node_mask)))
+        normed = self.norm(torch.cat([raw[valid] for _, _, valid, raw in parts]).unsqueeze(1)).squeeze(1)
+        sizes = [int(valid.sum()) for _, _, valid, _ in parts]
+        groups: dict[int, list[torch.Tensor]] = {}
+        for (block, nodes, valid, raw), values in zip(parts, normed.split(sizes)):
+            groups.setdefault(block.group, []).append(self._filter(nodes, valid, raw.masked_scatter(valid, values)))
+        return torch.cat([torch.cat(rows) for rows in groups.values()], dim=1)
+
+    def _raw(self, nodes: torch.Tensor, node_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The (n, m, N) mask of valid nodes and their attention logits W_f s_p."""
+        return node_mask.unsqueeze(0).expand(nodes.shape[:3]), self.attention(nodes).squeeze(-1)
+
+    def _filter(self, nodes: torch.Tensor, valid: torch.Tensor, normed: torch.Tensor) -> torch.Tensor:
+        """beta_p = sigma(BN(W_f s_p)) / sum_q sigma(BN(W_f s_q)), S = sigmoid(W_o l2norm(sum_p beta_p s_p))."""
         gate = torch.sigmoid(normed) * valid.to(nodes.dtype)
         weights = gate / gate.sum(dim=-1, keepdim=True)
         filtered = l2norm((weights.unsqueeze(-1) * nodes).sum(dim=2))
