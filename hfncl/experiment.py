@@ -33,7 +33,7 @@ from hfncl.hub import DataDescription, add_test_results, save_text_vocabulary
 from hfncl.hub.checkpoint import save_image_processor
 from hfncl.models import NCLConfig, NCLModel
 from hfncl.models.towers import parameter_counts
-from hfncl.plugins import build_plugin_manager, plugin_model_defaults, resolve_options
+from hfncl.plugins import build_plugin_manager, check_division_fields, plugin_model_defaults, resolve_options
 
 DATA_FORMATS = ("auto", "precomp", "imagefolder")
 
@@ -289,7 +289,9 @@ def run_experiment(
     record and its card (``OUTPUT_DIR/best/README.md``); with ``model_cards_dir`` the
     card is also written to ``model_cards_dir/<output dir name>.md``.
     """
-    resolve_options(build_plugin_manager(config.plugins).hook, config.plugins, config.options)  # before any work
+    manager = build_plugin_manager(config.plugins)  # settings and plugin combination checked before any work
+    resolve_options(manager.hook, config.plugins, config.options)
+    check_division_fields(manager, config.plugins, config)
     fields = model_fields(config.plugins, model_args)
     tokenizer = fields.get("text_tower_name") if fields.get("text_tower") == "transformer" else None
     pixels = fields.get("image_tower_name") if fields.get("image_tower") == "transformer" else None

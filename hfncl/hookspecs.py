@@ -87,6 +87,20 @@ def data_kind() -> str | None:
 
 
 @hookspec
+def division_fields(config: "TrainConfig") -> dict[str, list[str]] | None:
+    """Declare the named values this plugin hands from one stage to the next, and reads.
+
+    Keys (each optional): ``"division"``, the ``extras`` of the :class:`Division` its
+    ``divide`` returns; ``"targets"``, the keys of the dict its ``rectify`` returns;
+    ``"needs_division"``, the extras its ``rectify`` reads; ``"needs_targets"``, the
+    target keys its ``loss`` reads. Before the first epoch the trainer checks that the
+    active ``divide`` (and ``rectify``) provide what the active ``rectify`` (and every
+    ``loss``) read, and refuses the combination naming the plugins and the missing
+    fields. A plugin that does not implement this hook is not checked.
+    """
+
+
+@hookspec
 def model_defaults() -> dict[str, Any] | None:
     """Return the architecture this method needs, as :class:`hfncl.models.NCLConfig` fields.
 

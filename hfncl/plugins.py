@@ -37,9 +37,26 @@ class PluginInfo:
     error: str | None = None
 
 
+def _package(entry_point: EntryPoint) -> str:
+    dist = entry_point.dist
+    return f"{dist.name} {dist.version} ({entry_point.value})" if dist else f"an unnamed package ({entry_point.value})"
+
+
 def installed_entry_points() -> dict[str, EntryPoint]:
-    """The entry points of the ``hfncl`` group, by name."""
-    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    """The entry points of the ``hfncl`` group, by name.
+
+    Raises:
+        PluginError: naming both packages when two register the same plugin name.
+    """
+    installed: dict[str, EntryPoint] = {}
+    for entry_point in entry_points(group=ENTRY_POINT_GROUP):
+        other = installed.setdefault(entry_point.name, entry_point)
+        if other is not entry_point and _package(other) != _package(entry_point):
+            raise PluginError(
+                f"Plugin name {entry_point.name!r} is registered by two packages, {_package(other)} and "
+                f"{_package(entry_point)}: uninstall one, or rename its entry point"
+            )
+    return installed
 
 
 def load_plugin(name: str) -> Any:
@@ -236,6 +253,44 @@ def resolve_options(hook: Any, plugins: list[str], options: Mapping[str, Any]) -
                 f"({type(value).__name__})"
             )
     return merged | dict(options)
+
+
+def check_division_fields(manager: pluggy.PluginManager, names: list[str], config: Any) -> None:
+    """Refuse plugins whose ``rectify`` or ``loss`` read fields the active ``divide`` / ``rectify`` do not provide.
+
+    The active ``divide`` and ``rectify`` are those of the first named plugin implementing
+    them (first result); fields come from the ``division_fields`` hook, and a stage whose
+    provider does not declare its fields is not checked.
+
+    Raises:
+        PluginError: naming the reading plugin, the providing one and the missing fields.
+    """
+    fields = {
+        impl.plugin_name: impl.function(*[{"config": config}[arg] for arg in impl.argnames]) or {}
+        for impl in manager.hook.division_fields.get_hookimpls()
+    }
+
+    def first(hook: str) -> str | None:
+        implementing = {impl.plugin_name for impl in getattr(manager.hook, hook).get_hookimpls()}
+        return next((name for name in names if name in implementing), None)
+
+    def check(reader: str, hook: str, needs: str, provider: str | None, provided_by: str, kind: str) -> None:
+        if reader not in fields or (provider is not None and provider not in fields):
+            return
+        have = set(fields[provider].get(kind, ())) if provider else set()
+        missing = sorted(set(fields[reader].get(needs, ())) - have)
+        if missing:
+            source = f"the active {provided_by} ({provider}'s)" if provider else f"no active plugin's {provided_by}"
+            raise PluginError(
+                f"Plugins {' + '.join(names)} do not fit: {reader}'s {hook} reads {kind} field(s) {missing}, which "
+                f"{source} does not provide; name {reader} first, or combine plugins that provide them"
+            )
+
+    divider, rectifier = first("divide"), first("rectify")
+    if rectifier is not None:
+        check(rectifier, "rectify", "needs_division", divider, "divide", "division")
+    for impl in manager.hook.loss.get_hookimpls():
+        check(impl.plugin_name, "loss", "needs_targets", rectifier, "rectify", "targets")
 
 
 def plugin_model_defaults(hook: Any) -> dict[str, Any]:

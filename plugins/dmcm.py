@@ -85,6 +85,11 @@ def data_kind() -> str:
 
 
 @hookimpl
+def division_fields(config) -> dict[str, list[str]]:
+    return {"division": ["statistic"], "targets": ["mixed", "targets"], "needs_targets": ["mixed", "targets"]}
+
+
+@hookimpl
 def option_defaults() -> dict[str, Any]:
     return {
         "dmcm.tau1": 1.0,

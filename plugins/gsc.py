@@ -153,6 +153,11 @@ def check_options(trainer: "Trainer") -> None:
 
 
 @hookimpl
+def division_fields(config) -> dict[str, list[str]]:
+    return {"division": ["y_cm", "y_im", "statistic"]}
+
+
+@hookimpl
 def option_defaults() -> dict[str, Any]:
     return dict(DEFAULTS)
 

@@ -69,6 +69,16 @@ NETWORKS = 2
 
 
 @hookimpl
+def division_fields(config) -> dict[str, list[str]]:
+    """Co-rectify hands the batch's division and the peer's prediction to ``loss``; without it, the division alone."""
+    if config.options.get("ncr.co_rectify", option_defaults()["ncr.co_rectify"]):
+        targets, needs = ["clean", "clean_prob", "peer_prediction"], ["clean", "clean_prob"]
+    else:
+        targets, needs = ["dataset_clean"], ["dataset_clean"]
+    return {"division": ["statistic", "mixture"], "targets": targets, "needs_targets": needs}
+
+
+@hookimpl
 def option_defaults() -> dict[str, Any]:
     return {
         "ncr.alpha": 0.2,

@@ -67,6 +67,19 @@ CLEAN, NOISY, HARD_CLEAN, HARD_NOISY = 0, 1, 2, 3
 SET_NAMES = {CLEAN: "clean", NOISY: "noisy", HARD_CLEAN: "hard_clean", HARD_NOISY: "hard_noisy"}
 
 
+RECTIFIED = ["soft_label", "uncertainty", "sets"]
+
+
+@hookimpl
+def division_fields(config) -> dict[str, list[str]]:
+    return {
+        "division": [*RECTIFIED, "statistic", *(f"set/{name}" for name in SET_NAMES.values())],
+        "targets": RECTIFIED,
+        "needs_division": RECTIFIED,
+        "needs_targets": RECTIFIED,
+    }
+
+
 @hookimpl
 def option_defaults() -> dict[str, Any]:
     return {
@@ -311,7 +324,7 @@ def rectify(trainer, batch, net, division) -> dict[str, torch.Tensor]:
     """The batch's soft labels, uncertainties and sets from the epoch's division (global batch order)."""
     index = gather(batch["index"]).cpu()
     device = batch["images"].device
-    return {name: division.extras[name][index].to(device) for name in ("soft_label", "uncertainty", "sets")}
+    return {name: division.extras[name][index].to(device) for name in RECTIFIED}
 
 
 @hookimpl

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from conftest import noisy_trainer, tiny_config
+from hfncl import plugins
 from hfncl.cli import main
-from hfncl.plugins import _fits
+from hfncl.config import TrainConfig
+from hfncl.plugins import PluginError, _fits, build_plugin_manager, check_division_fields
 
 
 def test_nan_weights_are_an_error_and_zero_weights_score_no_better_than_chance(tiny_data_dir, tmp_path):
@@ -71,3 +75,50 @@ def test_option_types_follow_their_defaults():
     assert _fits(3, 0.2) and not _fits(float("nan"), 0.2) and not _fits(True, 0.2)
     assert _fits(False, True) and not _fits(1, True)
     assert _fits(5, 5) and not _fits(5.0, 5) and _fits("x", None) and _fits([1], (0,))
+
+
+@pytest.mark.parametrize(
+    ("names", "message"),
+    [
+        (["ncr", "ugncl"], "ugncl's loss reads targets field(s) ['sets', 'soft_label', 'uncertainty'], which the active rectify (ncr's)"),
+        (["ugncl", "ncr"], "ncr's loss reads targets field(s) ['clean', 'clean_prob'], which the active rectify (ugncl's)"),
+        (["gsc", "ugncl"], "ugncl's rectify reads division field(s) ['sets', 'soft_label', 'uncertainty'], which the active divide (gsc's)"),
+    ],
+)
+def test_incompatible_plugin_combinations_are_refused_by_name(names, message):
+    with pytest.raises(PluginError, match=re.escape(message)):
+        check_division_fields(build_plugin_manager(names), names, TrainConfig(plugins=names))
+
+
+@pytest.mark.parametrize(
+    ("names", "options"),
+    [
+        (["ncr"], {}),
+        (["ncr"], {"ncr.co_rectify": False}),
+        (["ugncl"], {}),
+        (["vsepp", "ugncl"], {}),  # ugncl still divides and rectifies for its own loss
+        (["ncr", "vsepp"], {}),
+        (["gsc", "gsc_intra"], {}),
+        (["dmcm"], {}),
+    ],
+)
+def test_compatible_plugin_combinations_pass(names, options):
+    check_division_fields(build_plugin_manager(names), names, TrainConfig(plugins=names, options=options))
+
+
+def test_trainer_refuses_an_incompatible_combination_before_building_anything(tiny_data_dir, tmp_path):
+    with pytest.raises(PluginError, match="Plugins ncr \\+ ugncl do not fit"):
+        noisy_trainer(tiny_data_dir, tiny_config(tmp_path, ["ncr", "ugncl"]))
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_two_packages_registering_one_plugin_name_is_an_error_naming_both(monkeypatch):
+    def point(value: str, package: str) -> SimpleNamespace:
+        return SimpleNamespace(name="vsepp", value=value, dist=SimpleNamespace(name=package, version="1.0"))
+
+    found = [point("plugins.vsepp", "hfncl"), point("evil.vsepp", "evil-vsepp")]
+    monkeypatch.setattr(plugins, "entry_points", lambda group: found)
+    with pytest.raises(PluginError, match=r"'vsepp' is registered by two packages, hfncl 1.0 \(plugins.vsepp\) and evil-vsepp 1.0"):
+        plugins.installed_entry_points()
+    found[1] = point("plugins.vsepp", "hfncl")  # one package seen twice on the path is no conflict
+    assert list(plugins.installed_entry_points()) == ["vsepp"]

@@ -35,7 +35,7 @@ from hfncl.engine.tasks import DATA_KINDS, PairTask, Task
 from hfncl.evaluation import division_quality, partition_report
 from hfncl.hub import RunRecord, save_trained_model
 from hfncl.plots import plot_division
-from hfncl.plugins import PluginError, build_plugin_manager, resolve_options
+from hfncl.plugins import PluginError, build_plugin_manager, check_division_fields, resolve_options
 from hfncl.types import Batch, Division
 
 LATEST = "latest"
@@ -80,7 +80,9 @@ class Trainer:
     ) -> None:
         self.config = config
         self.task = task if task is not None else PairTask()
-        self.hook = build_plugin_manager(config.plugins).hook
+        manager = build_plugin_manager(config.plugins)
+        check_division_fields(manager, config.plugins, config)
+        self.hook = manager.hook
         self._check_data_kind()
         self.options = resolve_options(self.hook, config.plugins, config.options)
         if len(train_data) < config.batch_size:
