@@ -268,11 +268,17 @@ def _extract_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``hfncl extract``."""
     parser.add_argument("source", help="An imagefolder directory (split folders with metadata.jsonl) or a Hub dataset id.")
     parser.add_argument("output_dir", help="Precomp directory to write ({split}_ims.npy, {split}_caps.txt).")
-    parser.add_argument("--model", required=True, help="Hub id or directory of the image model and its image processor.")
+    model = parser.add_mutually_exclusive_group(required=True)
+    model.add_argument("--model", help="Hub id or directory of the image model and its image processor (pooled, patches).")
+    model.add_argument("--detector", help="Hub id or directory of a DETR-family object detector and its image processor (regions).")
     parser.add_argument(
-        "--feature", choices=("pooled", "patches"), default="pooled",
-        help="pooled: one vector per image (R = 1); patches: the vision encoder's token states.",
+        "--feature", choices=("pooled", "patches", "regions"), default="pooled",
+        help="pooled: one vector per image (R = 1); patches: the vision encoder's token states; "
+        "regions: the detector's top --num-regions boxes, each a pooled backbone feature.",
     )
+    parser.add_argument("--num-regions", type=int, default=36, help="Regions per image for --feature regions (default: 36).")
+    parser.add_argument("--box-geometry", action="store_true", help="Append each region's normalised x1, y1, x2, y2, area.")
+    parser.add_argument("--score-threshold", type=float, default=0.0, help="Drop regions scoring at most this (default: 0).")
     parser.add_argument("--image-column", default="image", help="Column holding the images (default: image).")
     parser.add_argument("--caption-column", default="captions", help="Column holding a caption or a list of captions.")
     parser.add_argument("--batch-size", type=int, default=32, help="Images per model call.")
@@ -292,11 +298,14 @@ def extract_command(args: argparse.Namespace) -> int:
     from hfncl.data import DataFormatError
     from hfncl.data.extract import extract_features
 
+    if (args.feature == "regions") != (args.detector is not None):
+        print("hfncl: error: --feature regions takes --detector; pooled and patches take --model", file=sys.stderr)
+        return 1
     try:
         shapes = extract_features(
             args.source,
             args.output_dir,
-            args.model,
+            args.model or args.detector,
             feature=args.feature,
             image_column=args.image_column,
             caption_column=args.caption_column,
@@ -305,6 +314,9 @@ def extract_command(args: argparse.Namespace) -> int:
             device=args.device,
             cache_dir=args.cache_dir,
             revision=args.revision,
+            num_regions=args.num_regions,
+            box_geometry=args.box_geometry,
+            score_threshold=args.score_threshold,
         )
     except (DataFormatError, OSError, ValueError) as error:
         print(f"hfncl: error: {error}", file=sys.stderr)

@@ -15,6 +15,11 @@ Features:
              CLIP space; else the ``pooler_output``, or the mean of the last hidden states).
 ``patches``  the last hidden states of the vision encoder, R = number of tokens
              (class token included): patch features for attention-based heads.
+``regions``  R detected object regions per image (the papers' bottom-up-attention format):
+             an object detector's top-R boxes after non-maximum suppression, each the mean
+             of its backbone's last feature map sampled bilinearly over the box (RoIAlign
+             pooling), optionally followed by the box geometry; images with fewer boxes are
+             zero-padded to R and ``{split}_num_regions.npy`` records the real count.
 
 Extraction is cached and resumable: each split is cut into ``num_shards`` contiguous
 shards whose mapped Arrow files go to ``cache_dir`` under a name keyed by the dataset's
@@ -35,14 +40,39 @@ from typing import Any
 import datasets
 import numpy as np
 import torch
+import torch.nn.functional as F
 from huggingface_hub import HfApi, is_offline_mode
 from huggingface_hub.errors import HfHubHTTPError
 
 from hfncl.data.precomp import DataFormatError, default_cache_root
 
-FEATURES = ("pooled", "patches")
+MODEL_FEATURES = ("pooled", "patches")
+FEATURES = (*MODEL_FEATURES, "regions")
 SPLIT_NAMES = {"validation": "dev"}
 """``datasets`` split name -> precomp split name (the recipes validate on ``dev``)."""
+
+
+def _resolve_revision(model_name: str, revision: str | None, what: str) -> tuple[Any, str | None]:
+    """``(revision to load, commit)``: a local directory as is (no commit), a Hub id resolved to its commit once."""
+    if Path(model_name).is_dir():
+        return revision, None
+    try:
+        resolved = HfApi().resolve_revision(model_name, revision=revision, local_files_only=is_offline_mode())
+    except (HfHubHTTPError, OSError, ValueError) as error:
+        raise OSError(
+            f"Cannot load the {what} {model_name!r}: it is not a local directory, and as a Hub id "
+            f"its revision {revision or 'main'!r} cannot be resolved"
+            f"{' (HF_HUB_OFFLINE=1 and not in the Hub cache)' if is_offline_mode() else ''}: {error}"
+        ) from error
+    return resolved, resolved.resolved
+
+
+def _model_identity(model_name: str, commit: str | None) -> dict[str, Any]:
+    """A model as a cache key: a local directory's file names, sizes and times, or a Hub id's resolved commit."""
+    path = Path(model_name)
+    files = sorted(path.glob("*")) if path.is_dir() else []
+    stamps = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files if p.is_file()]
+    return {"model": model_name, "commit": commit, "files": stamps}
 
 
 class ImageFeatureExtractor:
@@ -68,19 +98,9 @@ class ImageFeatureExtractor:
     ) -> None:
         from transformers import AutoImageProcessor, AutoModel
 
-        if feature not in FEATURES:
-            raise ValueError(f"feature must be one of {FEATURES}, got {feature!r}")
-        self.commit = None
-        if not Path(model_name).is_dir():
-            try:
-                resolved = HfApi().resolve_revision(model_name, revision=revision, local_files_only=is_offline_mode())
-            except (HfHubHTTPError, OSError, ValueError) as error:
-                raise OSError(
-                    f"Cannot load the image model {model_name!r}: it is not a local directory, and as a Hub id "
-                    f"its revision {revision or 'main'!r} cannot be resolved"
-                    f"{' (HF_HUB_OFFLINE=1 and not in the Hub cache)' if is_offline_mode() else ''}: {error}"
-                ) from error
-            revision, self.commit = resolved, resolved.resolved
+        if feature not in MODEL_FEATURES:
+            raise ValueError(f"feature must be one of {MODEL_FEATURES}, got {feature!r}")
+        revision, self.commit = _resolve_revision(model_name, revision, "image model")
         try:
             self.processor = AutoImageProcessor.from_pretrained(model_name, revision=revision)
             self.model = AutoModel.from_pretrained(model_name, revision=revision).to(device).eval()
@@ -91,12 +111,12 @@ class ImageFeatureExtractor:
         self.device = torch.device(device)
 
     def identity(self) -> dict[str, Any]:
-        """What determines the features (hashed into the cache file names): the model (a local
-        directory's file names, sizes and times, or a Hub id's resolved commit) and the feature."""
-        path = Path(self.model_name)
-        files = sorted(path.glob("*")) if path.is_dir() else []
-        stamps = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files if p.is_file()]
-        return {"model": self.model_name, "commit": self.commit, "files": stamps, "feature": self.feature}
+        """What determines the features (hashed into the cache file names): the model and the feature."""
+        return _model_identity(self.model_name, self.commit) | {"feature": self.feature}
+
+    def columns(self, images: Sequence[Any]) -> dict[str, np.ndarray]:
+        """The mapped columns of a batch of PIL images: ``regions`` (B, R, D)."""
+        return {"regions": self(images)}
 
     @torch.no_grad()
     def __call__(self, images: Sequence[Any]) -> np.ndarray:
@@ -117,6 +137,135 @@ class ImageFeatureExtractor:
             else:
                 states = output.last_hidden_state.mean(dim=1, keepdim=True)
         return states.float().cpu().numpy()
+
+
+class RegionFeatureExtractor:
+    """An object detector's R top-scoring regions per image, as a batched ``datasets.map`` function.
+
+    The detector is a ``transformers`` ``AutoModelForObjectDetection`` whose base model has a
+    convolutional ``backbone`` returning ``(feature_map, mask)`` pairs: the DETR family (DETR,
+    Conditional and Deformable DETR, RT-DETR, D-FINE). Its image processor's
+    ``post_process_object_detection`` gives the scored boxes; class-agnostic non-maximum
+    suppression keeps the top ``num_regions``; each box's feature is the mean of the backbone's
+    last feature map sampled on a ``pool_size`` x ``pool_size`` bilinear grid over the box
+    (RoIAlign followed by average pooling, as the bottom-up-attention features).
+
+    Args:
+        detector_name: Hub id or directory of the detector and its image processor.
+        num_regions: R, boxes kept per image; images with fewer are zero-padded.
+        box_geometry: append the box's normalised x1, y1, x2, y2 and area (D + 5 features).
+        score_threshold: boxes scoring at most this are dropped before NMS (0 keeps every box).
+        nms_threshold: a box overlapping a higher-scoring kept box with IoU above it is dropped.
+        pool_size: bilinear samples per box side.
+        device: where the detector runs.
+        revision: for a Hub id, the branch, tag or commit (resolved to a commit, which keys the cache).
+    """
+
+    def __init__(
+        self,
+        detector_name: str,
+        num_regions: int = 36,
+        box_geometry: bool = False,
+        score_threshold: float = 0.0,
+        nms_threshold: float = 0.5,
+        pool_size: int = 14,
+        device: str | torch.device = "cpu",
+        revision: str | None = None,
+    ) -> None:
+        from transformers import AutoImageProcessor, AutoModelForObjectDetection
+
+        if num_regions < 1 or pool_size < 1:
+            raise ValueError(f"num_regions and pool_size must be >= 1, got {num_regions} and {pool_size}")
+        revision, self.commit = _resolve_revision(detector_name, revision, "detector")
+        try:
+            self.processor = AutoImageProcessor.from_pretrained(detector_name, revision=revision)
+            self.model = AutoModelForObjectDetection.from_pretrained(detector_name, revision=revision).to(device).eval()
+        except (OSError, ValueError) as error:
+            raise OSError(f"Cannot load the detector or its image processor from {detector_name!r}: {error}") from error
+        backbone = getattr(self.model.base_model, "backbone", None)
+        if not isinstance(backbone, torch.nn.Module):
+            raise ValueError(
+                f"detector {detector_name!r} ({type(self.model).__name__}) has no convolutional base_model.backbone "
+                "to pool regions from; expected a DETR-family detector (DETR, Conditional/Deformable DETR, RT-DETR, D-FINE)"
+            )
+        backbone.register_forward_hook(self._keep_feature_map)
+        self.detector_name = detector_name
+        self.options = {
+            "num_regions": num_regions,
+            "box_geometry": box_geometry,
+            "score_threshold": score_threshold,
+            "nms_threshold": nms_threshold,
+            "pool_size": pool_size,
+        }
+        self.device = torch.device(device)
+
+    def _keep_feature_map(self, module: torch.nn.Module, args: Any, output: Sequence[Any]) -> None:
+        """Forward hook on the backbone: keep its last (deepest) feature map, (B, C, h, w)."""
+        self._feature_map = output[-1][0]
+
+    def identity(self) -> dict[str, Any]:
+        """What determines the features (hashed into the cache file names): the detector and the options."""
+        return _model_identity(self.detector_name, self.commit) | {"feature": "regions", **self.options}
+
+    def columns(self, images: Sequence[Any]) -> dict[str, np.ndarray]:
+        """The mapped columns of a batch of PIL images: ``regions`` (B, R, D) and ``num_regions`` (B,)."""
+        regions, counts = self(images)
+        return {"regions": regions, "num_regions": counts}
+
+    @torch.no_grad()
+    def __call__(self, images: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+        """Region features (B, R, D) float32, zero past each image's count, and the counts (B,) int64."""
+        inputs = self.processor(images=[image.convert("RGB") for image in images], return_tensors="pt").to(self.device)
+        outputs = self.model(**inputs)
+        detections = self.processor.post_process_object_detection(outputs, threshold=self.options["score_threshold"])
+        padded = tuple(inputs["pixel_values"].shape[-2:])
+        mask = inputs.get("pixel_mask")  # images are padded at the bottom and right
+        sizes = [padded] * len(images) if mask is None else [(int(m.any(1).sum()), int(m.any(0).sum())) for m in mask]
+        size = self.options["num_regions"]
+        regions = np.zeros((len(images), size, self._feature_map.shape[1] + 5 * self.options["box_geometry"]), np.float32)
+        counts = np.zeros(len(images), dtype=np.int64)
+        for index, (found, image_size) in enumerate(zip(detections, sizes)):
+            boxes = found["boxes"].clamp(0, 1)
+            boxes = boxes[_nms(boxes, found["scores"], self.options["nms_threshold"], size)]
+            pooled = self._pool(self._feature_map[index], boxes, image_size, padded)
+            if self.options["box_geometry"]:
+                area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+                pooled = torch.cat([pooled, boxes, area[:, None]], dim=1)
+            counts[index] = len(boxes)
+            regions[index, : len(boxes)] = pooled.float().cpu().numpy()
+        return regions, counts
+
+    def _pool(
+        self, feature_map: torch.Tensor, boxes: torch.Tensor, image_size: tuple[int, int], padded: tuple[int, int]
+    ) -> torch.Tensor:
+        """(n, C) means of ``feature_map`` (C, h, w) sampled bilinearly on an S x S grid over each box.
+
+        Boxes are (x1, y1, x2, y2) relative to the image, which fills the top-left ``image_size``
+        of the ``padded`` input; ``grid_sample``'s [-1, 1] spans the whole map (``align_corners=False``).
+        """
+        steps = (torch.arange(self.options["pool_size"], device=boxes.device) + 0.5) / self.options["pool_size"]
+        x = (boxes[:, 0:1] + (boxes[:, 2:3] - boxes[:, 0:1]) * steps) * (image_size[1] / padded[1])
+        y = (boxes[:, 1:2] + (boxes[:, 3:4] - boxes[:, 1:2]) * steps) * (image_size[0] / padded[0])
+        grid = torch.stack(torch.broadcast_tensors(x[:, None, :], y[:, :, None]), dim=-1).flatten(1, 2) * 2 - 1
+        return F.grid_sample(feature_map[None], grid[None].to(feature_map.dtype), align_corners=False)[0].mean(dim=-1).T
+
+
+def _nms(boxes: torch.Tensor, scores: torch.Tensor, threshold: float, limit: int) -> torch.Tensor:
+    """Indices of at most ``limit`` boxes (x1, y1, x2, y2) kept by greedy NMS, highest score first."""
+    order = scores.argsort(descending=True, stable=True)
+    boxes = boxes[order]
+    area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    corner_min = torch.maximum(boxes[:, None, :2], boxes[None, :, :2])
+    corner_max = torch.minimum(boxes[:, None, 2:], boxes[None, :, 2:])
+    inter = (corner_max - corner_min).clamp(min=0).prod(dim=-1)
+    iou = inter / (area[:, None] + area[None, :] - inter).clamp(min=1e-12)
+    keep: list[int] = []
+    for candidate in range(len(order)):
+        if len(keep) == limit:
+            break
+        if not keep or not bool((iou[candidate, keep] > threshold).any()):
+            keep.append(candidate)
+    return order[keep]
 
 
 def load_raw_dataset(source: str | Path, cache_dir: str | Path | None = None) -> datasets.DatasetDict:
@@ -156,30 +305,39 @@ def split_captions(dataset: datasets.Dataset, column: str, split: str) -> tuple[
     return captions, per_image
 
 
+def _arrow_features(columns: dict[str, np.ndarray]) -> datasets.Features:
+    """Arrow types of a batch's columns: (B, R, D) float32 as ``Array2D``, (B,) as a scalar."""
+    return datasets.Features(
+        {
+            name: datasets.Array2D(value.shape[1:], "float32") if value.ndim == 3 else datasets.Value(str(value.dtype))
+            for name, value in columns.items()
+        }
+    )
+
+
 def _extract_split(
     dataset: datasets.Dataset,
-    extractor: ImageFeatureExtractor,
+    extractor: ImageFeatureExtractor | RegionFeatureExtractor,
     image_column: str,
     cache_dir: Path,
     batch_size: int,
     num_shards: int,
     split: str,
 ) -> list[datasets.Dataset]:
-    """The mapped shards of one split, each with a ``regions`` column (R, D), read from cache when complete."""
+    """The mapped shards of one split with the extractor's columns (``regions`` (R, D), ...), cached when complete."""
     if image_column not in dataset.column_names:
         raise DataFormatError(f"split {split!r} has no image column {image_column!r} (columns: {dataset.column_names})")
     images = dataset.select_columns([image_column])
     identity = {"data": dataset._fingerprint, "extractor": extractor.identity(), "shards": num_shards}
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
     cache_dir.mkdir(parents=True, exist_ok=True)
-    probe = extractor([images[0][image_column]])
-    features = datasets.Features({"regions": datasets.Array2D(shape=probe.shape[1:], dtype="float32")})
+    features = _arrow_features(extractor.columns([images[0][image_column]]))
     shards = []
     for index in range(min(num_shards, images.num_rows)):
         shard = images.shard(num_shards, index, contiguous=True)
         shards.append(
             shard.map(
-                lambda batch: {"regions": list(extractor(batch[image_column]))},
+                lambda batch: {name: list(value) for name, value in extractor.columns(batch[image_column]).items()},
                 batched=True,
                 batch_size=batch_size,
                 remove_columns=[image_column],
@@ -224,6 +382,9 @@ def extract_features(
     device: str | torch.device = "cpu",
     cache_dir: str | Path | None = None,
     revision: str | None = None,
+    num_regions: int = 36,
+    box_geometry: bool = False,
+    score_threshold: float = 0.0,
 ) -> dict[str, tuple[int, ...]]:
     """Extract the image features of every split of ``source`` into the precomp directory ``output_dir``.
 
@@ -231,8 +392,9 @@ def extract_features(
         source: an ``imagefolder`` directory with ``metadata.jsonl`` per split, or a Hub dataset id.
         output_dir: where ``{split}_ims.npy`` and ``{split}_caps.txt`` are written (a
             ``validation`` split is written as ``dev``).
-        model_name: Hub id or directory of the image model and its image processor.
-        feature: ``"pooled"`` (R = 1) or ``"patches"``.
+        model_name: Hub id or directory of the image model and its image processor, or, for
+            ``"regions"``, of the object detector (see :class:`RegionFeatureExtractor`).
+        feature: ``"pooled"`` (R = 1), ``"patches"`` or ``"regions"``.
         image_column: the column holding the images.
         caption_column: the column holding a caption or a list of k captions per image.
         batch_size: images per model call.
@@ -242,6 +404,8 @@ def extract_features(
             (default ``$HFNCL_CACHE/extract``).
         revision: the branch, tag or commit of a Hub model (resolved to a commit, which
             keys the cache); ignored for a local directory.
+        num_regions, box_geometry, score_threshold: for ``"regions"``, as in
+            :class:`RegionFeatureExtractor`; each split's region counts go to ``{split}_num_regions.npy``.
 
     Returns:
         The shape (N, R, D) of each split's features, by precomp split name.
@@ -251,9 +415,16 @@ def extract_features(
     """
     if batch_size < 1 or num_shards < 1:
         raise ValueError(f"batch_size and num_shards must be >= 1, got {batch_size} and {num_shards}")
+    if feature not in FEATURES:
+        raise ValueError(f"feature must be one of {FEATURES}, got {feature!r}")
     cache = Path(cache_dir) if cache_dir is not None else default_cache_root() / "extract"
     raw = load_raw_dataset(source, cache / "datasets")
-    extractor = ImageFeatureExtractor(model_name, feature, device, revision=revision)
+    if feature == "regions":
+        extractor = RegionFeatureExtractor(
+            model_name, num_regions, box_geometry, score_threshold, device=device, revision=revision
+        )
+    else:
+        extractor = ImageFeatureExtractor(model_name, feature, device, revision=revision)
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     shapes = {}
@@ -262,5 +433,8 @@ def extract_features(
         captions, _ = split_captions(dataset, caption_column, split)
         shards = _extract_split(dataset, extractor, image_column, cache / "features", batch_size, num_shards, split)
         shapes[split] = _write_regions(shards, output_dir / f"{split}_ims.npy")
+        if "num_regions" in shards[0].column_names:
+            counts = [shard.with_format("numpy")["num_regions"] for shard in shards]
+            np.save(output_dir / f"{split}_num_regions.npy", np.concatenate(counts).astype(np.int64))
         (output_dir / f"{split}_caps.txt").write_text("\n".join(captions) + "\n", encoding="utf-8")
     return shapes
