@@ -28,6 +28,7 @@ from hfncl.data import (
 )
 from hfncl.data.labelled import MODALITIES
 from hfncl.data.noisy_labels import NoisyLabelledDataset
+from hfncl.engine.ownership import owned_run_dir
 from hfncl.engine.tasks import CategoryTask
 from hfncl.engine.trainer import Trainer
 from hfncl.hub.card import write_model_card
@@ -129,6 +130,13 @@ def run_category_experiment(
     card's data section stays empty: :class:`hfncl.hub.DataDescription` describes
     image-caption pairs).
     """
+    with owned_run_dir(config):
+        return _train_and_test(data_args, config, model_args)
+
+
+def _train_and_test(
+    data_args: LabelDataArguments, config: TrainConfig, model_args: CategoryModelArguments | None
+) -> dict[str, Any]:
     data = prepare_labelled_data(data_args, config.output_dir)
     dataset = data["dataset"]
     model_config = CategoryConfig(

@@ -15,6 +15,7 @@ from typing import Any
 
 
 OPTIMIZERS = ("adam", "adamw")
+LATEST = "latest"
 
 
 class PluginOptions(dict[str, Any]):
@@ -56,7 +57,14 @@ class TrainConfig:
     num_workers: int = field(default=0, metadata={"help": "DataLoader worker processes."})
     mixed_precision: str = field(default="no", metadata={"help": "no, fp16 or bf16 (Accelerate)."})
     log_with: list[str] = field(default_factory=list, metadata={"help": "Accelerate trackers (tensorboard, wandb, ...)."})
-    resume: bool = field(default=False, metadata={"help": "Resume from the latest checkpoint in output_dir."})
+    resume: bool = field(default=False, metadata={"help": "Same as --resume_from_checkpoint latest."})
+    resume_from_checkpoint: str | None = field(
+        default=None,
+        metadata={"help": "latest: continue the run in output_dir from its latest checkpoint; or a checkpoint directory."},
+    )
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Replace the results of a previous run in output_dir instead of refusing to start."}
+    )
     plot_divisions: bool = field(
         default=True, metadata={"help": "Save a PNG of each division's statistic by hidden mask (needs matplotlib)."}
     )
@@ -64,6 +72,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         self.options = PluginOptions(self.options)
+        if self.resume and self.resume_from_checkpoint is None:
+            self.resume_from_checkpoint = LATEST
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"TrainConfig.optimizer must be one of {sorted(OPTIMIZERS)}, got {self.optimizer!r}")
         for name, least in (("epochs", 1), ("eval_batch_size", 1), ("save_steps", 0), ("num_workers", 0)):

@@ -74,6 +74,7 @@ def demo_train_config(run: DemoRun, output_dir: Path, seed: int, progress: bool)
         lr_decay_epochs=[int(epochs * 0.8)],
         seed=seed,
         progress=progress,
+        overwrite_output_dir=True,  # every demo trains afresh, replacing its previous results
     )
     if run.data_kind == "labels":  # the label-noise paper's optimiser: Adam 1e-4, batch 100, no decay
         values.update(batch_size=100, learning_rate=1e-4, lr_decay_epochs=[])

@@ -28,6 +28,7 @@ from hfncl.data import (
 from hfncl.data.precomp import FEATURE_DTYPES
 from hfncl.data.pixels import METADATA_FILE, image_processor_from_pretrained
 from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
+from hfncl.engine.ownership import owned_run_dir
 from hfncl.engine.trainer import Trainer
 from hfncl.hub import DataDescription, add_test_results, save_text_vocabulary
 from hfncl.hub.checkpoint import save_image_processor
@@ -287,11 +288,20 @@ def run_experiment(
 
     The test metrics and the data description are added to the best checkpoint's run
     record and its card (``OUTPUT_DIR/best/README.md``); with ``model_cards_dir`` the
-    card is also written to ``model_cards_dir/<output dir name>.md``.
+    card is also written to ``model_cards_dir/<output dir name>.md``. Options, the plugin
+    combination and the ownership of the output directory
+    (:mod:`hfncl.engine.ownership`) are checked before anything is read or written.
     """
     manager = build_plugin_manager(config.plugins)  # settings and plugin combination checked before any work
     resolve_options(manager.hook, config.plugins, config.options)
     check_division_fields(manager, config.plugins, config)
+    with owned_run_dir(config):
+        return _train_and_test(data_args, config, model_args, model_cards_dir)
+
+
+def _train_and_test(
+    data_args: DataArguments, config: TrainConfig, model_args: ModelArguments | None, model_cards_dir: str | Path | None
+) -> dict[str, Any]:
     fields = model_fields(config.plugins, model_args)
     tokenizer = fields.get("text_tower_name") if fields.get("text_tower") == "transformer" else None
     pixels = fields.get("image_tower_name") if fields.get("image_tower") == "transformer" else None

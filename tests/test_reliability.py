@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import socket
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -14,6 +17,7 @@ from conftest import noisy_trainer, tiny_config
 from hfncl import plugins
 from hfncl.cli import main
 from hfncl.config import TrainConfig
+from hfncl.engine import ownership
 from hfncl.plugins import PluginError, _fits, build_plugin_manager, check_division_fields
 
 
@@ -122,3 +126,60 @@ def test_two_packages_registering_one_plugin_name_is_an_error_naming_both(monkey
         plugins.installed_entry_points()
     found[1] = point("plugins.vsepp", "hfncl")  # one package seen twice on the path is no conflict
     assert list(plugins.installed_entry_points()) == ["vsepp"]
+
+
+def dead_pid() -> int:
+    finished = subprocess.Popen([sys.executable, "-c", ""])
+    finished.wait()
+    return finished.pid
+
+
+def test_a_live_run_s_lock_refuses_a_second_run_and_a_stale_lock_is_taken_over(tmp_path):
+    lock = tmp_path / ownership.LOCK_FILE
+    lock.write_text(json.dumps({"pid": os.getppid(), "host": socket.gethostname()}))
+    with pytest.raises(ownership.OutputDirError, match=f"in use by the run of process {os.getppid()} on this host"):
+        with ownership.owned_output_dir(tmp_path):
+            pass
+    lock.write_text(json.dumps({"pid": 1, "host": "elsewhere"}))
+    with pytest.raises(ownership.OutputDirError, match="locked by process 1 on host elsewhere .* delete the lock file"):
+        with ownership.owned_output_dir(tmp_path):
+            pass
+    stale = dead_pid()
+    lock.write_text(json.dumps({"pid": stale, "host": socket.gethostname()}))
+    with pytest.warns(UserWarning, match=f"taking over the lock of process {stale}, which no longer runs"):
+        with ownership.owned_output_dir(tmp_path):
+            assert json.loads(lock.read_text())["pid"] == os.getpid()
+    assert not lock.exists()
+
+
+def test_another_run_s_results_are_refused_unless_overwritten_or_resumed(tmp_path):
+    (tmp_path / "best").mkdir()
+    (tmp_path / "results.json").write_text("{}")
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(ownership.OutputDirError, match="holds another run's results \\(best, results.json\\): pass --overwrite_output_dir"):
+        with ownership.owned_output_dir(tmp_path):
+            pass
+    with ownership.owned_output_dir(tmp_path, resume=True):
+        assert (tmp_path / "best").exists()
+    with ownership.owned_output_dir(tmp_path, overwrite=True):
+        assert sorted(p.name for p in tmp_path.iterdir()) == [ownership.LOCK_FILE, "notes.txt"]
+    assert not (tmp_path / ownership.LOCK_FILE).exists()
+
+
+def test_cli_refuses_a_directory_holding_another_run_before_writing(tiny_data_dir, tmp_path, capsys):
+    (tmp_path / "results.json").write_text("{}")
+    status, err = train_cli(
+        capsys, "--plugins", "vsepp", "--data_dir", str(tiny_data_dir), "--output_dir", str(tmp_path), "--noise_ratio", "0.2"
+    )
+    assert status != 0 and err.count("\n") == 1 and "holds another run's results (results.json)" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]  # no noise index, no lock left
+
+
+def test_latest_is_followed_only_inside_the_output_directory(tiny_data_dir, tmp_path):
+    trainer = noisy_trainer(tiny_data_dir, tiny_config(tmp_path, ["vsepp"], resume_from_checkpoint="latest"))
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "checkpoints").mkdir()
+    for target in ("../outside", "", "step-00000001-epoch-0000"):  # escaping, empty, dangling
+        (tmp_path / "checkpoints" / "latest").write_text(target)
+        with pytest.raises(ValueError, match=f"names '{re.escape(target)}', not a checkpoint directory of"):
+            trainer.resume()

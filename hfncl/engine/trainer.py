@@ -26,7 +26,7 @@ from accelerate.utils import set_seed
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
-from hfncl.config import TrainConfig
+from hfncl.config import LATEST, TrainConfig
 from hfncl.engine.distributed import gather, world
 from hfncl.engine.ledger import Ledger
 from hfncl.engine.randomness import per_sample_uniform, purpose_key
@@ -38,7 +38,7 @@ from hfncl.plots import plot_division
 from hfncl.plugins import PluginError, build_plugin_manager, check_division_fields, resolve_options
 from hfncl.types import Batch, Division
 
-LATEST = "latest"
+CHECKPOINT_PREFIX = "step-"
 
 
 @dataclass
@@ -229,7 +229,7 @@ class Trainer:
     # ------------------------------------------------------------------ training
     def train(self) -> dict[str, Any]:
         """Train to ``config.epochs`` (resuming if asked), keep the best model, return a summary."""
-        if self.config.resume:
+        if self.config.resume_from_checkpoint is not None:
             self.resume()
         self.model.train()
         while self.state.epoch < self.config.epochs:
@@ -386,7 +386,7 @@ class Trainer:
     def save_checkpoint(self) -> Path:
         """Save everything needed to resume (accelerate state, trainer state, divisions, ledger)."""
         root = self.output_dir / "checkpoints"
-        target = root / f"step-{self.state.global_step:08d}-epoch-{self.state.epoch:04d}"
+        target = root / f"{CHECKPOINT_PREFIX}{self.state.global_step:08d}-epoch-{self.state.epoch:04d}"
         self.accelerator.save_state(str(target))
         if self.accelerator.is_main_process:
             tensors = self.ledger.state()
@@ -398,17 +398,20 @@ class Trainer:
             pointer = root / f"{LATEST}.tmp"
             pointer.write_text(target.name)
             os.replace(pointer, root / LATEST)
-            for old in sorted(p for p in root.glob("step-*") if p != target)[:-1]:
+            for old in sorted(p for p in root.glob(f"{CHECKPOINT_PREFIX}*") if p != target)[:-1]:
                 shutil.rmtree(old, ignore_errors=True)
         self.accelerator.wait_for_everyone()
         return target
 
     def resume(self) -> bool:
-        """Load the latest checkpoint of ``output_dir`` if there is one."""
-        pointer = self.output_dir / "checkpoints" / LATEST
-        if not pointer.exists():
+        """Load the checkpoint ``config.resume_from_checkpoint`` names; ``latest`` (the default): the
+        output directory's latest, if there is one."""
+        wanted = self.config.resume_from_checkpoint or LATEST
+        source = self._latest_checkpoint() if wanted == LATEST else Path(wanted)
+        if source is None:
             return False
-        source = pointer.parent / pointer.read_text().strip()
+        if not source.is_dir():
+            raise ValueError(f"resume_from_checkpoint {wanted!r} is not a checkpoint directory")
         self.accelerator.load_state(str(source))
         saved = json.loads((source / "trainer_state.json").read_text())
         if "best_rsum" in saved:  # checkpoints written before the best metric was the task's
@@ -421,6 +424,17 @@ class Trainer:
             for net in range(self.num_networks)
         ]
         return True
+
+    def _latest_checkpoint(self) -> Path | None:
+        """The checkpoint ``checkpoints/latest`` names, only ever a checkpoint directly inside it; ``None`` without one."""
+        root = self.output_dir / "checkpoints"
+        pointer = root / LATEST
+        if not pointer.exists():
+            return None
+        name = pointer.read_text().strip()
+        if not name.startswith(CHECKPOINT_PREFIX) or Path(name).name != name or not (root / name).is_dir():
+            raise ValueError(f"{pointer} names {name!r}, not a checkpoint directory of {root}")
+        return root / name
 
     def _save_best(self, metrics: dict[str, float], division_report: dict[str, float]) -> None:
         """Save ``OUTPUT_DIR/best``: the model, the run record of this epoch and the card generated from it."""

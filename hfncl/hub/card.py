@@ -46,6 +46,8 @@ NOT_HYPERPARAMETERS = frozenset(
         "output_dir",
         "log_with",
         "resume",
+        "resume_from_checkpoint",
+        "overwrite_output_dir",
         "progress",
         "num_workers",
         "save_steps",

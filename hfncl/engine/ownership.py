@@ -1,0 +1,132 @@
+"""Who owns an output directory: one run at a time, and never two runs' results side by side.
+
+A run takes ``OUTPUT_DIR/hfncl.lock`` (its pid and host, created exclusively) before it
+writes anything and removes it when it ends. A lock whose process no longer runs on this
+host is stale: it is taken over with a warning. A directory that already holds a run's
+results (``checkpoints/``, ``best/``, ``results.json``) is refused unless the new run
+continues it (``resume_from_checkpoint``) or replaces it (``overwrite_output_dir``, which
+first removes the previous run's artefacts).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from accelerate import PartialState
+
+LOCK_FILE = "hfncl.lock"
+RUN_RESULTS = ("checkpoints", "best", "results.json")
+RUN_ARTEFACTS = (*RUN_RESULTS, "divisions", "noise_index.npy")
+
+
+class OutputDirError(ValueError):
+    """The output directory is in use by another run, or holds another run's results."""
+
+
+def _owner(lock: Path) -> dict | None:
+    """The pid and host a lock file names, or ``None`` when it is unreadable."""
+    try:
+        owner = json.loads(lock.read_text())
+    except (OSError, ValueError):
+        return None
+    valid = isinstance(owner, dict) and isinstance(owner.get("pid"), int) and isinstance(owner.get("host"), str)
+    return owner if valid else None
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _acquire(directory: Path) -> Path:
+    lock = directory / LOCK_FILE
+    me = {"pid": os.getpid(), "host": socket.gethostname()}
+    for _ in range(3):
+        try:
+            descriptor = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            owner = _owner(lock)
+            if owner is not None and owner["host"] != me["host"]:
+                raise OutputDirError(
+                    f"{directory} is locked by process {owner['pid']} on host {owner['host']} ({lock}); if that run "
+                    "has ended, delete the lock file, else choose another output_dir"
+                ) from None
+            if owner is not None and _running(owner["pid"]):
+                raise OutputDirError(
+                    f"{directory} is in use by the run of process {owner['pid']} on this host ({lock}): wait for it "
+                    "to end or choose another output_dir"
+                ) from None
+            what = "an unreadable lock" if owner is None else f"the lock of process {owner['pid']}, which no longer runs,"
+            warnings.warn(f"taking over {what} in {lock}", stacklevel=3)
+            lock.unlink(missing_ok=True)
+            continue
+        with os.fdopen(descriptor, "w") as handle:
+            json.dump(me, handle)
+        return lock
+    raise OutputDirError(f"could not take the lock {lock}: another run keeps taking it")
+
+
+def _release(lock: Path) -> None:
+    """Remove ``lock`` if this process still owns it."""
+    if _owner(lock) == {"pid": os.getpid(), "host": socket.gethostname()}:
+        lock.unlink(missing_ok=True)
+
+
+@contextmanager
+def owned_output_dir(
+    output_dir: str | Path, *, overwrite: bool = False, resume: bool = False, main_process: bool = True
+) -> Iterator[Path]:
+    """Hold ``output_dir`` for one run (created if missing); see the module docstring.
+
+    Only the main process locks and checks; the others just enter.
+
+    Raises:
+        OutputDirError: the directory is locked by a live run, or holds another run's
+            results and neither ``overwrite`` nor ``resume`` is set.
+    """
+    directory = Path(output_dir)
+    if not main_process:
+        yield directory
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    lock = _acquire(directory)
+    try:
+        previous = [name for name in RUN_RESULTS if (directory / name).exists()]
+        if previous and not (overwrite or resume):
+            raise OutputDirError(
+                f"{directory} holds another run's results ({', '.join(previous)}): pass --overwrite_output_dir to "
+                "replace them, --resume_from_checkpoint latest to continue that run, or choose another output_dir"
+            )
+        if overwrite and not resume:
+            for name in RUN_ARTEFACTS:
+                target = directory / name
+                if target.is_dir() and not target.is_symlink():
+                    shutil.rmtree(target)
+                else:
+                    target.unlink(missing_ok=True)
+        yield directory
+    finally:
+        _release(lock)
+
+
+def owned_run_dir(config: Any) -> Any:
+    """:func:`owned_output_dir` for a run of ``config`` (a :class:`hfncl.config.TrainConfig`), on Accelerate's main process."""
+    return owned_output_dir(
+        config.output_dir,
+        overwrite=config.overwrite_output_dir,
+        resume=config.resume_from_checkpoint is not None,
+        main_process=PartialState().is_main_process,
+    )
