@@ -29,6 +29,7 @@ from hfncl.data import (
 from hfncl.data.labelled import MODALITIES
 from hfncl.data.noisy_labels import NoisyLabelledDataset
 from hfncl.engine.ownership import owned_run_dir
+from hfncl.integrity import atomic_write_text, write_manifest
 from hfncl.engine.tasks import CategoryTask
 from hfncl.engine.trainer import Trainer
 from hfncl.hub.card import write_model_card
@@ -167,12 +168,13 @@ def _train_and_test(
         "history": summary["history"],
     }
     if trainer.accelerator.is_main_process:
-        Path(config.output_dir, "results.json").write_text(json.dumps(result, indent=1, default=float))
+        atomic_write_text(Path(config.output_dir, "results.json"), json.dumps(result, indent=1, default=float))
         if best_dir.exists():
             record = read_run_record(best_dir)
             record.test = dict(test)
             write_run_record(best_dir, record)
             write_model_card(best_dir)
+            write_manifest(best_dir)
     return result
 
 

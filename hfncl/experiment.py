@@ -29,6 +29,7 @@ from hfncl.data.precomp import FEATURE_DTYPES
 from hfncl.data.pixels import METADATA_FILE, image_processor_from_pretrained
 from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
 from hfncl.engine.ownership import owned_run_dir
+from hfncl.integrity import atomic_write_text, write_manifest
 from hfncl.engine.trainer import Trainer
 from hfncl.hub import DataDescription, add_test_results, save_text_vocabulary
 from hfncl.hub.checkpoint import save_image_processor
@@ -335,8 +336,9 @@ def _train_and_test(
         "history": summary["history"],
     }
     if trainer.accelerator.is_main_process:
-        Path(config.output_dir, "results.json").write_text(json.dumps(result, indent=1, default=float))
+        atomic_write_text(Path(config.output_dir, "results.json"), json.dumps(result, indent=1, default=float))
         if best_dir.exists():
             add_test_results(best_dir, describe_data(data_args, data), test, model_cards_dir=model_cards_dir)
+            write_manifest(best_dir)  # now with the vocabulary, the test results and the card
     return result
 

@@ -30,7 +30,7 @@ def run_recipe(
             args=list(argv) if argv is not None else None
         )
         result = run_experiment(data_args, config, model_args)
-    except (DataFormatError, PluginError, ValueError) as error:
+    except (DataFormatError, PluginError, ValueError, OSError) as error:
         print(f"error: {one_line(error)}", file=sys.stderr)
         return 2
     print(json.dumps({"test": result["test"], "division": result["division"]}, indent=1))
@@ -59,7 +59,7 @@ def run_label_recipe(
             args=list(argv) if argv is not None else None
         )
         result = run_category_experiment(data_args, config, model_args)
-    except (DataFormatError, PluginError, ValueError) as error:
+    except (DataFormatError, PluginError, ValueError, OSError) as error:
         print(f"error: {one_line(error)}", file=sys.stderr)
         return 2
     print(json.dumps({"test": result["test"], "division": result["division"]}, indent=1))

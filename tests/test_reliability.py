@@ -18,6 +18,8 @@ from hfncl import plugins
 from hfncl.cli import main
 from hfncl.config import TrainConfig
 from hfncl.engine import ownership
+from hfncl.integrity import IntegrityError, verify_manifest
+from hfncl.models import NCLModel
 from hfncl.plugins import PluginError, _fits, build_plugin_manager, check_division_fields
 
 
@@ -181,5 +183,71 @@ def test_latest_is_followed_only_inside_the_output_directory(tiny_data_dir, tmp_
     (tmp_path / "checkpoints").mkdir()
     for target in ("../outside", "", "step-00000001-epoch-0000"):  # escaping, empty, dangling
         (tmp_path / "checkpoints" / "latest").write_text(target)
-        with pytest.raises(ValueError, match=f"names '{re.escape(target)}', not a checkpoint directory of"):
+        with pytest.raises(IntegrityError, match=f"no complete checkpoint .* names '{re.escape(target)}', not a checkpoint"):
             trainer.resume()
+    saved = trainer.save_checkpoint()
+    (tmp_path / "checkpoints" / "latest").write_text("../outside")
+    with pytest.warns(UserWarning, match=f"resuming from {re.escape(str(saved))} instead: .* names '../outside'"):
+        assert trainer.resume()
+
+
+def saved_twice(tiny_data_dir, output_dir):
+    """A trainer and the two checkpoints it saved, at steps 0 and 7 (nothing trained)."""
+    trainer = noisy_trainer(tiny_data_dir, tiny_config(output_dir, ["vsepp"]))
+    first = trainer.save_checkpoint()
+    trainer.state.global_step, trainer.state.epoch = 7, 1
+    return trainer, first, trainer.save_checkpoint()
+
+
+def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(tiny_data_dir, tmp_path):
+    _, first, latest = saved_twice(tiny_data_dir, tmp_path)
+    assert (tmp_path / "checkpoints" / "latest").read_text() == latest.name
+    weights = latest / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-5] ^= 0xFF  # one flipped byte in the tensor data; the header still parses
+    weights.write_bytes(bytes(data))
+    resumed = noisy_trainer(tiny_data_dir, tiny_config(tmp_path, ["vsepp"], resume=True))
+    with pytest.warns(UserWarning, match=f"resuming from {re.escape(str(first))} instead: {re.escape(str(weights))} is damaged"):
+        assert resumed.resume()
+    assert resumed.state.global_step == 0
+    (first / "trainer_state.json").write_text("")
+    with pytest.raises(IntegrityError, match="no complete checkpoint to resume from: .*model.safetensors is damaged: .*; .*trainer_state.json is damaged"):
+        resumed.resume()
+
+
+def test_only_the_latest_and_the_previous_checkpoint_are_kept_and_an_interrupted_save_leaves_no_final_name(
+    tiny_data_dir, tmp_path, monkeypatch
+):
+    trainer, first, latest = saved_twice(tiny_data_dir, tmp_path)
+    trainer.state.global_step = 9
+    third = trainer.save_checkpoint()
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["latest", latest.name, third.name]
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("hfncl.engine.trainer.save_file", full_disk)
+    trainer.state.global_step = 11
+    with pytest.raises(OSError, match="No space left"):
+        trainer.save_checkpoint()
+    assert not list((tmp_path / "checkpoints").glob("step-00000011-*[!p]"))  # only the .tmp staging directory
+    assert (tmp_path / "checkpoints" / "latest").read_text() == third.name
+    verify_manifest(third)
+
+
+def test_loading_verifies_config_and_weights_and_names_a_missing_config(tiny_data_dir, tmp_path):
+    trainer = noisy_trainer(tiny_data_dir, tiny_config(tmp_path, ["vsepp"]))
+    trainer._save_best({"rsum": 0.0}, {})
+    best = tmp_path / "best"
+    assert NCLModel.from_pretrained(best).config.plugins == ["vsepp"]
+    (best / "README.md").write_text("edited card")  # files loading does not read are not checked
+    NCLModel.from_pretrained(best)
+    weights = best / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0x01
+    weights.write_bytes(bytes(data))
+    with pytest.raises(IntegrityError, match=f"{re.escape(str(weights))} is damaged: its SHA-256 differs"):
+        NCLModel.from_pretrained(best)
+    (best / "config.json").unlink()
+    with pytest.raises(OSError, match=f"{re.escape(str(best))} has no config.json: it is not a saved hfncl checkpoint"):
+        NCLModel.from_pretrained(best)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -34,6 +34,7 @@ from hfncl.engine.sampler import GlobalBatchSampler
 from hfncl.engine.tasks import DATA_KINDS, PairTask, Task
 from hfncl.evaluation import division_quality, partition_report
 from hfncl.hub import RunRecord, save_trained_model
+from hfncl.integrity import IntegrityError, atomic_write_text, replace_directory, verify_manifest, write_manifest
 from hfncl.plots import plot_division
 from hfncl.plugins import PluginError, build_plugin_manager, check_division_fields, resolve_options
 from hfncl.types import Batch, Division
@@ -384,34 +385,65 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> Path:
-        """Save everything needed to resume (accelerate state, trainer state, divisions, ledger)."""
+        """Save everything needed to resume (accelerate state, trainer state, divisions, ledger).
+
+        The checkpoint is written under ``NAME.tmp``, gets its manifest (:mod:`hfncl.integrity`)
+        and only then is renamed to ``NAME`` and named by ``checkpoints/latest``; the previous
+        checkpoint is kept, to fall back to if this one is found damaged.
+        """
         root = self.output_dir / "checkpoints"
         target = root / f"{CHECKPOINT_PREFIX}{self.state.global_step:08d}-epoch-{self.state.epoch:04d}"
-        self.accelerator.save_state(str(target))
+        staging = target.with_name(f"{target.name}.tmp")
+        if self.accelerator.is_main_process:
+            shutil.rmtree(staging, ignore_errors=True)
+        self.accelerator.wait_for_everyone()
+        self.accelerator.save_state(str(staging))
+        self.accelerator.wait_for_everyone()
         if self.accelerator.is_main_process:
             tensors = self.ledger.state()
             for net, division in enumerate(self.divisions):
                 if division is not None:
                     tensors.update(division.state(f"division.{net}"))
-            save_file(tensors, str(target / "trainer_tensors.safetensors"))
-            (target / "trainer_state.json").write_text(json.dumps(asdict(self.state), indent=1))
-            pointer = root / f"{LATEST}.tmp"
-            pointer.write_text(target.name)
-            os.replace(pointer, root / LATEST)
-            for old in sorted(p for p in root.glob(f"{CHECKPOINT_PREFIX}*") if p != target)[:-1]:
+            save_file(tensors, str(staging / "trainer_tensors.safetensors"))
+            (staging / "trainer_state.json").write_text(json.dumps(asdict(self.state), indent=1))
+            write_manifest(staging)
+            replace_directory(staging, target)
+            atomic_write_text(root / LATEST, target.name)
+            previous = [p for p in self._checkpoints() if p.name < target.name][:1]
+            leftovers = [p for p in root.glob(f"{CHECKPOINT_PREFIX}*.tmp") if p.is_dir()]
+            for old in [p for p in self._checkpoints() if p != target and p not in previous] + leftovers:
                 shutil.rmtree(old, ignore_errors=True)
         self.accelerator.wait_for_everyone()
         return target
 
     def resume(self) -> bool:
-        """Load the checkpoint ``config.resume_from_checkpoint`` names; ``latest`` (the default): the
-        output directory's latest, if there is one."""
+        """Load the checkpoint ``config.resume_from_checkpoint`` names, verified against its manifest.
+
+        ``latest`` (the default): the checkpoint ``checkpoints/latest`` names, or, when that
+        one is damaged (or the pointer names nothing inside ``checkpoints/``), the newest
+        complete one, with a warning naming what was damaged. Returns whether a checkpoint
+        was loaded (``False``: the output directory has none).
+
+        Raises:
+            IntegrityError: no checkpoint passes verification.
+        """
         wanted = self.config.resume_from_checkpoint or LATEST
-        source = self._latest_checkpoint() if wanted == LATEST else Path(wanted)
-        if source is None:
+        candidates, problems = self._resume_candidates() if wanted == LATEST else ([Path(wanted)], [])
+        if not candidates and not problems:
             return False
-        if not source.is_dir():
-            raise ValueError(f"resume_from_checkpoint {wanted!r} is not a checkpoint directory")
+        for source in candidates:
+            try:
+                verify_manifest(source)
+            except IntegrityError as error:
+                problems.append(str(error))
+                continue
+            if problems:
+                warnings.warn(f"resuming from {source} instead: {'; '.join(problems)}", stacklevel=2)
+            self._load_checkpoint(source)
+            return True
+        raise IntegrityError(f"no complete checkpoint to resume from: {'; '.join(problems)}")
+
+    def _load_checkpoint(self, source: Path) -> None:
         self.accelerator.load_state(str(source))
         saved = json.loads((source / "trainer_state.json").read_text())
         if "best_rsum" in saved:  # checkpoints written before the best metric was the task's
@@ -423,18 +455,28 @@ class Trainer:
             Division.from_state(tensors, f"division.{net}") if f"division.{net}.clean" in tensors else None
             for net in range(self.num_networks)
         ]
-        return True
 
-    def _latest_checkpoint(self) -> Path | None:
-        """The checkpoint ``checkpoints/latest`` names, only ever a checkpoint directly inside it; ``None`` without one."""
+    def _checkpoints(self) -> list[Path]:
+        """The finished checkpoint directories of ``checkpoints/``, newest first."""
+        root = self.output_dir / "checkpoints"
+        found = [p for p in root.glob(f"{CHECKPOINT_PREFIX}*") if p.is_dir() and not p.name.endswith((".tmp", ".old"))]
+        return sorted(found, reverse=True)
+
+    def _resume_candidates(self) -> tuple[list[Path], list[str]]:
+        """The checkpoint ``checkpoints/latest`` names, then the others newest first; and what is wrong with the pointer.
+
+        The pointer is followed only to a checkpoint directly inside ``checkpoints/``; one
+        that names anything else is reported and the checkpoints there are tried.
+        """
         root = self.output_dir / "checkpoints"
         pointer = root / LATEST
+        found = self._checkpoints()
         if not pointer.exists():
-            return None
+            return found, []
         name = pointer.read_text().strip()
-        if not name.startswith(CHECKPOINT_PREFIX) or Path(name).name != name or not (root / name).is_dir():
-            raise ValueError(f"{pointer} names {name!r}, not a checkpoint directory of {root}")
-        return root / name
+        if name.startswith(CHECKPOINT_PREFIX) and Path(name).name == name and (root / name) in found:
+            return [root / name] + [p for p in found if p.name != name], []
+        return found, [f"{pointer} names {name!r}, not a checkpoint directory of {root}"]
 
     def _save_best(self, metrics: dict[str, float], division_report: dict[str, float]) -> None:
         """Save ``OUTPUT_DIR/best``: the model, the run record of this epoch and the card generated from it."""
@@ -445,7 +487,11 @@ class Trainer:
                 validation=dict(metrics),
                 division=dict(division_report),
             )
-            save_trained_model(self.model, self.output_dir / "best", record)
+            staging = self.output_dir / "best.tmp"
+            shutil.rmtree(staging, ignore_errors=True)
+            save_trained_model(self.model, staging, record)
+            write_manifest(staging)
+            replace_directory(staging, self.output_dir / "best")
 
     # ------------------------------------------------------------------ internals
 

@@ -23,6 +23,7 @@ from transformers import AutoConfig
 
 from hfncl.evaluation.retrieval import RANK_KEYS, RECALL_KEYS
 from hfncl.hub.record import CheckpointError, DataDescription, RunRecord, read_run_record
+from hfncl.integrity import atomic_write_text
 from hfncl.models import NCLConfig
 from hfncl.models.configuration import IncompatibleCheckpointError
 
@@ -414,5 +415,5 @@ def write_model_card(
         Path(model_cards_dir).mkdir(parents=True, exist_ok=True)
         written.append(Path(model_cards_dir) / f"{card_name(repo_id or checkpoint)}.md")
     for path in written:
-        card.save(path)
+        atomic_write_text(path, str(card))
     return written

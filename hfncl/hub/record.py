@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from hfncl.integrity import atomic_write_text
+
 RUN_RECORD = "hfncl_run.json"
 
 
@@ -138,9 +140,7 @@ def _data_description(data: Any, source: str) -> DataDescription:
 
 def write_run_record(directory: str | Path, record: RunRecord) -> Path:
     """Write ``record`` as ``directory/hfncl_run.json`` (NaN, for undefined metrics, is kept as NaN)."""
-    path = Path(directory) / RUN_RECORD
-    path.write_text(json.dumps(record.to_dict(), indent=1))
-    return path
+    return atomic_write_text(Path(directory) / RUN_RECORD, json.dumps(record.to_dict(), indent=1))
 
 
 def read_run_record(directory: str | Path) -> RunRecord:

@@ -13,6 +13,7 @@ from huggingface_hub.errors import RevisionResolutionError
 from safetensors import SafetensorError
 from transformers import PreTrainedModel
 
+from hfncl.integrity import verify_manifest
 from hfncl.models.configuration import IncompatibleCheckpointError
 from hfncl.plugins import require_plugins
 
@@ -90,6 +91,11 @@ def _pin_source(name: str, kwargs: dict[str, Any]) -> CheckpointSource:
     )
 
 
+def _read_when_loading(name: str) -> bool:
+    """Whether ``from_pretrained`` reads the checkpoint file ``name``: the config and the weights."""
+    return name == "config.json" or name.startswith("model") and ".safetensors" in name
+
+
 class HfnclPreTrainedModel(PreTrainedModel):
     """A transformers model whose loading names the problem: a newer checkpoint format, damaged
     weights, an offline Hub id, a missing plugin; and whose ``push_to_hub`` publishes a whole
@@ -118,13 +124,20 @@ class HfnclPreTrainedModel(PreTrainedModel):
         Raises:
             IncompatibleCheckpointError: ``config.json`` was written by a newer hfncl in a
                 checkpoint format this one cannot read.
+            hfncl.integrity.IntegrityError: (an ``OSError``) a local checkpoint's
+                ``config.json`` or weights differ from its manifest (:mod:`hfncl.integrity`).
             hfncl.plugins.MissingPluginError: a plugin that trained the model is not
                 installed; the message names the package to install.
-            OSError: the safetensors weights are corrupted or truncated, or
+            OSError: a local directory has no ``config.json``, the safetensors weights are corrupted or truncated, or
                 ``HF_HUB_OFFLINE=1`` is set and a name that is not a local directory is not
                 in the Hub cache.
         """
         name = str(pretrained_model_name_or_path)
+        local = Path(name, kwargs.get("subfolder") or "")
+        if local.is_dir():
+            if not (local / "config.json").is_file():
+                raise OSError(f"{local} has no config.json: it is not a saved hfncl checkpoint")
+            verify_manifest(local, only=_read_when_loading, required=False)
         source = _pin_source(name, kwargs)
         try:
             model = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)

@@ -1,0 +1,92 @@
+"""Saved files that are complete or absent, and checked before they are trusted.
+
+Writers put a file or a whole directory under a temporary name and rename it into place
+(:func:`atomic_write_text`, :func:`replace_directory`), so an interrupted write or a full
+disk never leaves a truncated file under its final name. A saved directory carries
+``hfncl_manifest.json``, the SHA-256 and size of every file in it, written last
+(:func:`write_manifest`); :func:`verify_manifest` checks the files against it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+MANIFEST = "hfncl_manifest.json"
+_CHUNK = 1 << 20
+
+
+class IntegrityError(OSError):
+    """A saved file is missing, or differs from what the directory's manifest recorded; the message names it."""
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary file renamed into place."""
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text, encoding="utf-8", newline="")
+    os.replace(temporary, path)
+    return path
+
+
+def replace_directory(staging: str | Path, target: str | Path) -> None:
+    """Move the finished directory ``staging`` to ``target``, replacing a previous ``target``."""
+    staging, target = Path(staging), Path(target)
+    previous = target.with_name(f"{target.name}.old")
+    shutil.rmtree(previous, ignore_errors=True)
+    if target.exists():
+        os.rename(target, previous)
+    os.rename(staging, target)
+    shutil.rmtree(previous, ignore_errors=True)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_manifest(directory: str | Path) -> Path:
+    """Record the SHA-256 and size of every file under ``directory`` in its manifest (written last, atomically)."""
+    directory = Path(directory)
+    files = {
+        path.relative_to(directory).as_posix(): {"sha256": _sha256(path), "size": path.stat().st_size}
+        for path in sorted(directory.rglob("*"))
+        if path.is_file() and path.name != MANIFEST and not path.name.endswith(".tmp")
+    }
+    return atomic_write_text(directory / MANIFEST, json.dumps({"files": files}, indent=1))
+
+
+def verify_manifest(directory: str | Path, only: Callable[[str], bool] | None = None, required: bool = True) -> None:
+    """Check the files of ``directory`` (those ``only`` selects by relative path) against its manifest.
+
+    Without a manifest: an error when ``required``, else nothing is checked.
+
+    Raises:
+        IntegrityError: naming the manifest, or the first missing or differing file.
+    """
+    directory = Path(directory)
+    manifest = directory / MANIFEST
+    if not manifest.is_file():
+        if required:
+            raise IntegrityError(f"{manifest} does not exist: the directory was not completely written")
+        return
+    try:
+        files = json.loads(manifest.read_text())["files"]
+        entries = [(name, entry["sha256"], entry["size"]) for name, entry in files.items()]
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise IntegrityError(f"{manifest} is not a readable manifest ({type(error).__name__}: {error})") from error
+    for name, sha256, size in entries:
+        if only is not None and not only(name):
+            continue
+        path = directory / name
+        if not path.is_file():
+            raise IntegrityError(f"{path} is missing (listed in {manifest})")
+        if path.stat().st_size != size or _sha256(path) != sha256:
+            raise IntegrityError(f"{path} is damaged: its SHA-256 differs from the one in {manifest}")
