@@ -28,6 +28,7 @@ from hfncl.data import (
 )
 from hfncl.data.labelled import MODALITIES
 from hfncl.data.noisy_labels import NoisyLabelledDataset
+from hfncl.engine.callbacks import library_progress_bars
 from hfncl.engine.ownership import owned_run_dir
 from hfncl.integrity import atomic_write_text, write_manifest
 from hfncl.engine.tasks import CategoryTask
@@ -131,7 +132,7 @@ def run_category_experiment(
     card's data section stays empty: :class:`hfncl.hub.DataDescription` describes
     image-caption pairs).
     """
-    with owned_run_dir(config):
+    with owned_run_dir(config), library_progress_bars(config.progress):
         return _train_and_test(data_args, config, model_args)
 
 
@@ -151,7 +152,12 @@ def _train_and_test(
     best_dir = Path(config.output_dir) / "best"
     model = CategoryModel.from_pretrained(str(best_dir)) if best_dir.exists() else trainer.model
     test = data["task"].evaluate(
-        model, data["test"], batch_size=config.eval_batch_size, device=trainer.accelerator.device, hook=trainer.hook
+        model,
+        data["test"],
+        batch_size=config.eval_batch_size,
+        device=trainer.accelerator.device,
+        hook=trainer.hook,
+        progress=config.progress and trainer.accelerator.is_local_main_process,
     )
     divisions = [h for h in summary["history"] if any(k.startswith("division") for k in h)]
     noise = data["noise"]

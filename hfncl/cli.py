@@ -210,6 +210,7 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--folds", type=int, default=1, help="Also average over this many folds (MS-COCO: 5 x 1K).")
     parser.add_argument("--batch-size", type=int, default=256, help="Encoding batch size.")
     parser.add_argument("--device", default="cpu", help="Where to run the models (default: cpu).")
+    parser.add_argument("--no-progress", action="store_true", help="Hide the progress bars.")
 
 
 @command(
@@ -237,7 +238,13 @@ def evaluate_command(args: argparse.Namespace) -> int:
         ]
         hooks = [build_plugin_manager(m.config.plugins).hook if m.config.plugins else None for m in models]
         metrics = evaluate_ensemble(
-            models, splits, batch_size=args.batch_size, device=args.device, folds=args.folds, hooks=hooks
+            models,
+            splits,
+            batch_size=args.batch_size,
+            device=args.device,
+            folds=args.folds,
+            hooks=hooks,
+            progress=not args.no_progress,
         )
     except (DataFormatError, IncompatibleCheckpointError, OSError, ValueError) as error:
         print(f"hfncl: error: {error}", file=sys.stderr)

@@ -28,6 +28,7 @@ from hfncl.data import (
 from hfncl.data.precomp import FEATURE_DTYPES
 from hfncl.data.pixels import METADATA_FILE, image_processor_from_pretrained
 from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
+from hfncl.engine.callbacks import library_progress_bars
 from hfncl.engine.ownership import owned_run_dir
 from hfncl.integrity import atomic_write_text, write_manifest
 from hfncl.engine.trainer import Trainer
@@ -296,7 +297,7 @@ def run_experiment(
     manager = build_plugin_manager(config.plugins)  # settings and plugin combination checked before any work
     resolve_options(manager.hook, config.plugins, config.options)
     check_division_fields(manager, config.plugins, config)
-    with owned_run_dir(config):
+    with owned_run_dir(config), library_progress_bars(config.progress):
         return _train_and_test(data_args, config, model_args, model_cards_dir)
 
 
@@ -321,7 +322,12 @@ def _train_and_test(
         if data["image_processor"] is not None:
             save_image_processor(data["image_processor"], best_dir)
     test = evaluate_retrieval(
-        model, data["test"], batch_size=config.eval_batch_size, folds=data_args.test_folds, hook=trainer.hook
+        model,
+        data["test"],
+        batch_size=config.eval_batch_size,
+        folds=data_args.test_folds,
+        hook=trainer.hook,
+        progress=config.progress and trainer.accelerator.is_local_main_process,
     )
     divisions = [h for h in summary["history"] if any(k.startswith("division") for k in h)]
     result = {

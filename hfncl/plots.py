@@ -80,3 +80,41 @@ def mixture_counts(
         )
     weight, mean, std = (parameters[:, i, None] for i in range(3))
     return weight * norm.pdf(grid[None, :], loc=mean, scale=std) * num_samples * bin_width
+
+
+def plot_training_curves(history: list[dict], path: str | Path, metric: str = "rsum") -> Path:
+    """Loss terms, validation ``metric`` and division AUC by epoch (a trainer's history records) as a PNG.
+
+    Panels without data (no validation, no division) are left out. Needs matplotlib.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def series(keys: list[str]) -> dict[str, tuple[list[int], list[float]]]:
+        return {
+            key: ([r["epoch"] + 1 for r in history if key in r], [r[key] for r in history if key in r]) for key in keys
+        }
+
+    keys = sorted({key for record in history for key in record})
+    panels = [
+        ("training loss", series([k for k in keys if k.startswith("train/")])),
+        (f"validation {metric}", series([k for k in keys if k == f"val/{metric}"])),
+        ("division AUC", series([k for k in keys if k.startswith("division") and k.endswith("/auc")])),
+    ]
+    panels = [(title, lines) for title, lines in panels if lines]
+    figure, axes = plt.subplots(1, max(len(panels), 1), figsize=(4.2 * max(len(panels), 1), 3.4), squeeze=False)
+    for axis, (title, lines) in zip(axes[0], panels):
+        for key, (epochs, values) in lines.items():
+            axis.plot(epochs, values, marker="o", markersize=3, label=key.split("/", 1)[1] if "/" in key else key)
+        axis.set_title(title, fontsize=10)
+        axis.set_xlabel("epoch")
+        if len(lines) > 1:
+            axis.legend(fontsize=7)
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path

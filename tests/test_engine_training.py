@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -63,7 +64,7 @@ def test_stages_of_two_plugins_combine(tiny_data_dir, tmp_path):
     assert {"train/soft_margin_triplet/net0", "train/triplet_hardest/net0"} <= set(history[-1])
 
 
-def test_run_experiment_reports_test_metrics_and_division(tiny_data_dir, tmp_path):
+def test_run_experiment_reports_test_metrics_and_division(tiny_data_dir, tmp_path, capfd):
     result = run_experiment(
         DataArguments(data_dir=str(tiny_data_dir), noise_ratio=0.4, test_folds=2),
         tiny_config(tmp_path, ["ncr"], epochs=2),
@@ -74,6 +75,23 @@ def test_run_experiment_reports_test_metrics_and_division(tiny_data_dir, tmp_pat
     assert (tmp_path / "best" / "model.safetensors").exists() and (tmp_path / "noise_index.npy").exists()
     picture = tmp_path / "divisions" / "epoch-001-net-0.png"
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "training_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    check_epoch_lines(*capfd.readouterr())
+
+
+def check_epoch_lines(out: str, err: str) -> None:
+    """The two epochs' lines of an NCR run (warmup, then divided), and no bar with progress off."""
+    lines = [line for line in out.splitlines() if line.startswith("epoch ")]
+    assert len(lines) == 2 and lines[0].startswith("epoch 1/2 warmup | loss ")
+    number = r"\d+\.\d+"
+    division = rf"AUC {number} P {number} R {number} clean \d+%"
+    assert re.fullmatch(
+        rf"epoch 2/2 \| loss soft_margin_triplet/net0 {number} soft_margin_triplet/net1 {number} \| "
+        rf"val i2t R@1/5/10 {number}/{number}/{number} t2i R@1/5/10 {number}/{number}/{number} rSum {number} \| "
+        rf"division net0 {division} net1 {division} \| {number}s",
+        lines[1],
+    ), lines[1]
+    assert "Writing model shards" not in err and "it/s" not in err  # progress off: no bar at all
 
 
 def test_a_train_step_override_keeps_the_terms_of_plugins_combined_with_it(tiny_data_dir, tmp_path):

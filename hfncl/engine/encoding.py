@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from hfncl.data import CaptionDataset, ImageDataset, collate_captions, collate_images
+from hfncl.engine.callbacks import progress_bar
 from hfncl.evaluation import coco_5fold_metrics, retrieval_metrics
 from hfncl.models.sgraf import concat_packed
 
@@ -50,17 +51,25 @@ def join_batches(parts: list[torch.Tensor]) -> torch.Tensor:
 
 
 @torch.no_grad()
-def encode_split(model, split: RetrievalSplit, *, batch_size: int, device: torch.device | str = "cpu"):
+def encode_split(
+    model, split: RetrievalSplit, *, batch_size: int, device: torch.device | str = "cpu", progress: bool = False
+):
     """(K, N, d) image and (K, N*k, d) caption embeddings of every network of ``model`` (packed local
-    features (K, N, R, d + 1) and (K, N*k, T, d + 1) for SGR / SAF heads, T the longest caption)."""
+    features (K, N, R, d + 1) and (K, N*k, T, d + 1) for SGR / SAF heads, T the longest caption);
+    ``progress`` shows a bar over the batches."""
     was_training = model.training
     model.eval()
     try:
         image_loader = torch.utils.data.DataLoader(split.images, batch_size=batch_size, collate_fn=collate_images)
         caption_loader = torch.utils.data.DataLoader(split.captions, batch_size=batch_size, collate_fn=collate_captions)
-        image_embeds = join_batches([model.encode_image(b["images"].to(device)) for b in image_loader])
+        image_embeds = join_batches(
+            [model.encode_image(b["images"].to(device)) for b in progress_bar(image_loader, "encoding images", progress)]
+        )
         text_embeds = join_batches(
-            [model.encode_text(b["captions"].to(device), b["lengths"].to(device)) for b in caption_loader]
+            [
+                model.encode_text(b["captions"].to(device), b["lengths"].to(device))
+                for b in progress_bar(caption_loader, "encoding captions", progress)
+            ]
         )
     finally:
         model.train(was_training)
@@ -93,6 +102,7 @@ def evaluate_retrieval(
     device: torch.device | str = "cpu",
     folds: int = 1,
     hook=None,
+    progress: bool = False,
 ) -> dict[str, float]:
     """i2t / t2i R@1/5/10, rSum, medr, meanr of ``model`` on a split.
 
@@ -101,9 +111,11 @@ def evaluate_retrieval(
     possibly differently per direction. On the whole split; with ``folds > 1`` also
     averaged over that many consecutive folds, under keys prefixed ``fold_`` (MS-COCO:
     5 folds of 1K test images next to the full 5K). Every process encodes the whole
-    split, so every process reports the same metrics.
+    split, so every process reports the same metrics. ``progress`` shows bars for encoding and scoring.
     """
-    return evaluate_ensemble([model], [split], batch_size=batch_size, device=device, folds=folds, hooks=[hook])
+    return evaluate_ensemble(
+        [model], [split], batch_size=batch_size, device=device, folds=folds, hooks=[hook], progress=progress
+    )
 
 
 def evaluate_ensemble(
@@ -114,6 +126,7 @@ def evaluate_ensemble(
     device: torch.device | str = "cpu",
     folds: int = 1,
     hooks: Sequence | None = None,
+    progress: bool = False,
 ) -> dict[str, float]:
     """Retrieval metrics (as :func:`evaluate_retrieval`) of the mean similarity of several models.
 
@@ -138,28 +151,34 @@ def evaluate_ensemble(
     for model in models:
         model.eval()  # scoring in eval mode: the heads' chunked path, batch-independent scores
     try:
-        return _ensemble_metrics(models, splits, hooks, batch_size, device, folds)
+        return _ensemble_metrics(models, splits, hooks, batch_size, device, folds, progress)
     finally:
         for model, training in zip(models, was_training):
             model.train(training)
 
 
 def _ensemble_metrics(
-    models: Sequence, splits: Sequence[RetrievalSplit], hooks: list, batch_size: int, device, folds: int
+    models: Sequence,
+    splits: Sequence[RetrievalSplit],
+    hooks: list,
+    batch_size: int,
+    device,
+    folds: int,
+    progress: bool,
 ) -> dict[str, float]:
     i2t_members, t2i_members = [], []
     for model, split, hook in zip(models, splits, hooks):
-        image_embeds, text_embeds = encode_split(model, split, batch_size=batch_size, device=device)
+        image_embeds, text_embeds = encode_split(model, split, batch_size=batch_size, device=device, progress=progress)
         i2t, t2i = direction_similarity(model, hook, "i2t"), direction_similarity(model, hook, "t2i")
         i2t_members.append(_bound_scorer(i2t, image_embeds, text_embeds))
         t2i_members.append(None if t2i == i2t else _bound_scorer(t2i, image_embeds, text_embeds))
     num_images, captions_per_image = splits[0].num_images, splits[0].captions_per_image
     num_captions = len(splits[0].captions)
-    i2t_rows = _scored_once(_mean_scorer(i2t_members), num_images, num_captions)
+    i2t_rows = _scored_once(_mean_scorer(i2t_members), num_images, num_captions, progress=progress)
     t2i_rows = None
     if any(member is not None for member in t2i_members):  # some member ranks captions differently
         t2i_rows = _scored_once(
-            _mean_scorer([t or i for t, i in zip(t2i_members, i2t_members)]), num_images, num_captions
+            _mean_scorer([t or i for t, i in zip(t2i_members, i2t_members)]), num_images, num_captions, progress=progress
         )
     metrics = retrieval_metrics(i2t_rows, num_images, captions_per_image, t2i_score_rows=t2i_rows)
     if folds > 1:
@@ -178,14 +197,18 @@ def _bound_scorer(
 
 
 def _scored_once(
-    score_rows: Callable[[slice], torch.Tensor], num_images: int, num_captions: int, chunk_size: int = 1000
+    score_rows: Callable[[slice], torch.Tensor],
+    num_images: int,
+    num_captions: int,
+    chunk_size: int = 1000,
+    progress: bool = False,
 ) -> Callable[[slice], torch.Tensor]:
     """``score_rows`` computing every row once, when the (N, N * k) float32 matrix fits :data:`SCORE_CACHE_BYTES`.
 
     The metrics visit every row block twice (and once more per fold); an SGR / SAF head
     costs far more per pair than the matrix costs to keep, so the matrix is scored on the
     first request, in blocks of ``chunk_size`` rows, and sliced afterwards. A larger
-    matrix is streamed as before: every request scores its rows.
+    matrix is streamed as before: every request scores its rows. ``progress`` shows a bar over the blocks.
     """
     if num_images * num_captions * 4 > SCORE_CACHE_BYTES:
         return score_rows
@@ -193,7 +216,8 @@ def _scored_once(
 
     def rows(requested: slice) -> torch.Tensor:
         if not matrix:
-            blocks = [score_rows(slice(a, min(a + chunk_size, num_images))) for a in range(0, num_images, chunk_size)]
+            starts = progress_bar(range(0, num_images, chunk_size), "scoring", progress)
+            blocks = [score_rows(slice(a, min(a + chunk_size, num_images))) for a in starts]
             matrix.append(torch.cat(blocks))
         return matrix[0][requested]
 

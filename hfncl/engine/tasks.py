@@ -35,6 +35,7 @@ import torch
 from hfncl.data import collate_pairs
 from hfncl.data.labelled import MODALITIES, LabelledSplit
 from hfncl.data.noisy_labels import collate_labelled
+from hfncl.engine.callbacks import progress_bar
 from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
 from hfncl.evaluation.map import cross_modal_map
 from hfncl.models import CategoryConfig, CategoryModel, NCLConfig, NCLModel
@@ -58,7 +59,7 @@ class Task(Protocol):
     def outputs(self, network: torch.nn.Module, gathered: tuple[torch.Tensor, ...], index: torch.Tensor) -> Any: ...
 
     def evaluate(
-        self, model: Any, split: Any, *, batch_size: int, device: torch.device | str, hook: Any
+        self, model: Any, split: Any, *, batch_size: int, device: torch.device | str, hook: Any, progress: bool = False
     ) -> dict[str, float]: ...
 
     def clean_masks(self, train_data: Any) -> dict[str, np.ndarray]: ...
@@ -98,10 +99,17 @@ class PairTask:
         return PairOutputs(image_embeds, text_embeds, view_similarity.mean(dim=0), index, view_similarity)
 
     def evaluate(
-        self, model: NCLModel, split: RetrievalSplit, *, batch_size: int, device: torch.device | str, hook: Any
+        self,
+        model: NCLModel,
+        split: RetrievalSplit,
+        *,
+        batch_size: int,
+        device: torch.device | str,
+        hook: Any,
+        progress: bool = False,
     ) -> dict[str, float]:
         """R@1/5/10, rSum, medr and meanr, scored as the active plugins rank (:func:`evaluate_retrieval`)."""
-        return evaluate_retrieval(model, split, batch_size=batch_size, device=device, hook=hook)
+        return evaluate_retrieval(model, split, batch_size=batch_size, device=device, hook=hook, progress=progress)
 
     def clean_masks(self, train_data: Any) -> dict[str, np.ndarray]:
         return {"pairs": np.asarray(train_data.clean_mask, dtype=bool)}
@@ -162,12 +170,19 @@ class CategoryTask:
 
     @torch.no_grad()
     def evaluate(
-        self, model: CategoryModel, split: LabelledSplit, *, batch_size: int, device: torch.device | str, hook: Any
+        self,
+        model: CategoryModel,
+        split: LabelledSplit,
+        *,
+        batch_size: int,
+        device: torch.device | str,
+        hook: Any,
+        progress: bool = False,
     ) -> dict[str, float]:
         """I2T and T2I mAP over the full cosine ranking of ``split`` (its labels), and their mean.
 
         With several networks the ranking is by their mean cosine similarity
-        (:meth:`CategoryModel.retrieval_embeddings`).
+        (:meth:`CategoryModel.retrieval_embeddings`). ``progress`` shows a bar over the batches.
         """
         was_training = model.training
         model.eval()
@@ -175,10 +190,11 @@ class CategoryTask:
             embeds = {}
             for modality in MODALITIES:
                 features = torch.from_numpy(split.features(modality))
+                starts = progress_bar(range(0, features.size(0), batch_size), f"evaluation: {modality}", progress)
                 embeds[modality] = torch.cat(
                     [
                         model.retrieval_embeddings(modality, features[start : start + batch_size].to(device)).cpu()
-                        for start in range(0, features.size(0), batch_size)
+                        for start in starts
                     ]
                 )
         finally:

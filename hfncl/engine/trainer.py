@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,9 +25,15 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
 from safetensors.torch import load_file, save_file
-from tqdm.auto import tqdm
 
 from hfncl.config import LATEST, TrainConfig
+from hfncl.engine.callbacks import (
+    EpochLine,
+    TrainerCallback,
+    TrainingCurves,
+    library_progress_bars,
+    progress_bar,
+)
 from hfncl.engine.distributed import gather, world
 from hfncl.engine.ledger import Ledger
 from hfncl.engine.randomness import per_sample_uniform, purpose_key
@@ -67,7 +74,8 @@ class Trainer:
     :class:`hfncl.engine.tasks.CategoryTask`, a :class:`hfncl.models.CategoryConfig`,
     a :class:`hfncl.data.noisy_labels.NoisyLabelledDataset` and a :class:`hfncl.data.LabelledSplit`.
     The training data's hidden clean mask(s) are used only to report division quality,
-    never handed to a plugin.
+    never handed to a plugin. ``callbacks`` (:class:`hfncl.engine.callbacks.TrainerCallback`)
+    run after the built-in epoch line and training curves.
     """
 
     def __init__(
@@ -78,8 +86,10 @@ class Trainer:
         val_split: Any = None,
         accelerator: Accelerator | None = None,
         task: Task | None = None,
+        callbacks: list[TrainerCallback] | None = None,
     ) -> None:
         self.config = config
+        self.callbacks = [EpochLine(), TrainingCurves(), *(callbacks or [])]
         self.task = task if task is not None else PairTask()
         manager = build_plugin_manager(config.plugins)
         check_division_fields(manager, config.plugins, config)
@@ -233,8 +243,9 @@ class Trainer:
         if self.config.resume_from_checkpoint is not None:
             self.resume()
         self.model.train()
-        while self.state.epoch < self.config.epochs:
-            self._train_epoch(self.state.epoch)
+        with library_progress_bars(self.config.progress):
+            while self.state.epoch < self.config.epochs:
+                self._train_epoch(self.state.epoch)
         self.accelerator.wait_for_everyone()
         self.accelerator.end_training()
         return {
@@ -245,6 +256,7 @@ class Trainer:
         }
 
     def _train_epoch(self, epoch: int) -> None:
+        started = time.perf_counter()
         self.epoch = epoch
         self.in_warmup = epoch < self.config.warmup_epochs
         self._set_learning_rate(epoch)
@@ -255,8 +267,6 @@ class Trainer:
             if not self.in_warmup:
                 self.divisions = self._divide(epoch)
                 self._plot_divisions(epoch)
-        division_report = {} if self.in_warmup else self._division_report()
-        record.update(division_report)
         sums = self.state.epoch_loss_sums
         while self.state.pass_index < len(self.passes):
             networks = self.passes[self.state.pass_index]
@@ -268,16 +278,21 @@ class Trainer:
             )
             stage = "warmup" if self.in_warmup else f"networks {networks}"
             description = f"{'+'.join(self.config.plugins)} epoch {epoch} {stage}"
-            for batch in self._progress(loader, description):
+            bar = self._progress(loader, description)
+            for batch in bar:
                 for name, value in self._step(batch, networks).items():
                     sums[name] = sums.get(name, 0.0) + value
                 self.state.epoch_steps += 1
+                bar.set_postfix(loss=f"{sum(sums.values()) / self.state.epoch_steps:.4f}", refresh=False)
                 self.state.batch_in_pass += 1
                 self.state.global_step += 1
                 if self.config.save_steps and self.state.global_step % self.config.save_steps == 0:
                     self.save_checkpoint()
+            self.hook.pass_end(trainer=self, epoch=epoch, networks=networks)
             self.state.pass_index += 1
             self.state.batch_in_pass = 0
+        division_report = {} if self.in_warmup else self._division_report()
+        record.update(division_report)
         self.hook.epoch_end(trainer=self, epoch=epoch)
         record.update({f"train/{k}": v / max(self.state.epoch_steps, 1) for k, v in sums.items()})
         if self.val_split is not None:
@@ -288,6 +303,8 @@ class Trainer:
                 self.state.best_score, self.state.best_epoch = score, epoch
                 self._save_best(metrics, division_report)
         self.state.history.append(record)
+        for callback in self.callbacks:
+            callback.on_epoch_end(self, record, time.perf_counter() - started)
         self.accelerator.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=epoch)
         self.state.epoch += 1
         self.state.pass_index = 0
@@ -380,7 +397,12 @@ class Trainer:
     def evaluate(self, split: Any) -> dict[str, float]:
         """The task's metrics on an evaluation split (pairs: R@1/5/10, rSum, medr, meanr; labels: mAP)."""
         return self.task.evaluate(
-            self.model, split, batch_size=self.config.eval_batch_size, device=self.accelerator.device, hook=self.hook
+            self.model,
+            split,
+            batch_size=self.config.eval_batch_size,
+            device=self.accelerator.device,
+            hook=self.hook,
+            progress=self._show_progress,
         )
 
     # ------------------------------------------------------------------ checkpoints
@@ -532,9 +554,12 @@ class Trainer:
             self.train_data, batch_sampler=sampler, collate_fn=self.task.collate, num_workers=self.config.num_workers
         )
 
+    @property
+    def _show_progress(self) -> bool:
+        return self.config.progress and self.accelerator.is_local_main_process
+
     def _progress(self, loader, description: str):
-        show = self.config.progress and self.accelerator.is_local_main_process
-        return tqdm(loader, desc=description, disable=not show, leave=False, dynamic_ncols=True)
+        return progress_bar(loader, description, self._show_progress)
 
     def _clip(self, networks: list[int]) -> None:
         if self.config.grad_clip > 0:

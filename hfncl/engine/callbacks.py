@@ -1,0 +1,126 @@
+"""What a run shows while it trains: progress bars, one line per epoch, training curves.
+
+The trainer calls every :class:`TrainerCallback` at the end of each epoch with that
+epoch's history record (``train/TERM``, ``val/METRIC``, ``division/...`` or
+``division/netK/...``) and its duration; :class:`EpochLine` and :class:`TrainingCurves`
+are always installed, a caller adds its own with ``Trainer(..., callbacks=[...])``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from hfncl.plots import plot_training_curves
+
+CURVES_FILE = "training_curves.png"
+
+
+def progress_bar(iterable: Iterable, description: str, enabled: bool, **options: Any) -> tqdm:
+    """A tqdm bar over ``iterable`` that vanishes when done; a silent pass-through when not ``enabled``."""
+    return tqdm(iterable, desc=description, disable=not enabled, leave=False, dynamic_ncols=True, **options)
+
+
+@contextmanager
+def library_progress_bars(enabled: bool) -> Iterator[None]:
+    """Unless ``enabled``, hide the bars of transformers (checkpoint shards), huggingface_hub and datasets
+    inside the block; their previous setting is restored after it."""
+    if enabled:
+        yield
+        return
+    import datasets
+    from transformers.utils import logging as transformers_logging
+
+    before = transformers_logging.is_progress_bar_enabled(), datasets.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if before[0]:
+            transformers_logging.enable_progress_bar()
+        if before[1]:
+            datasets.enable_progress_bars()
+
+
+class TrainerCallback:
+    """Called by the trainer on every process; override the events you need."""
+
+    def on_epoch_end(self, trainer: Any, record: dict[str, Any], seconds: float) -> None:
+        """After an epoch's validation and history record, before its checkpoint."""
+
+
+class EpochLine(TrainerCallback):
+    """Print one line per epoch on the main process (see :func:`format_epoch_line`)."""
+
+    def on_epoch_end(self, trainer: Any, record: dict[str, Any], seconds: float) -> None:
+        if trainer.accelerator.is_main_process:
+            tqdm.write(format_epoch_line(record, trainer.config.epochs, seconds))
+
+
+class TrainingCurves(TrainerCallback):
+    """Redraw ``OUTPUT_DIR/training_curves.png`` after every epoch (main process; needs matplotlib and
+    ``config.plot_divisions``)."""
+
+    def on_epoch_end(self, trainer: Any, record: dict[str, Any], seconds: float) -> None:
+        if not (trainer.config.plot_divisions and trainer.accelerator.is_main_process):
+            return
+        try:
+            plot_training_curves(trainer.state.history, trainer.output_dir / CURVES_FILE, trainer.task.best_metric)
+        except ImportError:
+            pass
+
+
+def format_epoch_line(record: dict[str, Any], epochs: int, seconds: float) -> str:
+    """``epoch E/N [warmup] | loss TERM v ... | val ... | division ... | Ts`` from an epoch's history record.
+
+    Validation recalls are grouped per direction (``i2t R@1/5/10 a/b/c``) followed by
+    rSum; other metrics (mAP) print by name. Division quality is the AUC, precision and
+    recall of each network's division, with the share of each named set.
+    """
+    parts = [f"epoch {record['epoch'] + 1}/{epochs}" + (" warmup" if record.get("warmup") else "")]
+    losses = [f"{key[len('train/'):]} {value:.4f}" for key, value in record.items() if key.startswith("train/")]
+    if losses:
+        parts.append("loss " + " ".join(losses))
+    validation = {key[len("val/"):]: value for key, value in record.items() if key.startswith("val/")}
+    if validation:
+        parts.append("val " + _validation(validation))
+    divisions = _divisions(record)
+    if divisions:
+        parts.append("division " + " ".join(divisions))
+    parts.append(f"{seconds:.1f}s")
+    return " | ".join(parts)
+
+
+def _validation(metrics: dict[str, float]) -> str:
+    shown = []
+    for direction in ("i2t", "t2i"):
+        recalls = [metrics.get(f"{direction}_r{k}") for k in (1, 5, 10)]
+        if None not in recalls:
+            shown.append(f"{direction} R@1/5/10 " + "/".join(f"{r:.1f}" for r in recalls))
+    if "rsum" in metrics:
+        shown.append(f"rSum {metrics['rsum']:.1f}")
+    if not shown:
+        shown = [f"{name} {value:.4f}" for name, value in metrics.items()]
+    return " ".join(shown)
+
+
+def _divisions(record: dict[str, Any]) -> list[str]:
+    """``[netK] AUC a P p R r SET share ...`` for each division in ``record`` (the clean share without named sets)."""
+    prefixes = sorted({key.rsplit("/", 1)[0] for key in record if key.startswith("division") and key.endswith("/auc")})
+    shown = []
+    for prefix in prefixes:
+        name = prefix[len("division"):].strip("/")
+        text = f"AUC {record[f'{prefix}/auc']:.3f} P {record[f'{prefix}/precision']:.3f} R {record[f'{prefix}/recall']:.3f}"
+        shares = [
+            f"{key[len(prefix) + 1:-len('_share')]} {value:.0%}"
+            for key, value in record.items()
+            if key.startswith(prefix + "/") and key.endswith("_share") and key.count("/") == prefix.count("/") + 1
+        ]
+        if not shares and f"{prefix}/predicted_clean_ratio" in record:
+            shares = [f"clean {record[f'{prefix}/predicted_clean_ratio']:.0%}"]
+        shown.append(" ".join(filter(None, [name, text, *shares])))
+    return shown
