@@ -21,6 +21,7 @@ Training, as the trainer runs it::
                     outputs = trainer.forward(k, batch)
                     terms = warmup_loss(...) if warm else loss(...)  (all plugins, summed)
                 backward, clip, step
+            pass_end(trainer, epoch, networks_of_pass)
         epoch_end(trainer, epoch)
 
 Retrieval with a trained model (evaluation, :mod:`hfncl.retrieval`) asks the plugins the
@@ -194,6 +195,17 @@ def train_step(trainer: "Trainer", batch: "Batch", networks: list[int]) -> dict[
 @hookspec
 def epoch_start(trainer: "Trainer", epoch: int) -> None:
     """Called at the start of every epoch, before division."""
+
+
+@hookspec
+def pass_end(trainer: "Trainer", epoch: int, networks: list[int]) -> None:
+    """Called after each pass of ``training_passes`` over the data, before the next pass.
+
+    For a method whose networks train in turn and label each other within an epoch: it
+    may fold what ``networks`` recorded and set ``trainer.divisions[k]`` of a network
+    ``k`` that trains in a later pass of the same epoch (the epoch's record reports the
+    divisions as they stand after the last pass).
+    """
 
 
 @hookspec

@@ -4,14 +4,15 @@ Every training step of network k computes, for each pair of its (global) batch, 
 cross-modal indicator y_CM (Eq. 3) and the intra-modal structure similarity S_IM
 (Eq. 8, structures weighted by the labels y network k is trained with) and records them
 in ``trainer.ledger`` by sample index: the mini-batch is the Monte Carlo relaxation of
-the paper, and no second pass over the data is made. At the end of the epoch
-(``epoch_end``) a two-component GMM on S_IM gives y_IM (Eq. 4), both indicators are
+the paper, and no second pass over the data is made. At the end of network k's pass
+(``pass_end``) a two-component GMM on S_IM gives y_IM (Eq. 4), both indicators are
 temporally ensembled with the previous epoch's (Eq. 10) and y = min(y_CM, y_IM) (Eq. 5)
-becomes the labels of the next epoch (``divide``). Network k is trained on the purified
+becomes the labels of the network k labels (its peer, or itself alone). Network k is trained on the purified
 InfoNCE L_CM (Eq. 6) plus gamma * L_IM (Eq. 7, 9), both weighted by y.
 
 With two networks (Algorithm 1, default) they are trained in turn, each with the labels
-its peer estimated; ``gsc.dual = false`` trains one network with its own labels (the
+its peer estimated last: B in epoch t with A's estimate of epoch t, A in epoch t + 1
+with B's of epoch t (lines 3 and 12-13); ``gsc.dual = false`` trains one network with its own labels (the
 paper: "GSC is effective with a single model"). The ablation of Table 5 is reachable
 through options: ``gsc.momentum = false`` (Eq. 10 off: each epoch's estimate replaces the
 last; the paper then warms up for 5 epochs, ``--warmup-epochs 5``), ``gsc.dual = false``
@@ -261,28 +262,39 @@ def fold_epoch(trainer: "Trainer", net: int, epoch: int) -> None:
 
 
 @hookimpl
-def epoch_end(trainer, epoch) -> None:
-    for net in range(trainer.num_networks):
+def pass_end(trainer, epoch, networks) -> None:
+    """Algorithm 1, lines 12-13: after network k's pass, fold its estimates and hand y[t] to the network it labels.
+
+    With two networks, network B's pass of epoch t trains on A's estimate of epoch t; A's
+    next pass (epoch t + 1) trains on B's of epoch t, given by :func:`divide` at that
+    epoch's start. Labels handed over in warmup are not used (y = 1 there).
+    """
+    later = {k for networks_of_pass in trainer.passes[trainer.state.pass_index + 1:] for k in networks_of_pass}
+    for net in networks:
         fold_epoch(trainer, net, epoch)
+        for user in range(trainer.num_networks):
+            if user in later and label_source(user, trainer.num_networks) == net and not trainer.in_warmup:
+                trainer.divisions[user] = network_division(trainer, user)
 
 
-@hookimpl
-def divide(trainer, epoch) -> list[Division]:
-    """Each network's labels y = min(y_CM, y_IM) (Eq. 5) from its label source's ensembled indicators.
+def network_division(trainer: "Trainer", net: int) -> Division:
+    """Network ``net``'s labels y = min(y_CM, y_IM) (Eq. 5) from its label source's ensembled indicators.
 
     Before any epoch has been folded every y is 1. ``extras`` carries y_CM, y_IM and,
     once estimated, y itself as the plotted statistic (y depends on two indicators, so no
     single one of them draws the division).
     """
-    threshold = trainer.option("gsc.threshold")
-    divisions = []
-    for net in range(trainer.num_networks):
-        source = label_source(net, trainer.num_networks)
-        y_cm = _column(trainer, Y_CM.format(source), 1.0)
-        y_im = _column(trainer, Y_IM.format(source), 1.0)
-        labels = correspondence_labels(y_cm, y_im)
-        extras = {"y_cm": y_cm, "y_im": y_im}
-        if Y_CM.format(source) in trainer.ledger.columns:
-            extras["statistic"] = labels.clone()
-        divisions.append(threshold_division(labels, threshold, **extras))
-    return divisions
+    source = label_source(net, trainer.num_networks)
+    y_cm = _column(trainer, Y_CM.format(source), 1.0)
+    y_im = _column(trainer, Y_IM.format(source), 1.0)
+    labels = correspondence_labels(y_cm, y_im)
+    extras = {"y_cm": y_cm, "y_im": y_im}
+    if Y_CM.format(source) in trainer.ledger.columns:
+        extras["statistic"] = labels.clone()
+    return threshold_division(labels, trainer.option("gsc.threshold"), **extras)
+
+
+@hookimpl
+def divide(trainer, epoch) -> list[Division]:
+    """Each network's labels at the epoch's start (:func:`network_division`)."""
+    return [network_division(trainer, net) for net in range(trainer.num_networks)]

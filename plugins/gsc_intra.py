@@ -15,7 +15,11 @@ method makes no division.
 
 Reading choices, where the paper leaves room:
 - <., .> inside a modality is the cosine similarity of the embeddings (for images with
-  several views, of the concatenated views: the mean of the views' cosines).
+  several views, of the concatenated views: the mean of the views' cosines). With an
+  SGR / SAF head, whose embeddings are local features, it is the cosine of their masked
+  means (:func:`structure_embeddings`); Sec. 3.5's "two extra forward passes" through a
+  similarity module (S(I_i, I_k), S(T_i, T_k)) is not taken: SGRAF's module compares a
+  caption's words with an image's regions, not two images.
 - Eq. 7 as printed has no per-sample weight in front of the log, but the text asks for
   "sample-wise purification for the intra-modal loss in addition to" the purified
   structures, so each query i is weighted by y_i as in Eq. 6.
@@ -31,17 +35,38 @@ import torch
 import torch.nn.functional as F
 
 from hfncl.hookspecs import hookimpl
+from hfncl.models.sgraf import l2norm, unpack_local
 
 if TYPE_CHECKING:
     from hfncl.engine.trainer import Trainer
     from hfncl.types import PairOutputs
 
 
+def structure_embeddings(embeds: torch.Tensor) -> torch.Tensor:
+    """The representation I_i (T_i) whose cosines form the intra-modal structure (Sec. 3.1).
+
+    Pooled embeddings (B, d) are used as they are. Packed local features (B, T, d + 1) of
+    a local-feature head (:func:`hfncl.models.sgraf.pack_local`) become the mean of their
+    L2-normalised valid positions: SGRAF's global mean, the query of its attention pooling.
+    """
+    if embeds.dim() == 2:
+        return embeds
+    if embeds.dim() == 3:
+        states, mask = unpack_local(embeds)
+        weights = mask.unsqueeze(-1).to(states.dtype)
+        return (l2norm(states) * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1.0)
+    raise ValueError(
+        f"intra_modal_similarity expects (B, d) embeddings or packed (B, T, d + 1) local features, "
+        f"got {tuple(embeds.shape)}"
+    )
+
+
 def intra_modal_similarity(embeds: torch.Tensor) -> torch.Tensor:
-    """Cosine similarity of every item of a batch with every other of the same modality: (B, d) -> (B, B)."""
-    if embeds.dim() != 2:
-        raise ValueError(f"intra_modal_similarity expects (B, d) embeddings, got {tuple(embeds.shape)}")
-    unit = F.normalize(embeds, dim=1)
+    """<X_i, X_k>: the cosine of every item of a batch with every other of the same modality -> (B, B).
+
+    ``embeds`` are (B, d) or packed local features (B, T, d + 1) (:func:`structure_embeddings`).
+    """
+    unit = F.normalize(structure_embeddings(embeds), dim=1)
     return unit @ unit.t()
 
 

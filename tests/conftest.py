@@ -17,6 +17,12 @@ TINY_DATA = SyntheticConfig(
     num_train=160, num_dev=40, num_test=40, num_concepts=16, num_regions=8, feature_dim=16, seed=1
 )
 TINY_MODEL = ModelArguments(embed_dim=32, word_dim=16)
+MICRO_DATA = SyntheticConfig(
+    num_train=24, num_dev=8, num_test=8, num_concepts=8, num_regions=6, feature_dim=8, seed=2
+)
+MICRO_LOCAL_MODELS = {
+    name: ModelArguments(embed_dim=8, word_dim=8, similarity=name, sim_dim=8, reasoning_steps=1) for name in ("sgr", "saf")
+}
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -29,6 +35,12 @@ def isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
 def tiny_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """SCAN-format splits of 160/40/40 images x 5 captions with 8 x 16 region features."""
     return generate_precomp(tmp_path_factory.mktemp("tiny_precomp"), TINY_DATA)
+
+
+@pytest.fixture(scope="session")
+def micro_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """24/8/8 images x 5 captions with 6 x 8 region features: a method on an SGR / SAF head trains an epoch in seconds."""
+    return generate_precomp(tmp_path_factory.mktemp("micro_precomp"), MICRO_DATA)
 
 
 def tiny_config(output_dir: Path, plugins: list[str], **overrides) -> TrainConfig:

@@ -12,12 +12,13 @@ import torch
 from safetensors.torch import load_file
 from sklearn.mixture import GaussianMixture
 
-from conftest import TINY_MODEL, Interrupted, noisy_trainer, tiny_config
+from conftest import MICRO_LOCAL_MODELS, TINY_MODEL, Interrupted, noisy_trainer, tiny_config
 from hfncl.data.synthetic import SyntheticConfig
 from hfncl.demo import demo_runs, run_demo
 from hfncl.engine.ledger import Ledger
 from hfncl.engine.trainer import Trainer
 from hfncl.experiment import DataArguments, run_experiment
+from hfncl.models.sgraf import pack_local
 from hfncl.types import Division
 from hfncl_plugins import gsc
 from hfncl_plugins.gsc import (
@@ -29,7 +30,12 @@ from hfncl_plugins.gsc import (
     intra_modal_indicator,
     temporal_ensemble,
 )
-from hfncl_plugins.gsc_intra import intra_modal_loss, intra_modal_similarity, structure_similarity
+from hfncl_plugins.gsc_intra import (
+    intra_modal_loss,
+    intra_modal_similarity,
+    structure_embeddings,
+    structure_similarity,
+)
 
 LN2, LN3 = math.log(2.0), math.log(3.0)
 # exp(S) = [[3, 1], [2, 1]] at temperature 1
@@ -110,6 +116,26 @@ def test_intra_modal_similarity_is_the_cosine_of_the_embeddings():
     embeds = torch.tensor([[3.0, 4.0], [1.0, 0.0], [0.0, -2.0]])
     expected = torch.tensor([[1.0, 0.6, -0.8], [0.6, 1.0, 0.0], [-0.8, 0.0, 1.0]])
     torch.testing.assert_close(intra_modal_similarity(embeds), expected)
+
+
+def test_structure_of_packed_local_features_is_the_cosine_of_their_masked_unit_means():
+    generator = torch.Generator().manual_seed(3)
+    states = torch.randn(3, 4, 5, generator=generator)
+    lengths = [4, 2, 1]
+    mask = torch.arange(4)[None, :] < torch.tensor(lengths)[:, None]
+    packed = pack_local(states, mask)
+    means = []
+    for item, length in zip(states.numpy(), lengths):
+        rows = item[:length] / np.linalg.norm(item[:length], axis=1, keepdims=True)
+        means.append(rows.mean(axis=0))
+    means = np.stack(means)
+    unit = means / np.linalg.norm(means, axis=1, keepdims=True)
+    torch.testing.assert_close(structure_embeddings(packed), torch.from_numpy(means))
+    torch.testing.assert_close(intra_modal_similarity(packed), torch.from_numpy(unit @ unit.T))
+    pooled = torch.randn(3, 5, generator=generator)
+    assert structure_embeddings(pooled) is pooled
+    with pytest.raises(ValueError, match="packed"):
+        intra_modal_similarity(torch.zeros(2, 3, 4, 5))
 
 
 def test_intra_modal_indicator_eq4_is_the_higher_mean_posterior():
@@ -220,6 +246,41 @@ def test_loss_uses_the_division_of_the_batch_and_records_its_statistics():
     no_intra = _fakenoisy_trainer(num_train=5, **{"gsc.intra_loss": False})
     no_intra.divisions = trainer.divisions
     assert set(gsc.loss(trainer=no_intra, batch={}, outputs=outputs, targets=None, net=0)) == {"gsc_cross_modal"}
+
+
+def test_network_b_trains_in_epoch_t_on_network_a_s_estimate_of_epoch_t():
+    """Algorithm 1, lines 3 and 12-13: A's pass folds A's estimate and hands it to B before B's pass."""
+    trainer = _fakenoisy_trainer(num_train=4)
+    trainer.passes, trainer.state = [[0], [1]], SimpleNamespace(pass_index=0)
+    index = torch.arange(4)
+    step_cm, sims = torch.tensor([0.9, 0.2, 0.8, 0.1]), torch.tensor([0.9, 0.1, 0.85, 0.05])
+    trainer.ledger.record(index, gsc.STEP_CM.format(0), step_cm)
+    trainer.ledger.record(index, gsc.STEP_SIM.format(0), sims)
+    gsc.pass_end(trainer=trainer, epoch=3, networks=[0])
+    y_cm = 0.7 * step_cm + 0.3
+    y_im = 0.7 * intra_modal_indicator(sims, seed=3) + 0.3
+    torch.testing.assert_close(trainer.divisions[1].clean_prob, torch.minimum(y_cm, y_im))
+    assert trainer.divisions[0] is None
+    trainer.state.pass_index = 1
+    trainer.ledger.record(index, gsc.STEP_CM.format(1), step_cm)
+    trainer.ledger.record(index, gsc.STEP_SIM.format(1), sims)
+    gsc.pass_end(trainer=trainer, epoch=3, networks=[1])
+    # A trains next in epoch 4, labelled by divide() at that epoch's start
+    assert trainer.divisions[0] is None and gsc.Y_CM.format(1) in trainer.ledger.columns
+    torch.testing.assert_close(divide(trainer=trainer, epoch=4)[0].clean_prob, torch.minimum(y_cm, y_im))
+
+
+@pytest.mark.parametrize("similarity", ["sgr", "saf"])
+def test_gsc_trains_an_epoch_on_sgr_and_saf_with_b_labelled_by_a_of_the_same_epoch(micro_data_dir, tmp_path, similarity):
+    result = run_experiment(
+        DataArguments(data_dir=str(micro_data_dir), noise_ratio=0.4),
+        tiny_config(tmp_path, ["gsc"], epochs=1, warmup_epochs=0, lr_decay_epochs=[], batch_size=24),
+        MICRO_LOCAL_MODELS[similarity],
+    )
+    [epoch] = result["history"]
+    assert all(math.isfinite(epoch[f"train/{term}/net{k}"]) for term in ("gsc_cross_modal", "gsc_intra_modal") for k in (0, 1))
+    # network 0 trained on y = 1 (no estimate yet); network 1 on network 0's estimate of this epoch
+    assert epoch["division/net0/predicted_clean_ratio"] == 1.0 and epoch["division/net1/predicted_clean_ratio"] < 1.0
 
 
 @pytest.mark.parametrize(
