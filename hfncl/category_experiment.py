@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hfncl.config import TrainConfig
+from hfncl.config import RUN_CONFIG_FILE, TrainConfig, save_run_config
 from hfncl.data import (
     LABEL_NOISE_KINDS,
     DataFormatError,
@@ -148,6 +148,10 @@ def _train_and_test(
         **asdict(model_args or CategoryModelArguments()),
     )
     trainer = Trainer(config, model_config, data["train"], data["val"], task=data["task"])
+    if trainer.accelerator.is_main_process:
+        save_run_config(
+            Path(config.output_dir, RUN_CONFIG_FILE), data_args, config, model_args or CategoryModelArguments()
+        )
     summary = trainer.train()
     best_dir = Path(config.output_dir) / "best"
     model = CategoryModel.from_pretrained(str(best_dir)) if best_dir.exists() else trainer.model

@@ -16,6 +16,7 @@ from typing import Any
 
 OPTIMIZERS = ("adam", "adamw")
 LATEST = "latest"
+RUN_CONFIG_FILE = "run_config.yaml"
 
 
 class PluginOptions(dict[str, Any]):
@@ -42,7 +43,7 @@ class TrainConfig:
         metadata={"help": 'Plugin options overriding their declared defaults, as JSON: \'{"plugin.option": 0.2}\'.'},
     )
     output_dir: str = field(default="runs/hfncl", metadata={"help": "Checkpoints, logs and the best model."})
-    epochs: int = field(default=40, metadata={"help": "Epochs, warmup included."})
+    epochs: int = field(default=40, metadata={"help": "Epochs, warmup included.", "aliases": ["--num_train_epochs"]})
     warmup_epochs: int = field(default=0, metadata={"help": "Epochs trained with the warmup loss before dividing."})
     batch_size: int = field(default=128, metadata={"help": "Global batch size (split across processes)."})
     eval_batch_size: int = field(default=256, metadata={"help": "Batch size of encoding passes."})
@@ -56,7 +57,12 @@ class TrainConfig:
     save_steps: int = field(default=0, metadata={"help": "Also checkpoint every N optimiser steps (0: epoch ends only)."})
     num_workers: int = field(default=0, metadata={"help": "DataLoader worker processes."})
     mixed_precision: str = field(default="no", metadata={"help": "no, fp16 or bf16 (Accelerate)."})
-    log_with: list[str] = field(default_factory=list, metadata={"help": "Accelerate trackers (tensorboard, wandb, ...)."})
+    log_with: list[str] = field(
+        default_factory=list, metadata={"help": "Accelerate trackers (tensorboard, wandb, ...).", "aliases": ["--report_to"]}
+    )
+    run_name: str | None = field(
+        default=None, metadata={"help": "The run's name in the trackers (default: the output directory's name)."}
+    )
     resume: bool = field(default=False, metadata={"help": "Same as --resume_from_checkpoint latest."})
     resume_from_checkpoint: str | None = field(
         default=None,
@@ -81,6 +87,8 @@ class TrainConfig:
                 raise ValueError(f"TrainConfig.{name} must be >= {least}, got {getattr(self, name)}")
         if self.batch_size < 2:
             raise ValueError(f"TrainConfig.batch_size must be >= 2 (a batch needs negatives), got {self.batch_size}")
+        if self.log_with:
+            check_trackers(self.log_with)
         if not 0 <= self.warmup_epochs <= self.epochs:
             raise ValueError(
                 f"TrainConfig.warmup_epochs must be between 0 and epochs={self.epochs}, got {self.warmup_epochs}"
@@ -95,3 +103,32 @@ class TrainConfig:
     @classmethod
     def load(cls, path: str | Path) -> "TrainConfig":
         return cls(**json.loads(Path(path).read_text()))
+
+
+def check_trackers(names: list[str]) -> None:
+    """Refuse a tracker Accelerate does not know or whose package is not installed."""
+    from accelerate.tracking import get_available_trackers
+    from accelerate.utils import LoggerType
+
+    known = [kind.value for kind in LoggerType]
+    available = [str(kind) for kind in get_available_trackers()]
+    for name in names:
+        if name not in known:
+            raise ValueError(f"TrainConfig.log_with: unknown tracker {name!r}, expected some of {known}")
+        if name != "all" and name not in available:
+            raise ValueError(
+                f"TrainConfig.log_with: tracker {name!r} is not installed (pip install {name}; "
+                f"installed: {', '.join(available) or 'none'})"
+            )
+
+
+def save_run_config(path: str | Path, *arguments: Any) -> Path:
+    """Write the fields of ``arguments`` (dataclasses) as one YAML mapping that ``--config`` reads back."""
+    import yaml
+
+    values: dict[str, Any] = {}
+    for argument in arguments:
+        values.update(json.loads(json.dumps(asdict(argument))))
+    path = Path(path)
+    path.write_text(yaml.safe_dump(values, sort_keys=False))
+    return path

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from hfncl.config import TrainConfig
+from hfncl.config import RUN_CONFIG_FILE, TrainConfig, save_run_config
 from hfncl.data import (
     NOISE_KINDS,
     DataFormatError,
@@ -62,7 +62,11 @@ class DataArguments:
         default="caption", metadata={"help": "caption: re-pair a share of captions (caption level); image: permute a share of images (image level)."}
     )
     noise_file: str | None = field(
-        default=None, metadata={"help": "Read this noise index (.npy, ours or a published one) instead of generating."}
+        default=None,
+        metadata={
+            "help": "Read this noise index (.npy, ours or a published one) instead of generating; it decides the "
+            "noise: results.json records its measured ratio, and a --noise-ratio that disagrees is refused."
+        },
     )
     noise_seed: int = field(default=0, metadata={"help": "Seed of the noise split."})
     vocab_file: str | None = field(
@@ -248,14 +252,38 @@ def prepare_data(
     else:
         vocab = Vocabulary.from_json(args.vocab_file) if args.vocab_file else Vocabulary.build(train.captions)
     pairing = _noise_index(args, train.num_images, train.captions_per_image, Path(output_dir))
+    noisy = NoisyPairDataset(train, vocab, pairing)
+    effective_noise_ratio(args, noisy)
     return {
-        "train": NoisyPairDataset(train, vocab, pairing),
+        "train": noisy,
         "val": RetrievalSplit.from_precomp(val, vocab),
         "test": RetrievalSplit.from_precomp(test, vocab),
         "vocab": vocab,
         "image_dim": feature_dim,
         "image_processor": processor,
     }
+
+
+NOISE_FILE_TOLERANCE = 0.01
+
+
+def effective_noise_ratio(args: DataArguments, train: Any) -> float:
+    """The share of training pairs that the noise is meant to corrupt: ``noise_ratio``, or with ``noise_file`` the
+    measured share of wrong pairs of the file's pairing.
+
+    Raises:
+        ValueError: a nonzero ``noise_ratio`` is given with a ``noise_file`` whose share differs by more than
+            ``NOISE_FILE_TOLERANCE`` (the file decides the pairing; the two say different things).
+    """
+    if not args.noise_file:
+        return args.noise_ratio
+    measured = float(1.0 - train.clean_mask.mean())
+    if args.noise_ratio and abs(measured - args.noise_ratio) > NOISE_FILE_TOLERANCE:
+        raise ValueError(
+            f"noise_ratio {args.noise_ratio:g} disagrees with noise_file {args.noise_file}, whose pairing has "
+            f"{measured:.1%} wrong pairs; the file decides the noise: give the file alone, or the ratio alone"
+        )
+    return measured
 
 
 def describe_data(args: DataArguments, data: dict[str, Any]) -> DataDescription:
@@ -311,6 +339,8 @@ def _train_and_test(
     image_dim = {} if data["image_dim"] is None else {"image_dim": data["image_dim"]}
     model_config = NCLConfig(**image_dim, vocab_size=len(data["vocab"]), **fields)
     trainer = Trainer(config, model_config, data["train"], data["val"])
+    if trainer.accelerator.is_main_process:
+        save_run_config(Path(config.output_dir, RUN_CONFIG_FILE), data_args, config, model_args or ModelArguments())
     if trainer.accelerator.is_main_process and "transformer" in (model_config.text_tower, model_config.image_tower):
         for part, counts in parameter_counts(trainer.model).items():
             print(f"{part}: {counts['trainable']:,} trainable of {counts['total']:,} parameters")
@@ -332,7 +362,8 @@ def _train_and_test(
     divisions = [h for h in summary["history"] if any(k.startswith("division") for k in h)]
     result = {
         "plugins": config.plugins,
-        "noise_ratio": data_args.noise_ratio,
+        "noise_ratio": effective_noise_ratio(data_args, data["train"]),
+        "noise_file": data_args.noise_file,
         "true_noise_ratio": float(1.0 - data["train"].clean_mask.mean()),
         "num_processes": trainer.accelerator.num_processes,
         "test": test,

@@ -1,12 +1,21 @@
-"""Argument parsing shared by the scripts in ``recipes/``: one method x one dataset each."""
+"""Argument parsing shared by the scripts in ``recipes/``: one method x one dataset each.
+
+Every recipe (and ``hfncl train``) also reads ``--config FILE``, a YAML or JSON mapping of
+any of its fields (a flag's name, aliases included); the recipe's defaults yield to the
+file and the file to the flags. A run saves its effective configuration as
+``OUTPUT_DIR/run_config.yaml``, which ``--config`` reads back to repeat it.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+import yaml
 from transformers import HfArgumentParser
 
 from hfncl.config import TrainConfig
@@ -16,25 +25,79 @@ from hfncl.plugins import PluginError
 
 
 def run_recipe(
-    description: str, plugins: list[str], defaults: dict[str, Any], argv: Sequence[str] | None = None
+    description: str,
+    plugins: list[str],
+    defaults: dict[str, Any],
+    argv: Sequence[str] | None = None,
+    prog: str | None = None,
 ) -> int:
     """Parse ``argv`` into data, training and model arguments with the recipe's defaults; train; print results.
 
     ``defaults`` are DataArguments / TrainConfig / ModelArguments values the recipe
     fixes unless the command line overrides them (the paper's settings for that dataset).
     """
-    parser = HfArgumentParser((DataArguments, TrainConfig, ModelArguments), description=description)
+    parser = HfArgumentParser((DataArguments, TrainConfig, ModelArguments), description=description, prog=prog)
     parser.set_defaults(plugins=plugins, **defaults)
     try:
-        data_args, config, model_args = parser.parse_args_into_dataclasses(
-            args=list(argv) if argv is not None else None
-        )
+        data_args, config, model_args = parse_with_config_file(parser, argv)
         result = run_experiment(data_args, config, model_args)
     except (DataFormatError, PluginError, ValueError, OSError) as error:
         print(f"error: {one_line(error)}", file=sys.stderr)
         return 2
     print(json.dumps({"test": result["test"], "division": result["division"]}, indent=1))
     return 0
+
+
+def parse_with_config_file(parser: HfArgumentParser, argv: Sequence[str] | None = None) -> tuple[Any, ...]:
+    """The parser's dataclasses from ``argv`` (default ``sys.argv[1:]``), with ``--config FILE``'s values as
+    defaults that the other flags override.
+
+    Raises:
+        ValueError: the file is not a YAML or JSON mapping, or names a field the parser does not have.
+    """
+    parser.add_argument(
+        "--config",
+        default=argparse.SUPPRESS,
+        help="YAML or JSON file of any of these fields (e.g. a run's run_config.yaml); flags override it.",
+    )
+    before = argparse.ArgumentParser(add_help=False)
+    before.add_argument("--config")
+    known, rest = before.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    if known.config is not None:
+        values = config_file_values(parser, known.config)
+        for action in parser._actions:
+            if action.dest in values:
+                action.required = False
+        parser.set_defaults(**values)
+    return parser.parse_args_into_dataclasses(args=rest)
+
+
+def config_file_values(parser: argparse.ArgumentParser, path: str | Path) -> dict[str, Any]:
+    """The values of a YAML or JSON configuration file, by the parser's destination names.
+
+    A key is a flag's name without its dashes (``epochs``, ``num_train_epochs``, ``data-dir``).
+    """
+    path = Path(path)
+    if path.suffix not in (".yaml", ".yml", ".json"):
+        raise ValueError(f"--config {path}: expected a .yaml, .yml or .json file")
+    text = path.read_text()
+    try:
+        content = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as error:
+        raise ValueError(f"--config {path}: not valid {path.suffix[1:].upper()}: {one_line(error)}") from error
+    if not isinstance(content, dict):
+        raise ValueError(f"--config {path}: expected a mapping of field names to values, got {type(content).__name__}")
+    destinations = {
+        option.lstrip("-").replace("-", "_"): action.dest
+        for action in parser._actions
+        if not isinstance(action, (argparse._HelpAction, argparse._StoreFalseAction)) and action.dest != "config"
+        for option in action.option_strings
+        if option.startswith("--")
+    }
+    unknown = sorted(str(key) for key in content if str(key).replace("-", "_") not in destinations)
+    if unknown:
+        raise ValueError(f"--config {path}: unknown field(s) {unknown}; the fields are the flags of --help")
+    return {destinations[str(key).replace("-", "_")]: value for key, value in content.items()}
 
 
 def one_line(error: Exception) -> str:
@@ -55,9 +118,7 @@ def run_label_recipe(
     parser = HfArgumentParser((LabelDataArguments, TrainConfig, CategoryModelArguments), description=description)
     parser.set_defaults(plugins=plugins, **defaults)
     try:
-        data_args, config, model_args = parser.parse_args_into_dataclasses(
-            args=list(argv) if argv is not None else None
-        )
+        data_args, config, model_args = parse_with_config_file(parser, argv)
         result = run_category_experiment(data_args, config, model_args)
     except (DataFormatError, PluginError, ValueError, OSError) as error:
         print(f"error: {one_line(error)}", file=sys.stderr)

@@ -24,7 +24,7 @@ from accelerate import PartialState
 
 LOCK_FILE = "hfncl.lock"
 RUN_RESULTS = ("checkpoints", "best", "results.json")
-RUN_ARTEFACTS = (*RUN_RESULTS, "divisions", "noise_index.npy", "training_curves.png")
+RUN_ARTEFACTS = (*RUN_RESULTS, "divisions", "noise_index.npy", "training_curves.png", "run_config.yaml")
 
 
 class OutputDirError(ValueError):

@@ -60,6 +60,7 @@ class TrainerState:
     best_score: float = -math.inf
     best_epoch: int = -1
     epoch_loss_sums: dict[str, float] = field(default_factory=dict)
+    epoch_loss_counts: dict[str, int] = field(default_factory=dict)
     epoch_steps: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
 
@@ -133,7 +134,12 @@ class Trainer:
         self.in_warmup = True
         self.output_dir = Path(config.output_dir)
         if config.log_with:
-            self.accelerator.init_trackers("hfncl", config={k: str(v) for k, v in config.to_dict().items()})
+            name = config.run_name or self.output_dir.resolve().name
+            self.accelerator.init_trackers(
+                "hfncl",
+                config={k: str(v) for k, v in config.to_dict().items()},
+                init_kwargs={"wandb": {"name": name}, "mlflow": {"run_name": name}, "trackio": {"name": name}},
+            )
 
     # ----------------------------------------------------------------- plugin API
     def option(self, name: str) -> Any:
@@ -267,7 +273,7 @@ class Trainer:
             if not self.in_warmup:
                 self.divisions = self._divide(epoch)
                 self._plot_divisions(epoch)
-        sums = self.state.epoch_loss_sums
+        sums, counts = self.state.epoch_loss_sums, self.state.epoch_loss_counts
         while self.state.pass_index < len(self.passes):
             networks = self.passes[self.state.pass_index]
             loader = self._loader(
@@ -282,6 +288,7 @@ class Trainer:
             for batch in bar:
                 for name, value in self._step(batch, networks).items():
                     sums[name] = sums.get(name, 0.0) + value
+                    counts[name] = counts.get(name, 0) + 1
                 self.state.epoch_steps += 1
                 bar.set_postfix(loss=f"{sum(sums.values()) / self.state.epoch_steps:.4f}", refresh=False)
                 self.state.batch_in_pass += 1
@@ -294,7 +301,8 @@ class Trainer:
         division_report = {} if self.in_warmup else self._division_report()
         record.update(division_report)
         self.hook.epoch_end(trainer=self, epoch=epoch)
-        record.update({f"train/{k}": v / max(self.state.epoch_steps, 1) for k, v in sums.items()})
+        # each term's mean over the steps that computed it (a network trained in its own pass: its pass's steps)
+        record.update({f"train/{k}": v / max(counts.get(k, self.state.epoch_steps), 1) for k, v in sums.items()})
         if self.val_split is not None:
             metrics = self.evaluate(self.val_split)
             record.update({f"val/{k}": v for k, v in metrics.items()})
@@ -308,7 +316,7 @@ class Trainer:
         self.accelerator.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=epoch)
         self.state.epoch += 1
         self.state.pass_index = 0
-        self.state.epoch_loss_sums, self.state.epoch_steps = {}, 0
+        self.state.epoch_loss_sums, self.state.epoch_loss_counts, self.state.epoch_steps = {}, {}, 0
         self.save_checkpoint()
 
     def _step(self, batch: Batch, networks: list[int]) -> dict[str, float]:

@@ -46,6 +46,7 @@ NOT_HYPERPARAMETERS = frozenset(
         "options",
         "output_dir",
         "log_with",
+        "run_name",
         "resume",
         "resume_from_checkpoint",
         "overwrite_output_dir",

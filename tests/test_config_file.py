@@ -1,0 +1,66 @@
+"""Runs configured from a YAML or JSON file, saved with the run and read back to repeat it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from transformers import HfArgumentParser
+
+from hfncl.config import TrainConfig
+from hfncl.experiment import DataArguments, ModelArguments
+from hfncl.recipe import parse_with_config_file, run_recipe
+
+
+def recipe_parser() -> HfArgumentParser:
+    return HfArgumentParser((DataArguments, TrainConfig, ModelArguments))
+
+
+def test_a_config_file_trains_flags_override_it_and_the_saved_config_repeats_the_run(tiny_data_dir, tmp_path):
+    run_dir = tmp_path / "run"
+    settings = {
+        "data_dir": str(tiny_data_dir),
+        "plugins": ["vsepp"],
+        "output_dir": str(run_dir),
+        "num_train_epochs": 1,  # TrainingArguments' name of `epochs`
+        "batch-size": 32,
+        "eval_batch_size": 64,
+        "seed": 1,
+        "progress": False,
+        "embed_dim": 32,
+        "word_dim": 16,
+    }
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(settings))
+    assert run_recipe("test", plugins=[], defaults={}, argv=["--config", str(tmp_path / "run.yaml"), "--seed", "3"]) == 0
+
+    saved = run_dir / "run_config.yaml"
+    effective = yaml.safe_load(saved.read_text())
+    assert (effective["epochs"], effective["seed"], effective["batch_size"], effective["embed_dim"]) == (1, 3, 32, 32)
+    again = parse_with_config_file(recipe_parser(), ["--config", str(saved)])
+    assert again == parse_with_config_file(recipe_parser(), ["--config", str(saved)])
+    assert again[1].seed == 3 and again[0].data_dir == str(tiny_data_dir) and again[2].word_dim == 16
+    (tmp_path / "run.json").write_text(json.dumps(effective))  # JSON reads the same
+    assert parse_with_config_file(recipe_parser(), ["--config", str(tmp_path / "run.json")]) == again
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("bad.yaml", "epochs: 2\nepochz: 3\n", r"unknown field\(s\) \['epochz'\]"),
+        ("bad.yaml", "- 1\n", "expected a mapping"),
+        ("bad.json", "{", "not valid JSON"),
+        ("bad.txt", "", "expected a .yaml, .yml or .json file"),
+    ],
+)
+def test_a_bad_config_file_is_one_line_naming_it(tmp_path, name, text, message):
+    (tmp_path / name).write_text(text)
+    with pytest.raises(ValueError, match=message):
+        parse_with_config_file(recipe_parser(), ["--config", str(tmp_path / name)])
+
+
+def test_a_tracker_that_is_not_installed_is_refused_with_the_fix():
+    with pytest.raises(ValueError, match=r"TrainConfig.log_with: tracker 'wandb' is not installed \(pip install wandb"):
+        TrainConfig(log_with=["wandb"])
+    with pytest.raises(ValueError, match="unknown tracker 'tensorbord'"):
+        TrainConfig(log_with=["tensorbord"])
