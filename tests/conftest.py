@@ -18,7 +18,7 @@ TINY_DATA = SyntheticConfig(
 )
 TINY_MODEL = ModelArguments(embed_dim=32, word_dim=16)
 MICRO_DATA = SyntheticConfig(
-    num_train=24, num_dev=8, num_test=8, num_concepts=8, num_regions=6, feature_dim=8, seed=2
+    num_train=16, num_dev=8, num_test=8, num_concepts=8, num_regions=6, feature_dim=8, seed=2
 )
 MICRO_LOCAL_MODELS = {
     name: ModelArguments(embed_dim=8, word_dim=8, similarity=name, sim_dim=8, reasoning_steps=1) for name in ("sgr", "saf")
@@ -39,7 +39,7 @@ def tiny_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def micro_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """24/8/8 images x 5 captions with 6 x 8 region features: a method on an SGR / SAF head trains an epoch in seconds."""
+    """16/8/8 images x 5 captions with 6 x 8 region features: a method on an SGR / SAF head trains an epoch in seconds."""
     return generate_precomp(tmp_path_factory.mktemp("micro_precomp"), MICRO_DATA)
 
 

@@ -24,11 +24,11 @@ def test_each_network_s_loss_is_the_mean_over_its_own_pass(micro_data_dir, tmp_p
     monkeypatch.setattr(Trainer, "_step", recording_step)
     result = run_experiment(
         DataArguments(data_dir=str(micro_data_dir), noise_ratio=0.4),
-        tiny_config(tmp_path, ["gsc"], epochs=1, warmup_epochs=1, lr_decay_epochs=[], batch_size=24),
+        tiny_config(tmp_path, ["gsc"], epochs=1, warmup_epochs=1, lr_decay_epochs=[], batch_size=16),
         TINY_MODEL,
     )
     [epoch] = result["history"]
-    assert len(logged) == 10  # 120 pairs / 24 = 5 steps per network
+    assert len(logged) == 10  # 80 pairs / 16 = 5 steps per network
     for name in ("gsc_cross_modal/net0", "gsc_cross_modal/net1", "gsc_intra_modal/net1"):
         values = [step[name] for step in logged if name in step]
         assert len(values) == 5
@@ -59,7 +59,7 @@ def test_results_json_records_the_noise_file_and_its_ratio(micro_data_dir, tmp_p
     noise_file = _index_file(micro_data_dir, tmp_path, 0.4)
     result = run_experiment(
         DataArguments(data_dir=str(micro_data_dir), noise_file=noise_file),
-        tiny_config(tmp_path / "run", ["vsepp"], epochs=1, warmup_epochs=0, lr_decay_epochs=[], batch_size=24),
+        tiny_config(tmp_path / "run", ["vsepp"], epochs=1, warmup_epochs=0, lr_decay_epochs=[], batch_size=16),
         TINY_MODEL,
     )
     saved = json.loads((tmp_path / "run" / "results.json").read_text())

@@ -274,7 +274,7 @@ def test_network_b_trains_in_epoch_t_on_network_a_s_estimate_of_epoch_t():
 def test_gsc_trains_an_epoch_on_sgr_and_saf_with_b_labelled_by_a_of_the_same_epoch(micro_data_dir, tmp_path, similarity):
     result = run_experiment(
         DataArguments(data_dir=str(micro_data_dir), noise_ratio=0.4),
-        tiny_config(tmp_path, ["gsc"], epochs=1, warmup_epochs=0, lr_decay_epochs=[], batch_size=24),
+        tiny_config(tmp_path, ["gsc"], epochs=1, warmup_epochs=0, lr_decay_epochs=[], batch_size=16),
         MICRO_LOCAL_MODELS[similarity],
     )
     [epoch] = result["history"]
