@@ -3,14 +3,36 @@
 Importing hfncl registers its model with the transformers Auto classes, so
 ``AutoModel.from_pretrained`` loads an hfncl checkpoint without ``trust_remote_code``;
 ``evaluate.load(hfncl.metrics_path("retrieval"))`` loads its retrieval metrics (and ``"map"``).
+The names below are imported on first use. The ``hfncl`` command skips the registration
+(its commands import what they use), so that ``hfncl --help`` does not wait for torch.
 """
 
-from hfncl.config import TrainConfig
-from hfncl.hookspecs import hookimpl
-from hfncl.metrics import metrics_path
-from hfncl.models import MatchingNetwork, NCLConfig, NCLModel
-from hfncl.types import Division, PairOutputs
+import sys
+from importlib import import_module
+from pathlib import Path
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["Division", "MatchingNetwork", "NCLConfig", "NCLModel", "PairOutputs", "TrainConfig", "hookimpl", "metrics_path"]
+_EXPORTS = {
+    "Division": "hfncl.types",
+    "MatchingNetwork": "hfncl.models",
+    "NCLConfig": "hfncl.models",
+    "NCLModel": "hfncl.models",
+    "PairOutputs": "hfncl.types",
+    "TrainConfig": "hfncl.config",
+    "hookimpl": "hfncl.hookspecs",
+    "metrics_path": "hfncl.metrics",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'hfncl' has no attribute {name!r}")
+    return getattr(import_module(_EXPORTS[name]), name)
+
+
+if Path((getattr(sys, "argv", None) or [""])[0]).name != "hfncl":
+    import_module("hfncl.models")  # registers the model types with AutoConfig / AutoModel

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 from collections.abc import Callable
@@ -31,6 +32,9 @@ class Command:
 
 
 COMMANDS: dict[str, Command] = {}
+LOGIN_HINT = (
+    "check the network, and log in with `hf auth login` or set HF_TOKEN to a token that may write the repository"
+)
 
 
 def command(
@@ -61,15 +65,18 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status (argparse exits on its own errors)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    handler = COMMANDS[argv[0]].passthrough if argv and argv[0] in COMMANDS else None
-    if handler is not None:
-        return handler(argv[1:])
-    args = build_parser().parse_args(argv)
     try:
+        handler = COMMANDS[argv[0]].passthrough if argv and argv[0] in COMMANDS else None
+        if handler is not None:
+            return handler(argv[1:])
+        args = build_parser().parse_args(argv)
         return COMMANDS[args.command].run(args)
     except PluginError as error:
         print(f"hfncl: error: {error}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # the reader stopped early (hfncl plugins | head): not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 0
 
 
 def plugin_record(info: PluginInfo) -> dict[str, object]:
@@ -86,14 +93,14 @@ def _plugins_arguments(parser: argparse.ArgumentParser) -> None:
 
 @command(
     "plugins",
-    help="List the installed method plugins and the hooks each implements.",
+    help="List the installed method plugins, the hooks each implements and its options with their defaults.",
     add_arguments=_plugins_arguments,
 )
 def plugins_command(args: argparse.Namespace) -> int:
     """Print every plugin of the ``hfncl`` entry-point group; a broken one shows its error."""
     records = [plugin_record(info) for info in describe_installed()]
     if args.json:
-        print(json.dumps(records, indent=2))
+        print(json.dumps(records, indent=2, default=str))
         return 0
     if not records:
         print("No hfncl plugins installed.")
@@ -104,6 +111,10 @@ def plugins_command(args: argparse.Namespace) -> int:
             print(f"    error: {record['error']}")
         else:
             print(f"    hooks: {', '.join(record['hooks']) or '(none)'}")
+            if record["options"]:
+                print("    options (defaults):")
+            for option, default in record["options"].items():
+                print(f"        {option} = {json.dumps(default, default=str)}")
     return 0
 
 
@@ -182,10 +193,21 @@ def _push_arguments(parser: argparse.ArgumentParser) -> None:
     add_arguments=_push_arguments,
 )
 def push_command(args: argparse.Namespace) -> int:
-    """Check and upload ``args.checkpoint`` to ``args.repo_id``; print the commit URL."""
+    """Check and upload ``args.checkpoint`` to ``args.repo_id``; print the commit URL.
+
+    The token is checked first, and a failure to reach the Hub is one line saying what to do.
+    """
+    from huggingface_hub import get_token
+    from huggingface_hub.errors import HfHubHTTPError
+
+    if not get_token():  # HF_TOKEN or the saved login
+        print(f"hfncl: error: {LOGIN_HINT} before pushing", file=sys.stderr)
+        return 1
     from hfncl.hub import CheckpointError, push_checkpoint
     from hfncl.models.configuration import IncompatibleCheckpointError
 
+    # the HTTP client's base error (connection, timeout, status), which the Hub's own error extends
+    network_errors = (HfHubHTTPError, *(base for base in HfHubHTTPError.__mro__ if base.__name__ == "HTTPError"))
     try:
         commit = push_checkpoint(
             args.checkpoint,
@@ -195,7 +217,14 @@ def push_command(args: argparse.Namespace) -> int:
             keep_card=args.keep_card,
             license=args.license,
         )
-    except (CheckpointError, IncompatibleCheckpointError, OSError) as error:
+    except (CheckpointError, IncompatibleCheckpointError) as error:
+        print(f"hfncl: error: {error}", file=sys.stderr)
+        return 1
+    except network_errors as error:
+        reason = " ".join(str(error).split())[:200]
+        print(f"hfncl: error: pushing to {args.repo_id} failed ({reason}): {LOGIN_HINT}", file=sys.stderr)
+        return 1
+    except OSError as error:
         print(f"hfncl: error: {error}", file=sys.stderr)
         return 1
     print(commit.commit_url)
@@ -337,7 +366,9 @@ def train(arguments: list[str]) -> int:
     """``hfncl train``: like a recipe, with the plugins named on the command line (``--help`` lists all)."""
     from hfncl.recipe import run_recipe
 
-    return run_recipe("hfncl train: train the named plugins.", plugins=[], defaults={}, argv=arguments)
+    return run_recipe(
+        "hfncl train: train the named plugins.", plugins=[], defaults={}, argv=arguments, prog="hfncl train"
+    )
 
 
 COMMANDS["train"] = Command(

@@ -58,7 +58,8 @@ class TrainConfig:
     num_workers: int = field(default=0, metadata={"help": "DataLoader worker processes."})
     mixed_precision: str = field(default="no", metadata={"help": "no, fp16 or bf16 (Accelerate)."})
     log_with: list[str] = field(
-        default_factory=list, metadata={"help": "Accelerate trackers (tensorboard, wandb, ...).", "aliases": ["--report_to"]}
+        default_factory=list,
+        metadata={"help": "Accelerate trackers (tensorboard, wandb, ...).", "aliases": ["--report_to"]},
     )
     run_name: str | None = field(
         default=None, metadata={"help": "The run's name in the trackers (default: the output directory's name)."}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from collections.abc import Iterable, Mapping
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
@@ -35,6 +35,7 @@ class PluginInfo:
     version: str
     hooks: tuple[str, ...]
     error: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 def _package(entry_point: EntryPoint) -> str:
@@ -132,16 +133,22 @@ def build_plugin_manager(names: list[str]) -> pluggy.PluginManager:
 
 
 def describe_installed() -> list[PluginInfo]:
-    """Every installed plugin with its distribution, version and hooks (for ``hfncl plugins``)."""
+    """Every installed plugin with its distribution, version, hooks and options with their defaults
+    (for ``hfncl plugins``)."""
     infos = []
     for name, entry_point in sorted(installed_entry_points().items()):
         dist = entry_point.dist
         hooks: tuple[str, ...] = ()
+        options: dict[str, Any] = {}
         problem = None
         try:
-            hooks = implemented_hooks(load_plugin(name))
+            plugin = load_plugin(name)
+            hooks = implemented_hooks(plugin)
+            options = dict(plugin.option_defaults() or {}) if "option_defaults" in hooks else {}
         except PluginError as error:
             problem = str(error)
+        except Exception as error:  # a plugin's own option_defaults failing
+            problem = f"option_defaults raised {type(error).__name__}: {error}"
         infos.append(
             PluginInfo(
                 name=name,
@@ -150,6 +157,7 @@ def describe_installed() -> list[PluginInfo]:
                 version=dist.version if dist else "?",
                 hooks=hooks,
                 error=problem,
+                options=options,
             )
         )
     return infos

@@ -32,7 +32,8 @@ def test_a_config_file_trains_flags_override_it_and_the_saved_config_repeats_the
         "word_dim": 16,
     }
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(settings))
-    assert run_recipe("test", plugins=[], defaults={}, argv=["--config", str(tmp_path / "run.yaml"), "--seed", "3"]) == 0
+    argv = ["--config", str(tmp_path / "run.yaml"), "--seed", "3"]
+    assert run_recipe("test", plugins=[], defaults={}, argv=argv) == 0
 
     saved = run_dir / "run_config.yaml"
     effective = yaml.safe_load(saved.read_text())

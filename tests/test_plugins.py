@@ -256,6 +256,8 @@ def test_cli_lists_builtin_plugins(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert re.search(r"^vsepp  hfncl==\S+  \(hfncl_plugins\.vsepp\)$", out, re.M)
     assert re.search(r"^ncr  hfncl==\S+  \(hfncl_plugins\.ncr\)$", out, re.M)
+    options = re.search(r"^ncr .*\n    hooks: .*\n    options \(defaults\):\n((        \S+ = .*\n)+)", out, re.M)
+    assert options and "        ncr.alpha = 0.2\n" in options.group(1)
 
 
 def test_cli_json_lists_builtin_plugins(capsys: pytest.CaptureFixture[str]) -> None:
@@ -285,6 +287,7 @@ def test_cli_shows_a_broken_plugin_error_instead_of_crashing(
         "version": "?",
         "hooks": ["option_defaults"],
         "error": None,
+        "options": {"x": 1},
     }
 
 

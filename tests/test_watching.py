@@ -19,5 +19,6 @@ def test_the_epoch_line_shows_named_sets_and_other_metrics():
         "division/hard_share": 0.1,
     }
     assert format_epoch_line(record, 10, 3.25) == (
-        "epoch 5/10 | loss ce 0.5000 | val mean_map 0.7100 | division AUC 0.900 P 0.800 R 0.700 clean 40% hard 10% | 3.2s"
+        "epoch 5/10 | loss ce 0.5000 | val mean_map 0.7100 | "
+        "division AUC 0.900 P 0.800 R 0.700 clean 40% hard 10% | 3.2s"
     )

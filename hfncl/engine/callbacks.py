@@ -114,7 +114,8 @@ def _divisions(record: dict[str, Any]) -> list[str]:
     shown = []
     for prefix in prefixes:
         name = prefix[len("division"):].strip("/")
-        text = f"AUC {record[f'{prefix}/auc']:.3f} P {record[f'{prefix}/precision']:.3f} R {record[f'{prefix}/recall']:.3f}"
+        auc, precision, recall = (record[f"{prefix}/{metric}"] for metric in ("auc", "precision", "recall"))
+        text = f"AUC {auc:.3f} P {precision:.3f} R {recall:.3f}"
         shares = [
             f"{key[len(prefix) + 1:-len('_share')]} {value:.0%}"
             for key, value in record.items()

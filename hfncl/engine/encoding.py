@@ -62,9 +62,8 @@ def encode_split(
     try:
         image_loader = torch.utils.data.DataLoader(split.images, batch_size=batch_size, collate_fn=collate_images)
         caption_loader = torch.utils.data.DataLoader(split.captions, batch_size=batch_size, collate_fn=collate_captions)
-        image_embeds = join_batches(
-            [model.encode_image(b["images"].to(device)) for b in progress_bar(image_loader, "encoding images", progress)]
-        )
+        images = progress_bar(image_loader, "encoding images", progress)
+        image_embeds = join_batches([model.encode_image(b["images"].to(device)) for b in images])
         text_embeds = join_batches(
             [
                 model.encode_text(b["captions"].to(device), b["lengths"].to(device))
@@ -177,9 +176,8 @@ def _ensemble_metrics(
     i2t_rows = _scored_once(_mean_scorer(i2t_members), num_images, num_captions, progress=progress)
     t2i_rows = None
     if any(member is not None for member in t2i_members):  # some member ranks captions differently
-        t2i_rows = _scored_once(
-            _mean_scorer([t or i for t, i in zip(t2i_members, i2t_members)]), num_images, num_captions, progress=progress
-        )
+        t2i_scorer = _mean_scorer([t or i for t, i in zip(t2i_members, i2t_members)])
+        t2i_rows = _scored_once(t2i_scorer, num_images, num_captions, progress=progress)
     metrics = retrieval_metrics(i2t_rows, num_images, captions_per_image, t2i_score_rows=t2i_rows)
     if folds > 1:
         averaged = coco_5fold_metrics(
