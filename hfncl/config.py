@@ -50,7 +50,13 @@ class TrainConfig:
     learning_rate: float = field(default=2e-4, metadata={"help": "Initial learning rate."})
     optimizer: str = field(default="adam", metadata={"help": "adam, or adamw (decoupled weight decay)."})
     weight_decay: float = field(default=0.0, metadata={"help": "Weight decay of the optimiser (AdamW: decoupled)."})
-    lr_decay_epochs: list[int] = field(default_factory=lambda: [30], metadata={"help": "Epochs at which lr decays."})
+    lr_decay_epochs: list[int] = field(
+        default_factory=lambda: [30],
+        metadata={
+            "help": "Epochs at which lr decays, counted from 0 at the first epoch, warmup included (a code that "
+            "counts after W warmup epochs decays at E: give W + E)."
+        },
+    )
     lr_decay_factor: float = field(default=0.1, metadata={"help": "Multiplier applied at each decay epoch."})
     grad_clip: float = field(default=2.0, metadata={"help": "Gradient norm clip (0 disables)."})
     seed: int = field(default=0, metadata={"help": "Seeds initialisation, shuffling and everything random."})

@@ -12,6 +12,8 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+import inspect
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +22,9 @@ from transformers import HfArgumentParser
 
 from hfncl.config import TrainConfig
 from hfncl.data import DataFormatError
-from hfncl.experiment import DataArguments, ModelArguments, run_experiment
-from hfncl.plugins import PluginError
+from hfncl.experiment import DataArguments, ModelArguments, model_fields, run_experiment
+from hfncl.models import NCLConfig
+from hfncl.plugins import PluginError, build_plugin_manager, resolve_options
 
 
 def run_recipe(
@@ -38,14 +41,43 @@ def run_recipe(
     """
     parser = HfArgumentParser((DataArguments, TrainConfig, ModelArguments), description=description, prog=prog)
     parser.set_defaults(plugins=plugins, **defaults)
+    parser.add_argument(
+        "--print-config",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="Print the effective settings (data, training, model, plugin options) as JSON and exit; needs no data.",
+    )
+    args = list(sys.argv[1:] if argv is None else argv)
+    printing = "--print-config" in args
+    if printing:
+        args.remove("--print-config")
+        for action in parser._actions:
+            action.required = False
     try:
-        data_args, config, model_args = parse_with_config_file(parser, argv)
+        data_args, config, model_args = parse_with_config_file(parser, args)
+        if printing:
+            print(json.dumps(effective_settings(data_args, config, model_args), indent=1, sort_keys=True))
+            return 0
         result = run_experiment(data_args, config, model_args)
     except (DataFormatError, PluginError, ValueError, OSError) as error:
         print(f"error: {one_line(error)}", file=sys.stderr)
         return 2
     print(json.dumps({"test": result["test"], "division": result["division"]}, indent=1))
     return 0
+
+
+def effective_settings(data_args: DataArguments, config: TrainConfig, model_args: ModelArguments) -> dict[str, Any]:
+    """What a run with these arguments trains with: data and training fields, the model's fields (the plugins'
+    ``model_defaults`` under explicit arguments) and every plugin option (declared defaults under ``--options``)."""
+    hook = build_plugin_manager(config.plugins).hook
+    signature = inspect.signature(NCLConfig.__init__).parameters
+    model_defaults = {f.name: signature[f.name].default for f in fields(ModelArguments) if f.name in signature}
+    return {
+        "data": asdict(data_args),
+        "training": config.to_dict(),
+        "model": {**model_defaults, **model_fields(config.plugins, model_args)},
+        "options": resolve_options(hook, config.plugins, config.options),
+    }
 
 
 def parse_with_config_file(parser: HfArgumentParser, argv: Sequence[str] | None = None) -> tuple[Any, ...]:

@@ -19,6 +19,7 @@ if __name__ == "__main__":
             __doc__,
             plugins=["gsc"],
             defaults={
+                "similarity": "sgr",
                 "epochs": 60,
                 "warmup_epochs": 0,
                 "lr_decay_epochs": [15, 30, 45],
