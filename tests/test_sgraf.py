@@ -559,6 +559,7 @@ def test_ncr_and_vsepp_train_with_sgr_and_saf_and_the_cli_averages_them(tiny_dat
         loaded = NCLModel.from_pretrained(output / "best")
         assert loaded.config.similarity == similarity
         runs[plugin], metrics[plugin] = output / "best", result["test"]
+    capsys.readouterr()  # the training runs' epoch lines
     assert cli_main(["evaluate", str(runs["ncr"]), "--data-dir", str(tiny_data_dir)]) == 0
     assert json.loads(capsys.readouterr().out)["metrics"] == pytest.approx(metrics["ncr"])
     assert cli_main(["evaluate", str(runs["ncr"]), str(runs["vsepp"]), "--data-dir", str(tiny_data_dir)]) == 0
