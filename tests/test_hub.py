@@ -157,6 +157,7 @@ class FakeHub:
         self.commits: list[dict] = []
         monkeypatch.setattr(HfApi, "create_repo", self._create_repo)
         monkeypatch.setattr(HfApi, "create_commit", self._create_commit)
+        monkeypatch.setenv("HF_TOKEN", "hf_fake_token_for_the_fake_hub")  # hfncl push asks for a token first
 
     def _create_repo(self, repo_id: str, **kwargs) -> RepoUrl:
         self.repos.append({"repo_id": repo_id, **kwargs})

@@ -20,7 +20,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from accelerate import PartialState
 
 LOCK_FILE = "hfncl.lock"
 RUN_RESULTS = ("checkpoints", "best", "results.json")
@@ -128,5 +127,15 @@ def owned_run_dir(config: Any) -> Any:
         config.output_dir,
         overwrite=config.overwrite_output_dir,
         resume=config.resume_from_checkpoint is not None,
-        main_process=PartialState().is_main_process,
+        main_process=_launched_rank() == 0,
     )
+
+
+def _launched_rank() -> int:
+    """This process's global rank as ``accelerate launch`` / ``torchrun`` set it (0 when not launched).
+
+    Read from the environment rather than through Accelerate's ``PartialState``: built
+    before the trainer's ``Accelerator``, a default ``PartialState`` takes every process
+    of a multi-CPU launch for the main one and the Accelerator inherits that.
+    """
+    return int(os.environ.get("RANK", "0"))
