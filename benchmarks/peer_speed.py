@@ -1,0 +1,319 @@
+"""SGR / SAF side by side with the official NCR code on the CPU: step time, scoring time, memory, roofline.
+
+    bash ../shared/tools/ncr_peer.sh NCR_GIT_DIR /tmp/peer 5      # a CPU-runnable copy of the official code
+    python benchmarks/peer_speed.py --peer-dir /tmp/peer/NCR [--quick] [--output benchmarks/peer_speed.md]
+
+The official code (XLearning-SCU/2021-NeurIPS-NCR) is imported from ``--peer-dir`` in a
+child process for measurement only; nothing of it is part of hfncl. Both programs get
+one generated data set of Flickr30K shapes (36 x 2048 region features, captions of
+Flickr30K-like lengths with the official vocabulary's start and end tokens, word
+vectors of 300) and the same torch thread count. Every measurement runs in its own
+child process (peak resident memory is that process's), the official and hfncl
+children interleaved, ``--repeats`` times; the table gives medians and [min, max].
+
+- **Warmup step**: one training step of one network on a batch of 128 pairs, as NCR's
+  warmup runs it: forward, the triplet loss averaged over each pair's negatives,
+  backward, gradient clipping at 2, Adam. The official step is its ``SGRAF.train(...,
+  mode="warmup")``; hfncl's is its model, ``triplet_sum_negatives`` and the same
+  optimiser. One untimed step, then one timed; CPU seconds are user + sys.
+- **Scoring**: the similarity matrix of ``--scoring-images`` images x 5 captions each
+  from precomputed embeddings, by the official ``evaluation.shard_attn_scores`` and by
+  hfncl's evaluation scorer (``model.similarity`` in eval mode, the block scorer).
+- **Roofline**: the matrix-multiply FLOPs of each step (``torch.utils.flop_counter``,
+  forward and backward) over the step's CPU seconds, as a fraction of this CPU's
+  measured fp32 matmul throughput (2048 x 2048, same threads).
+
+The last line is ``ratios warmup_step=X pair_epoch=Y scoring=Z rss=W roofline=F`` for the
+first head and size measured (hfncl / official; roofline is hfncl's fraction).
+``pair_epoch`` (NCR's co-training epoch with both networks and the division) is not
+measured yet and reads ``n/a``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from argparse import Namespace
+from pathlib import Path
+
+BATCH, REGIONS, IMAGE_DIM, WORD_DIM, VOCAB = 128, 36, 2048, 300, 8000
+CAPTIONS_PER_IMAGE = 5
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def caption_lengths(count: int):
+    """Flickr30K-like token counts from torch's global generator: about 12 words plus the start and end tokens, 8 to 32."""
+    import torch
+
+    words = torch.distributions.Gamma(torch.tensor(9.0), torch.tensor(0.75)).sample((count,))
+    return (words.round().long() + 2).clamp(8, 32)
+
+
+def batch(seed: int = 0):
+    """One training batch: regions (B, 36, 2048), token ids (B, L) padded with 0, lengths sorted longest first."""
+    import torch
+
+    torch.manual_seed(seed)
+    lengths = caption_lengths(BATCH).sort(descending=True).values
+    tokens = torch.randint(1, VOCAB, (BATCH, int(lengths[0])))
+    tokens = tokens * (torch.arange(tokens.size(1))[None, :] < lengths[:, None])
+    return torch.randn(BATCH, REGIONS, IMAGE_DIM), tokens, lengths
+
+
+def embeddings(images: int, embed_dim: int, seed: int = 1):
+    """Unit-norm local embeddings: regions (N, 36, d), words (5N, L, d) zero past each length, and the lengths."""
+    import torch
+
+    torch.manual_seed(seed)
+    lengths = caption_lengths(images * CAPTIONS_PER_IMAGE)
+    regions = torch.nn.functional.normalize(torch.randn(images, REGIONS, embed_dim), dim=-1)
+    words = torch.nn.functional.normalize(torch.randn(len(lengths), int(lengths.max()), embed_dim), dim=-1)
+    words = words * (torch.arange(words.size(1))[None, :, None] < lengths[:, None, None])
+    return regions, words, lengths
+
+
+def _peer_model(peer_dir: str, head: str, embed_dim: int, sim_dim: int):
+    sys.path.insert(0, peer_dir)
+    import model as peer  # the official NCR code, for measurement only
+
+    opt = Namespace(
+        grad_clip=2.0, img_dim=IMAGE_DIM, embed_size=embed_dim, vocab_size=VOCAB, word_dim=WORD_DIM, num_layers=1,
+        bi_gru=True, no_imgnorm=False, no_txtnorm=False, sim_dim=sim_dim, module_name=head.upper(), sgr_step=3,
+        margin=0.2, learning_rate=2e-4,
+    )
+    return peer.SGRAF(opt), opt
+
+
+def _hfncl_model(head: str, embed_dim: int, sim_dim: int):
+    from hfncl.models import NCLConfig, NCLModel
+
+    config = NCLConfig(
+        image_dim=IMAGE_DIM, embed_dim=embed_dim, word_dim=WORD_DIM, vocab_size=VOCAB, similarity=head, sim_dim=sim_dim,
+        num_networks=1,
+    )
+    return NCLModel(config)
+
+
+def _matmul_flops(step) -> int:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        step()
+    return counter.get_total_flops()
+
+
+def _timed(step, repeats: int = 1) -> dict[str, float]:
+    step()  # untimed: allocator and caches warm
+    wall, cpu = time.perf_counter(), _cpu_seconds()
+    for _ in range(repeats):
+        step()
+    return {"wall": (time.perf_counter() - wall) / repeats, "cpu": (_cpu_seconds() - cpu) / repeats}
+
+
+def child_train(program: str, args: argparse.Namespace) -> dict[str, float]:
+    """One warmup step of one network, timed after an untimed one; its FLOPs counted once more at the end."""
+    import torch
+
+    images, tokens, lengths = batch()
+    if program == "official":
+        model, _ = _peer_model(args.peer_dir, args.head, args.embed_dim, args.sim_dim)
+        model.train_start()
+
+        def step() -> None:
+            model.train(images, tokens, lengths.tolist(), mode="warmup")
+    else:
+        from hfncl.losses import triplet_sum_negatives
+
+        model = _hfncl_model(args.head, args.embed_dim, args.sim_dim).train()
+        network = model.networks[0]
+        optimizer = torch.optim.Adam(model.parameters(), lr=2e-4)
+
+        def step() -> None:
+            similarity = network.similarity(network.encode_image(images), network.encode_text(tokens, lengths))
+            optimizer.zero_grad()
+            triplet_sum_negatives(similarity, 0.2).sum().backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 2.0)
+            optimizer.step()
+
+    result = _timed(step)
+    result["peak_mib"] = _peak_mib()
+    result["flops"] = _matmul_flops(step)
+    return result
+
+
+def child_score(program: str, args: argparse.Namespace) -> dict[str, float]:
+    """Seconds to score ``scoring_images`` x 5 captions from embeddings (no untimed run: one pass is the job)."""
+    import torch
+
+    regions, words, lengths = embeddings(args.scoring_images, args.embed_dim)
+    if program == "official":
+        sys.path.insert(0, args.peer_dir)
+        from evaluation import shard_attn_scores
+
+        model, opt = _peer_model(args.peer_dir, args.head, args.embed_dim, args.sim_dim)
+        model.val_start()
+
+        def score() -> None:
+            shard_attn_scores(model, regions.numpy(), words.numpy(), lengths.tolist(), opt, shard_size=1000)
+    else:
+        from hfncl.models.sgraf import pack_local
+
+        model = _hfncl_model(args.head, args.embed_dim, args.sim_dim).eval()
+        mask = torch.arange(words.size(1))[None, :] < lengths[:, None]
+        image_embeds, text_embeds = pack_local(regions, None)[None], pack_local(words, mask)[None]
+
+        def score() -> None:
+            with torch.no_grad():
+                model.similarity(image_embeds, text_embeds)
+
+    wall, cpu = time.perf_counter(), _cpu_seconds()
+    score()
+    return {"wall": time.perf_counter() - wall, "cpu": _cpu_seconds() - cpu, "peak_mib": _peak_mib()}
+
+
+def child_matmul() -> dict[str, float]:
+    """This CPU's fp32 matmul throughput (GFLOP/s) on 2048 x 2048 matrices, median of five."""
+    import torch
+
+    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    a @ b
+    seconds = []
+    for _ in range(5):
+        start = time.perf_counter()
+        a @ b
+        seconds.append(time.perf_counter() - start)
+    return {"gflops": 2 * 2048**3 / statistics.median(seconds) / 1e9}
+
+
+def _run_child(args: argparse.Namespace, kind: str, program: str, head: str, dims: str) -> dict[str, float]:
+    env = os.environ | {"OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
+    command = [
+        sys.executable, __file__, "--peer-dir", args.peer_dir, "--threads", str(args.threads),
+        "--scoring-images", str(args.scoring_images), "--child", kind, "--program", program, "--head", head, "--dims", dims,
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"{program} {kind} {head} {dims} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _median(runs: list[dict[str, float]], key: str) -> tuple[float, float, float]:
+    values = [run[key] for run in runs]
+    return statistics.median(values), min(values), max(values)
+
+
+def _cell(runs: list[dict[str, float]], key: str, digits: int = 2) -> str:
+    middle, low, high = _median(runs, key)
+    return f"{middle:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def measure(args: argparse.Namespace) -> tuple[str, str]:
+    """Every measurement, interleaved; the markdown report and the ratios line."""
+    throughput = _run_child(args, "matmul", "hfncl", "sgr", "256/64")["gflops"]
+    rows, ratios = [], None
+    for head, dims in args.cases:
+        train = {"official": [], "hfncl": []}
+        score = {"official": [], "hfncl": []}
+        for _ in range(args.repeats):
+            for program in ("official", "hfncl"):
+                train[program].append(_run_child(args, "train", program, head, dims))
+        for _ in range(args.scoring_repeats):
+            for program in ("official", "hfncl"):
+                score[program].append(_run_child(args, "score", program, head, dims))
+        step_ratio = _median(train["hfncl"], "cpu")[0] / _median(train["official"], "cpu")[0]
+        score_ratio = _median(score["hfncl"], "cpu")[0] / _median(score["official"], "cpu")[0]
+        rss_ratio = _median(train["hfncl"], "peak_mib")[0] / _median(train["official"], "peak_mib")[0]
+        roofline = {
+            program: train[program][0]["flops"] / _median(train[program], "cpu")[0] / (throughput * 1e9)
+            for program in train
+        }
+        rows.append(
+            f"| {head.upper()} {dims} | {_cell(train['official'], 'cpu')} | {_cell(train['hfncl'], 'cpu')} | "
+            f"{step_ratio:.2f} | {train['official'][0]['flops'] / 1e12:.2f} / {train['hfncl'][0]['flops'] / 1e12:.2f} | "
+            f"{roofline['official']:.2f} / {roofline['hfncl']:.2f} | {_cell(score['official'], 'cpu', 1)} | "
+            f"{_cell(score['hfncl'], 'cpu', 1)} | {score_ratio:.2f} | {_median(train['official'], 'peak_mib')[0]:.0f} / "
+            f"{_median(train['hfncl'], 'peak_mib')[0]:.0f} | {rss_ratio:.2f} |"
+        )
+        if ratios is None:
+            ratios = (
+                f"ratios warmup_step={step_ratio:.2f} pair_epoch=n/a scoring={score_ratio:.2f} rss={rss_ratio:.2f} "
+                f"roofline={roofline['hfncl']:.2f}"
+            )
+    import torch
+
+    header = [
+        f"Official NCR code vs hfncl on the CPU ({args.threads} torch thread(s), torch {torch.__version__}, "
+        f"fp32 matmul {throughput:.0f} GFLOP/s on 2048 x 2048). Warmup step: one network, batch of {BATCH}, "
+        f"CPU seconds (user + sys), median [min, max] of {args.repeats} interleaved runs. Scoring: "
+        f"{args.scoring_images} x {args.scoring_images * CAPTIONS_PER_IMAGE} from embeddings, "
+        f"{args.scoring_repeats} run(s). Peak RSS of the training-step process.",
+        "",
+        "| head dims | official step s | hfncl step s | hfncl / official | matmul TFLOP per step (official / hfncl) | "
+        "roofline fraction (official / hfncl) | official scoring s | hfncl scoring s | hfncl / official | "
+        "peak RSS MiB (official / hfncl) | hfncl / official |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    return "\n".join(header + rows) + "\n", ratios
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--peer-dir", required=True, help="The NCR/ folder of the prepared official code.")
+    parser.add_argument("--quick", action="store_true", help="SGR at 256/64 only, 100 scoring images (a few minutes).")
+    parser.add_argument("--output", help="Markdown table to write (printed in any case).")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3, help="Interleaved runs of each training step.")
+    parser.add_argument("--scoring-repeats", type=int, default=1)
+    parser.add_argument("--scoring-images", type=int, default=1000)
+    parser.add_argument("--cases", nargs="+", default=["sgr:1024/256", "saf:1024/256", "sgr:256/64", "saf:256/64"],
+                        help="HEAD:EMBED/SIM cases to measure.")
+    parser.add_argument("--child", choices=("train", "score", "matmul"), help=argparse.SUPPRESS)
+    parser.add_argument("--program", choices=("official", "hfncl"), help=argparse.SUPPRESS)
+    parser.add_argument("--head", choices=("sgr", "saf"), help=argparse.SUPPRESS)
+    parser.add_argument("--dims", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if not (Path(args.peer_dir) / "model.py").is_file():
+        parser.error(f"--peer-dir {args.peer_dir}: no model.py there; prepare it with ../shared/tools/ncr_peer.sh")
+    if args.quick:
+        args.cases, args.scoring_images = ["sgr:256/64"], 100
+    args.cases = [tuple(case.split(":")) for case in args.cases]
+    if args.dims:
+        args.embed_dim, args.sim_dim = map(int, args.dims.split("/"))
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.child:
+        import torch
+
+        torch.set_num_threads(args.threads)
+        result = child_matmul() if args.child == "matmul" else (child_train if args.child == "train" else child_score)(
+            args.program, args
+        )
+        print(json.dumps(result))
+        return 0
+    report, ratios = measure(args)
+    if args.output:
+        Path(args.output).write_text(report + "\n" + ratios + "\n")
+    print(report)
+    print(ratios)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
