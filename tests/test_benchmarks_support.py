@@ -278,3 +278,27 @@ def test_given_settings_replace_the_demo_settings_and_train_a_method_without_any
     assert ncr.settings["epochs"] == 10
     with pytest.raises(ValueError, match="methods named"):
         common.method_runs(None, 0.5, settings)
+
+
+def _peer_speed():
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "peer_speed.py"
+    spec = importlib.util.spec_from_file_location("peer_speed", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_peer_speed_refuses_a_folder_without_the_official_code_and_builds_its_data(tmp_path, capsys):
+    peer_speed = _peer_speed()
+    with pytest.raises(SystemExit):
+        peer_speed.parse_args(["--peer-dir", str(tmp_path)])
+    assert "no model.py there" in capsys.readouterr().err
+    (tmp_path / "model.py").write_text("")
+    quick = peer_speed.parse_args(["--peer-dir", str(tmp_path), "--quick"])
+    assert quick.cases == [("sgr", "256/64")] and quick.scoring_images == 100
+    images, tokens, lengths = peer_speed.batch()
+    assert images.shape == (128, 36, 2048) and tokens.shape == (128, int(lengths[0]))
+    assert bool((lengths[:-1] >= lengths[1:]).all()) and bool(((tokens > 0).sum(dim=1) == lengths).all())
+    regions, words, caption_lengths = peer_speed.embeddings(3, 8)
+    assert regions.shape == (3, 36, 8) and words.shape[0] == 15 == len(caption_lengths)
+    assert bool((words.norm(dim=-1) > 0).sum(dim=1).eq(caption_lengths).all())
