@@ -260,17 +260,17 @@ def test_ncr_division_carries_the_gmm_it_fitted():
         torch.testing.assert_close(divisions[net].extras["statistic"], losses[peer])
 
 
-def _benchmark_common():
-    """``benchmarks/common.py``, which the scripts import by their own directory."""
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "common.py"
-    spec = importlib.util.spec_from_file_location("benchmark_common", path)
+def _benchmark_module(name: str):
+    """``benchmarks/NAME.py``, loaded from its file (the scripts import each other by their own directory)."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 def test_given_settings_replace_the_demo_settings_and_train_a_method_without_any():
-    common = _benchmark_common()
+    common = _benchmark_module("common")
     settings = {"epochs": 3, "warmup_epochs": 1, "options": {"ugncl.xi1": 0.0}}
     (run,) = common.method_runs(["ugncl"], 0.7, settings)
     assert (run.plugin, run.noise_ratio, run.settings) == ("ugncl", 0.7, settings)
@@ -280,16 +280,8 @@ def test_given_settings_replace_the_demo_settings_and_train_a_method_without_any
         common.method_runs(None, 0.5, settings)
 
 
-def _peer_speed():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "peer_speed.py"
-    spec = importlib.util.spec_from_file_location("peer_speed", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_peer_speed_refuses_a_folder_without_the_official_code_and_builds_its_data(tmp_path, capsys):
-    peer_speed = _peer_speed()
+    peer_speed = _benchmark_module("peer_speed")
     with pytest.raises(SystemExit):
         peer_speed.parse_args(["--peer-dir", str(tmp_path)])
     assert "no model.py there" in capsys.readouterr().err
