@@ -240,12 +240,12 @@ class SimilarityHead(nn.Module, ABC):
 
     def score_blocks(self, images: _Side, texts: _Side, blocks: list[PairBlock]) -> torch.Tensor:
         """Scores of the blocks, as the (n, m) matrix with its columns in the blocks' caption order."""
-        groups: dict[int, list[torch.Tensor]] = {}
-        for block in blocks:
-            group = texts.take(block.captions.to(texts.local.device), block.length)
-            nodes, node_mask = self.nodes(images.take(block.rows), group)
-            groups.setdefault(block.group, []).append(self.score(nodes, node_mask))
-        return torch.cat([torch.cat(rows) for rows in groups.values()], dim=1)
+        return _assemble(blocks, [self.score(*self.block_nodes(images, texts, block)) for block in blocks])
+
+    def block_nodes(self, images: _Side, texts: _Side, block: PairBlock) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`nodes` of one block: its image rows against its captions, cut to their length."""
+        group = texts.take(block.captions.to(texts.local.device), block.length)
+        return self.nodes(images.take(block.rows), group)
 
     @staticmethod
     def _encode_side(packed: torch.Tensor, pool: AttentionPooling) -> _Side:
@@ -255,6 +255,14 @@ class SimilarityHead(nn.Module, ABC):
             raise ValueError("every image and caption needs at least one valid position (an all-padding item came)")
         local = l2norm(states)
         return _Side(local, mask, pool(local, mask))
+
+
+def _assemble(blocks: list[PairBlock], scores: list[torch.Tensor]) -> torch.Tensor:
+    """Block scores (rows, captions) -> the (n, m) matrix: rows stacked within a caption group, groups side by side."""
+    groups: dict[int, list[torch.Tensor]] = {}
+    for block, score in zip(blocks, scores):
+        groups.setdefault(block.group, []).append(score)
+    return torch.cat([torch.cat(rows) for rows in groups.values()], dim=1)
 
 
 def _valid_length(mask: torch.Tensor) -> torch.Tensor:
@@ -338,15 +346,15 @@ class SAFHead(SimilarityHead):
             return super().score_blocks(images, texts, blocks)
         parts = []
         for block in blocks:
-            group = texts.take(block.captions.to(texts.local.device), block.length)
-            nodes, node_mask = self.nodes(images.take(block.rows), group)
-            parts.append((block, nodes, *self._raw(nodes, node_mask)))
-        normed = self.norm(torch.cat([raw[valid] for _, _, valid, raw in parts]).unsqueeze(1)).squeeze(1)
-        sizes = [int(valid.sum()) for _, _, valid, _ in parts]
-        groups: dict[int, list[torch.Tensor]] = {}
-        for (block, nodes, valid, raw), values in zip(parts, normed.split(sizes)):
-            groups.setdefault(block.group, []).append(self._filter(nodes, valid, raw.masked_scatter(valid, values)))
-        return torch.cat([torch.cat(rows) for rows in groups.values()], dim=1)
+            nodes, node_mask = self.block_nodes(images, texts, block)
+            parts.append((nodes, *self._raw(nodes, node_mask)))
+        normed = self.norm(torch.cat([raw[valid] for _, valid, raw in parts]).unsqueeze(1)).squeeze(1)
+        sizes = [int(valid.sum()) for _, valid, _ in parts]
+        scores = [
+            self._filter(nodes, valid, raw.masked_scatter(valid, values))
+            for (nodes, valid, raw), values in zip(parts, normed.split(sizes))
+        ]
+        return _assemble(blocks, scores)
 
     def _raw(self, nodes: torch.Tensor, node_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The (n, m, N) mask of valid nodes and their attention logits W_f s_p."""
