@@ -15,6 +15,7 @@ import sys
 from typing import Any
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from importlib import import_module
 from importlib.metadata import version
 
 from hfncl.plugins import PluginError, PluginInfo, describe_installed
@@ -147,6 +148,14 @@ def demo_command(args: argparse.Namespace) -> int:
     )
 
 
+def _register_model_types() -> None:
+    """Register hfncl's model types with the transformers Auto classes, which read a checkpoint's config.
+
+    Importing :mod:`hfncl` does it, except in this command, whose subcommands import what they use.
+    """
+    import_module("hfncl.models")
+
+
 def _card_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``hfncl card``."""
     parser.add_argument("checkpoint", help="A saved checkpoint directory (config.json, weights, hfncl_run.json).")
@@ -162,9 +171,9 @@ def _card_arguments(parser: argparse.ArgumentParser) -> None:
 )
 def card_command(args: argparse.Namespace) -> int:
     """Write the card of ``args.checkpoint``; print the files written."""
-    from hfncl.hub import CheckpointError, write_model_card
-    from hfncl.models.configuration import IncompatibleCheckpointError
+    from hfncl.hub import CheckpointError, IncompatibleCheckpointError, write_model_card
 
+    _register_model_types()
     try:
         written = write_model_card(
             args.checkpoint, repo_id=args.repo_id, license=args.license, model_cards_dir=args.model_cards_dir
@@ -203,9 +212,9 @@ def push_command(args: argparse.Namespace) -> int:
     if not get_token():  # HF_TOKEN or the saved login
         print(f"hfncl: error: {LOGIN_HINT} before pushing", file=sys.stderr)
         return 1
-    from hfncl.hub import CheckpointError, push_checkpoint
-    from hfncl.models.configuration import IncompatibleCheckpointError
+    from hfncl.hub import CheckpointError, IncompatibleCheckpointError, push_checkpoint
 
+    _register_model_types()
     # the HTTP client's base error (connection, timeout, status), which the Hub's own error extends
     network_errors = (HfHubHTTPError, *(base for base in HfHubHTTPError.__mro__ if base.__name__ == "HTTPError"))
     try:
@@ -251,9 +260,8 @@ def evaluate_command(args: argparse.Namespace) -> int:
     """Print the metrics of ``args.checkpoints`` on ``args.split`` as JSON."""
     from hfncl.data import DataFormatError
     from hfncl.engine.encoding import RetrievalSplit, evaluate_ensemble
-    from hfncl.hub import load_text_vocabulary
+    from hfncl.hub import IncompatibleCheckpointError, load_text_vocabulary
     from hfncl.models import NCLModel
-    from hfncl.models.configuration import IncompatibleCheckpointError
     from hfncl.plugins import build_plugin_manager
 
     try:

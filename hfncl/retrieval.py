@@ -17,17 +17,17 @@ methods that model it (``query_uncertainty``), else ``None``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from pluggy import HookRelay
 
 from hfncl.data import TokenizerVocabulary, Vocabulary, collate_captions
 from hfncl.data.pixels import pixel_values
-from hfncl.engine.encoding import direction_similarity, join_batches
 from hfncl.hub import load_text_vocabulary
 from hfncl.hub.checkpoint import load_image_processor
 from hfncl.models import NCLModel
@@ -109,7 +109,7 @@ class Retriever:
                 f"got shape {tuple(regions.shape)}"
             )
         batches = regions.float().split(self.batch_size)
-        return join_batches([self.model.encode_image(batch.to(self.device)) for batch in batches])
+        return self.model.join_embeddings([self.model.encode_image(batch.to(self.device)) for batch in batches])
 
     def _encode_pil_images(self, images: Sequence[Any]) -> torch.Tensor:
         """PIL images -> image embeddings (K, N, d), through the image processor, one batch at a time."""
@@ -125,7 +125,7 @@ class Retriever:
             )
         images = list(images)
         batches = [images[start : start + self.batch_size] for start in range(0, len(images), self.batch_size)]
-        return join_batches(
+        return self.model.join_embeddings(
             [
                 self.model.encode_image(torch.from_numpy(pixel_values(self.image_processor, batch)).to(self.device))
                 for batch in batches
@@ -152,7 +152,7 @@ class Retriever:
         for start in range(0, len(items), self.batch_size):
             batch = collate_captions(items[start : start + self.batch_size])
             embeds.append(self.model.encode_text(batch["captions"].to(self.device), batch["lengths"].to(self.device)))
-        return join_batches(embeds)
+        return self.model.join_embeddings(embeds)
 
     @torch.no_grad()
     def similarity(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor, direction: str = "i2t") -> torch.Tensor:
@@ -175,6 +175,28 @@ class Retriever:
                 model=self.model, image_embeds=image_embeds, text_embeds=text_embeds, direction=direction
             )
         return Ranking(best.indices, best.values, uncertainty)
+
+
+def direction_similarity(
+    model: NCLModel, hook: HookRelay | None, direction: str
+) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """The similarity ``(image_embeds, text_embeds) -> (n, m)`` that ranks in ``direction``.
+
+    A plugin's ``inference_similarity`` answer where one gives it, else ``model.similarity``
+    (also when ``hook`` is ``None`` or no active plugin implements the hook). The retriever
+    ranks with it, and so does evaluation during and after training
+    (:func:`hfncl.engine.encoding.evaluate_retrieval`).
+    """
+    if hook is None or not hook.inference_similarity.get_hookimpls():
+        return model.similarity
+
+    def similarity(image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:
+        answer = hook.inference_similarity(
+            model=model, image_embeds=image_embeds, text_embeds=text_embeds, direction=direction
+        )
+        return model.similarity(image_embeds, text_embeds) if answer is None else answer
+
+    return similarity
 
 
 def _check_direction(direction: str) -> None:

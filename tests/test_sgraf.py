@@ -21,7 +21,6 @@ from hfncl.engine.encoding import (
     encode_split,
     evaluate_ensemble,
     evaluate_retrieval,
-    join_batches,
 )
 from hfncl.evaluation import retrieval_metrics_from_matrix
 from hfncl.experiment import DataArguments, ModelArguments, run_experiment
@@ -351,7 +350,7 @@ def test_padding_captions_does_not_change_similarities(similarity):
     image_embeds = model.encode_image(images)
     text_embeds = model.encode_text(captions, lengths)
     extra = torch.nn.functional.pad(text_embeds, (0, 0, 0, 4))  # four more padding positions
-    joined = join_batches([text_embeds[:, :3], model.encode_text(captions[3:, :2], lengths[3:].clamp(max=2))])
+    joined = model.join_embeddings([text_embeds[:, :3], model.encode_text(captions[3:, :2], lengths[3:].clamp(max=2))])
     with torch.no_grad():
         base = model.similarity(image_embeds, text_embeds)
         torch.testing.assert_close(model.similarity(image_embeds, extra), base)
@@ -367,10 +366,10 @@ def test_pack_and_join_batches():
     unpacked, got_mask = unpack_local(packed)
     assert torch.equal(got_mask, mask) and torch.equal(unpacked[0, 2], torch.zeros(4))
     assert torch.equal(pack_local(states, None)[..., -1], torch.ones(1, 3))
-    joined = join_batches([packed.unsqueeze(0), pack_local(states[:, :1], None).unsqueeze(0)])
+    joined = _model("sgr").join_embeddings([packed.unsqueeze(0), pack_local(states[:, :1], None).unsqueeze(0)])
     assert joined.shape == (1, 2, 3, 5)
     assert torch.equal(joined[0, 1, :, -1], torch.tensor([1.0, 0.0, 0.0]))
-    pooled = join_batches([torch.ones(2, 3, 4), torch.zeros(2, 1, 4)])
+    pooled = _model("cosine").join_embeddings([torch.ones(2, 3, 4), torch.zeros(2, 1, 4)])
     assert pooled.shape == (2, 4, 4)
     with pytest.raises(ValueError, match=r"mask must have shape \(1, 3\)"):
         pack_local(states, mask[:, :2])

@@ -10,7 +10,7 @@ import torch
 from hfncl.data import CaptionDataset, ImageDataset, collate_captions, collate_images
 from hfncl.engine.callbacks import progress_bar
 from hfncl.evaluation import coco_5fold_metrics, retrieval_metrics
-from hfncl.models.sgraf import concat_packed
+from hfncl.retrieval import direction_similarity
 
 SCORE_CACHE_BYTES = 2**30
 """Largest similarity matrix evaluation keeps whole instead of scoring its rows again (1K x 5K: 20 MB)."""
@@ -40,16 +40,6 @@ class RetrievalSplit:
         return len(self.images)
 
 
-def join_batches(parts: list[torch.Tensor]) -> torch.Tensor:
-    """Concatenate per-batch embeddings (K, B, ...) along the items (dim 1).
-
-    Pooled embeddings (K, B, d) are concatenated as they are; packed local features
-    (K, B, T, d + 1) of SGR / SAF heads are first zero-padded to the longest T, which
-    marks the added positions as padding (:func:`hfncl.models.sgraf.concat_packed`).
-    """
-    return concat_packed(parts, dim=1) if parts[0].dim() == 4 else torch.cat(parts, dim=1)
-
-
 @torch.no_grad()
 def encode_split(
     model, split: RetrievalSplit, *, batch_size: int, device: torch.device | str = "cpu", progress: bool = False
@@ -63,8 +53,8 @@ def encode_split(
         image_loader = torch.utils.data.DataLoader(split.images, batch_size=batch_size, collate_fn=collate_images)
         caption_loader = torch.utils.data.DataLoader(split.captions, batch_size=batch_size, collate_fn=collate_captions)
         images = progress_bar(image_loader, "encoding images", progress)
-        image_embeds = join_batches([model.encode_image(b["images"].to(device)) for b in images])
-        text_embeds = join_batches(
+        image_embeds = model.join_embeddings([model.encode_image(b["images"].to(device)) for b in images])
+        text_embeds = model.join_embeddings(
             [
                 model.encode_text(b["captions"].to(device), b["lengths"].to(device))
                 for b in progress_bar(caption_loader, "encoding captions", progress)
@@ -73,24 +63,6 @@ def encode_split(
     finally:
         model.train(was_training)
     return image_embeds, text_embeds
-
-
-def direction_similarity(model, hook, direction: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """The similarity ``(image_embeds, text_embeds) -> (n, m)`` that ranks in ``direction``.
-
-    A plugin's ``inference_similarity`` answer where one gives it, else ``model.similarity``
-    (also when ``hook`` is ``None`` or no active plugin implements the hook).
-    """
-    if hook is None or not hook.inference_similarity.get_hookimpls():
-        return model.similarity
-
-    def similarity(image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:
-        answer = hook.inference_similarity(
-            model=model, image_embeds=image_embeds, text_embeds=text_embeds, direction=direction
-        )
-        return model.similarity(image_embeds, text_embeds) if answer is None else answer
-
-    return similarity
 
 
 def evaluate_retrieval(

@@ -18,12 +18,21 @@ from hfncl.hub.checkpoint import (
     save_trained_model,
 )
 from hfncl.hub.publish import push_checkpoint
-from hfncl.hub.record import RUN_RECORD, CheckpointError, DataDescription, RunRecord, read_run_record, write_run_record
+from hfncl.hub.record import (
+    RUN_RECORD,
+    CheckpointError,
+    DataDescription,
+    IncompatibleCheckpointError,
+    RunRecord,
+    read_run_record,
+    write_run_record,
+)
 
 __all__ = [
     "RUN_RECORD",
     "CheckpointError",
     "DataDescription",
+    "IncompatibleCheckpointError",
     "RunRecord",
     "add_test_results",
     "build_model_card",

@@ -19,13 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
-from transformers import AutoConfig
+from transformers import AutoConfig, PretrainedConfig
 
 from hfncl.evaluation.retrieval import RANK_KEYS, RECALL_KEYS
-from hfncl.hub.record import CheckpointError, DataDescription, RunRecord, read_run_record
+from hfncl.hub.record import (
+    CheckpointError,
+    DataDescription,
+    IncompatibleCheckpointError,
+    RunRecord,
+    read_run_record,
+)
 from hfncl.integrity import atomic_write_text
-from hfncl.models import NCLConfig
-from hfncl.models.configuration import IncompatibleCheckpointError
 
 CARD_FILE = "README.md"
 CONFIG_FILE = "config.json"
@@ -35,7 +39,7 @@ TASK_NAME = "Image-text retrieval"
 LIBRARY_NAME = "hfncl"
 FOLD_PREFIX = "fold_"
 
-# NCLConfig fields that describe how the model was made rather than its architecture.
+# Fields of every hfncl model config that describe how the model was made rather than its architecture.
 CONFIG_METADATA = frozenset(
     {"plugins", "plugin_versions", "plugin_options", "plugin_distributions", "hfncl_version", "checkpoint_format"}
 )
@@ -85,9 +89,9 @@ model = AutoModel.from_pretrained("{model_id}")
 image_embeds, text_embeds = model.encode_image(image_features), model.encode_text(text_features)"""
 
 
-def card_texts(config: Any, model_id: str) -> CardTexts:
-    """What the card says about a model of ``config``'s kind: an :class:`NCLConfig` learns from
-    image-caption pairs; a config with ``num_classes`` (category prototypes) from noisy labels."""
+def card_texts(config: PretrainedConfig, model_id: str) -> CardTexts:
+    """What the card says about a model of ``config``'s kind: a config with ``num_classes``
+    (category prototypes) learns from noisy labels, any other from image-caption pairs."""
     plugins = ", ".join(f"`{p}`" for p in config.plugins) or "(none recorded)"
     if hasattr(config, "num_classes"):
         return CardTexts(
@@ -263,11 +267,11 @@ def noise_sentence(data: DataDescription) -> str:
     return f"{kind}, ratio {data.noise_ratio * 100:g}%, seed {data.noise_seed}; {measured}."
 
 
-def architecture_fields(config: NCLConfig) -> dict[str, Any]:
+def architecture_fields(config: PretrainedConfig) -> dict[str, Any]:
     """The config class's constructor fields that describe the architecture, with their values.
 
-    Read from the class of ``config`` (:class:`NCLConfig`, or another hfncl model config
-    such as :class:`hfncl.models.CategoryConfig`).
+    Read from the class of ``config`` (any hfncl model config: :class:`hfncl.models.NCLConfig`,
+    :class:`hfncl.models.CategoryConfig`, ...).
     """
     names = [
         name
@@ -277,7 +281,7 @@ def architecture_fields(config: NCLConfig) -> dict[str, Any]:
     return {name: getattr(config, name) for name in names}
 
 
-def _plugins_table(config: NCLConfig, record: RunRecord) -> str:
+def _plugins_table(config: PretrainedConfig, record: RunRecord) -> str:
     rows = [
         [
             f"`{name}`",
@@ -290,7 +294,7 @@ def _plugins_table(config: NCLConfig, record: RunRecord) -> str:
     return markdown_table(["plugin", "package", "version", "method"], rows)
 
 
-def _requirements(config: NCLConfig) -> str:
+def _requirements(config: PretrainedConfig) -> str:
     """``pip install`` arguments: hfncl and every plugin package, at the versions that trained the model."""
     pins = {"hfncl": config.hfncl_version}
     for name in config.plugins:
@@ -299,7 +303,7 @@ def _requirements(config: NCLConfig) -> str:
     return " ".join(f"'{package}=={version}'" if version else package for package, version in pins.items())
 
 
-def _title(config: NCLConfig, record: RunRecord) -> str:
+def _title(config: PretrainedConfig, record: RunRecord) -> str:
     plugins = " + ".join(config.plugins) or "hfncl"
     if record.data is None:
         return f"{plugins} image-text retrieval model"
@@ -314,7 +318,7 @@ def _title(config: NCLConfig, record: RunRecord) -> str:
 
 
 def build_model_card(
-    config: NCLConfig,
+    config: PretrainedConfig,
     record: RunRecord,
     model_id: str,
     license: str | None = None,
@@ -377,11 +381,12 @@ def card_name(checkpoint: str | Path) -> str:
     return path.parent.name if path.name == "best" else path.name
 
 
-def read_config(checkpoint: str | Path) -> NCLConfig:
+def read_config(checkpoint: str | Path) -> PretrainedConfig:
     """The config of a checkpoint directory (without loading weights or plugins), of its own model type.
 
-    An :class:`NCLConfig`, or the config class ``AutoConfig`` registers for the
-    checkpoint's ``model_type`` (e.g. :class:`hfncl.models.CategoryConfig`).
+    The config class ``AutoConfig`` registers for the checkpoint's ``model_type``
+    (:class:`hfncl.models.NCLConfig`, :class:`hfncl.models.CategoryConfig`): importing
+    :mod:`hfncl.models` registers them.
     """
     path = Path(checkpoint) / CONFIG_FILE
     if not path.is_file():

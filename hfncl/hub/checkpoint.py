@@ -19,12 +19,12 @@ import torch
 from huggingface_hub import hf_hub_download
 from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 from safetensors import SafetensorError, safe_open
+from transformers import AutoModel, PretrainedConfig, PreTrainedModel
 
 from hfncl.data import DataFormatError, TokenizerVocabulary, Vocabulary
 from hfncl.data.pixels import image_processor_from_pretrained
 from hfncl.hub.card import CARD_FILE, CONFIG_FILE, read_config, write_model_card
 from hfncl.hub.record import RUN_RECORD, CheckpointError, DataDescription, RunRecord, read_run_record, write_run_record
-from hfncl.models import CategoryConfig, CategoryModel, NCLConfig, NCLModel
 from hfncl.plugins import load_plugin, plugin_sources
 
 WEIGHTS_FILE = "model.safetensors"
@@ -34,7 +34,7 @@ IMAGE_PROCESSOR_SUBFOLDER = "image_processor"
 """Where a checkpoint with a pixel image tower keeps the image processor it was trained with."""
 
 
-def save_trained_model(model: NCLModel, directory: str | Path, record: RunRecord) -> Path:
+def save_trained_model(model: PreTrainedModel, directory: str | Path, record: RunRecord) -> Path:
     """Save a trained model with ``save_pretrained``, its run record and its card.
 
     The package and version of every plugin that trained it are read from the installed
@@ -102,11 +102,14 @@ def _saved_shapes(files: list[Path]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _check_weights(config: NCLConfig | CategoryConfig, files: list[Path], checkpoint: Path) -> None:
-    """Every tensor the architecture of ``config`` needs is saved, with its shape, and nothing else."""
-    model_class = CategoryModel if isinstance(config, CategoryConfig) else NCLModel
+def _check_weights(config: PretrainedConfig, files: list[Path], checkpoint: Path) -> None:
+    """Every tensor the architecture of ``config`` needs is saved, with its shape, and nothing else.
+
+    The architecture is the model class ``AutoModel`` registers for the config's type,
+    built on the meta device (no memory, no initialisation).
+    """
     with torch.device("meta"):
-        expected = {name: tuple(t.shape) for name, t in model_class(config).state_dict().items()}
+        expected = {name: tuple(t.shape) for name, t in AutoModel.from_config(config).state_dict().items()}
     saved = _saved_shapes(files)
     missing = sorted(set(expected) - set(saved))
     unexpected = sorted(set(saved) - set(expected))
@@ -147,7 +150,7 @@ def checkpoint_files(checkpoint: str | Path) -> list[Path]:
     return files
 
 
-def _image_processor_files(checkpoint: Path, config: NCLConfig | CategoryConfig) -> list[Path]:
+def _image_processor_files(checkpoint: Path, config: PretrainedConfig) -> list[Path]:
     """The files of ``image_processor/`` of a pixel image tower, checked to load (none for other towers)."""
     folder = checkpoint / IMAGE_PROCESSOR_SUBFOLDER
     if getattr(config, "image_tower", None) != "transformer":
@@ -171,7 +174,7 @@ def save_image_processor(processor: Any, directory: str | Path) -> Path:
     return target
 
 
-def load_image_processor(name_or_path: str | Path, config: NCLConfig) -> Any | None:
+def load_image_processor(name_or_path: str | Path, config: PretrainedConfig) -> Any | None:
     """The image processor of a checkpoint (directory or Hub id) whose image tower reads pixels, else ``None``.
 
     Read from the checkpoint's ``image_processor/``, never from the tower's source, so it
@@ -180,7 +183,7 @@ def load_image_processor(name_or_path: str | Path, config: NCLConfig) -> Any | N
     Raises:
         CheckpointError: a pixel model's checkpoint without a loadable ``image_processor/``.
     """
-    if config.image_tower != "transformer":
+    if getattr(config, "image_tower", None) != "transformer":
         return None
     try:
         return image_processor_from_pretrained(name_or_path, IMAGE_PROCESSOR_SUBFOLDER)
@@ -191,16 +194,17 @@ def load_image_processor(name_or_path: str | Path, config: NCLConfig) -> Any | N
         ) from error
 
 
-def text_vocabulary_type(config: NCLConfig | CategoryConfig) -> type[Vocabulary] | type[TokenizerVocabulary] | None:
+def text_vocabulary_type(config: PretrainedConfig) -> type[Vocabulary] | type[TokenizerVocabulary] | None:
     """What tokenises captions for a model of ``config``: a :class:`Vocabulary` (GRU text tower),
-    a :class:`TokenizerVocabulary` (transformer text tower), or ``None`` for a category-label
-    model, trained on precomputed features."""
-    if isinstance(config, CategoryConfig):
+    a :class:`TokenizerVocabulary` (transformer text tower), or ``None`` for a model without a
+    text tower (a category-label model reads precomputed text features)."""
+    tower = getattr(config, "text_tower", None)
+    if tower is None:
         return None
-    return TokenizerVocabulary if config.text_tower == "transformer" else Vocabulary
+    return TokenizerVocabulary if tower == "transformer" else Vocabulary
 
 
-def text_vocabulary_files(checkpoint: str | Path, config: NCLConfig | CategoryConfig) -> list[Path]:
+def text_vocabulary_files(checkpoint: str | Path, config: PretrainedConfig) -> list[Path]:
     """The checked files of the text vocabulary a checkpoint of ``config`` needs (none for a category-label model).
 
     Raises:
@@ -227,7 +231,7 @@ def _tokenizer_files(checkpoint: Path) -> list[Path]:
     return files
 
 
-def _checked_vocabulary(checkpoint: Path, config: NCLConfig) -> Path:
+def _checked_vocabulary(checkpoint: Path, config: PretrainedConfig) -> Path:
     """``vocab.json`` of a GRU text tower, checked to parse and to match ``config.vocab_size``."""
     vocab_path = checkpoint / VOCAB_FILE
     if not vocab_path.is_file():
@@ -251,7 +255,7 @@ def save_text_vocabulary(vocab: Vocabulary | TokenizerVocabulary, directory: str
         vocab.save_json(Path(directory) / VOCAB_FILE)
 
 
-def load_text_vocabulary(name_or_path: str | Path, config: NCLConfig) -> Vocabulary | TokenizerVocabulary:
+def load_text_vocabulary(name_or_path: str | Path, config: PretrainedConfig) -> Vocabulary | TokenizerVocabulary:
     """The caption tokeniser of a checkpoint (directory or Hub id).
 
     Its tokenizer (``tokenizer/``) for a transformer text tower, else its vocabulary

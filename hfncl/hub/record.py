@@ -23,6 +23,10 @@ class CheckpointError(ValueError):
     """A checkpoint directory lacks a file, or holds one that cannot be read; the message names it."""
 
 
+class IncompatibleCheckpointError(ValueError):
+    """``config.json`` was written by a newer hfncl, in a checkpoint format this one cannot read."""
+
+
 @dataclass(frozen=True)
 class DataDescription:
     """The data a model was trained and tested on, and how its training pairs were corrupted.

@@ -8,6 +8,7 @@ from typing import Any
 
 from transformers import PretrainedConfig
 
+from hfncl.hub.record import IncompatibleCheckpointError
 from hfncl.models.towers import resolve_tower_config
 
 CHECKPOINT_FORMAT = 1
@@ -16,10 +17,6 @@ CHECKPOINT_FORMAT = 1
 Bumped only by a change that would make an older hfncl misread a checkpoint; a config of
 a newer format is refused with :class:`IncompatibleCheckpointError` instead of misread.
 """
-
-
-class IncompatibleCheckpointError(ValueError):
-    """``config.json`` was written by a newer hfncl, in a checkpoint format this one cannot read."""
 
 
 def installed_hfncl_version() -> str:

@@ -1,94 +1,21 @@
 """The base of hfncl's models: ``from_pretrained`` with errors that say what to do, and a
-``push_to_hub`` that publishes a complete checkpoint."""
+``push_to_hub`` that publishes a complete checkpoint (from :mod:`hfncl.hub.publish`)."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from huggingface_hub import HfApi, ResolvedRevision, is_offline_mode
-from huggingface_hub.errors import RevisionResolutionError
+from huggingface_hub import is_offline_mode
 from safetensors import SafetensorError
 from transformers import PreTrainedModel
 
+from hfncl.hub.publish import CheckpointPushMixin
+from hfncl.hub.record import IncompatibleCheckpointError
+from hfncl.hub.source import pin_source
 from hfncl.integrity import verify_manifest
-from hfncl.models.configuration import IncompatibleCheckpointError
 from hfncl.plugins import require_plugins
-
-if TYPE_CHECKING:
-    from huggingface_hub import CommitInfo
-
-    from hfncl.data import TokenizerVocabulary, Vocabulary
-    from hfncl.hub.record import RunRecord
-
-PUSH_OPTIONS = ("vocabulary", "record", "image_processor", "commit_message", "private", "token", "license")
-
-
-@dataclass(frozen=True)
-class CheckpointSource:
-    """Where a model was loaded from, so that ``push_to_hub`` can take its companion files from there.
-
-    Attributes:
-        name_or_path: the absolute path of a local checkpoint directory, or a Hub repository id.
-        is_local: ``name_or_path`` is a local directory.
-        subfolder: the ``subfolder`` argument of ``from_pretrained`` (``""``: the top level).
-        revision: for a Hub id, the commit the weights were loaded from (the revision asked
-            for, resolved once before loading so that weights and companion files come from
-            the same commit); the revision as asked when it could not be resolved.
-        cache_dir: the ``cache_dir`` argument of ``from_pretrained`` (Hub ids only).
-    """
-
-    name_or_path: str
-    is_local: bool
-    subfolder: str = ""
-    revision: str | None = None
-    cache_dir: str | None = None
-
-    def __str__(self) -> str:
-        where = f"{self.name_or_path}/{self.subfolder}" if self.subfolder else self.name_or_path
-        if self.is_local:
-            return where
-        return f"the Hub repository {where!r}" + (f" at revision {self.revision}" if self.revision else "")
-
-
-def _resolved_revision(name: str, kwargs: dict[str, Any]) -> ResolvedRevision | None:
-    """The commit a Hub id's revision points to, or ``None`` when it cannot be resolved.
-
-    Resolved with :meth:`huggingface_hub.HfApi.resolve_revision` (from the local cache when
-    offline). Failures are left to ``from_pretrained``, whose errors say more.
-    """
-    try:
-        return HfApi().resolve_revision(
-            name,
-            revision=kwargs.get("revision"),
-            cache_dir=kwargs.get("cache_dir"),
-            local_files_only=bool(kwargs.get("local_files_only")) or is_offline_mode(),
-            token=kwargs.get("token"),
-        )
-    except (RevisionResolutionError, OSError, ValueError):
-        return None
-
-
-def _pin_source(name: str, kwargs: dict[str, Any]) -> CheckpointSource:
-    """Where ``from_pretrained(name, **kwargs)`` loads from. For a Hub id, ``kwargs["revision"]``
-    is replaced by the resolved commit (a ``ResolvedRevision``, which transformers passes on as
-    it is), so that the weights come from the commit recorded here."""
-    subfolder = kwargs.get("subfolder") or ""
-    if os.path.isdir(name):
-        return CheckpointSource(str(Path(name).resolve()), is_local=True, subfolder=subfolder)
-    revision = _resolved_revision(name, kwargs)
-    if revision is not None:
-        kwargs["revision"] = revision
-    cache_dir = kwargs.get("cache_dir")
-    return CheckpointSource(
-        name,
-        is_local=False,
-        subfolder=subfolder,
-        revision=kwargs.get("revision") if revision is None else revision.resolved,
-        cache_dir=None if cache_dir is None else str(cache_dir),
-    )
 
 
 def _read_when_loading(name: str) -> bool:
@@ -96,19 +23,13 @@ def _read_when_loading(name: str) -> bool:
     return name == "config.json" or name.startswith("model") and ".safetensors" in name
 
 
-class HfnclPreTrainedModel(PreTrainedModel):
+class HfnclPreTrainedModel(CheckpointPushMixin, PreTrainedModel):
     """A transformers model whose loading names the problem: a newer checkpoint format, damaged
     weights, an offline Hub id, a missing plugin; and whose ``push_to_hub`` publishes a whole
-    checkpoint (weights, config, vocabulary, run record, card). Subclasses set
-    ``config_class``; a config carries the plugin metadata fields of
-    :class:`hfncl.models.NCLConfig`.
-
-    Attributes:
-        checkpoint_source: where ``from_pretrained`` loaded the model from; ``None`` for a
-            model built in memory.
+    checkpoint (weights, config, vocabulary, run record, card;
+    :class:`hfncl.hub.publish.CheckpointPushMixin`). Subclasses set ``config_class``; a
+    config carries the plugin metadata fields of :class:`hfncl.models.NCLConfig`.
     """
-
-    checkpoint_source: CheckpointSource | None = None
 
     @classmethod
     def from_pretrained(
@@ -138,7 +59,7 @@ class HfnclPreTrainedModel(PreTrainedModel):
             if not (local / "config.json").is_file():
                 raise OSError(f"{local} has no config.json: it is not a saved hfncl checkpoint")
             verify_manifest(local, only=_read_when_loading, required=False)
-        source = _pin_source(name, kwargs)
+        source = pin_source(name, kwargs)
         try:
             model = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
         except IncompatibleCheckpointError as error:
@@ -164,85 +85,3 @@ class HfnclPreTrainedModel(PreTrainedModel):
 
     def after_loading(self) -> None:
         """Restore what the saved weights do not carry (nothing by default)."""
-
-    def push_to_hub(
-        self,
-        repo_id: str,
-        *,
-        vocabulary: Vocabulary | TokenizerVocabulary | None = None,
-        record: RunRecord | None = None,
-        commit_message: str | None = None,
-        private: bool | None = None,
-        token: str | bool | None = None,
-        license: str | None = None,
-        image_processor: Any | None = None,
-        **unsupported: Any,
-    ) -> CommitInfo:
-        """Publish the model as a complete hfncl checkpoint, the way ``hfncl push`` does.
-
-        The current weights and config are saved with ``save_pretrained`` into a temporary
-        directory, the companion files are added, and the directory goes through
-        :func:`hfncl.hub.push_checkpoint`: the files are checked, the card is regenerated
-        naming ``repo_id``, and everything goes up in one commit. The companion files are:
-
-        - the text vocabulary: ``vocab.json`` for a GRU text tower, ``tokenizer/`` for a
-          transformer one; a category-label model (:class:`hfncl.models.CategoryModel`) has none;
-        - the run record ``hfncl_run.json``. It is required: the model card is generated
-          from it (training hyper-parameters, data, noise, metrics), and a checkpoint
-          published without a card would not say what the model is or how good it is;
-        - the image processor ``image_processor/`` of a model whose image tower reads pixels.
-
-        Each is taken from the keyword argument when given, else from the checkpoint the
-        model was loaded from (:attr:`checkpoint_source`: the local directory, or the Hub
-        repository at the commit the weights came from, downloaded if needed). A record
-        passed here is treated as the trainer treats one
-        (:func:`hfncl.hub.save_trained_model`): the config is stamped with the installed
-        packages and versions of its plugins and the record gets their summaries; a record
-        taken from the loaded checkpoint keeps the provenance its config carries.
-
-        Args:
-            repo_id: ``user/name`` (or ``org/name``) of the model repository (created if needed).
-            vocabulary: what tokenises captions for the model, written with
-                :func:`hfncl.hub.save_text_vocabulary`: a :class:`hfncl.data.Vocabulary`
-                (GRU text tower, ``len`` equal to ``config.vocab_size``) or a
-                :class:`hfncl.data.TokenizerVocabulary` (transformer text tower).
-            record: the :class:`hfncl.hub.RunRecord` of the run that trained the model.
-            commit_message: default ``"Upload <name> with hfncl"``.
-            private: visibility of a repository created here (an existing one keeps its own).
-            token: Hub token; default: the saved login or ``HF_TOKEN``.
-            license: Hub license identifier for the card's metadata.
-            image_processor: for a model whose image tower reads pixels, the transformers
-                image processor it was trained with (default: ``image_processor/`` of the
-                checkpoint it was loaded from); other models take none.
-
-        Returns:
-            The commit (a ``str``, the commit URL, with ``commit_url`` and ``oid``).
-
-        Raises:
-            TypeError: an argument of ``PreTrainedModel.push_to_hub`` that this upload does
-                not support (``revision``, ``create_pr``, ``max_shard_size``, ...).
-            hfncl.hub.CheckpointError: before anything is sent, when the vocabulary or the
-                record is unknown (the message says which keyword argument supplies it, or to
-                publish a saved checkpoint directory with ``hfncl push``), when a vocabulary
-                does not fit the text tower, or when a companion file is malformed.
-            OSError: the companion files of a model loaded from a Hub id cannot be fetched.
-        """
-        if unsupported:
-            raise TypeError(
-                f"{type(self).__name__}.push_to_hub() got unsupported argument(s) {sorted(unsupported)}: it "
-                f"publishes a complete hfncl checkpoint and takes only {', '.join(PUSH_OPTIONS)}."
-            )
-        from hfncl.hub.publish import push_model
-
-        return push_model(
-            self,
-            repo_id,
-            source=self.checkpoint_source,
-            vocabulary=vocabulary,
-            record=record,
-            image_processor=image_processor,
-            commit_message=commit_message,
-            private=private,
-            token=token,
-            license=license,
-        )

@@ -9,6 +9,7 @@ networks' similarities, as NCR evaluates its two networks.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -60,6 +61,14 @@ class MatchingNetwork(nn.Module):
         if self.head is not None:
             return pack_local(*self.text_encoder.local(captions, lengths))
         return self.text_encoder(captions, lengths)
+
+    def join(self, parts: Sequence[torch.Tensor], dim: int = 0) -> torch.Tensor:
+        """Concatenate the embeddings of several batches (from :meth:`encode_image` or
+        :meth:`encode_text`) along ``dim``: pooled vectors as they are, packed local features
+        through the head (:meth:`hfncl.models.sgraf.SimilarityHead.join`)."""
+        if self.head is not None:
+            return self.head.join(parts, dim=dim)
+        return torch.cat(list(parts), dim=dim)
 
     def forward(
         self, images: torch.Tensor, captions: torch.Tensor, lengths: torch.Tensor
@@ -154,6 +163,15 @@ class NCLModel(HfnclPreTrainedModel):
         With an SGR / SAF head: packed local features (K, B, T, embed_dim + 1).
         """
         return torch.stack([network.encode_text(captions, lengths) for network in self.networks])
+
+    def join_embeddings(self, parts: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Concatenate per-batch embeddings of every network, (K, B, ...) each, along the items (dim 1).
+
+        What joins the batches of an encoded split: pooled embeddings (K, B, d) are
+        concatenated as they are; packed local features (K, B, T, d + 1) of SGR / SAF heads
+        are first zero-padded to the longest T (:meth:`MatchingNetwork.join`).
+        """
+        return self.networks[0].join(parts, dim=1)
 
     def network_similarities(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:
         """Each network's image-caption similarities, stacked (K, n, m).

@@ -226,6 +226,12 @@ class SimilarityHead(nn.Module, ABC):
     def score(self, nodes: torch.Tensor, node_mask: torch.Tensor) -> torch.Tensor:
         """(n, m, 1 + L, sim_dim) similarity nodes and their (m, 1 + L) mask -> (n, m) similarities."""
 
+    @staticmethod
+    def join(parts: Sequence[torch.Tensor], dim: int = 0) -> torch.Tensor:
+        """Concatenate packed local features of several batches along ``dim``
+        (:func:`concat_packed`: the shorter ones zero-padded, which marks the added positions as padding)."""
+        return concat_packed(parts, dim=dim)
+
     def forward(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:
         """Similarity (n, m) of every image (n, R, d + 1) with every caption (m, L, d + 1), packed."""
         images = self._encode_side(image_embeds, self.image_pool)
