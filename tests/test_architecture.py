@@ -1,0 +1,22 @@
+"""The import contracts of ``[tool.importlinter]`` in pyproject.toml hold: hfncl's layers import
+only downwards (no cycle, no backward import, function-level imports included) and the core
+imports no method plugin. The layers are described in docs/architecture.md."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_import_contracts_are_kept():
+    command = (
+        "import sys; from importlinter.cli import lint_imports; "
+        "sys.exit(lint_imports(config_filename='pyproject.toml', no_cache=True, no_logo=True))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", command], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, f"import-linter found broken contracts:\n{result.stdout}\n{result.stderr}"
