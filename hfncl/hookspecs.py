@@ -31,7 +31,8 @@ model was trained with (``NCLConfig.plugins``)::
     query_uncertainty(model, image_embeds, text_embeds, direction)      (default: none)
 
 Hooks marked *first result* stop at the first plugin that returns something other than
-``None``; the other hooks collect every active plugin's answer.
+``None``; the other hooks collect every active plugin's answer. A hook's ``trainer`` is a
+:class:`hfncl.trainer_view.TrainerView`: the members listed there are all a plugin may use.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ if TYPE_CHECKING:
     import torch
 
     from hfncl.config import TrainConfig
-    from hfncl.engine.trainer import Trainer
     from hfncl.models import NCLModel
+    from hfncl.trainer_view import TrainerView
     from hfncl.types import Batch, Division, PairOutputs
 
 PROJECT = "hfncl"
@@ -130,7 +131,7 @@ def training_passes(config: "TrainConfig", num_networks: int) -> list[list[int]]
 
 
 @hookspec(firstresult=True)
-def divide(trainer: "Trainer", epoch: int) -> "list[Division] | Division | None":
+def divide(trainer: "TrainerView", epoch: int) -> "list[Division] | Division | None":
     """Split the training set into clean and noisy pairs, once per epoch (first result).
 
     Called after warmup, before the epoch's first batch. Return one :class:`Division`
@@ -142,7 +143,7 @@ def divide(trainer: "Trainer", epoch: int) -> "list[Division] | Division | None"
 
 
 @hookspec(firstresult=True)
-def rectify(trainer: "Trainer", batch: "Batch", net: int, division: "Division | None") -> dict[str, Any] | None:
+def rectify(trainer: "TrainerView", batch: "Batch", net: int, division: "Division | None") -> dict[str, Any] | None:
     """Turn the division into this batch's training targets for network ``net`` (first result).
 
     Runs before the network's forward pass. Targets are whatever ``loss`` needs (soft
@@ -156,7 +157,7 @@ def rectify(trainer: "Trainer", batch: "Batch", net: int, division: "Division | 
 
 @hookspec
 def loss(
-    trainer: "Trainer", batch: "Batch", outputs: "PairOutputs", targets: dict[str, Any] | None, net: int
+    trainer: "TrainerView", batch: "Batch", outputs: "PairOutputs", targets: dict[str, Any] | None, net: int
 ) -> "dict[str, torch.Tensor] | None":
     """Return named loss terms for network ``net`` on this batch after warmup.
 
@@ -168,7 +169,7 @@ def loss(
 
 @hookspec
 def warmup_loss(
-    trainer: "Trainer", batch: "Batch", outputs: "PairOutputs", net: int
+    trainer: "TrainerView", batch: "Batch", outputs: "PairOutputs", net: int
 ) -> "dict[str, torch.Tensor] | None":
     """Return named loss terms for network ``net`` during the warmup epochs.
 
@@ -178,7 +179,7 @@ def warmup_loss(
 
 
 @hookspec(firstresult=True)
-def train_step(trainer: "Trainer", batch: "Batch", networks: list[int]) -> dict[str, float] | None:
+def train_step(trainer: "TrainerView", batch: "Batch", networks: list[int]) -> dict[str, float] | None:
     """Replace the whole optimisation step for this batch (first result).
 
     For methods whose step is not one forward and one backward (e.g. a second
@@ -193,12 +194,12 @@ def train_step(trainer: "Trainer", batch: "Batch", networks: list[int]) -> dict[
 
 
 @hookspec
-def epoch_start(trainer: "Trainer", epoch: int) -> None:
+def epoch_start(trainer: "TrainerView", epoch: int) -> None:
     """Called at the start of every epoch, before division."""
 
 
 @hookspec
-def pass_end(trainer: "Trainer", epoch: int, networks: list[int]) -> None:
+def pass_end(trainer: "TrainerView", epoch: int, networks: list[int]) -> None:
     """Called after each pass of ``training_passes`` over the data, before the next pass.
 
     For a method whose networks train in turn and label each other within an epoch: it
@@ -209,7 +210,7 @@ def pass_end(trainer: "Trainer", epoch: int, networks: list[int]) -> None:
 
 
 @hookspec
-def epoch_end(trainer: "Trainer", epoch: int) -> None:
+def epoch_end(trainer: "TrainerView", epoch: int) -> None:
     """Called at the end of every epoch's training, before validation.
 
     For example, fold the statistics recorded in ``trainer.ledger`` into the labels the

@@ -21,7 +21,7 @@ Reading choices, where the paper leaves room:
   together ("the per-sample loss of all training data from different modalities",
   Sec. 2.3), scaled into (0, 1); the clean probability is the low-loss component's
   posterior. Eq. 4-5 give each modality its own threshold delta_i; with the noise rate
-  r known (Sec. 3.2; the run's ``trainer.task.noise_rate``, or ``dmcm.noise_rate``),
+  r known (Sec. 3.2; the run's ``trainer.noise_rate``, or ``dmcm.noise_rate``),
   the clean set of each modality is its (1 - r) most likely clean samples, since
   each modality's labels are corrupted at rate r; ties of the (saturated) posterior are
   broken by the smaller loss. Without r, ``dmcm.threshold`` is delta.
@@ -41,7 +41,6 @@ import numpy as np
 import torch
 
 from hfncl.beta_mixture import bmm_clean_probability, most_likely_clean
-from hfncl.engine.distributed import gather
 from hfncl.hookspecs import hookimpl
 from hfncl.label_losses import (
     mix_with_clean,
@@ -121,7 +120,7 @@ def per_sample_losses(outputs: CategoryOutputs, labels: dict[str, torch.Tensor],
 def known_noise_rate(trainer) -> float | None:
     """r of Sec. 3.2: ``dmcm.noise_rate`` if set, else the rate the run's labels were corrupted with, if known."""
     rate = trainer.option("dmcm.noise_rate")
-    return getattr(trainer.task, "noise_rate", None) if rate is None else float(rate)
+    return trainer.noise_rate if rate is None else float(rate)
 
 
 def divide_units(
@@ -166,7 +165,7 @@ def divide(trainer, epoch) -> Division:
 
     def statistic(batch) -> dict[str, torch.Tensor]:
         outputs = trainer.forward(0, batch, grad=False)
-        labels = {m: gather(batch[f"{m}_label"]) for m in MODALITIES}
+        labels = {m: trainer.gather(batch[f"{m}_label"]) for m in MODALITIES}
         return {"loss": per_sample_losses(outputs, labels, tau1, rho)}
 
     losses = trainer.collect(statistic, description=f"epoch {epoch} BMM division")["loss"]
@@ -207,7 +206,7 @@ def rectify(trainer, batch, net, division) -> dict[str, Any]:
     n = trainer.num_train
     index = batch["index"].cpu()
     clean = {m: division.clean[i * n + index].to(batch["index"].device) for i, m in enumerate(MODALITIES)}
-    seed = np.random.SeedSequence([trainer.config.seed, trainer.epoch, trainer.state.global_step, net])
+    seed = np.random.SeedSequence([trainer.config.seed, trainer.epoch, trainer.global_step, net])
     generator = torch.Generator().manual_seed(int(seed.generate_state(1)[0]))
     num_classes = trainer.model.config.num_classes
     mixed, targets = mix_batch(batch, clean, num_classes, trainer.option("dmcm.lam"), generator)
@@ -220,17 +219,17 @@ def mixing_loss(outputs: CategoryOutputs, targets: dict[str, torch.Tensor], tau1
     return robust_clustering_loss(probabilities, [targets[m] for m in MODALITIES], rho)
 
 
-def _one_hot(batch, outputs: CategoryOutputs) -> dict[str, torch.Tensor]:
+def _one_hot(trainer, batch, outputs: CategoryOutputs) -> dict[str, torch.Tensor]:
     """The global batch's noisy labels as one-hot rows, per modality."""
     num_classes = outputs.prototypes.size(0)
-    return {m: one_hot_targets(gather(batch[f"{m}_label"]), num_classes) for m in MODALITIES}
+    return {m: one_hot_targets(trainer.gather(batch[f"{m}_label"]), num_classes) for m in MODALITIES}
 
 
 @hookimpl
 def warmup_loss(trainer, batch, outputs, net) -> dict[str, torch.Tensor]:
     """L = L_m during warmup (Sec. 2.5)."""
     tau1, rho = trainer.option("dmcm.tau1"), trainer.option("dmcm.rho")
-    return {"mixing_loss": mixing_loss(outputs, _one_hot(batch, outputs), tau1, rho)}
+    return {"mixing_loss": mixing_loss(outputs, _one_hot(trainer, batch, outputs), tau1, rho)}
 
 
 @hookimpl
@@ -239,7 +238,7 @@ def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
     beta = trainer.option("dmcm.beta")
     tau1, rho = trainer.option("dmcm.tau1"), trainer.option("dmcm.rho")
     mixed_outputs = trainer.forward(net, targets["mixed"])
-    gathered_targets = {m: gather(targets["targets"][m]) for m in MODALITIES}
+    gathered_targets = {m: trainer.gather(targets["targets"][m]) for m in MODALITIES}
     contrastive = multimodal_contrastive_loss([outputs.embeds(m) for m in MODALITIES], trainer.option("dmcm.tau2"))
     return {
         "mixing_loss": beta * mixing_loss(mixed_outputs, gathered_targets, tau1, rho),

@@ -54,7 +54,7 @@ from hfncl_plugins.gsc_intra import (
 
 if TYPE_CHECKING:
     from hfncl.config import TrainConfig
-    from hfncl.engine.trainer import Trainer
+    from hfncl.trainer_view import TrainerView
     from hfncl.types import PairOutputs
 
 DEFAULTS: dict[str, Any] = {
@@ -136,7 +136,7 @@ def label_source(net: int, num_networks: int) -> int:
     return (net + 1) % num_networks
 
 
-def check_options(trainer: "Trainer") -> None:
+def check_options(trainer: "TrainerView") -> None:
     """Reject option values the method cannot use, naming the option."""
     for name in SWITCHES:
         if not isinstance(trainer.option(name), bool):
@@ -191,7 +191,7 @@ def epoch_start(trainer, epoch) -> None:
     check_options(trainer)
 
 
-def _train_terms(trainer: "Trainer", outputs: "PairOutputs", net: int) -> dict[str, torch.Tensor]:
+def _train_terms(trainer: "TrainerView", outputs: "PairOutputs", net: int) -> dict[str, torch.Tensor]:
     """L_CM and gamma * L_IM for network ``net``; records y_CM and S_IM of the batch in the ledger."""
     labels = batch_labels(trainer, outputs, net)
     similarity = outputs.similarity
@@ -223,19 +223,18 @@ def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
     return _train_terms(trainer, outputs, net)
 
 
-def _column(trainer: "Trainer", name: str, fill: float) -> torch.Tensor:
-    column = trainer.ledger.columns.get(name)
-    return column.clone() if column is not None else torch.full((trainer.num_train,), fill)
+def _column(trainer: "TrainerView", name: str, fill: float) -> torch.Tensor:
+    return trainer.ledger.get(name).clone() if name in trainer.ledger else torch.full((trainer.num_train,), fill)
 
 
-def fold_epoch(trainer: "Trainer", net: int, epoch: int) -> None:
+def fold_epoch(trainer: "TrainerView", net: int, epoch: int) -> None:
     """Algorithm 1, line 12: fold the epoch's recorded y_CM and S_IM of ``net`` into its ensembled indicators.
 
     Afterwards the step columns are reset to NaN, so that the next epoch records afresh.
     """
-    step_cm = trainer.ledger.columns.get(STEP_CM.format(net))
-    if step_cm is None:
+    if STEP_CM.format(net) not in trainer.ledger:
         return
+    step_cm = trainer.ledger.get(STEP_CM.format(net))
     step_sim = trainer.ledger.get(STEP_SIM.format(net))
     seen = ~torch.isnan(step_cm)
     if not seen.any():
@@ -269,7 +268,7 @@ def pass_end(trainer, epoch, networks) -> None:
     next pass (epoch t + 1) trains on B's of epoch t, given by :func:`divide` at that
     epoch's start. Labels handed over in warmup are not used (y = 1 there).
     """
-    later = {k for networks_of_pass in trainer.passes[trainer.state.pass_index + 1:] for k in networks_of_pass}
+    later = {k for networks_of_pass in trainer.passes[trainer.pass_index + 1:] for k in networks_of_pass}
     for net in networks:
         fold_epoch(trainer, net, epoch)
         for user in range(trainer.num_networks):
@@ -277,7 +276,7 @@ def pass_end(trainer, epoch, networks) -> None:
                 trainer.divisions[user] = network_division(trainer, user)
 
 
-def network_division(trainer: "Trainer", net: int) -> Division:
+def network_division(trainer: "TrainerView", net: int) -> Division:
     """Network ``net``'s labels y = min(y_CM, y_IM) (Eq. 5) from its label source's ensembled indicators.
 
     Before any epoch has been folded every y is 1. ``extras`` carries y_CM, y_IM and,
@@ -289,7 +288,7 @@ def network_division(trainer: "Trainer", net: int) -> Division:
     y_im = _column(trainer, Y_IM.format(source), 1.0)
     labels = correspondence_labels(y_cm, y_im)
     extras = {"y_cm": y_cm, "y_im": y_im}
-    if Y_CM.format(source) in trainer.ledger.columns:
+    if Y_CM.format(source) in trainer.ledger:
         extras["statistic"] = labels.clone()
     return threshold_division(labels, trainer.option("gsc.threshold"), **extras)
 

@@ -38,7 +38,7 @@ from hfncl.hookspecs import hookimpl
 from hfncl.models.sgraf import l2norm, unpack_local
 
 if TYPE_CHECKING:
-    from hfncl.engine.trainer import Trainer
+    from hfncl.trainer_view import TrainerView
     from hfncl.types import PairOutputs
 
 
@@ -111,7 +111,7 @@ def intra_modal_loss(
     return (labels * F.cross_entropy(logits, positives, reduction="none")).mean()
 
 
-def batch_labels(trainer: "Trainer", outputs: "PairOutputs", net: int) -> torch.Tensor:
+def batch_labels(trainer: "TrainerView", outputs: "PairOutputs", net: int) -> torch.Tensor:
     """y of the batch's pairs: network ``net``'s division's clean probability, or 1 before any division."""
     division = None if trainer.in_warmup else trainer.divisions[net]
     device = outputs.similarity.device
@@ -139,7 +139,7 @@ def option_defaults() -> dict[str, Any]:
     return {"gsc_intra.gamma": 0.01, "gsc_intra.tau2": 1.0}
 
 
-def _term(trainer: "Trainer", outputs: "PairOutputs", net: int) -> dict[str, torch.Tensor]:
+def _term(trainer: "TrainerView", outputs: "PairOutputs", net: int) -> dict[str, torch.Tensor]:
     gamma = check_non_negative("gsc_intra.gamma", trainer.option("gsc_intra.gamma"))
     tau2 = check_positive("gsc_intra.tau2", trainer.option("gsc_intra.tau2"))
     labels = batch_labels(trainer, outputs, net)

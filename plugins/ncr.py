@@ -60,7 +60,6 @@ from typing import Any
 import torch
 
 from hfncl.division import fit_loss_mixture, threshold_division
-from hfncl.engine.distributed import gather
 from hfncl.hookspecs import hookimpl
 from hfncl.losses import triplet_hardest_negative, triplet_sum_negatives
 from hfncl.types import Division
@@ -228,19 +227,20 @@ def recorded_losses(trainer, epoch: int) -> list[torch.Tensor] | None:
     """
     if division_statistics(trainer) != "steps" or epoch == noisy_part_start_epoch(trainer) + 1:
         return None
-    columns = [trainer.ledger.columns.get(STEP_LOSS.format(net)) for net in range(NETWORKS)]
-    if any(column is None or torch.isnan(column).any() for column in columns):
+    names = [STEP_LOSS.format(net) for net in range(NETWORKS)]
+    if any(name not in trainer.ledger or torch.isnan(trainer.ledger.get(name)).any() for name in names):
         return None
-    return [column.clone() for column in columns]
+    return [trainer.ledger.get(name).clone() for name in names]
 
 
 def fill_unrecorded(trainer, losses: list[torch.Tensor]) -> None:
     """Record the pass's L_w for the pairs that no training step has recorded yet, so the next division needs no pass."""
     for net, values in enumerate(losses):
-        column = trainer.ledger.columns.get(STEP_LOSS.format(net))
-        missing = torch.ones(trainer.num_train, dtype=torch.bool) if column is None else torch.isnan(column)
+        name = STEP_LOSS.format(net)
+        recorded = name in trainer.ledger
+        missing = torch.isnan(trainer.ledger.get(name)) if recorded else torch.ones(trainer.num_train, dtype=torch.bool)
         index = missing.nonzero().squeeze(1)
-        trainer.ledger.record(index, STEP_LOSS.format(net), values[index])
+        trainer.ledger.record(index, name, values[index])
 
 
 def noisy_part_start_epoch(trainer) -> int:
@@ -283,7 +283,7 @@ def rectify(trainer, batch, net, division) -> dict[str, torch.Tensor]:
     """
     if not trainer.option("ncr.co_rectify"):
         return {"dataset_clean": division.clean}
-    index = gather(batch["index"]).cpu()
+    index = trainer.gather(batch["index"]).cpu()
     device = batch["index"].device
     targets = {"clean": division.clean[index].to(device), "clean_prob": division.clean_prob[index].to(device)}
     if noisy_part_trains(trainer):

@@ -16,7 +16,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from hfncl.engine.distributed import gather
 from hfncl.hookspecs import hookimpl
 from hfncl.types import CategoryOutputs
 
@@ -46,7 +45,7 @@ def prototype_cross_entropy(outputs: CategoryOutputs, labels: dict[str, torch.Te
 
 
 def _loss(trainer, batch, outputs: CategoryOutputs) -> dict[str, torch.Tensor]:
-    labels = {m: gather(batch[f"{m}_label"]) for m in MODALITIES}
+    labels = {m: trainer.gather(batch[f"{m}_label"]) for m in MODALITIES}
     return {"cross_entropy": prototype_cross_entropy(outputs, labels, trainer.option("prototype_ce.tau"))}
 
 

@@ -57,7 +57,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from hfncl.engine.distributed import gather
 from hfncl.evidential import kl_to_uniform, opinion
 from hfncl.hookspecs import hookimpl
 from hfncl.losses import triplet_hardest_negative
@@ -307,7 +306,7 @@ def _objective(trainer, outputs, labels: torch.Tensor, robust: torch.Tensor) -> 
 
 
 def _hardest_count(trainer, size: int) -> int:
-    step = trainer.state.global_step
+    step = trainer.global_step
     return num_hardest(size, step, trainer.option("ugncl.lambda_decay"), trainer.option("ugncl.lambda_min"))
 
 
@@ -322,7 +321,7 @@ def warmup_loss(trainer, batch, outputs, net) -> dict[str, torch.Tensor]:
 @hookimpl
 def rectify(trainer, batch, net, division) -> dict[str, torch.Tensor]:
     """The batch's soft labels, uncertainties and sets from the epoch's division (global batch order)."""
-    index = gather(batch["index"]).cpu()
+    index = trainer.gather(batch["index"]).cpu()
     device = batch["images"].device
     return {name: division.extras[name][index].to(device) for name in RECTIFIED}
 

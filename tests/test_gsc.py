@@ -251,7 +251,7 @@ def test_loss_uses_the_division_of_the_batch_and_records_its_statistics():
 def test_network_b_trains_in_epoch_t_on_network_a_s_estimate_of_epoch_t():
     """Algorithm 1, lines 3 and 12-13: A's pass folds A's estimate and hands it to B before B's pass."""
     trainer = _fakenoisy_trainer(num_train=4)
-    trainer.passes, trainer.state = [[0], [1]], SimpleNamespace(pass_index=0)
+    trainer.passes, trainer.pass_index = [[0], [1]], 0
     index = torch.arange(4)
     step_cm, sims = torch.tensor([0.9, 0.2, 0.8, 0.1]), torch.tensor([0.9, 0.1, 0.85, 0.05])
     trainer.ledger.record(index, gsc.STEP_CM.format(0), step_cm)
@@ -261,7 +261,7 @@ def test_network_b_trains_in_epoch_t_on_network_a_s_estimate_of_epoch_t():
     y_im = 0.7 * intra_modal_indicator(sims, seed=3) + 0.3
     torch.testing.assert_close(trainer.divisions[1].clean_prob, torch.minimum(y_cm, y_im))
     assert trainer.divisions[0] is None
-    trainer.state.pass_index = 1
+    trainer.pass_index = 1
     trainer.ledger.record(index, gsc.STEP_CM.format(1), step_cm)
     trainer.ledger.record(index, gsc.STEP_SIM.format(1), sims)
     gsc.pass_end(trainer=trainer, epoch=3, networks=[1])

@@ -122,7 +122,10 @@ def test_the_noisy_part_joins_the_loss_from_the_start_epoch_on():
         raise AssertionError("no peer forward before the noisy part trains")
 
     def trainer_at(epoch):
-        return SimpleNamespace(option=options.__getitem__, epoch=epoch, config=SimpleNamespace(epochs=10, warmup_epochs=4), forward=peer_forward)
+        return SimpleNamespace(
+            option=options.__getitem__, epoch=epoch, config=SimpleNamespace(epochs=10, warmup_epochs=4), forward=peer_forward,
+            gather=lambda tensor: tensor,
+        )
 
     # 6 epochs after a warmup of 4: the noisy part trains from the middle of them, epoch 4 + 3
     assert [noisy_part_trains(trainer_at(epoch)) for epoch in (4, 6, 7, 9)] == [False, False, True, True]

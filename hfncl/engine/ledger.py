@@ -36,6 +36,9 @@ class Ledger:
             raise KeyError(f"ledger has no column {name!r} (recorded: {sorted(self.columns) or 'none'})")
         return self.columns[name]
 
+    def __contains__(self, name: object) -> bool:
+        return name in self.columns
+
     def clear(self) -> None:
         self.columns.clear()
 

@@ -579,3 +579,24 @@ class Trainer:
         decays = sum(epoch >= e for e in self.config.lr_decay_epochs)
         for group in self.optimizer.param_groups:
             group["lr"] = self.config.learning_rate * self.config.lr_decay_factor**decays
+
+    # ------------------------------------------------------------------ the rest of the plugin view
+    # (hfncl.trainer_view.TrainerView lists every member a plugin may use)
+    @property
+    def global_step(self) -> int:
+        """Optimisation steps taken since the start of training, warmup included."""
+        return self.state.global_step
+
+    @property
+    def pass_index(self) -> int:
+        """The position in ``passes`` of the pass being trained (or just ended, in ``pass_end``)."""
+        return self.state.pass_index
+
+    @property
+    def noise_rate(self) -> float | None:
+        """The rate the training labels were corrupted with when the run generated the noise, else ``None``."""
+        return getattr(self.task, "noise_rate", None)
+
+    def gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A tensor of this process's batch slice gathered into the global batch (``forward(...).index`` order)."""
+        return gather(tensor)

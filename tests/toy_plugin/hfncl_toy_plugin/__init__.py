@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from hfncl.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from hfncl.engine.trainer import Trainer
+    from hfncl.trainer_view import TrainerView
     from hfncl.types import Batch, PairOutputs
 
 
@@ -34,13 +34,13 @@ def option_defaults() -> dict[str, Any]:
 
 @hookimpl
 def loss(
-    trainer: "Trainer", batch: "Batch", outputs: "PairOutputs", targets: dict[str, Any] | None, net: int
+    trainer: "TrainerView", batch: "Batch", outputs: "PairOutputs", targets: dict[str, Any] | None, net: int
 ) -> dict[str, torch.Tensor]:
     """Symmetric InfoNCE on every pair of the batch (the division is ignored)."""
     return {"toy_infonce": symmetric_infonce(outputs.similarity, trainer.option("toy_temperature"))}
 
 
 @hookimpl
-def warmup_loss(trainer: "Trainer", batch: "Batch", outputs: "PairOutputs", net: int) -> dict[str, torch.Tensor]:
+def warmup_loss(trainer: "TrainerView", batch: "Batch", outputs: "PairOutputs", net: int) -> dict[str, torch.Tensor]:
     """The same term as :func:`loss` during warmup."""
     return {"toy_infonce": symmetric_infonce(outputs.similarity, trainer.option("toy_temperature"))}

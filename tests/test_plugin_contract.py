@@ -1,0 +1,89 @@
+"""Plugins use only the trainer view: read from their source, every module of ``plugins/``.
+
+A plugin may read or call a member of ``trainer`` only if :class:`hfncl.trainer_view.TrainerView`
+declares it (and of ``trainer.ledger`` only what :class:`LedgerView` declares), touches no
+private (``_name``) attribute of anything, imports no private name of hfncl and nothing of
+``hfncl.engine`` (the trainer's internals).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from hfncl.trainer_view import LedgerView, TrainerView
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGIN_FILES = sorted((ROOT / "plugins").glob("*.py")) + sorted((ROOT / "tests" / "toy_plugin").rglob("*.py"))
+
+
+def declared(protocol: type) -> set[str]:
+    """The members a Protocol declares: its annotated attributes, properties and methods."""
+    names = set(getattr(protocol, "__annotations__", {}))
+    names |= {name for name in vars(protocol) if not name.startswith("_")}
+    return names
+
+
+TRAINER_MEMBERS, LEDGER_MEMBERS = declared(TrainerView), declared(LedgerView)
+
+
+def violations(source: str) -> list[str]:
+    """What a plugin's ``source`` uses beyond the contract, one line per use."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute):
+            owner = node.value
+            if node.attr.startswith("_") and not node.attr.startswith("__"):
+                if not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
+                    found.append(f"line {node.lineno}: private attribute {ast.unparse(node)}")
+            if isinstance(owner, ast.Name) and owner.id == "trainer" and node.attr not in TRAINER_MEMBERS:
+                found.append(f"line {node.lineno}: trainer.{node.attr} is not in TrainerView")
+            if ast.unparse(owner) == "trainer.ledger" and node.attr not in LEDGER_MEMBERS:
+                found.append(f"line {node.lineno}: trainer.ledger.{node.attr} is not in LedgerView")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("hfncl"):
+            module = node.module or ""
+            if module.startswith("hfncl.engine") or any(part.startswith("_") for part in module.split(".")):
+                found.append(f"line {node.lineno}: imports {module}")
+            found += [f"line {node.lineno}: imports private {module}.{a.name}" for a in node.names if a.name.startswith("_")]
+        elif isinstance(node, ast.Import):
+            found += [f"line {node.lineno}: imports {a.name}" for a in node.names if a.name.startswith("hfncl.engine")]
+    return found
+
+
+@pytest.mark.parametrize("path", PLUGIN_FILES, ids=lambda path: path.name)
+def test_plugins_use_only_the_trainer_view(path: Path) -> None:
+    assert violations(path.read_text()) == [], path
+
+
+def test_the_check_catches_each_kind_of_violation() -> None:
+    source = """
+from hfncl.engine.distributed import gather
+from hfncl.division import _private_helper
+import hfncl.engine.trainer
+
+def loss(trainer, outputs):
+    step = trainer.state.global_step
+    column = trainer.ledger.columns["x"]
+    return trainer.model._networks, trainer.forward(0, {}), trainer.ledger.get("x")
+"""
+    found = "\n".join(violations(source))
+    for expected in (
+        "imports hfncl.engine.distributed",
+        "imports private hfncl.division._private_helper",
+        "imports hfncl.engine.trainer",
+        "trainer.state is not in TrainerView",
+        "trainer.ledger.columns is not in LedgerView",
+        "private attribute trainer.model._networks",
+    ):
+        assert expected in found, found
+    assert "forward" not in found and "get" not in found
+
+
+def test_the_trainer_implements_the_view(tiny_data_dir, tmp_path) -> None:
+    from conftest import noisy_trainer, tiny_config
+
+    trainer = noisy_trainer(tiny_data_dir, tiny_config(tmp_path, ["vsepp"], epochs=1, warmup_epochs=0))
+    assert all(hasattr(trainer, name) for name in TRAINER_MEMBERS), TRAINER_MEMBERS - set(dir(trainer))
+    assert all(hasattr(trainer.ledger, name) for name in LEDGER_MEMBERS | {"__contains__"})
