@@ -11,6 +11,13 @@ alone with its demo settings (epochs, warmup, options), or the ``--settings`` gi
 the NCR protocol (re-pair a share of the training captions) at each ratio of ``--ratios``.
 A seed seeds both the noise split and the training; the data itself is fixed.
 
+References (at every noisy ratio, per seed; ``--no-references`` leaves them out): the
+**oracle** trains ``--oracle-method`` (default VSE++'s triplet) with the same model,
+optimiser, schedule and seed on exactly the clean pairs of that ratio and seed, the bound a
+perfect division reaches (:mod:`oracle`; the noise index is used only here, never by a
+method); the **half-data control** trains it on all pairs of the first (1 - ratio) of the
+images, as many clean pairs without the oracle's choice.
+
 Benchmarks:
 - ``generated``: :mod:`hfncl.data.synthetic` at a smaller size than the demo's, so that 4
   methods x 4 ratios x 3 seeds fit in 30 minutes on 2 CPU cores: 800 training images x 5
@@ -20,10 +27,14 @@ Benchmarks:
   dims, the other 4 captions are its texts; 1000 test, 500 dev and 4500 training images
   (18000 pairs). Skipped with a message when the file or the encoder package is absent.
 
-Reports test rSum, i2t / t2i R@1 and the division's ROC-AUC against the hidden noise mask
-(last epoch, network A; methods without a division show ``-``) as mean ± standard
-deviation over the seeds. Writes ``accuracy_<benchmark>.md`` and ``accuracy.json``
-(every run's test metrics and division quality) to ``--output-dir``.
+Reports test rSum, i2t / t2i R@1, the share of the oracle's rSum (per seed, then averaged)
+and the division's ROC-AUC, precision and recall against the hidden noise mask (last
+epoch, network A; methods without a division show ``-``) as mean ± standard deviation over
+the seeds. Writes ``accuracy_<benchmark>.md``, ``accuracy_<benchmark>_curves.png``
+(validation rSum and division AUC by epoch, a column per ratio) and ``accuracy.json`` (every
+run's test metrics, division quality per epoch and commit) to ``--output-dir``; each run
+also leaves its ``row.json``, which ``--resume`` reuses, so a long table can be built over
+several calls (rows record the commit they were trained on).
 """
 
 from __future__ import annotations
@@ -31,16 +42,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
+import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from common import machine, mean_spread, method_runs, quiet, shortened, write_report
+from oracle import half_data_split, oracle_split, training_vocabulary
+
 from hfncl.data.proxy import ProxyConfig, build_caption_proxy, default_encoder_dir
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.demo import DEMO_MODEL, DemoRun, _division_of_network_a, demo_train_config
 from hfncl.experiment import DataArguments, ModelArguments, run_experiment
+from hfncl.integrity import atomic_write_text
 
 GENERATED = SyntheticConfig(num_train=800, num_dev=200, num_test=500)
 QUICK_GENERATED = SyntheticConfig(num_train=80, num_dev=20, num_test=40, num_concepts=16, feature_dim=16)
@@ -51,6 +68,20 @@ QUICK_EPOCHS = 2
 SHARED_DATA = Path(os.environ.get("HFNCL_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 DEFAULT_CAPTIONS = SHARED_DATA / "flickr8k" / "captions.txt"
 COLUMNS = (("rSum", "rsum"), ("i2t R@1", "i2t_r1"), ("t2i R@1", "t2i_r1"))
+ORACLE = "oracle"
+HALF_DATA = "half data"
+REFERENCES = (ORACLE, HALF_DATA)
+
+
+def commit() -> str:
+    """The checked-out commit of the code that trains (``+`` when the working tree differs), for the rows' provenance."""
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here, capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head.stdout.strip() + ("+" if dirty.stdout.strip() else "")
 
 
 def prepare_benchmark(name: str, args: argparse.Namespace, output_dir: Path) -> tuple[Path | None, str]:
@@ -77,44 +108,149 @@ def prepare_benchmark(name: str, args: argparse.Namespace, output_dir: Path) -> 
     )
 
 
-def train(run: DemoRun, data_dir: Path, seed: int, output_dir: Path, quick: bool, progress: bool) -> dict[str, Any]:
-    """One method at one noise ratio and seed; the row of the JSON report."""
+@dataclass(frozen=True)
+class Job:
+    """One training run of the table: a method (or a reference) at a noise ratio and seed."""
+
+    row: str
+    run: DemoRun
+    seed: int
+    data: DataArguments
+
+    @property
+    def name(self) -> str:
+        return f"{self.row.replace(' ', '_')}_noise{round(self.run.noise_ratio * 100)}_seed{self.seed}"
+
+
+def jobs(args: argparse.Namespace, data_dir: Path) -> list[Job]:
+    """Every run of the table: per ratio and seed, each method, then the oracle and the half-data control (noisy ratios)."""
+    out = []
+    for ratio in args.ratios:
+        for seed in args.seeds:
+            noisy = DataArguments(data_dir=str(data_dir), noise_ratio=ratio, noise_seed=seed)
+            out += [Job(run.plugin, run, seed, noisy) for run in method_runs(args.methods, ratio, args.settings)]
+            if ratio == 0.0 or args.no_references:
+                continue
+            reference = method_runs([args.oracle_method], ratio)[0]
+            vocab = str(training_vocabulary(data_dir))
+            for row, split in ((ORACLE, oracle_split(data_dir, ratio, seed)), (HALF_DATA, half_data_split(data_dir, ratio))):
+                clean = DataArguments(data_dir=str(data_dir), train_split=split, vocab_file=vocab, noise_seed=seed)
+                out.append(Job(row, reference, seed, clean))
+    return out
+
+
+def train(job: Job, output_dir: Path, quick: bool, progress: bool, resume: bool) -> dict[str, Any]:
+    """One run; the row of the JSON report (read back from ``row.json`` with ``resume`` when the run finished before)."""
+    run_dir = output_dir / job.name
+    saved = run_dir / "row.json"
+    if resume and saved.is_file():
+        return json.loads(saved.read_text())
+    run = job.run
     settings = shortened(run.settings, QUICK_EPOCHS) if quick else run.settings
-    config = demo_train_config(DemoRun(run.plugin, run.noise_ratio, settings), output_dir, seed, progress)
+    config = demo_train_config(DemoRun(run.plugin, run.noise_ratio, settings), run_dir, job.seed, progress)
     config.plot_divisions = False
     started = time.perf_counter()
-    result = run_experiment(
-        DataArguments(data_dir=str(data_dir), noise_ratio=run.noise_ratio, noise_seed=seed),
-        config,
-        QUICK_MODEL if quick else DEMO_MODEL,
-    )
-    return {
-        "method": run.plugin,
+    result = run_experiment(job.data, config, QUICK_MODEL if quick else DEMO_MODEL)
+    row = {
+        "method": job.row,
+        "plugin": run.plugin,
         "noise_ratio": run.noise_ratio,
-        "seed": seed,
+        "seed": job.seed,
+        "train_split": job.data.train_split,
         "epochs": config.epochs,
         "test": result["test"],
         "division": _division_of_network_a(result["division"]),
+        "epochs_record": [_epoch_record(record) for record in result["history"]],
         "seconds": time.perf_counter() - started,
+        "commit": commit(),
     }
+    atomic_write_text(saved, json.dumps(row, indent=1, default=float))
+    return row
+
+
+def _epoch_record(record: dict[str, Any]) -> dict[str, Any]:
+    """An epoch's validation rSum and network A's division quality (AUC, precision, recall), where recorded."""
+    division = _division_of_network_a({k: v for k, v in record.items() if k.startswith("division")})
+    out = {"epoch": record["epoch"], "val_rsum": record.get("val/rsum")}
+    out.update({key: division[key] for key in ("auc", "precision", "recall") if key in division})
+    return out
+
+
+def oracle_shares(rows: list[dict[str, Any]]) -> dict[tuple[str, float], list[float]]:
+    """Per method and ratio, each seed's test rSum over the oracle's at the same ratio and seed."""
+    oracle = {(r["noise_ratio"], r["seed"]): r["test"]["rsum"] for r in rows if r["method"] == ORACLE}
+    shares: dict[tuple[str, float], list[float]] = {}
+    for row in rows:
+        reference = oracle.get((row["noise_ratio"], row["seed"]))
+        if reference:
+            shares.setdefault((row["method"], row["noise_ratio"]), []).append(row["test"]["rsum"] / reference)
+    return shares
 
 
 def markdown(rows: list[dict[str, Any]], header: str) -> str:
     lines = [
         header,
         "",
-        "| method | noise | epochs | " + " | ".join(name for name, _ in COLUMNS) + " | division AUC | time/run |",
-        "|---|---|---|" + "---|" * len(COLUMNS) + "---|---|",
+        "| method | noise | epochs | " + " | ".join(name for name, _ in COLUMNS)
+        + " | share of oracle | division AUC | precision | recall | time/run |",
+        "|---|---|---|" + "---|" * len(COLUMNS) + "---|---|---|---|---|",
     ]
     groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
-    for row in rows:
+    for row in sorted(rows, key=lambda r: (r["noise_ratio"], r["method"] in REFERENCES, r["method"])):
         groups.setdefault((row["method"], row["noise_ratio"]), []).append(row)
+    shares = oracle_shares(rows)
     for (method, ratio), group in groups.items():
         metrics = " | ".join(mean_spread([r["test"][key] for r in group]) for _, key in COLUMNS)
-        auc = mean_spread([r["division"].get("auc") for r in group], 3)
+        share = mean_spread([100 * s for s in shares.get((method, ratio), [])])
+        division = " | ".join(mean_spread([r["division"].get(key) for r in group], 3) for key in ("auc", "precision", "recall"))
         seconds = sum(r["seconds"] for r in group) / len(group)
-        lines.append(f"| {method} | {ratio:.0%} | {group[0]['epochs']} | {metrics} | {auc} | {seconds:.0f}s |")
+        share_cell = f"{share}%" if share != "-" else share
+        lines.append(f"| {method} | {ratio:.0%} | {group[0]['epochs']} | {metrics} | {share_cell} | {division} | {seconds:.0f}s |")
     return "\n".join(lines)
+
+
+def plot_curves(rows: list[dict[str, Any]], path: Path) -> Path | None:
+    """Validation rSum and network A's division AUC by epoch, a column per noise ratio (seed means); ``None`` without matplotlib."""
+    try:
+        import matplotlib
+    except ModuleNotFoundError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ratios = sorted({r["noise_ratio"] for r in rows})
+    figure, axes = plt.subplots(2, len(ratios), figsize=(4.2 * len(ratios), 6.4), squeeze=False)
+    for column, ratio in enumerate(ratios):
+        methods = sorted({r["method"] for r in rows if r["noise_ratio"] == ratio})
+        for method in methods:
+            group = [r["epochs_record"] for r in rows if r["noise_ratio"] == ratio and r["method"] == method]
+            for key, axis in (("val_rsum", axes[0][column]), ("auc", axes[1][column])):
+                epochs, means = _mean_curve(group, key)
+                if epochs:
+                    style = "--" if method in REFERENCES else "-"
+                    axis.plot(epochs, means, style, marker="o", markersize=3, label=method)
+        axes[0][column].set_title(f"{ratio:.0%} noise: validation rSum", fontsize=10)
+        axes[1][column].set_title(f"{ratio:.0%} noise: division AUC (network A)", fontsize=10)
+        for axis in axes[:, column]:
+            axis.set_xlabel("epoch")
+            if axis.lines:
+                axis.legend(fontsize=7)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def _mean_curve(records: list[list[dict[str, Any]]], key: str) -> tuple[list[int], list[float]]:
+    """Epochs (1-based) where every run recorded ``key``, and the runs' mean there."""
+    by_epoch: dict[int, list[float]] = {}
+    for record in records:
+        for epoch in record:
+            if epoch.get(key) is not None and epoch[key] == epoch[key]:  # NaN: AUC with one class
+                by_epoch.setdefault(epoch["epoch"] + 1, []).append(epoch[key])
+    epochs = sorted(e for e, values in by_epoch.items() if len(values) == len(records))
+    return epochs, [statistics.mean(by_epoch[e]) for e in epochs]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -132,6 +268,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true",
                         help=f"Tiny data and model, {QUICK_EPOCHS} epochs, ratios 0 and 0.5, seeds 0 and 1.")
     parser.add_argument("--progress", action="store_true", help="Show the epochs' progress bars.")
+    parser.add_argument("--oracle-method", default="vsepp",
+                        help="The loss the oracle and the half-data control train with (default vsepp: the plain triplet).")
+    parser.add_argument("--no-references", action="store_true", help="Leave out the oracle and half-data rows.")
+    parser.add_argument("--resume", action="store_true",
+                        help="Reuse the row.json of runs that finished before (the table then mixes commits: each row records its own).")
     args = parser.parse_args(argv)
     if args.benchmark is None:
         args.benchmark = ["generated", "proxy"] if args.quick else ["generated"]
@@ -156,20 +297,19 @@ def main(argv: list[str] | None = None) -> int:
             report["benchmarks"][name] = {"skipped": description}
             continue
         started = time.perf_counter()
-        rows = [
-            train(run, data_dir, seed, output_dir / name / f"{run.label}_seed{seed}", args.quick, args.progress)
-            for ratio in args.ratios
-            for run in method_runs(args.methods, ratio, args.settings)
-            for seed in args.seeds
-        ]
-        minutes = (time.perf_counter() - started) / 60
+        rows = [train(job, output_dir / name, args.quick, args.progress, args.resume) for job in jobs(args, data_dir)]
+        minutes = sum(row["seconds"] for row in rows) / 60
         header = (
-            f"Accuracy on the {description}; test metrics, mean ± std over seeds {args.seeds}; "
-            f"{minutes:.1f} min in all; {report['machine']}"
+            f"Accuracy on the {description}; test metrics, mean ± std over seeds {args.seeds}; share of oracle: "
+            f"test rSum over the {ORACLE}'s ({args.oracle_method} on exactly the clean pairs) at the same ratio and "
+            f"seed; {HALF_DATA}: {args.oracle_method} on all pairs of the first (1 - ratio) of the images; division "
+            f"of network A, last epoch; {minutes:.1f} min of training in all "
+            f"({(time.perf_counter() - started) / 60:.1f} in this call); {report['machine']}"
         )
         if args.settings is not None:
             header += f"; settings {json.dumps(args.settings)}"
         write_report(output_dir / f"accuracy_{name}.md", markdown(rows, header))
+        plot_curves(rows, output_dir / f"accuracy_{name}_curves.png")
         report["benchmarks"][name] = {"description": description, "minutes": minutes, "runs": rows}
     (output_dir / "accuracy.json").write_text(json.dumps(report, indent=1, default=float))
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 import time
 from pathlib import Path
 
@@ -14,6 +15,9 @@ from transformers import BertConfig, BertModel, BertTokenizer
 
 from hfncl.data import DataFormatError, load_precomp_split
 from hfncl.data.proxy import ProxyConfig, build_caption_proxy, read_image_captions, split_images
+from hfncl.data.synthetic import SyntheticConfig, generate_precomp
+from hfncl.data.vocab import Vocabulary
+from hfncl.experiment import DataArguments, prepare_data
 
 WORDS = ["a", "dog", "cat", "runs", "sits", "on", "the", "grass", "red", "ball", "man", "rides", "bike", "."]
 
@@ -265,6 +269,7 @@ def _benchmark_module(name: str):
     path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"benchmark_{name}", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
     spec.loader.exec_module(module)
     return module
 
@@ -294,3 +299,40 @@ def test_peer_speed_refuses_a_folder_without_the_official_code_and_builds_its_da
     regions, words, caption_lengths = peer_speed.embeddings(3, 8)
     assert regions.shape == (3, 36, 8) and words.shape[0] == 15 == len(caption_lengths)
     assert bool((words.norm(dim=-1) > 0).sum(dim=1).eq(caption_lengths).all())
+
+
+def test_oracle_split_holds_exactly_the_clean_pairs_of_the_noise_index_training_uses(tmp_path):
+    oracle = _benchmark_module("oracle")
+    small = SyntheticConfig(num_train=20, num_dev=4, num_test=4, num_concepts=6, num_regions=6, feature_dim=4)
+    data_dir = generate_precomp(tmp_path / "data", small)
+    data = prepare_data(DataArguments(data_dir=str(data_dir), noise_ratio=0.5, noise_seed=3), tmp_path / "run")
+    saved = np.load(tmp_path / "run" / "noise_index.npy")
+    full = load_precomp_split(data_dir, "train")
+    k = full.captions_per_image
+    clean = saved == np.arange(len(saved)) // k
+    np.testing.assert_array_equal(oracle.clean_caption_mask(data_dir, 0.5, 3), clean)
+    assert 0 < clean.sum() < len(clean) and data["train"].clean_mask.sum() == clean.sum()
+
+    split = load_precomp_split(data_dir, oracle.oracle_split(data_dir, 0.5, 3))
+    kept = np.flatnonzero(clean)
+    assert split.captions_per_image == 1 and list(split.captions) == [full.captions[c] for c in kept]
+    np.testing.assert_array_equal(split.image_inputs(np.arange(len(kept))), full.image_inputs(kept // k))
+
+    half = load_precomp_split(data_dir, oracle.half_data_split(data_dir, 0.5))
+    assert half.num_images == 10 and list(half.captions) == list(full.captions)[: 10 * k]
+    np.testing.assert_array_equal(half.image_inputs(np.arange(10)), full.image_inputs(np.arange(10)))
+    assert Vocabulary.from_json(oracle.training_vocabulary(data_dir)) == data["vocab"]
+
+
+def test_share_of_oracle_pairs_each_run_with_the_oracle_of_its_ratio_and_seed(monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    accuracy = _benchmark_module("accuracy")
+
+    def row(method, ratio, seed, rsum):
+        return {"method": method, "noise_ratio": ratio, "seed": seed, "test": {"rsum": rsum}}
+
+    rows = [row("oracle", 0.5, 0, 200.0), row("oracle", 0.5, 1, 100.0), row("ncr", 0.5, 0, 150.0), row("ncr", 0.5, 1, 90.0)]
+    rows.append(row("ncr", 0.0, 0, 300.0))
+    shares = accuracy.oracle_shares(rows)
+    assert shares[("ncr", 0.5)] == [0.75, 0.9] and shares[("oracle", 0.5)] == [1.0, 1.0]
+    assert ("ncr", 0.0) not in shares
