@@ -30,11 +30,11 @@ from hfncl.data.labelled import MODALITIES
 from hfncl.data.noisy_labels import NoisyLabelledDataset
 from hfncl.engine.callbacks import library_progress_bars
 from hfncl.engine.ownership import owned_run_dir
-from hfncl.integrity import atomic_write_text, write_manifest
 from hfncl.engine.tasks import CategoryTask
 from hfncl.engine.trainer import Trainer
 from hfncl.hub.card import write_model_card
 from hfncl.hub.record import read_run_record, write_run_record
+from hfncl.integrity import atomic_write_text, write_manifest
 from hfncl.models import CategoryConfig, CategoryModel
 
 NOISE_FILE = "label_noise.json"
@@ -95,9 +95,13 @@ class CategoryModelArguments:
 
 def load_labelled(args: LabelDataArguments) -> LabelledDataset:
     """The train / valid / test splits the arguments name."""
-    options = dict(label_base=args.label_base, num_classes=args.num_classes, feature_dtype=args.feature_dtype)
+    options: dict[str, Any] = dict(
+        label_base=args.label_base, num_classes=args.num_classes, feature_dtype=args.feature_dtype
+    )
     if args.data_path is not None:
         return load_labelled_dataset(args.data_path, layout=args.layout, valid_size=args.valid_size, **options)
+    if args.image_features is None or args.text_features is None or args.labels is None:
+        raise ValueError("give either data_path, or all of image_features, text_features and labels (one unsplit set)")
     return load_labelled_arrays(args.image_features, args.text_features, args.labels, **options)
 
 
@@ -109,7 +113,9 @@ def prepare_labelled_data(args: LabelDataArguments, output_dir: str | Path) -> d
         noise = load_label_noise(args.noise_file, clean, dataset.num_classes)
         noise_rate = None
     else:
-        noise = inject_label_noise(clean, dataset.num_classes, args.noise_ratio, kind=args.noise_kind, seed=args.noise_seed)
+        noise = inject_label_noise(
+            clean, dataset.num_classes, args.noise_ratio, kind=args.noise_kind, seed=args.noise_seed
+        )
         noise.save(Path(output_dir) / NOISE_FILE)
         noise_rate = args.noise_ratio
     return {

@@ -12,14 +12,13 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from importlib import import_module
 from importlib.metadata import version
+from typing import Any
 
 from hfncl.plugins import PluginError, PluginInfo, describe_installed
-
 
 
 @dataclass(frozen=True)
@@ -99,22 +98,22 @@ def _plugins_arguments(parser: argparse.ArgumentParser) -> None:
 )
 def plugins_command(args: argparse.Namespace) -> int:
     """Print every plugin of the ``hfncl`` entry-point group; a broken one shows its error."""
-    records = [plugin_record(info) for info in describe_installed()]
+    plugins = describe_installed()
     if args.json:
-        print(json.dumps(records, indent=2, default=str))
+        print(json.dumps([plugin_record(info) for info in plugins], indent=2, default=str))
         return 0
-    if not records:
+    if not plugins:
         print("No hfncl plugins installed.")
         return 0
-    for record in records:
-        print(f"{record['name']}  {record['distribution']}=={record['version']}  ({record['value']})")
-        if record["error"] is not None:
-            print(f"    error: {record['error']}")
+    for info in plugins:
+        print(f"{info.name}  {info.distribution}=={info.version}  ({info.value})")
+        if info.error is not None:
+            print(f"    error: {info.error}")
         else:
-            print(f"    hooks: {', '.join(record['hooks']) or '(none)'}")
-            if record["options"]:
+            print(f"    hooks: {', '.join(info.hooks) or '(none)'}")
+            if info.options:
                 print("    options (defaults):")
-            for option, default in record["options"].items():
+            for option, default in info.options.items():
                 print(f"        {option} = {json.dumps(default, default=str)}")
     return 0
 
@@ -216,7 +215,10 @@ def push_command(args: argparse.Namespace) -> int:
 
     _register_model_types()
     # the HTTP client's base error (connection, timeout, status), which the Hub's own error extends
-    network_errors = (HfHubHTTPError, *(base for base in HfHubHTTPError.__mro__ if base.__name__ == "HTTPError"))
+    network_errors: tuple[type[BaseException], ...] = (
+        HfHubHTTPError,
+        *(base for base in HfHubHTTPError.__mro__ if base.__name__ == "HTTPError"),
+    )
     try:
         commit = push_checkpoint(
             args.checkpoint,
@@ -310,25 +312,39 @@ def _evaluation_split(data_dir: str, split: str, checkpoint: str, config: Any) -
 
 def _extract_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``hfncl extract``."""
-    parser.add_argument("source", help="An imagefolder directory (split folders with metadata.jsonl) or a Hub dataset id.")
+    parser.add_argument(
+        "source", help="An imagefolder directory (split folders with metadata.jsonl) or a Hub dataset id."
+    )
     parser.add_argument("output_dir", help="Precomp directory to write ({split}_ims.npy, {split}_caps.txt).")
     model = parser.add_mutually_exclusive_group(required=True)
-    model.add_argument("--model", help="Hub id or directory of the image model and its image processor (pooled, patches).")
-    model.add_argument("--detector", help="Hub id or directory of a DETR-family object detector and its image processor (regions).")
+    model.add_argument(
+        "--model", help="Hub id or directory of the image model and its image processor (pooled, patches)."
+    )
+    model.add_argument(
+        "--detector", help="Hub id or directory of a DETR-family object detector and its image processor (regions)."
+    )
     parser.add_argument(
         "--feature", choices=("pooled", "patches", "regions"), default="pooled",
         help="pooled: one vector per image (R = 1); patches: the vision encoder's token states; "
         "regions: the detector's top --num-regions boxes, each a pooled backbone feature.",
     )
-    parser.add_argument("--num-regions", type=int, default=36, help="Regions per image for --feature regions (default: 36).")
-    parser.add_argument("--box-geometry", action="store_true", help="Append each region's normalised x1, y1, x2, y2, area.")
-    parser.add_argument("--score-threshold", type=float, default=0.0, help="Drop regions scoring at most this (default: 0).")
+    parser.add_argument(
+        "--num-regions", type=int, default=36, help="Regions per image for --feature regions (default: 36)."
+    )
+    parser.add_argument(
+        "--box-geometry", action="store_true", help="Append each region's normalised x1, y1, x2, y2, area."
+    )
+    parser.add_argument(
+        "--score-threshold", type=float, default=0.0, help="Drop regions scoring at most this (default: 0)."
+    )
     parser.add_argument("--image-column", default="image", help="Column holding the images (default: image).")
     parser.add_argument("--caption-column", default="captions", help="Column holding a caption or a list of captions.")
     parser.add_argument("--batch-size", type=int, default=32, help="Images per model call.")
     parser.add_argument("--num-shards", type=int, default=8, help="Cached shards per split (the unit of resumption).")
     parser.add_argument("--device", default="cpu", help="Where the model runs (default: cpu).")
-    parser.add_argument("--cache-dir", help="Cache of the loaded dataset and mapped shards (default: $HFNCL_CACHE/extract).")
+    parser.add_argument(
+        "--cache-dir", help="Cache of the loaded dataset and mapped shards (default: $HFNCL_CACHE/extract)."
+    )
     parser.add_argument("--revision", help="Branch, tag or commit of a Hub model (default: its default branch).")
 
 

@@ -8,11 +8,10 @@ command line by recipes with ``transformers.HfArgumentParser``.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from collections.abc import Iterable, Mapping
 from typing import Any
-
 
 OPTIMIZERS = ("adam", "adamw")
 LATEST = "latest"
@@ -60,7 +59,9 @@ class TrainConfig:
     lr_decay_factor: float = field(default=0.1, metadata={"help": "Multiplier applied at each decay epoch."})
     grad_clip: float = field(default=2.0, metadata={"help": "Gradient norm clip (0 disables)."})
     seed: int = field(default=0, metadata={"help": "Seeds initialisation, shuffling and everything random."})
-    save_steps: int = field(default=0, metadata={"help": "Also checkpoint every N optimiser steps (0: epoch ends only)."})
+    save_steps: int = field(
+        default=0, metadata={"help": "Also checkpoint every N optimiser steps (0: epoch ends only)."}
+    )
     num_workers: int = field(default=0, metadata={"help": "DataLoader worker processes."})
     mixed_precision: str = field(default="no", metadata={"help": "no, fp16 or bf16 (Accelerate)."})
     log_with: list[str] = field(
@@ -73,10 +74,13 @@ class TrainConfig:
     resume: bool = field(default=False, metadata={"help": "Same as --resume_from_checkpoint latest."})
     resume_from_checkpoint: str | None = field(
         default=None,
-        metadata={"help": "latest: continue the run in output_dir from its latest checkpoint; or a checkpoint directory."},
+        metadata={
+            "help": "latest: continue the run in output_dir from its latest checkpoint; or a checkpoint directory."
+        },
     )
     overwrite_output_dir: bool = field(
-        default=False, metadata={"help": "Replace the results of a previous run in output_dir instead of refusing to start."}
+        default=False,
+        metadata={"help": "Replace the results of a previous run in output_dir instead of refusing to start."},
     )
     plot_divisions: bool = field(
         default=True, metadata={"help": "Save a PNG of each division's statistic by hidden mask (needs matplotlib)."}

@@ -23,8 +23,8 @@ import transformers
 
 from hfncl.category_experiment import CategoryModelArguments, LabelDataArguments, run_category_experiment
 from hfncl.config import TrainConfig
-from hfncl.data.synthetic_labels import LabelledSyntheticConfig, generate_labelled
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
+from hfncl.data.synthetic_labels import LabelledSyntheticConfig, generate_labelled
 from hfncl.experiment import DataArguments, ModelArguments, run_experiment
 from hfncl.plugins import PluginError, build_plugin_manager, installed_entry_points
 
@@ -49,7 +49,7 @@ class DemoRun:
 def demo_runs(noise_ratios: tuple[float, ...] = (0.5,), plugins: list[str] | None = None) -> tuple[DemoRun, ...]:
     """A run per installed plugin that declares ``demo_settings`` (or per named plugin), per noise ratio."""
     names = plugins if plugins is not None else sorted(installed_entry_points())
-    runs = []
+    runs: list[DemoRun] = []
     for name in names:
         hook = build_plugin_manager([name]).hook
         settings = hook.demo_settings()
@@ -137,7 +137,8 @@ def format_label_table(results: list[dict[str, Any]]) -> str:
 def format_table(results: list[dict[str, Any]]) -> str:
     """A markdown table: one row per run, recalls, rSum and division quality."""
     header = (
-        "| method | noise | i2t R@1 | R@5 | R@10 | t2i R@1 | R@5 | R@10 | rSum | division AUC | precision | recall | time |"
+        "| method | noise | i2t R@1 | R@5 | R@10 | t2i R@1 | R@5 | R@10 | rSum "
+        "| division AUC | precision | recall | time |"
     )
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for r in results:

@@ -14,6 +14,7 @@ from hfncl.data import (
     NOISE_KINDS,
     DataFormatError,
     NoisyPairDataset,
+    PairSplit,
     TokenizerVocabulary,
     Vocabulary,
     caption_level_noise,
@@ -25,15 +26,15 @@ from hfncl.data import (
     load_precomp_split,
     save_noise_index,
 )
-from hfncl.data.precomp import FEATURE_DTYPES
 from hfncl.data.pixels import METADATA_FILE, image_processor_from_pretrained
-from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
+from hfncl.data.precomp import FEATURE_DTYPES
 from hfncl.engine.callbacks import library_progress_bars
+from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
 from hfncl.engine.ownership import owned_run_dir
-from hfncl.integrity import atomic_write_text, write_manifest
 from hfncl.engine.trainer import Trainer
 from hfncl.hub import DataDescription, add_test_results, save_text_vocabulary
 from hfncl.hub.checkpoint import save_image_processor
+from hfncl.integrity import atomic_write_text, write_manifest
 from hfncl.models import NCLConfig, NCLModel
 from hfncl.models.towers import parameter_counts
 from hfncl.plugins import build_plugin_manager, check_division_fields, plugin_model_defaults, resolve_options
@@ -54,12 +55,17 @@ class DataArguments:
     data_format: str = field(
         default="auto",
         metadata={
-            "help": "precomp, imagefolder, or auto: an imagefolder when {train_split}/metadata.jsonl exists, else precomp."
+            "help": "precomp, imagefolder, or auto: an imagefolder when {train_split}/metadata.jsonl exists, "
+            "else precomp."
         },
     )
     noise_ratio: float = field(default=0.0, metadata={"help": "Share of training pairs to corrupt."})
     noise_kind: str = field(
-        default="caption", metadata={"help": "caption: re-pair a share of captions (caption level); image: permute a share of images (image level)."}
+        default="caption",
+        metadata={
+            "help": "caption: re-pair a share of captions (caption level); image: permute a share of images "
+            "(image level)."
+        },
     )
     noise_file: str | None = field(
         default=None,
@@ -113,7 +119,9 @@ class ModelArguments:
     similarity: str | None = field(
         default=None, metadata={"help": "Similarity head: cosine (default), sgr or saf (SGRAF, on local features)."}
     )
-    sim_dim: int | None = field(default=None, metadata={"help": "SGR / SAF similarity representation size (default 256)."})
+    sim_dim: int | None = field(
+        default=None, metadata={"help": "SGR / SAF similarity representation size (default 256)."}
+    )
     reasoning_steps: int | None = field(default=None, metadata={"help": "SGR graph-reasoning steps (default 3)."})
     attention_lambda: float | None = field(
         default=None, metadata={"help": "SGR / SAF text-to-region attention temperature lambda (default 9)."}
@@ -195,7 +203,8 @@ def data_format(requested: str, data_dir: Path, split: str, image_tower_name: st
         raise DataFormatError(
             f"{data_dir} is an imagefolder of raw images, but the model's image tower (NCLConfig.image_tower) is "
             "'regions', which reads precomputed features: train on pixels with a vision tower (--image-tower "
-            f"<CLIP model>), or extract features first (hfncl extract {data_dir} OUT --model <image model>) and train on OUT"
+            f"<CLIP model>), or extract features first (hfncl extract {data_dir} OUT --model <image model>) "
+            "and train on OUT"
         )
     if chosen == "precomp" and image_tower_name is not None:
         raise DataFormatError(
@@ -233,21 +242,38 @@ def prepare_data(
         raise DataFormatError(f"Data directory {str(data_dir)!r} does not exist or is not a directory")
     names = (args.train_split, args.val_split, args.test_split)
     processor = None
-    if data_format(args.data_format, data_dir, args.train_split, image_processor) == "imagefolder":
+    train: PairSplit
+    val: PairSplit
+    test: PairSplit
+    feature_dim: int | None
+    chosen = data_format(args.data_format, data_dir, args.train_split, image_processor)
+    if chosen == "imagefolder" and image_processor is not None:  # data_format refuses images without one
         processor = image_processor_from_pretrained(image_processor)
         pixel_splits = load_pixel_splits(data_dir, names, processor)
         train, val, test = (pixel_splits[name] for name in names)
         feature_dim = None
     else:
-        load = dict(feature_dtype=args.feature_dtype, expected_feature_dim=image_dim)
-        train = load_precomp_split(data_dir, args.train_split, **load)
-        regions, feature_dim = train.region_shape
-        load.update(expected_feature_dim=feature_dim, expected_regions=regions)
-        val = load_precomp_split(data_dir, args.val_split, **load)
-        test = load_precomp_split(data_dir, args.test_split, **load)
+        precomp_train = load_precomp_split(
+            data_dir, args.train_split, feature_dtype=args.feature_dtype, expected_feature_dim=image_dim
+        )
+        regions, feature_dim = precomp_train.region_shape
+        train = precomp_train
+        val, test = (
+            load_precomp_split(
+                data_dir,
+                split,
+                feature_dtype=args.feature_dtype,
+                expected_feature_dim=feature_dim,
+                expected_regions=regions,
+            )
+            for split in (args.val_split, args.test_split)
+        )
+    vocab: Vocabulary | TokenizerVocabulary
     if tokenizer is not None:
         if args.vocab_file:
-            raise ValueError(f"vocab_file {args.vocab_file!r} is for the GRU text tower; {tokenizer!r} has its own tokenizer")
+            raise ValueError(
+                f"vocab_file {args.vocab_file!r} is for the GRU text tower; {tokenizer!r} has its own tokenizer"
+            )
         vocab = TokenizerVocabulary.from_pretrained(tokenizer)
     else:
         vocab = Vocabulary.from_json(args.vocab_file) if args.vocab_file else Vocabulary.build(train.captions)

@@ -16,6 +16,8 @@ Targets may be one-hot or soft (mixed, Eq. 6) rows.
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Sequence
 
 import torch
@@ -84,7 +86,8 @@ def robust_clustering_loss(
             f"need one target tensor per modality, got {len(probabilities)} probability "
             f"and {len(targets)} target tensors"
         )
-    return sum(ngce_mae(p, y, rho).mean() for p, y in zip(probabilities, targets, strict=True))
+    terms = (ngce_mae(p, y, rho).mean() for p, y in zip(probabilities, targets, strict=True))
+    return functools.reduce(operator.add, terms)
 
 
 def mix_with_clean(
@@ -104,8 +107,8 @@ def mix_with_clean(
 
     Partners are drawn with ``generator`` (torch's global generator if None), so a
     seeded generator gives the same mixing. Returns the mixed inputs, the mixed targets
-    and, per sample, the index of its clean partner (-1 for clean samples). A batch without a clean sample has nothing to mix
-    with and is returned unchanged (all partners -1).
+    and, per sample, the index of its clean partner (-1 for clean samples). A batch without a
+    clean sample has nothing to mix with and is returned unchanged (all partners -1).
     """
     if not 0.0 <= lam <= 1.0:
         raise ValueError(f"lam must be in [0, 1], got {lam}")

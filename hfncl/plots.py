@@ -100,7 +100,7 @@ def plot_training_curves(history: list[dict], path: str | Path, metric: str = "r
     ]
     panels = [(title, lines) for title, lines in panels if lines]
     figure, axes = plt.subplots(1, max(len(panels), 1), figsize=(4.2 * max(len(panels), 1), 3.4), squeeze=False)
-    for axis, (title, lines) in zip(axes[0], panels):
+    for axis, (title, lines) in zip(axes[0], panels, strict=False):  # one empty axis when no panel
         for key, (epochs, values) in lines.items():
             axis.plot(epochs, values, marker="o", markersize=3, label=key.split("/", 1)[1] if "/" in key else key)
         axis.set_title(title, fontsize=10)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import inspect
 import math
-from dataclasses import dataclass, field
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
@@ -228,7 +228,8 @@ def require_plugins(
 
 
 def _fits(value: Any, default: Any) -> bool:
-    """Whether an option ``value`` has the type of its declared ``default`` (an int fits a float; JSON lists fit tuples)."""
+    """Whether an option ``value`` has the type of its declared ``default``
+    (an int fits a float; JSON lists fit tuples)."""
     if default is None:
         return True
     if isinstance(default, bool) or isinstance(value, bool):
@@ -273,7 +274,7 @@ def check_division_fields(manager: pluggy.PluginManager, names: list[str], confi
     Raises:
         PluginError: naming the reading plugin, the providing one and the missing fields.
     """
-    fields = {
+    fields: dict[str, Any] = {
         impl.plugin_name: impl.function(*[{"config": config}[arg] for arg in impl.argnames]) or {}
         for impl in manager.hook.division_fields.get_hookimpls()
     }

@@ -80,4 +80,5 @@ class HookTimer:
         ``between("epoch_start", "epoch_end")`` is the time of each completed epoch.
         """
         starts, ends = self.calls[first], self.calls[last]
-        return [end - start for (start, _), (_, end) in zip(starts, ends)]
+        # an unfinished call has no end
+        return [end - start for (start, _), (_, end) in zip(starts, ends, strict=False)]

@@ -9,10 +9,10 @@ file and the file to the flags. A run saves its effective configuration as
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 from collections.abc import Sequence
-import inspect
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any

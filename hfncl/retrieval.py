@@ -142,12 +142,11 @@ class Retriever:
             raise ValueError("encode_texts needs the vocabulary the model was trained with (Retriever(vocab=...))")
         if isinstance(texts, str):
             raise TypeError("encode_texts expects a sequence of captions, got one string")
-        items = [
-            {"caption": torch.tensor(self.vocab.encode(text), dtype=torch.long), "index": i} for i, text in enumerate(texts)
-        ]
-        empty = [i for i, item in enumerate(items) if item["caption"].numel() == 0]
+        tokens = [torch.tensor(self.vocab.encode(text), dtype=torch.long) for text in texts]
+        empty = [i for i, ids in enumerate(tokens) if ids.numel() == 0]
         if empty:
             raise ValueError(f"captions {empty} have no tokens after tokenisation")
+        items = [{"caption": ids, "index": i} for i, ids in enumerate(tokens)]
         embeds = []
         for start in range(0, len(items), self.batch_size):
             batch = collate_captions(items[start : start + self.batch_size])

@@ -1,4 +1,5 @@
-"""Data: SCAN precomp, raw images (pixel splits), vocabularies, correspondence noise, PyTorch datasets; labelled features and label noise."""
+"""Data: SCAN precomp, raw images (pixel splits), vocabularies, correspondence noise, PyTorch datasets;
+labelled features and label noise."""
 
 from hfncl.data.label_noise import (
     LABEL_NOISE_KINDS,
@@ -47,7 +48,7 @@ from hfncl.data.precomp import (
     load_precomp_split,
     read_captions,
 )
-from hfncl.data.vocab import TokenizerVocabulary, Vocabulary, tokenize
+from hfncl.data.vocab import CaptionTokenizer, TokenizerVocabulary, Vocabulary, tokenize
 
 __all__ = [
     "FEATURE_DTYPES",
@@ -67,6 +68,7 @@ __all__ = [
     "NOISE_KINDS",
     "CaptionDataset",
     "DataFormatError",
+    "CaptionTokenizer",
     "EncodedCaptions",
     "ImageDataset",
     "NoisyPairDataset",

@@ -186,11 +186,12 @@ class RegionFeatureExtractor:
         if not isinstance(backbone, torch.nn.Module):
             raise ValueError(
                 f"detector {detector_name!r} ({type(self.model).__name__}) has no convolutional base_model.backbone "
-                "to pool regions from; expected a DETR-family detector (DETR, Conditional/Deformable DETR, RT-DETR, D-FINE)"
+                "to pool regions from; expected a DETR-family detector "
+                "(DETR, Conditional/Deformable DETR, RT-DETR, D-FINE)"
             )
         backbone.register_forward_hook(self._keep_feature_map)
         self.detector_name = detector_name
-        self.options = {
+        self.options: dict[str, Any] = {
             "num_regions": num_regions,
             "box_geometry": box_geometry,
             "score_threshold": score_threshold,
@@ -222,9 +223,10 @@ class RegionFeatureExtractor:
         mask = inputs.get("pixel_mask")  # images are padded at the bottom and right
         sizes = [padded] * len(images) if mask is None else [(int(m.any(1).sum()), int(m.any(0).sum())) for m in mask]
         size = self.options["num_regions"]
-        regions = np.zeros((len(images), size, self._feature_map.shape[1] + 5 * self.options["box_geometry"]), np.float32)
+        width = self._feature_map.shape[1] + 5 * self.options["box_geometry"]
+        regions = np.zeros((len(images), size, width), np.float32)
         counts = np.zeros(len(images), dtype=np.int64)
-        for index, (found, image_size) in enumerate(zip(detections, sizes)):
+        for index, (found, image_size) in enumerate(zip(detections, sizes, strict=True)):
             boxes = found["boxes"].clamp(0, 1)
             boxes = boxes[_nms(boxes, found["scores"], self.options["nms_threshold"], size)]
             pooled = self._pool(self._feature_map[index], boxes, image_size, padded)
@@ -292,12 +294,15 @@ def split_captions(dataset: datasets.Dataset, column: str, split: str) -> tuple[
     for row, cell in enumerate(dataset.select_columns([column])[column]):
         cell = [cell] if isinstance(cell, str) else cell
         if not isinstance(cell, list) or not cell or not all(isinstance(c, str) and c.strip() for c in cell):
-            raise DataFormatError(f"split {split!r} row {row}: {column!r} must be a non-empty caption or list of them, got {cell!r}")
+            raise DataFormatError(
+                f"split {split!r} row {row}: {column!r} must be a non-empty caption or list of them, got {cell!r}"
+            )
         if per_image is None:
             per_image = len(cell)
         elif len(cell) != per_image:
             raise DataFormatError(
-                f"split {split!r} row {row} has {len(cell)} captions, earlier rows {per_image}: every image needs the same number"
+                f"split {split!r} row {row} has {len(cell)} captions, earlier rows {per_image}: "
+                "every image needs the same number"
             )
         captions.extend(" ".join(c.split()) for c in cell)
     if per_image is None:
@@ -419,6 +424,7 @@ def extract_features(
         raise ValueError(f"feature must be one of {FEATURES}, got {feature!r}")
     cache = Path(cache_dir) if cache_dir is not None else default_cache_root() / "extract"
     raw = load_raw_dataset(source, cache / "datasets")
+    extractor: RegionFeatureExtractor | ImageFeatureExtractor
     if feature == "regions":
         extractor = RegionFeatureExtractor(
             model_name, num_regions, box_geometry, score_threshold, device=device, revision=revision

@@ -19,8 +19,9 @@ datasets (Hugging Face ``datasets``) with explicit features:
                unsplit set, e.g. ``shared/data/pascal_sentence``.
 
 MATLAB v7.3 ``.mat`` files are HDF5 files and are read with h5py, transposed back to
-row-major; sparse ``.mat`` matrices (bag-of-words features) are densified a chunk at a time. Text labels default to the image labels where a file has none (the pairs
-share their category).
+row-major; sparse ``.mat`` matrices (bag-of-words features) are densified a chunk at a
+time. Text labels default to the image labels where a file has none (the pairs share
+their category).
 
 **Labels** are index vectors (N,) or (N, 1), integer or integral floats (MATLAB
 stores doubles), or one-hot rows (N, K); each is converted explicitly. Index labels
@@ -52,6 +53,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 import datasets
 import h5py
@@ -94,7 +96,7 @@ class _Rows:
     def read(self, start: int = 0, stop: int | None = None) -> np.ndarray:
         stop = self.shape[0] if stop is None else stop
         if scipy.sparse.issparse(self._array):  # .mat files store bag-of-words features sparse
-            return self._array[start:stop].toarray()
+            return cast(Any, self._array)[start:stop].toarray()
         if self._transpose:
             return np.asarray(self._array[..., start:stop]).T
         return np.asarray(self._array[start:stop])
@@ -417,7 +419,7 @@ def _resolve(
         text_dim = _feature_shape(parts.text, len(text_labels), parts.text_labels.where)
         resolved[split] = _ResolvedSplit(parts, image_labels, text_labels, image_dim, text_dim)
     first = resolved["train"]
-    for split, item in resolved.items():
+    for item in resolved.values():
         if (item.image_dim, item.text_dim) != (first.image_dim, first.text_dim):
             raise DataFormatError(
                 f"{item.raw.image.where} / {item.raw.text.where}: feature dimensions ({item.image_dim}, "

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from hfncl.data.noise import caption_pairing, clean_mask
-from hfncl.data.vocab import Vocabulary
+from hfncl.data.vocab import CaptionTokenizer
 
 
 class PairSplit(Protocol):
@@ -59,7 +59,7 @@ class EncodedCaptions:
     encoded one at a time into the flat array, never as a list of lists.
     """
 
-    def __init__(self, captions: Sequence[str], vocab: Vocabulary) -> None:
+    def __init__(self, captions: Sequence[str], vocab: CaptionTokenizer) -> None:
         tokens = array("H" if len(vocab) <= np.iinfo(np.uint16).max + 1 else "i")
         ends = array("q", [0])
         for caption in captions:
@@ -94,7 +94,7 @@ class NoisyPairDataset(torch.utils.data.Dataset):
     "index": i, "image_index": the split image the pair shows}``.
     """
 
-    def __init__(self, split: PairSplit, vocab: Vocabulary, caption_to_image: np.ndarray | None = None) -> None:
+    def __init__(self, split: PairSplit, vocab: CaptionTokenizer, caption_to_image: np.ndarray | None = None) -> None:
         self.split = split
         k = split.captions_per_image
         if caption_to_image is None:
@@ -161,7 +161,7 @@ class CaptionDataset(torch.utils.data.Dataset):
     Caption ``c`` describes image ``c // captions_per_image``.
     """
 
-    def __init__(self, split: PairSplit, vocab: Vocabulary) -> None:
+    def __init__(self, split: PairSplit, vocab: CaptionTokenizer) -> None:
         self.captions_per_image = split.captions_per_image
         self.captions = EncodedCaptions(split.captions, vocab)
 
@@ -191,13 +191,20 @@ def _index(items: Sequence[dict[str, Any]]) -> torch.Tensor:
 def collate_pairs(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
     """Batch of :class:`NoisyPairDataset` items, as documented in :mod:`hfncl.types`.
 
-    ``images`` float32 (B, R, D) region features or (B, C, H, W) pixel values, ``captions`` (B, L) long padded with 0 (``<pad>``),
-    ``lengths`` (B,) long, ``index`` (B,) long, ``image_index`` (B,) long; items keep their order.
+    ``images`` float32 (B, R, D) region features or (B, C, H, W) pixel values, ``captions``
+    (B, L) long padded with 0 (``<pad>``), ``lengths`` (B,) long, ``index`` (B,) long,
+    ``image_index`` (B,) long; items keep their order.
     """
     captions, lengths = _pad_captions([item["caption"] for item in items])
     images = torch.stack([item["image"] for item in items]).float()
     image_index = torch.tensor([item["image_index"] for item in items], dtype=torch.long)
-    return {"images": images, "captions": captions, "lengths": lengths, "index": _index(items), "image_index": image_index}
+    return {
+        "images": images,
+        "captions": captions,
+        "lengths": lengths,
+        "index": _index(items),
+        "image_index": image_index,
+    }
 
 
 def collate_images(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:

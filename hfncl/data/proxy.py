@@ -112,7 +112,8 @@ def split_images(names: list[str], config: ProxyConfig) -> dict[str, list[str]]:
         ordered = ordered[: config.max_images]
     if len(ordered) <= config.num_test + config.num_dev:
         raise ValueError(
-            f"{len(ordered)} images leave none for training after {config.num_test} test and {config.num_dev} dev images"
+            f"{len(ordered)} images leave none for training after {config.num_test} test and "
+            f"{config.num_dev} dev images"
         )
     permuted = [ordered[i] for i in np.random.default_rng(config.seed).permutation(len(ordered))]
     test_end = config.num_test

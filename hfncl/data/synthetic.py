@@ -92,8 +92,8 @@ class _World:
             regions = [self.prototypes[k] + shift for k in concepts for _ in range(c.regions_per_concept)]
             while len(regions) < c.num_regions:
                 regions.append(self.background[rng.integers(len(self.background))] + shift)
-            regions = np.stack(regions) + c.region_noise * rng.standard_normal((c.num_regions, c.feature_dim))
-            images[i] = regions[rng.permutation(c.num_regions)]
+            noisy = np.stack(regions) + c.region_noise * rng.standard_normal((c.num_regions, c.feature_dim))
+            images[i] = noisy[rng.permutation(c.num_regions)]
             for _ in range(c.captions_per_image):
                 named = rng.choice(concepts, size=c.concepts_per_caption, replace=False)
                 tokens = [self.concept_words[k, rng.integers(c.words_per_concept)] for k in named]

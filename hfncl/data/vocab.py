@@ -16,7 +16,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from hfncl.data.precomp import DataFormatError
 
@@ -34,6 +34,18 @@ _TOKEN_RE = re.compile(
     re.VERBOSE,
 )
 _OPENING_CONTEXT = "([{<"
+
+
+class CaptionTokenizer(Protocol):
+    """What turns captions into token ids: a :class:`Vocabulary` or a :class:`TokenizerVocabulary`."""
+
+    def encode(self, caption: str) -> list[int]:
+        """The token ids of ``caption``."""
+        ...
+
+    def __len__(self) -> int:
+        """The number of token ids."""
+        ...
 
 
 def tokenize(text: str) -> list[str]:

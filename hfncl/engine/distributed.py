@@ -29,7 +29,7 @@ class _AllGather(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, tensor: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx, tensor: torch.Tensor) -> torch.Tensor:
         rank, size = world()
         parts = [torch.empty_like(tensor) for _ in range(size)]
         dist.all_gather(parts, tensor.contiguous())
@@ -37,7 +37,7 @@ class _AllGather(torch.autograd.Function):
         return torch.cat(parts)
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
         grad = grad.contiguous().clone()
         dist.all_reduce(grad)
         return grad[ctx.rank * ctx.rows : (ctx.rank + 1) * ctx.rows]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Sized
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
@@ -37,7 +38,11 @@ class RetrievalSplit:
 
     @property
     def num_images(self) -> int:
-        return len(self.images)
+        return len(cast(Sized, self.images))
+
+    @property
+    def num_captions(self) -> int:
+        return len(cast(Sized, self.captions))
 
 
 @torch.no_grad()
@@ -115,16 +120,18 @@ def evaluate_ensemble(
             f"evaluate_ensemble needs one split and one hook per model, got {len(models)} models, "
             f"{len(splits)} splits and {len(hooks)} hooks"
         )
-    sizes = {(split.num_images, len(split.captions), split.captions_per_image) for split in splits}
+    sizes = {(split.num_images, split.num_captions, split.captions_per_image) for split in splits}
     if len(sizes) != 1:
-        raise ValueError(f"the models' splits must hold the same images and captions, got (images, captions, k) {sizes}")
+        raise ValueError(
+            f"the models' splits must hold the same images and captions, got (images, captions, k) {sizes}"
+        )
     was_training = [model.training for model in models]
     for model in models:
         model.eval()  # scoring in eval mode: the heads' chunked path, batch-independent scores
     try:
         return _ensemble_metrics(models, splits, hooks, batch_size, device, folds, progress)
     finally:
-        for model, training in zip(models, was_training):
+        for model, training in zip(models, was_training, strict=True):
             model.train(training)
 
 
@@ -138,17 +145,17 @@ def _ensemble_metrics(
     progress: bool,
 ) -> dict[str, float]:
     i2t_members, t2i_members = [], []
-    for model, split, hook in zip(models, splits, hooks):
+    for model, split, hook in zip(models, splits, hooks, strict=True):
         image_embeds, text_embeds = encode_split(model, split, batch_size=batch_size, device=device, progress=progress)
         i2t, t2i = direction_similarity(model, hook, "i2t"), direction_similarity(model, hook, "t2i")
         i2t_members.append(_bound_scorer(i2t, image_embeds, text_embeds))
         t2i_members.append(None if t2i == i2t else _bound_scorer(t2i, image_embeds, text_embeds))
     num_images, captions_per_image = splits[0].num_images, splits[0].captions_per_image
-    num_captions = len(splits[0].captions)
+    num_captions = splits[0].num_captions
     i2t_rows = _scored_once(_mean_scorer(i2t_members), num_images, num_captions, progress=progress)
     t2i_rows = None
     if any(member is not None for member in t2i_members):  # some member ranks captions differently
-        t2i_scorer = _mean_scorer([t or i for t, i in zip(t2i_members, i2t_members)])
+        t2i_scorer = _mean_scorer([t or i for t, i in zip(t2i_members, i2t_members, strict=True)])
         t2i_rows = _scored_once(t2i_scorer, num_images, num_captions, progress=progress)
     metrics = retrieval_metrics(i2t_rows, num_images, captions_per_image, t2i_score_rows=t2i_rows)
     if folds > 1:
@@ -160,7 +167,9 @@ def _ensemble_metrics(
 
 
 def _bound_scorer(
-    similarity: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], image_embeds: torch.Tensor, text_embeds: torch.Tensor
+    similarity: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    image_embeds: torch.Tensor,
+    text_embeds: torch.Tensor,
 ) -> Callable[[slice], torch.Tensor]:
     """Row scorer: the similarity of the images ``rows`` with every caption."""
     return lambda rows: similarity(image_embeds[:, rows], text_embeds)

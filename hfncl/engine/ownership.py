@@ -20,7 +20,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-
 LOCK_FILE = "hfncl.lock"
 RUN_RESULTS = ("checkpoints", "best", "results.json")
 RUN_ARTEFACTS = (*RUN_RESULTS, "divisions", "noise_index.npy", "training_curves.png", "run_config.yaml")
@@ -68,7 +67,9 @@ def _acquire(directory: Path) -> Path:
                     f"{directory} is in use by the run of process {owner['pid']} on this host ({lock}): wait for it "
                     "to end or choose another output_dir"
                 ) from None
-            what = "an unreadable lock" if owner is None else f"the lock of process {owner['pid']}, which no longer runs,"
+            what = (
+                "an unreadable lock" if owner is None else f"the lock of process {owner['pid']}, which no longer runs,"
+            )
             warnings.warn(f"taking over {what} in {lock}", stacklevel=3)
             lock.unlink(missing_ok=True)
             continue
@@ -122,7 +123,8 @@ def owned_output_dir(
 
 
 def owned_run_dir(config: Any) -> Any:
-    """:func:`owned_output_dir` for a run of ``config`` (a :class:`hfncl.config.TrainConfig`), on Accelerate's main process."""
+    """:func:`owned_output_dir` for a run of ``config`` (a :class:`hfncl.config.TrainConfig`),
+    on Accelerate's main process."""
     return owned_output_dir(
         config.output_dir,
         overwrite=config.overwrite_output_dir,

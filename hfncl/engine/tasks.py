@@ -27,7 +27,7 @@ sample) unit, modality-major, i.e. unit ``u`` is sample ``u % N`` of modality
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 import torch
@@ -38,7 +38,7 @@ from hfncl.data.noisy_labels import collate_labelled
 from hfncl.engine.callbacks import progress_bar
 from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
 from hfncl.evaluation.map import cross_modal_map
-from hfncl.models import CategoryConfig, CategoryModel, NCLConfig, NCLModel
+from hfncl.models import CategoryConfig, CategoryModel, CategoryNetwork, MatchingNetwork, NCLConfig, NCLModel
 from hfncl.types import Batch, CategoryOutputs, PairOutputs
 
 DATA_KINDS = ("pairs", "labels")
@@ -91,11 +91,12 @@ class PairTask:
         if distinct is None:
             return tuple(module(images, captions, lengths))
         first, slot = distinct
-        return module.encode_image(images[first])[slot], module.encode_text(captions, lengths)
+        network = cast(MatchingNetwork, module)
+        return network.encode_image(images[first])[slot], network.encode_text(captions, lengths)
 
     def outputs(self, network: torch.nn.Module, gathered: tuple[torch.Tensor, ...], index: torch.Tensor) -> PairOutputs:
         image_embeds, text_embeds = gathered
-        view_similarity = network.view_similarity(image_embeds, text_embeds)
+        view_similarity = cast(MatchingNetwork, network).view_similarity(image_embeds, text_embeds)
         return PairOutputs(image_embeds, text_embeds, view_similarity.mean(dim=0), index, view_similarity)
 
     def evaluate(
@@ -166,7 +167,7 @@ class CategoryTask:
         self, network: torch.nn.Module, gathered: tuple[torch.Tensor, ...], index: torch.Tensor
     ) -> CategoryOutputs:
         image_embeds, text_embeds = gathered
-        return CategoryOutputs(image_embeds, text_embeds, network.normalized_prototypes(), index)
+        return CategoryOutputs(image_embeds, text_embeds, cast(CategoryNetwork, network).normalized_prototypes(), index)
 
     @torch.no_grad()
     def evaluate(

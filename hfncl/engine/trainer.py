@@ -11,14 +11,17 @@ and hidden masks.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import operator
 import shutil
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -188,7 +191,7 @@ class Trainer:
         overriding one keep contributing their terms.
         """
         logged: dict[str, float] = {}
-        total = None
+        losses: list[torch.Tensor] = []
         for net in networks:
             targets = None
             if not self.in_warmup:
@@ -200,11 +203,10 @@ class Trainer:
             else:
                 answers = self.hook.loss(trainer=self, batch=inputs, outputs=outputs, targets=targets, net=net)
             terms = self._merge_terms(answers)
-            network_loss = sum(terms.values())
-            total = network_loss if total is None else total + network_loss
+            losses.append(functools.reduce(operator.add, terms.values()))
             suffix = f"/net{net}" if self.num_networks > 1 else ""
             logged.update({f"{name}{suffix}": float(value.detach()) for name, value in terms.items()})
-        return total, logged
+        return functools.reduce(operator.add, losses), logged
 
     def collect(
         self,
@@ -384,7 +386,8 @@ class Trainer:
         return report
 
     def _plot_divisions(self, epoch: int) -> None:
-        """Save ``divisions/epoch-EEE-net-K.png`` for divisions that carry ``extras["statistic"]`` (needs matplotlib)."""
+        """Save ``divisions/epoch-EEE-net-K.png`` for divisions that carry ``extras["statistic"]``
+        (needs matplotlib)."""
         if not (self.config.plot_divisions and self.accelerator.is_main_process):
             return
         for net, division in enumerate(self.divisions):
@@ -493,7 +496,8 @@ class Trainer:
         return sorted(found, reverse=True)
 
     def _resume_candidates(self) -> tuple[list[Path], list[str]]:
-        """The checkpoint ``checkpoints/latest`` names, then the others newest first; and what is wrong with the pointer.
+        """The checkpoint ``checkpoints/latest`` names, then the others newest first; and what is
+        wrong with the pointer.
 
         The pointer is followed only to a checkpoint directly inside ``checkpoints/``; one
         that names anything else is reported and the checkpoints there are tried.

@@ -231,7 +231,7 @@ def eval_results(record: RunRecord) -> list[EvalResult]:
         return []
     data = record.data
     whole, folds = split_metrics(record.test)
-    common = dict(
+    common: dict[str, Any] = dict(
         task_type=TASK_TYPE,
         task_name=TASK_NAME,
         dataset_type=data.dataset,

@@ -223,7 +223,9 @@ def _tokenizer_files(checkpoint: Path) -> list[Path]:
     folder = checkpoint / TokenizerVocabulary.SUBFOLDER
     files = sorted(p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else []
     if not files:
-        raise CheckpointError(f"{folder} holds no tokenizer: a transformer text tower needs the tokenizer it was trained with")
+        raise CheckpointError(
+            f"{folder} holds no tokenizer: a transformer text tower needs the tokenizer it was trained with"
+        )
     try:
         TokenizerVocabulary.from_pretrained(folder)
     except OSError as error:

@@ -119,7 +119,8 @@ def push_model(
     config = model.config
     kind = text_vocabulary_type(config)
     _check_vocabulary_argument(vocabulary, kind, type(model).__name__, config)
-    needs_vocabulary, needs_record = kind is not None and vocabulary is None, record is None
+    needs_vocabulary = kind if vocabulary is None else None  # the kind of vocabulary to take from the source
+    needs_record = record is None
     reads_pixels = getattr(config, "image_tower", None) == "transformer"
     if image_processor is not None and not reads_pixels:
         raise CheckpointError(
@@ -128,17 +129,15 @@ def push_model(
     needs_processor = reads_pixels and image_processor is None
     directory = None
     if source is not None and (needs_vocabulary or needs_record or needs_processor):
-        directory = _companion_directory(
-            source, kind if needs_vocabulary else None, needs_record, needs_processor, token
-        )
+        directory = _companion_directory(source, needs_vocabulary, needs_record, needs_processor, token)
     missing = []
     if needs_processor and (directory is None or not (directory / IMAGE_PROCESSOR_SUBFOLDER).is_dir()):
         missing.append(
             f"the image processor ({IMAGE_PROCESSOR_SUBFOLDER}/) of the pixel image tower: pass image_processor=<the "
             "transformers image processor the model was trained with>"
         )
-    if needs_vocabulary and not _has_text_vocabulary(directory, kind):
-        missing.append(_VOCABULARY_HINTS[kind])
+    if needs_vocabulary is not None and not _has_text_vocabulary(directory, needs_vocabulary):
+        missing.append(_VOCABULARY_HINTS[needs_vocabulary])
     if needs_record and (directory is None or not (directory / RUN_RECORD).is_file()):
         missing.append(
             f"the run record ({RUN_RECORD}) the model card is generated from: pass record=<the "
@@ -146,26 +145,23 @@ def push_model(
         )
     if missing:
         raise CheckpointError(_missing_message(type(model).__name__, repo_id, source, missing))
-    text_files = text_vocabulary_files(directory, config) if needs_vocabulary else []
-    if needs_record:
-        read_run_record(directory)  # checked here, so that an error names the file of the source
+    text_files: list[Path] = []
+    if directory is not None:  # every companion the arguments lack is there (else it is missing)
+        text_files = text_vocabulary_files(directory, config) if needs_vocabulary else []
+        if needs_record:
+            read_run_record(directory)  # checked here, so that an error names the file of the source
     with tempfile.TemporaryDirectory(prefix="hfncl-push-") as temporary:
         checkpoint = Path(temporary)
         if record is None:
             model.save_pretrained(str(checkpoint))
-            shutil.copyfile(directory / RUN_RECORD, checkpoint / RUN_RECORD)
         else:
             save_trained_model(model, checkpoint, record)
         if vocabulary is not None:
             save_text_vocabulary(vocabulary, checkpoint)
         if image_processor is not None:
             save_image_processor(image_processor, checkpoint)
-        elif needs_processor:
-            shutil.copytree(directory / IMAGE_PROCESSOR_SUBFOLDER, checkpoint / IMAGE_PROCESSOR_SUBFOLDER)
-        for path in text_files:
-            target = checkpoint / path.relative_to(directory)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target)
+        if directory is not None:
+            _copy_companions(directory, checkpoint, needs_record, needs_processor, text_files)
         return push_checkpoint(
             checkpoint, repo_id, private=private, commit_message=commit_message, token=token, license=license
         )
@@ -234,6 +230,21 @@ def _companion_directory(
             "Pass vocabulary= and record= to push_to_hub, or publish a saved checkpoint directory with `hfncl push`."
         ) from error
     return Path(snapshot) / source.subfolder
+
+
+def _copy_companions(
+    directory: Path, checkpoint: Path, record: bool, image_processor: bool, text_files: list[Path]
+) -> None:
+    """Copy the companion files taken from the source ``directory`` into ``checkpoint``: the run
+    record and the image processor where asked, and ``text_files`` (of ``directory``)."""
+    if record:
+        shutil.copyfile(directory / RUN_RECORD, checkpoint / RUN_RECORD)
+    if image_processor:
+        shutil.copytree(directory / IMAGE_PROCESSOR_SUBFOLDER, checkpoint / IMAGE_PROCESSOR_SUBFOLDER)
+    for path in text_files:
+        target = checkpoint / path.relative_to(directory)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
 
 
 def _has_text_vocabulary(directory: Path | None, kind: type) -> bool:

@@ -25,7 +25,9 @@ Returns:
 Example:
     >>> import evaluate, hfncl
     >>> metric = evaluate.load(hfncl.metrics_path("map"))
-    >>> metric.compute(image_embeds=[[1, 0], [0, 1]], image_labels=[0, 1], text_embeds=[[1, 0], [0, 1]], text_labels=[0, 1])
+    >>> metric.compute(
+    ...     image_embeds=[[1, 0], [0, 1]], image_labels=[0, 1], text_embeds=[[1, 0], [0, 1]], text_labels=[0, 1]
+    ... )
     {'i2t_map': 1.0, 't2i_map': 1.0, 'mean_map': 1.0}
 """
 

@@ -11,7 +11,15 @@ from hfncl.models.category import CategoryConfig, CategoryModel, CategoryNetwork
 from hfncl.models.configuration import HfnclConfig, NCLConfig
 from hfncl.models.modeling import MatchingNetwork, NCLModel
 
-__all__ = ["CategoryConfig", "CategoryModel", "CategoryNetwork", "HfnclConfig", "MatchingNetwork", "NCLConfig", "NCLModel"]
+__all__ = [
+    "CategoryConfig",
+    "CategoryModel",
+    "CategoryNetwork",
+    "HfnclConfig",
+    "MatchingNetwork",
+    "NCLConfig",
+    "NCLModel",
+]
 
 
 # exist_ok: importing twice (or reloading the module) re-registers instead of raising.

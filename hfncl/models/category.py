@@ -14,7 +14,7 @@ Auto classes; saving writes ``config.json`` and ``model.safetensors``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -145,7 +145,7 @@ class CategoryModel(HfnclPreTrainedModel):
 
     def encode(self, modality: str, features: torch.Tensor) -> torch.Tensor:
         """(B, D) features of ``modality`` -> (K, B, embed_dim) embeddings of every network."""
-        return torch.stack([network.encode(modality, features) for network in self.networks])
+        return torch.stack([cast(CategoryNetwork, network).encode(modality, features) for network in self.networks])
 
     def retrieval_embeddings(self, modality: str, features: torch.Tensor) -> torch.Tensor:
         """(B, K * embed_dim): every network's unit embedding, concatenated and scaled by 1/sqrt(K).

@@ -10,6 +10,7 @@ networks' similarities, as NCR evaluates its two networks.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 from torch import nn
@@ -150,19 +151,24 @@ class NCLModel(HfnclPreTrainedModel):
         elif isinstance(module, (nn.GRU, nn.BatchNorm1d)):
             module.reset_parameters()
 
+    @property
+    def matching_networks(self) -> list[MatchingNetwork]:
+        """The K networks of :attr:`networks` (an ``nn.ModuleList``), as the class they are."""
+        return cast(list[MatchingNetwork], list(self.networks))
+
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         """Region features (B, R, D) -> image embeddings of every network, stacked (K, B, W * embed_dim).
 
         With an SGR / SAF head: packed local features (K, B, R, embed_dim + 1).
         """
-        return torch.stack([network.encode_image(images) for network in self.networks])
+        return torch.stack([network.encode_image(images) for network in self.matching_networks])
 
     def encode_text(self, captions: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """Token ids (B, L) and lengths (B,) -> caption embeddings of every network, stacked (K, B, embed_dim).
 
         With an SGR / SAF head: packed local features (K, B, T, embed_dim + 1).
         """
-        return torch.stack([network.encode_text(captions, lengths) for network in self.networks])
+        return torch.stack([network.encode_text(captions, lengths) for network in self.matching_networks])
 
     def join_embeddings(self, parts: Sequence[torch.Tensor]) -> torch.Tensor:
         """Concatenate per-batch embeddings of every network, (K, B, ...) each, along the items (dim 1).
@@ -171,7 +177,7 @@ class NCLModel(HfnclPreTrainedModel):
         concatenated as they are; packed local features (K, B, T, d + 1) of SGR / SAF heads
         are first zero-padded to the longest T (:meth:`MatchingNetwork.join`).
         """
-        return self.networks[0].join(parts, dim=1)
+        return self.matching_networks[0].join(parts, dim=1)
 
     def network_similarities(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:
         """Each network's image-caption similarities, stacked (K, n, m).
@@ -185,13 +191,14 @@ class NCLModel(HfnclPreTrainedModel):
         shapes = "(K={k}, n, W*d) image and (K={k}, m, d) text"
         if dims == 4:
             shapes = "packed (K={k}, n, R, d+1) image and (K={k}, m, T, d+1) text"
-        if image_embeds.dim() != dims or text_embeds.dim() != dims or image_embeds.size(0) != k or text_embeds.size(0) != k:
+        shapes_fit = image_embeds.dim() == dims and text_embeds.dim() == dims
+        if not shapes_fit or image_embeds.size(0) != k or text_embeds.size(0) != k:
             raise ValueError(
                 f"NCLModel expects {shapes.format(k=k)} embeddings, got "
                 f"{tuple(image_embeds.shape)} and {tuple(text_embeds.shape)}"
             )
         return torch.stack(
-            [network.similarity(image_embeds[i], text_embeds[i]) for i, network in enumerate(self.networks)]
+            [network.similarity(image_embeds[i], text_embeds[i]) for i, network in enumerate(self.matching_networks)]
         )
 
     def similarity(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import torch
 import torch.nn.functional as F
@@ -236,7 +236,7 @@ class SimilarityHead(nn.Module, ABC):
         """Similarity (n, m) of every image (n, R, d + 1) with every caption (m, L, d + 1), packed."""
         images = self._encode_side(image_embeds, self.image_pool)
         texts = self._encode_side(text_embeds, self.text_pool)
-        images = images.take(slice(None), _valid_length(images.mask).max().item())
+        images = images.take(slice(None), int(_valid_length(images.mask).max().item()))
         blocks, order = plan_blocks(
             image_embeds.size(0), _valid_length(texts.mask), texts.local.size(-1),
             texts.local.element_size(), self.block_bytes,
@@ -266,7 +266,7 @@ class SimilarityHead(nn.Module, ABC):
 def _assemble(blocks: list[PairBlock], scores: list[torch.Tensor]) -> torch.Tensor:
     """Block scores (rows, captions) -> the (n, m) matrix: rows stacked within a caption group, groups side by side."""
     groups: dict[int, list[torch.Tensor]] = {}
-    for block, score in zip(blocks, scores):
+    for block, score in zip(blocks, scores, strict=True):
         groups.setdefault(block.group, []).append(score)
     return torch.cat([torch.cat(rows) for rows in groups.values()], dim=1)
 
@@ -325,7 +325,8 @@ class SGRHead(SimilarityHead):
         """
         for step in self.steps[:-1]:
             nodes = step(nodes, node_mask)
-        return torch.sigmoid(self.output(self.steps[-1].first_node(nodes, node_mask))).squeeze(-1)
+        last = cast(GraphReasoningStep, self.steps[-1])
+        return torch.sigmoid(self.output(last.first_node(nodes, node_mask))).squeeze(-1)
 
 
 class SAFHead(SimilarityHead):
@@ -358,7 +359,7 @@ class SAFHead(SimilarityHead):
         sizes = [int(valid.sum()) for _, valid, _ in parts]
         scores = [
             self._filter(nodes, valid, raw.masked_scatter(valid, values))
-            for (nodes, valid, raw), values in zip(parts, normed.split(sizes))
+            for (nodes, valid, raw), values in zip(parts, normed.split(sizes), strict=True)
         ]
         return _assemble(blocks, scores)
 

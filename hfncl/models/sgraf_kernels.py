@@ -35,7 +35,8 @@ _EPS = 1e-8
 
 @dataclass(frozen=True)
 class PairBlock:
-    """Images ``rows`` against the captions ``captions`` (indices) of caption group ``group``, trimmed to ``length`` positions."""
+    """Images ``rows`` against the captions ``captions`` (indices) of caption group ``group``,
+    trimmed to ``length`` positions."""
 
     rows: slice
     captions: torch.Tensor
@@ -60,7 +61,7 @@ def plan_blocks(
     lengths = caption_lengths.cpu()[order].tolist()
     starts = _group_starts(lengths)
     blocks = []
-    for index, (start, stop) in enumerate(zip(starts, starts[1:] + [len(lengths)])):
+    for index, (start, stop) in enumerate(zip(starts, starts[1:] + [len(lengths)], strict=True)):
         captions, length = order[start:stop], int(lengths[start])
         rows = max(1, block_bytes // (len(captions) * length * embed_dim * itemsize))
         blocks += [
@@ -71,7 +72,7 @@ def plan_blocks(
 
 def _group_starts(lengths: list[int]) -> list[int]:
     """Starts of the caption groups in length-sorted order: runs of equal length, cut every CAPTION_GROUP."""
-    starts = []
+    starts: list[int] = []
     for position, length in enumerate(lengths):
         if not starts or length != lengths[starts[-1]] or position - starts[-1] == CAPTION_GROUP:
             starts.append(position)

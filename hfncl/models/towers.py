@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from huggingface_hub import is_offline_mode
@@ -34,6 +34,9 @@ from torch import nn
 from transformers import AutoConfig, AutoModel, PretrainedConfig
 
 from hfncl.models.encoders import GRUTextEncoder, RegionImageEncoder, l2_normalize, masked_pool
+
+if TYPE_CHECKING:
+    from hfncl.models.modeling import NCLModel
 
 TRANSFORMER_POOLINGS = ("mean", "max", "pooler")
 LORA_ADAPTER = "default"
@@ -220,7 +223,9 @@ class TransformerImageEncoder(PretrainedTower):
 
     def _encode(self, pixel_values: torch.Tensor) -> tuple[Any, torch.Tensor]:
         if pixel_values.dim() != 4:
-            raise ValueError(f"the vision tower expects pixel values (B, C, H, W), got shape {tuple(pixel_values.shape)}")
+            raise ValueError(
+                f"the vision tower expects pixel values (B, C, H, W), got shape {tuple(pixel_values.shape)}"
+            )
         output = self.model(pixel_values=pixel_values)
         return output, self.fc(output.last_hidden_state)
 
@@ -239,7 +244,7 @@ def lora_config(
 ) -> LoraConfig:
     """The LoRA adapters of one tower: ``targets`` (module names) or the default of its ``model_type``."""
     model_type = tower_config.get("model_type")
-    modules = tuple(targets) if targets else DEFAULT_LORA_TARGETS.get(model_type)
+    modules = tuple(targets) if targets else DEFAULT_LORA_TARGETS.get(str(model_type))
     if not modules:
         raise ValueError(
             f"NCLConfig.lora_target_modules is empty and hfncl knows no default for model_type {model_type!r}: "
@@ -248,7 +253,7 @@ def lora_config(
     return LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=lora_target_regex(modules))
 
 
-def parameter_counts(model: nn.Module) -> dict[str, dict[str, int]]:
+def parameter_counts(model: NCLModel) -> dict[str, dict[str, int]]:
     """Trainable and total parameters of each tower of each network: ``{"net0.text": {...}, ...}``.
 
     Keys name the network (``netK``) and the part (``text``, ``image``, or another
@@ -274,7 +279,10 @@ def _lora(config: Any, tower: str, tower_config: dict[str, Any]) -> LoraConfig |
     )
 
 
-def _transformer_tower(encoder_class: type[PretrainedTower], config: Any, tower: str) -> PretrainedTower:
+TowerT = TypeVar("TowerT", bound=PretrainedTower)
+
+
+def _transformer_tower(encoder_class: type[TowerT], config: Any, tower: str) -> TowerT:
     """The ``tower`` (``"text"`` or ``"image"``) of ``config`` as a transformer: its stored
     config, source, pooling and LoRA settings are the config's ``{tower}_...`` fields."""
     tower_config = getattr(config, f"{tower}_tower_config")
@@ -288,7 +296,7 @@ def _transformer_tower(encoder_class: type[PretrainedTower], config: Any, tower:
     )
 
 
-def build_text_encoder(config: Any) -> nn.Module:
+def build_text_encoder(config: Any) -> GRUTextEncoder | TransformerTextEncoder:
     """The text tower an :class:`~hfncl.models.NCLConfig` asks for: biGRU or transformer."""
     if config.text_tower == "transformer":
         return _transformer_tower(TransformerTextEncoder, config, "text")
@@ -302,7 +310,7 @@ def build_text_encoder(config: Any) -> nn.Module:
     )
 
 
-def build_image_encoder(config: Any) -> nn.Module:
+def build_image_encoder(config: Any) -> RegionImageEncoder | TransformerImageEncoder:
     """The image tower an :class:`~hfncl.models.NCLConfig` asks for: region features or a vision transformer."""
     if config.image_tower == "transformer":
         return _transformer_tower(TransformerImageEncoder, config, "image")
