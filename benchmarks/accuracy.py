@@ -50,12 +50,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common import machine, mean_spread, method_runs, quiet, shortened, write_report
+from common import machine, mean_spread, method_runs, quiet, write_report
 from oracle import half_data_split, oracle_split, training_vocabulary
 
 from hfncl.data.proxy import ProxyConfig, build_caption_proxy, default_encoder_dir
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
-from hfncl.demo import DEMO_MODEL, DemoRun, _division_of_network_a, demo_train_config
+from hfncl.demo import DEMO_MODEL, DemoRun, _division_of_network_a, demo_train_config, shortened_settings
 from hfncl.experiment import DataArguments, ModelArguments, run_experiment
 from hfncl.integrity import atomic_write_text
 
@@ -146,7 +146,7 @@ def train(job: Job, output_dir: Path, quick: bool, progress: bool, resume: bool)
     if resume and saved.is_file():
         return json.loads(saved.read_text())
     run = job.run
-    settings = shortened(run.settings, QUICK_EPOCHS) if quick else run.settings
+    settings = shortened_settings(run.settings, QUICK_EPOCHS) if quick else run.settings
     config = demo_train_config(DemoRun(run.plugin, run.noise_ratio, settings), run_dir, job.seed, progress)
     config.plot_divisions = False
     started = time.perf_counter()

@@ -62,16 +62,6 @@ def method_runs(
     return [run for run in demo_runs((noise_ratio,)) if run.plugin in names]
 
 
-def shortened(settings: dict[str, Any], epochs: int) -> dict[str, Any]:
-    """A method's settings trained for ``epochs`` epochs, its warmup cut so that at least one epoch divides."""
-    out = dict(settings, epochs=epochs)
-    if settings.get("warmup_epochs", 0) > 0:
-        out["warmup_epochs"] = max(1, min(settings["warmup_epochs"], epochs - 1)) if epochs > 1 else 0
-    if "lr_decay_epochs" in settings:
-        out["lr_decay_epochs"] = [e for e in settings["lr_decay_epochs"] if e < epochs]
-    return out
-
-
 def mean_spread(values: list[float], digits: int = 1) -> str:
     """``mean ± sample standard deviation`` (just the mean for one value, ``-`` for none)."""
     values = [v for v in values if v is not None and v == v]

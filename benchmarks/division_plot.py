@@ -19,9 +19,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from common import quiet, shortened
+from common import quiet
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
-from hfncl.demo import DEMO_MODEL, DemoRun, demo_runs, demo_train_config
+from hfncl.demo import DEMO_MODEL, DemoRun, demo_runs, demo_train_config, shortened_settings
 from hfncl.engine.trainer import Trainer
 from hfncl.evaluation import division_quality
 from hfncl.experiment import DataArguments, ModelArguments, model_fields, prepare_data
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet()
     output_dir = Path(args.output_dir)
     run = demo_runs((args.noise_ratio,), [args.method])[0]
-    settings = shortened(run.settings, 2) if args.quick else dict(run.settings)
+    settings = shortened_settings(run.settings, 2) if args.quick else dict(run.settings)
     warmup = int(settings.get("warmup_epochs", 0))
     settings.setdefault("lr_decay_epochs", [int(settings["epochs"] * 0.8)])  # the full run's schedule
     settings.update(epochs=warmup, warmup_epochs=warmup)

@@ -46,9 +46,9 @@ import torch
 from accelerate import Accelerator
 from torch.utils.data import Subset
 
-from common import machine, method_runs, quiet, shortened, write_report
+from common import machine, method_runs, quiet, write_report
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
-from hfncl.demo import DEMO_MODEL, DemoRun, demo_train_config
+from hfncl.demo import DEMO_MODEL, DemoRun, demo_train_config, shortened_settings
 from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
 from hfncl.engine.trainer import Trainer
 from hfncl.experiment import DataArguments, ModelArguments, model_fields, prepare_data
@@ -118,7 +118,7 @@ def measure(
     """Train ``run`` with ``options`` for warmup + 2 epochs on ``device`` and time its last epoch and its evaluation."""
     warmup = 1 if run.settings.get("warmup_epochs", 0) > 0 else 0
     run = with_options(run, options)
-    settings = dict(shortened(run.settings, warmup + 2), warmup_epochs=warmup)
+    settings = dict(shortened_settings(run.settings, warmup + 2), warmup_epochs=warmup)
     config = demo_train_config(DemoRun(run.plugin, run.noise_ratio, settings), output_dir / run_label(run.plugin, options), 0, False)
     config.plot_divisions = False
     data = prepare_data(DataArguments(data_dir=str(data_dir), noise_ratio=run.noise_ratio), config.output_dir)

@@ -127,6 +127,13 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
         "--noise-ratios", type=float, nargs="+", default=[0.5], help="Noise ratios to train at (0 adds a clean run)."
     )
     parser.add_argument("--plugins", nargs="+", help="Only these plugins (default: every plugin with demo settings).")
+    parser.add_argument(
+        "--size",
+        choices=("tiny", "small", "full"),
+        default="full",
+        help="Generated benchmark: tiny (200 training images), small (800), full (3000, the README's figures).",
+    )
+    parser.add_argument("--epochs", type=int, help="Train every method this many epochs (default: its demo settings).")
 
 
 @command(
@@ -144,6 +151,8 @@ def demo_command(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         noise_ratios=tuple(args.noise_ratios),
         plugins=args.plugins,
+        size=args.size,
+        epochs=args.epochs,
     )
 
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,11 @@ from hfncl.experiment import DataArguments, ModelArguments, run_experiment
 from hfncl.plugins import PluginError, build_plugin_manager, installed_entry_points
 
 DEMO_MODEL = ModelArguments(embed_dim=256, word_dim=64)
+DEMO_SIZES = {
+    "tiny": SyntheticConfig(num_train=200, num_dev=50, num_test=100),
+    "small": SyntheticConfig(num_train=800, num_dev=200, num_test=500),
+    "full": SyntheticConfig(),
+}
 LABEL_DEMO_MODEL = CategoryModelArguments(embed_dim=64, hidden_dim=256)
 
 
@@ -88,8 +95,13 @@ def run_demo(
     data: SyntheticConfig = SyntheticConfig(),
     seed: int = 0,
     progress: bool = True,
+    keep_going: bool = False,
 ) -> list[dict[str, Any]]:
-    """Train every run of ``runs`` on the generated benchmark; return one result per run."""
+    """Train every run of ``runs`` on the generated benchmark; return one result per run.
+
+    With ``keep_going``, a run that raises becomes a result with its one-line ``error``
+    (the traceback in ``<run dir>/error.txt``) and the other runs still train.
+    """
     output_dir = Path(output_dir)
     runs = runs if runs is not None else demo_runs()
     data_dir = generate_precomp(output_dir / "data", data) if any(r.data_kind == "pairs" for r in runs) else None
@@ -100,20 +112,50 @@ def run_demo(
     for run in runs:
         run_dir = output_dir / run.label
         started = time.perf_counter()
-        config = demo_train_config(run, run_dir, seed, progress)
-        if run.data_kind == "labels":
-            result = run_category_experiment(
-                LabelDataArguments(data_path=str(labelled_dir), noise_ratio=run.noise_ratio, noise_seed=seed),
-                config,
-                LABEL_DEMO_MODEL,
-            )
-        else:
-            result = run_experiment(
-                DataArguments(data_dir=str(data_dir), noise_ratio=run.noise_ratio, noise_seed=seed), config, DEMO_MODEL
-            )
+        try:
+            result = _train_demo_run(run, run_dir, data_dir, labelled_dir, seed, progress)
+        except Exception as error:
+            if not keep_going:
+                raise
+            result = {"noise_ratio": run.noise_ratio, "error": _one_line(error)}
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / "error.txt").write_text(traceback.format_exc())
+            print(f"{run.plugin} failed: {result['error']} (traceback in {run_dir / 'error.txt'})", file=sys.stderr)
         result.update(label=run.plugin, seconds=time.perf_counter() - started, data_kind=run.data_kind)
         results.append(result)
     return results
+
+
+def _train_demo_run(
+    run: DemoRun, run_dir: Path, data_dir: Path | None, labelled_dir: Path | None, seed: int, progress: bool
+) -> dict[str, Any]:
+    """One method of the demo on its kind of generated data."""
+    config = demo_train_config(run, run_dir, seed, progress)
+    if run.data_kind == "labels":
+        return run_category_experiment(
+            LabelDataArguments(data_path=str(labelled_dir), noise_ratio=run.noise_ratio, noise_seed=seed),
+            config,
+            LABEL_DEMO_MODEL,
+        )
+    return run_experiment(
+        DataArguments(data_dir=str(data_dir), noise_ratio=run.noise_ratio, noise_seed=seed), config, DEMO_MODEL
+    )
+
+
+def _one_line(error: Exception) -> str:
+    """``Type: first line of the message``."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+
+
+def shortened_settings(settings: dict[str, Any], epochs: int) -> dict[str, Any]:
+    """A method's demo settings trained for ``epochs`` epochs, its warmup cut so that at least one epoch divides."""
+    out = dict(settings, epochs=epochs)
+    if settings.get("warmup_epochs", 0) > 0:
+        out["warmup_epochs"] = max(1, min(settings["warmup_epochs"], epochs - 1)) if epochs > 1 else 0
+    if "lr_decay_epochs" in settings:
+        out["lr_decay_epochs"] = [e for e in settings["lr_decay_epochs"] if e < epochs]
+    return out
 
 
 def _cell(value: float | None, digits: int = 1) -> str:
@@ -125,6 +167,9 @@ def format_label_table(results: list[dict[str, Any]]) -> str:
     header = "| method | noise | I2T mAP | T2I mAP | mean mAP | division AUC | precision | recall | time |"
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for r in results:
+        if "error" in r:
+            lines.append(_failed_row(r, header.count("|") - 1))
+            continue
         t, d = r["test"], _division_of_network_a(r["division"])
         lines.append(
             f"| {r['label']} | {r['noise_ratio']:.0%} | {_cell(t['i2t_map'], 3)} | {_cell(t['t2i_map'], 3)} | "
@@ -142,6 +187,9 @@ def format_table(results: list[dict[str, Any]]) -> str:
     )
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for r in results:
+        if "error" in r:
+            lines.append(_failed_row(r, header.count("|") - 1))
+            continue
         t, d = r["test"], _division_of_network_a(r["division"])
         lines.append(
             f"| {r['label']} | {r['noise_ratio']:.0%} | {_cell(t['i2t_r1'])} | {_cell(t['i2t_r5'])} | "
@@ -150,6 +198,13 @@ def format_table(results: list[dict[str, Any]]) -> str:
             f"{_cell(d.get('recall'), 3)} | {r.get('seconds', 0):.0f}s |"
         )
     return "\n".join(lines)
+
+
+def _failed_row(result: dict[str, Any], columns: int) -> str:
+    """A table row for a run that failed: its error in the first metric cell, ``-`` in the others but time."""
+    error = result["error"].replace("|", "\\|")
+    cells = [result["label"], f"{result['noise_ratio']:.0%}", f"failed: {error}"] + ["-"] * (columns - 4)
+    return "| " + " | ".join(cells + [f"{result.get('seconds', 0):.0f}s"]) + " |"
 
 
 def _division_of_network_a(division: dict[str, float]) -> dict[str, float]:
@@ -168,15 +223,27 @@ def main(
     progress: bool = True,
     noise_ratios: tuple[float, ...] = (0.5,),
     plugins: list[str] | None = None,
+    size: str = "full",
+    epochs: int | None = None,
 ) -> int:
-    """Run the comparison, print the table, save it as JSON and markdown.
+    """Run the comparison, print the table, save it as JSON and markdown; 1 when a method failed.
 
+    ``size`` picks the generated benchmark (:data:`DEMO_SIZES`), ``epochs`` trains every
+    method that long (warmup cut to leave an epoch that divides) instead of its demo
+    settings. A method that fails becomes a row with its error; the others still train.
     The libraries' own progress bars (dataset conversion, checkpoint writing) are
     silenced so that the epochs' bars and the table are what a person sees.
     """
+    if size not in DEMO_SIZES:
+        raise ValueError(f"demo size must be one of {sorted(DEMO_SIZES)}, got {size!r}")
+    if epochs is not None and epochs < 1:
+        raise ValueError(f"demo epochs must be >= 1, got {epochs}")
     datasets.disable_progress_bars()
     transformers.utils.logging.disable_progress_bar()
-    results = run_demo(output_dir, demo_runs(noise_ratios, plugins), seed=seed, progress=progress)
+    runs = demo_runs(noise_ratios, plugins)
+    if epochs is not None:
+        runs = tuple(DemoRun(r.plugin, r.noise_ratio, shortened_settings(r.settings, epochs), r.data_kind) for r in runs)
+    results = run_demo(output_dir, runs, DEMO_SIZES[size], seed=seed, progress=progress, keep_going=True)
     tables = [
         formatter([r for r in results if r["data_kind"] == kind])
         for kind, formatter in (("pairs", format_table), ("labels", format_label_table))
@@ -188,4 +255,4 @@ def main(
     Path(output_dir, "comparison.json").write_text(
         json.dumps([{k: v for k, v in r.items() if k != "history"} for r in results], indent=1, default=float)
     )
-    return 0
+    return 1 if any("error" in r for r in results) else 0

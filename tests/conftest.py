@@ -25,6 +25,14 @@ MICRO_LOCAL_MODELS = {
 }
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """One torch thread per pytest-xdist worker: the workers already share the cores."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Converted datasets go to a temporary cache, not the user's ~/.cache/hfncl."""

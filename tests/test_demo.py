@@ -1,0 +1,42 @@
+"""``hfncl demo``: sizes, a shorter schedule, and a failing method that becomes a row."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from hfncl.demo import DEMO_SIZES, DemoRun, format_table, run_demo, shortened_settings
+
+
+def test_a_failing_method_becomes_a_row_and_the_others_still_train(tmp_path, capsys):
+    broken = DemoRun("vsepp", 0.5, {"epochs": 1, "options": {"vsepp.no_such_option": 1}})
+    runs = (broken, DemoRun("vsepp", 0.5, {"epochs": 1}))
+    results = run_demo(tmp_path, runs, DEMO_SIZES["tiny"], progress=False, keep_going=True)
+    assert "no_such_option" in results[0]["error"] and "\n" not in results[0]["error"]
+    assert "test" in results[1] and results[1]["test"]["rsum"] > 0
+    assert "Traceback" in (tmp_path / broken.label / "error.txt").read_text()
+    assert "vsepp failed:" in capsys.readouterr().err
+    table = format_table(results).splitlines()
+    assert "| vsepp | 50% | failed: " in table[2] and table[2].count("|") == table[0].count("|")
+
+
+def test_shortened_settings_keep_an_epoch_after_warmup_and_drop_late_decays():
+    settings = {"epochs": 10, "warmup_epochs": 4, "lr_decay_epochs": [2, 8], "options": {"x": 1}}
+    assert shortened_settings(settings, 3) == {"epochs": 3, "warmup_epochs": 2, "lr_decay_epochs": [2], "options": {"x": 1}}
+    assert shortened_settings(settings, 1)["warmup_epochs"] == 0
+    assert shortened_settings({"epochs": 5}, 2) == {"epochs": 2}
+
+
+def test_demo_command_trains_the_tiny_benchmark_for_the_given_epochs(tmp_path):
+    command = [sys.executable, "-m", "hfncl.cli", "demo", "--size", "tiny", "--epochs", "1", "--plugins", "vsepp"]
+    command += ["--no-progress", "--output-dir", str(tmp_path)]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert "| vsepp | 50% |" in completed.stdout
+    (row,) = json.loads((tmp_path / "comparison.json").read_text())
+    assert row["label"] == "vsepp" and "error" not in row
+    record = json.loads((tmp_path / "vsepp_noise50" / "results.json").read_text())
+    assert len(record["history"]) == 1
+    refused = subprocess.run(command[:4] + ["--size", "huge"], capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "invalid choice: 'huge'" in refused.stderr
