@@ -16,7 +16,7 @@ import math
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -242,7 +242,7 @@ def main(
     transformers.utils.logging.disable_progress_bar()
     runs = demo_runs(noise_ratios, plugins)
     if epochs is not None:
-        runs = tuple(DemoRun(r.plugin, r.noise_ratio, shortened_settings(r.settings, epochs), r.data_kind) for r in runs)
+        runs = tuple(replace(run, settings=shortened_settings(run.settings, epochs)) for run in runs)
     results = run_demo(output_dir, runs, DEMO_SIZES[size], seed=seed, progress=progress, keep_going=True)
     tables = [
         formatter([r for r in results if r["data_kind"] == kind])
