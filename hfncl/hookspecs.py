@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
     from hfncl.config import TrainConfig
     from hfncl.models import NCLModel
+    from hfncl.options import MethodOptions
     from hfncl.trainer_view import TrainerView
     from hfncl.types import Batch, Division, PairOutputs
 
@@ -55,12 +56,23 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 @hookspec
-def option_defaults() -> dict[str, Any]:
-    """Return this plugin's hyper-parameters with their defaults.
+def options() -> "type[MethodOptions] | None":
+    """Return this plugin's options: a frozen dataclass deriving from :class:`hfncl.options.MethodOptions`.
 
-    Keys are option names, values their defaults. ``TrainConfig.options`` overrides
-    them; ``trainer.option(name)`` reads the merged value. An option no active plugin
-    declares is rejected when the run starts, so a typo never passes silently.
+    Its fields, with their types, defaults, ranges and choices, are the options; users set
+    them as ``namespace.field`` in ``TrainConfig.options``. The core checks every value
+    before training starts, and hooks read the checked object with
+    ``trainer.options_of(TheClass)`` (at inference ``TheClass.read(model.config.plugin_options)``).
+    An option no active plugin declares is rejected, so a typo never passes silently.
+    """
+
+
+@hookspec
+def option_defaults() -> dict[str, Any]:
+    """Return options as a dict of names and defaults: the untyped form of :func:`options`.
+
+    A value must have its default's type (a float takes an int; ``None`` takes anything);
+    ``trainer.option(name)`` reads it.
     """
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import pluggy
 
 from hfncl import hookspecs
+from hfncl.options import MethodOptions, OptionError
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT
 
@@ -145,10 +146,11 @@ def describe_installed() -> list[PluginInfo]:
             plugin = load_plugin(name)
             hooks = implemented_hooks(plugin)
             options = dict(plugin.option_defaults() or {}) if "option_defaults" in hooks else {}
+            options.update(plugin.options().defaults() if "options" in hooks else {})
         except PluginError as error:
             problem = str(error)
-        except Exception as error:  # a plugin's own option_defaults failing
-            problem = f"option_defaults raised {type(error).__name__}: {error}"
+        except Exception as error:  # a plugin's own options or option_defaults failing
+            problem = f"its options raised {type(error).__name__}: {error}"
         infos.append(
             PluginInfo(
                 name=name,
@@ -241,27 +243,44 @@ def _fits(value: Any, default: Any) -> bool:
     return isinstance(value, type(default))
 
 
+def option_classes(hook: Any) -> list[type[MethodOptions]]:
+    """The options dataclasses the active plugins declare (their ``options`` hook)."""
+    return [declared for declared in hook.options() if declared is not None]
+
+
 def resolve_options(hook: Any, plugins: list[str], options: Mapping[str, Any]) -> dict[str, Any]:
-    """The active plugins' declared option defaults overridden by ``options``, checked.
+    """Every active plugin's options by full name: declared defaults overridden by ``options``, checked.
+
+    Typed options (:mod:`hfncl.options`) are checked against their dataclass fields and
+    returned converted (a float option set to 1 is 1.0); an untyped one (``option_defaults``)
+    must have its default's type.
 
     Raises:
-        PluginError: naming an option no active plugin declares, or a value whose type differs
-            from its default's (an option declared with default ``None`` takes any value).
+        PluginError: in one line, naming an option no active plugin declares, or a value its
+            declaration refuses (with what it expected).
     """
-    merged: dict[str, Any] = {}
-    for declared in hook.option_defaults():
-        merged.update(declared or {})
-    unknown = sorted(set(options) - set(merged))
+    classes = option_classes(hook)
+    defaults: dict[str, Any] = {}
+    for declared in [*hook.option_defaults(), *(options_class.defaults() for options_class in classes)]:
+        defaults.update(declared or {})
+    unknown = sorted(set(options) - set(defaults))
     if unknown:
-        raise PluginError(f"Unknown option(s) {unknown} for plugins {plugins}; declared options: {sorted(merged)}")
+        raise PluginError(f"Unknown option(s) {unknown} for plugins {plugins}; declared options: {sorted(defaults)}")
+    merged = defaults | dict(options)
+    typed: dict[str, Any] = {}
+    try:
+        for options_class in classes:
+            typed.update(options_class.read(merged).by_full_name())
+    except OptionError as error:
+        raise PluginError(str(error)) from error
     for name, value in options.items():
-        if not _fits(value, merged[name]):
-            expected = "a finite number" if isinstance(merged[name], float) else type(merged[name]).__name__
+        if name not in typed and not _fits(value, defaults[name]):
+            expected = "a finite number" if isinstance(defaults[name], float) else type(defaults[name]).__name__
             raise PluginError(
-                f"Option {name!r} must be {expected} like its default {merged[name]!r}, got {value!r} "
+                f"Option {name!r} must be {expected} like its default {defaults[name]!r}, got {value!r} "
                 f"({type(value).__name__})"
             )
-    return merged | dict(options)
+    return merged | typed
 
 
 def check_division_fields(manager: pluggy.PluginManager, names: list[str], config: Any) -> None:

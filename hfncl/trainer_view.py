@@ -9,13 +9,14 @@ every built-in plugin and fails on any other attribute of the trainer, on any pr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import torch
 
     from hfncl.config import TrainConfig
+    from hfncl.options import OptionsT
     from hfncl.types import Batch, Division
 
 class LedgerView(Protocol):
@@ -68,12 +69,11 @@ class TrainerView(Protocol):
     def noise_rate(self) -> float | None:
         """The rate the training labels were corrupted with when the run generated the noise, else ``None``."""
 
-    @property
-    def options(self) -> Mapping[str, Any]:
-        """Every active plugin's option values by full name (``"ncr.alpha"``), defaults included."""
+    def options_of(self, options_class: "type[OptionsT]") -> "OptionsT":
+        """A plugin's options (:mod:`hfncl.options`), checked: ``trainer.options_of(NCROptions).alpha``."""
 
     def option(self, name: str) -> Any:
-        """One option's value by full name (the untyped form for plugins that declare ``option_defaults``)."""
+        """One option's value by full name (the untyped form, for plugins that declare ``option_defaults``)."""
 
     def forward(self, net: int, batch: "Batch", *, grad: bool = True) -> Any:
         """Network ``net`` on ``batch``, gathered over processes: ``PairOutputs`` or ``CategoryOutputs``."""

@@ -35,6 +35,7 @@ Reading choices, where the paper leaves room:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,7 @@ import torch
 
 from hfncl.beta_mixture import bmm_clean_probability, most_likely_clean
 from hfncl.hookspecs import hookimpl
+from hfncl.options import MethodOptions, option
 from hfncl.label_losses import (
     mix_with_clean,
     multimodal_contrastive_loss,
@@ -88,18 +90,23 @@ def division_fields(config) -> dict[str, list[str]]:
     return {"division": ["statistic"], "targets": ["mixed", "targets"], "needs_targets": ["mixed", "targets"]}
 
 
+@dataclass(frozen=True)
+class DMCMOptions(MethodOptions, namespace="dmcm"):
+    """tau1 (Eq. 2), tau2 (Eq. 7), rho (Eq. 3), lambda (Eq. 6), beta (Eq. 8), r and delta (Sec. 3.2, Eq. 4-5)."""
+
+    tau1: float = option(1.0, exclusive_minimum=0)
+    tau2: float = option(1.0, exclusive_minimum=0)
+    rho: float = option(0.7, exclusive_minimum=0, maximum=1)
+    lam: float = option(0.5, minimum=0, maximum=1)
+    beta: float = option(0.85, minimum=0, maximum=1)
+    noise_rate: float | None = option(None, minimum=0, exclusive_maximum=1)
+    threshold: float = option(0.5, minimum=0, maximum=1)
+    bmm_max_iter: int = option(10, minimum=1)
+
+
 @hookimpl
-def option_defaults() -> dict[str, Any]:
-    return {
-        "dmcm.tau1": 1.0,
-        "dmcm.tau2": 1.0,
-        "dmcm.rho": 0.7,
-        "dmcm.lam": 0.5,
-        "dmcm.beta": 0.85,
-        "dmcm.noise_rate": None,
-        "dmcm.threshold": 0.5,
-        "dmcm.bmm_max_iter": 10,
-    }
+def options() -> type[DMCMOptions]:
+    return DMCMOptions
 
 
 @hookimpl
@@ -119,7 +126,7 @@ def per_sample_losses(outputs: CategoryOutputs, labels: dict[str, torch.Tensor],
 
 def known_noise_rate(trainer) -> float | None:
     """r of Sec. 3.2: ``dmcm.noise_rate`` if set, else the rate the run's labels were corrupted with, if known."""
-    rate = trainer.option("dmcm.noise_rate")
+    rate = trainer.options_of(DMCMOptions).noise_rate
     return trainer.noise_rate if rate is None else float(rate)
 
 
@@ -161,7 +168,7 @@ def most_likely_clean_by_loss(clean_prob: torch.Tensor, losses: torch.Tensor, no
 
 @hookimpl
 def divide(trainer, epoch) -> Division:
-    tau1, rho = trainer.option("dmcm.tau1"), trainer.option("dmcm.rho")
+    tau1, rho = trainer.options_of(DMCMOptions).tau1, trainer.options_of(DMCMOptions).rho
 
     def statistic(batch) -> dict[str, torch.Tensor]:
         outputs = trainer.forward(0, batch, grad=False)
@@ -170,7 +177,7 @@ def divide(trainer, epoch) -> Division:
 
     losses = trainer.collect(statistic, description=f"epoch {epoch} BMM division")["loss"]
     clean_prob, clean = divide_units(
-        losses, known_noise_rate(trainer), trainer.option("dmcm.threshold"), trainer.option("dmcm.bmm_max_iter")
+        losses, known_noise_rate(trainer), trainer.options_of(DMCMOptions).threshold, trainer.options_of(DMCMOptions).bmm_max_iter
     )
     return Division(clean_prob, clean, {"statistic": losses.t().reshape(-1)})
 
@@ -209,7 +216,7 @@ def rectify(trainer, batch, net, division) -> dict[str, Any]:
     seed = np.random.SeedSequence([trainer.config.seed, trainer.epoch, trainer.global_step, net])
     generator = torch.Generator().manual_seed(int(seed.generate_state(1)[0]))
     num_classes = trainer.model.config.num_classes
-    mixed, targets = mix_batch(batch, clean, num_classes, trainer.option("dmcm.lam"), generator)
+    mixed, targets = mix_batch(batch, clean, num_classes, trainer.options_of(DMCMOptions).lam, generator)
     return {"mixed": mixed, "targets": targets}
 
 
@@ -228,18 +235,18 @@ def _one_hot(trainer, batch, outputs: CategoryOutputs) -> dict[str, torch.Tensor
 @hookimpl
 def warmup_loss(trainer, batch, outputs, net) -> dict[str, torch.Tensor]:
     """L = L_m during warmup (Sec. 2.5)."""
-    tau1, rho = trainer.option("dmcm.tau1"), trainer.option("dmcm.rho")
+    tau1, rho = trainer.options_of(DMCMOptions).tau1, trainer.options_of(DMCMOptions).rho
     return {"mixing_loss": mixing_loss(outputs, _one_hot(trainer, batch, outputs), tau1, rho)}
 
 
 @hookimpl
 def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
     """Eq. 8: beta L_m on the mixed batch (Eq. 3, 6) + (1 - beta) L_c on the loaded batch (Eq. 7)."""
-    beta = trainer.option("dmcm.beta")
-    tau1, rho = trainer.option("dmcm.tau1"), trainer.option("dmcm.rho")
+    beta = trainer.options_of(DMCMOptions).beta
+    tau1, rho = trainer.options_of(DMCMOptions).tau1, trainer.options_of(DMCMOptions).rho
     mixed_outputs = trainer.forward(net, targets["mixed"])
     gathered_targets = {m: trainer.gather(targets["targets"][m]) for m in MODALITIES}
-    contrastive = multimodal_contrastive_loss([outputs.embeds(m) for m in MODALITIES], trainer.option("dmcm.tau2"))
+    contrastive = multimodal_contrastive_loss([outputs.embeds(m) for m in MODALITIES], trainer.options_of(DMCMOptions).tau2)
     return {
         "mixing_loss": beta * mixing_loss(mixed_outputs, gathered_targets, tau1, rho),
         "contrastive_loss": (1 - beta) * contrastive,

@@ -35,6 +35,7 @@ Reading choices, where the paper leaves room:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -42,35 +43,36 @@ import torch.nn.functional as F
 
 from hfncl.division import gmm_clean_probability, threshold_division
 from hfncl.hookspecs import hookimpl
+from hfncl.options import MethodOptions, option
 from hfncl.types import Division
 from hfncl_plugins.gsc_intra import (
     batch_labels,
-    check_non_negative,
-    check_positive,
     intra_modal_loss,
     intra_modal_similarity,
     structure_similarity,
 )
 
 if TYPE_CHECKING:
-    from hfncl.config import TrainConfig
     from hfncl.trainer_view import TrainerView
     from hfncl.types import PairOutputs
 
-DEFAULTS: dict[str, Any] = {
-    "gsc.tau1": 0.07,
-    "gsc.tau2": 1.0,
-    "gsc.gamma": 0.01,
-    "gsc.beta1": 0.7,
-    "gsc.beta2": 0.7,
-    "gsc.momentum": True,
-    "gsc.dual": True,
-    "gsc.intra_loss": True,
-    "gsc.threshold": 0.5,
-    "gsc.gmm_max_iter": 10,
-    "gsc.gmm_reg_covar": 5e-4,
-}
-SWITCHES = ("gsc.momentum", "gsc.dual", "gsc.intra_loss")
+
+@dataclass(frozen=True)
+class GSCOptions(MethodOptions, namespace="gsc"):
+    """tau1, tau2 (Eq. 3, 6, 7), gamma (Eq. 9), beta1, beta2 (Eq. 10), Table 5's switches, the GMM of Eq. 4."""
+
+    tau1: float = option(0.07, exclusive_minimum=0)
+    tau2: float = option(1.0, exclusive_minimum=0)
+    gamma: float = option(0.01, minimum=0)
+    beta1: float = option(0.7, minimum=0, maximum=1)
+    beta2: float = option(0.7, minimum=0, maximum=1)
+    momentum: bool = True
+    dual: bool = True
+    intra_loss: bool = True
+    threshold: float = option(0.5, minimum=0, maximum=1)
+    gmm_max_iter: int = option(10, minimum=1)
+    gmm_reg_covar: float = option(5e-4, exclusive_minimum=0)
+
 
 # Ledger columns, per network k: the values recorded during this epoch's steps (NaN where
 # not seen yet) and the ensembled indicators they fold into.
@@ -127,30 +129,9 @@ def correspondence_labels(y_cm: torch.Tensor, y_im: torch.Tensor) -> torch.Tenso
     return torch.minimum(y_cm, y_im)
 
 
-def _dual(config: "TrainConfig") -> bool:
-    return bool(config.options.get("gsc.dual", DEFAULTS["gsc.dual"]))
-
-
 def label_source(net: int, num_networks: int) -> int:
     """The network whose statistics give network ``net`` its labels: its peer with two networks, itself with one."""
     return (net + 1) % num_networks
-
-
-def check_options(trainer: "TrainerView") -> None:
-    """Reject option values the method cannot use, naming the option."""
-    for name in SWITCHES:
-        if not isinstance(trainer.option(name), bool):
-            raise ValueError(f"option {name!r} must be true or false, got {trainer.option(name)!r}")
-    for name in ("gsc.tau1", "gsc.tau2", "gsc.gmm_reg_covar"):
-        check_positive(name, trainer.option(name))
-    check_non_negative("gsc.gamma", trainer.option("gsc.gamma"))
-    for name in ("gsc.beta1", "gsc.beta2", "gsc.threshold"):
-        value = trainer.option(name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-            raise ValueError(f"option {name!r} must be a number in [0, 1], got {value!r}")
-    max_iter = trainer.option("gsc.gmm_max_iter")
-    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
-        raise ValueError(f"option 'gsc.gmm_max_iter' must be an integer >= 1, got {max_iter!r}")
 
 
 @hookimpl
@@ -159,8 +140,8 @@ def division_fields(config) -> dict[str, list[str]]:
 
 
 @hookimpl
-def option_defaults() -> dict[str, Any]:
-    return dict(DEFAULTS)
+def options() -> type[GSCOptions]:
+    return GSCOptions
 
 
 @hookimpl
@@ -177,7 +158,7 @@ def demo_settings() -> dict[str, Any]:
 
 @hookimpl
 def num_networks(config) -> int:
-    return 2 if _dual(config) else 1
+    return 2 if GSCOptions.read(config.options).dual else 1
 
 
 @hookimpl
@@ -186,16 +167,11 @@ def training_passes(config, num_networks) -> list[list[int]]:
     return [[net] for net in range(num_networks)]
 
 
-@hookimpl
-def epoch_start(trainer, epoch) -> None:
-    check_options(trainer)
-
-
 def _train_terms(trainer: "TrainerView", outputs: "PairOutputs", net: int) -> dict[str, torch.Tensor]:
     """L_CM and gamma * L_IM for network ``net``; records y_CM and S_IM of the batch in the ledger."""
     labels = batch_labels(trainer, outputs, net)
     similarity = outputs.similarity
-    tau1 = trainer.option("gsc.tau1")
+    tau1 = trainer.options_of(GSCOptions).tau1
     image_structure = intra_modal_similarity(outputs.image_embeds)
     text_structure = intra_modal_similarity(outputs.text_embeds)
     trainer.ledger.record(outputs.index, STEP_CM.format(net), cross_modal_indicator(similarity.detach(), tau1))
@@ -205,8 +181,8 @@ def _train_terms(trainer: "TrainerView", outputs: "PairOutputs", net: int) -> di
         structure_similarity(image_structure.detach(), text_structure.detach(), labels),
     )
     terms = {"gsc_cross_modal": cross_modal_loss(similarity, labels, tau1)}
-    if trainer.option("gsc.intra_loss"):
-        gamma, tau2 = trainer.option("gsc.gamma"), trainer.option("gsc.tau2")
+    if trainer.options_of(GSCOptions).intra_loss:
+        gamma, tau2 = trainer.options_of(GSCOptions).gamma, trainer.options_of(GSCOptions).tau2
         terms["gsc_intra_modal"] = gamma * intra_modal_loss(image_structure, text_structure, labels, tau2)
     return terms
 
@@ -239,13 +215,13 @@ def fold_epoch(trainer: "TrainerView", net: int, epoch: int) -> None:
     seen = ~torch.isnan(step_cm)
     if not seen.any():
         return
-    momentum = trainer.option("gsc.momentum")
-    beta1 = trainer.option("gsc.beta1") if momentum else 1.0
-    beta2 = trainer.option("gsc.beta2") if momentum else 1.0
+    momentum = trainer.options_of(GSCOptions).momentum
+    beta1 = trainer.options_of(GSCOptions).beta1 if momentum else 1.0
+    beta2 = trainer.options_of(GSCOptions).beta2 if momentum else 1.0
     y_im_now = intra_modal_indicator(
         step_sim[seen],
-        max_iter=trainer.option("gsc.gmm_max_iter"),
-        reg_covar=trainer.option("gsc.gmm_reg_covar"),
+        max_iter=trainer.options_of(GSCOptions).gmm_max_iter,
+        reg_covar=trainer.options_of(GSCOptions).gmm_reg_covar,
         seed=trainer.config.seed + epoch,
     )
     y_cm = _column(trainer, Y_CM.format(net), 1.0)
@@ -290,7 +266,7 @@ def network_division(trainer: "TrainerView", net: int) -> Division:
     extras = {"y_cm": y_cm, "y_im": y_im}
     if Y_CM.format(source) in trainer.ledger:
         extras["statistic"] = labels.clone()
-    return threshold_division(labels, trainer.option("gsc.threshold"), **extras)
+    return threshold_division(labels, trainer.options_of(GSCOptions).threshold, **extras)
 
 
 @hookimpl

@@ -29,12 +29,14 @@ Reading choices, where the paper leaves room:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
 from hfncl.hookspecs import hookimpl
+from hfncl.options import MethodOptions, option
 from hfncl.models.sgraf import l2norm, unpack_local
 
 if TYPE_CHECKING:
@@ -120,28 +122,22 @@ def batch_labels(trainer: "TrainerView", outputs: "PairOutputs", net: int) -> to
     return division.clean_prob[outputs.index.cpu()].to(device=device, dtype=torch.float32)
 
 
-def check_positive(name: str, value: Any) -> float:
-    """``value`` as a float if it is a positive number, else a ValueError naming the option."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"option {name!r} must be a positive number, got {value!r}")
-    return float(value)
+@dataclass(frozen=True)
+class GSCIntraOptions(MethodOptions, namespace="gsc_intra"):
+    """gamma, the weight of L_IM (Eq. 9), and tau2, its temperature (Eq. 7)."""
 
-
-def check_non_negative(name: str, value: Any) -> float:
-    """``value`` as a float if it is a number >= 0, else a ValueError naming the option."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise ValueError(f"option {name!r} must be a number >= 0, got {value!r}")
-    return float(value)
+    gamma: float = option(0.01, minimum=0)
+    tau2: float = option(1.0, exclusive_minimum=0)
 
 
 @hookimpl
-def option_defaults() -> dict[str, Any]:
-    return {"gsc_intra.gamma": 0.01, "gsc_intra.tau2": 1.0}
+def options() -> type[GSCIntraOptions]:
+    return GSCIntraOptions
 
 
 def _term(trainer: "TrainerView", outputs: "PairOutputs", net: int) -> dict[str, torch.Tensor]:
-    gamma = check_non_negative("gsc_intra.gamma", trainer.option("gsc_intra.gamma"))
-    tau2 = check_positive("gsc_intra.tau2", trainer.option("gsc_intra.tau2"))
+    settings = trainer.options_of(GSCIntraOptions)
+    gamma, tau2 = settings.gamma, settings.tau2
     labels = batch_labels(trainer, outputs, net)
     image_structure = intra_modal_similarity(outputs.image_embeds)
     text_structure = intra_modal_similarity(outputs.text_embeds)

@@ -55,22 +55,41 @@ Reading choices, where the paper leaves room:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from hfncl.division import fit_loss_mixture, threshold_division
 from hfncl.hookspecs import hookimpl
+from hfncl.options import MethodOptions, option
 from hfncl.losses import triplet_hardest_negative, triplet_sum_negatives
 from hfncl.types import Division
 
 NETWORKS = 2
+DIVISION_STATISTICS = ("pass", "steps")
+STEP_LOSS = "ncr.step_lw{}"
+
+
+@dataclass(frozen=True)
+class NCROptions(MethodOptions, namespace="ncr"):
+    """alpha and m of Eq. 7, tau's top fraction (Eq. 5), the GMM of Eq. 3, and the reading choices above."""
+
+    alpha: float = option(0.2, minimum=0)
+    curve: float = option(10.0, exclusive_minimum=1)
+    threshold: float = option(0.5, minimum=0, maximum=1)
+    top_fraction: float = option(0.1, exclusive_minimum=0, maximum=1)
+    gmm_max_iter: int = option(10, minimum=1)
+    gmm_reg_covar: float = option(5e-4, exclusive_minimum=0)
+    co_rectify: bool = True
+    noisy_part_start: float = option(0.5, minimum=0, maximum=1)
+    division_statistics: str = option("steps", choices=DIVISION_STATISTICS)
 
 
 @hookimpl
 def division_fields(config) -> dict[str, list[str]]:
     """Co-rectify hands the batch's division and the peer's prediction to ``loss``; without it, the division alone."""
-    if config.options.get("ncr.co_rectify", option_defaults()["ncr.co_rectify"]):
+    if NCROptions.read(config.options).co_rectify:
         targets, needs = ["clean", "clean_prob", "peer_prediction"], ["clean", "clean_prob"]
     else:
         targets, needs = ["dataset_clean"], ["dataset_clean"]
@@ -78,22 +97,8 @@ def division_fields(config) -> dict[str, list[str]]:
 
 
 @hookimpl
-def option_defaults() -> dict[str, Any]:
-    return {
-        "ncr.alpha": 0.2,
-        "ncr.curve": 10.0,
-        "ncr.threshold": 0.5,
-        "ncr.top_fraction": 0.1,
-        "ncr.gmm_max_iter": 10,
-        "ncr.gmm_reg_covar": 5e-4,
-        "ncr.co_rectify": True,
-        "ncr.noisy_part_start": 0.5,
-        "ncr.division_statistics": "steps",
-    }
-
-
-DIVISION_STATISTICS = ("pass", "steps")
-STEP_LOSS = "ncr.step_lw{}"
+def options() -> type[NCROptions]:
+    return NCROptions
 
 
 @hookimpl
@@ -116,30 +121,22 @@ def per_sample_lw(hinge_sums: torch.Tensor) -> torch.Tensor:
     return hinge_sums.detach() / max(hinge_sums.numel() - 1, 1)
 
 
-def division_statistics(trainer) -> str:
-    """``ncr.division_statistics``, checked."""
-    source = trainer.option("ncr.division_statistics")
-    if source not in DIVISION_STATISTICS:
-        raise ValueError(f"option ncr.division_statistics must be one of {DIVISION_STATISTICS}, got {source!r}")
-    return source
-
-
 def record_step_loss(trainer, outputs, net: int, hinge_sums: torch.Tensor | None = None) -> None:
     """With ``ncr.division_statistics = "steps"``: store the batch's per-sample L_w of network ``net``.
 
     ``hinge_sums`` are the per-pair sums of Eq. 2 when the caller has them (warmup's loss);
     otherwise they are computed from the batch's similarity.
     """
-    if division_statistics(trainer) != "steps":
+    if trainer.options_of(NCROptions).division_statistics != "steps":
         return
     if hinge_sums is None:
-        hinge_sums = triplet_sum_negatives(outputs.similarity.detach(), trainer.option("ncr.alpha"))
+        hinge_sums = triplet_sum_negatives(outputs.similarity.detach(), trainer.options_of(NCROptions).alpha)
     trainer.ledger.record(outputs.index, STEP_LOSS.format(net), per_sample_lw(hinge_sums))
 
 
 @hookimpl
 def warmup_loss(trainer, batch, outputs, net) -> dict[str, torch.Tensor]:
-    hinge_sums = triplet_sum_negatives(outputs.similarity, trainer.option("ncr.alpha"))
+    hinge_sums = triplet_sum_negatives(outputs.similarity, trainer.options_of(NCROptions).alpha)
     record_step_loss(trainer, outputs, net, hinge_sums)
     return {"warmup_lw": hinge_sums.sum()}
 
@@ -188,26 +185,26 @@ def divide(trainer, epoch) -> list[Division]:
     losses = recorded_losses(trainer, epoch)
     if losses is None:
         losses = pass_losses(trainer, epoch)
-        if division_statistics(trainer) == "steps":
+        if trainer.options_of(NCROptions).division_statistics == "steps":
             fill_unrecorded(trainer, losses)
     divisions = []
     for net in range(NETWORKS):
         peer_loss = losses[(net + 1) % NETWORKS]
         clean_prob, mixture = fit_loss_mixture(
             peer_loss,
-            max_iter=trainer.option("ncr.gmm_max_iter"),
-            reg_covar=trainer.option("ncr.gmm_reg_covar"),
+            max_iter=trainer.options_of(NCROptions).gmm_max_iter,
+            reg_covar=trainer.options_of(NCROptions).gmm_reg_covar,
             seed=trainer.config.seed + epoch,
         )
         divisions.append(
-            threshold_division(clean_prob, trainer.option("ncr.threshold"), statistic=peer_loss, mixture=mixture)
+            threshold_division(clean_prob, trainer.options_of(NCROptions).threshold, statistic=peer_loss, mixture=mixture)
         )
     return divisions
 
 
 def pass_losses(trainer, epoch: int) -> list[torch.Tensor]:
     """Algorithm 1's statistics: every network's per-sample L_w in a gradient-free pass over the training set."""
-    alpha = trainer.option("ncr.alpha")
+    alpha = trainer.options_of(NCROptions).alpha
 
     def per_sample_loss(batch) -> dict[str, torch.Tensor]:
         return {
@@ -225,7 +222,7 @@ def recorded_losses(trainer, epoch: int) -> list[torch.Tensor] | None:
     Also ``None`` right after the epoch in which the noisy part first trained: the
     networks change fast within it, and the losses recorded along it mix two regimes.
     """
-    if division_statistics(trainer) != "steps" or epoch == noisy_part_start_epoch(trainer) + 1:
+    if trainer.options_of(NCROptions).division_statistics != "steps" or epoch == noisy_part_start_epoch(trainer) + 1:
         return None
     names = [STEP_LOSS.format(net) for net in range(NETWORKS)]
     if any(name not in trainer.ledger or torch.isnan(trainer.ledger.get(name)).any() for name in names):
@@ -246,7 +243,7 @@ def fill_unrecorded(trainer, losses: list[torch.Tensor]) -> None:
 def noisy_part_start_epoch(trainer) -> int:
     """The first epoch whose L_soft includes the noisy part: ``ncr.noisy_part_start`` of the epochs after warmup."""
     warmup = trainer.config.warmup_epochs
-    return warmup + int((trainer.config.epochs - warmup) * trainer.option("ncr.noisy_part_start"))
+    return warmup + int((trainer.config.epochs - warmup) * trainer.options_of(NCROptions).noisy_part_start)
 
 
 def noisy_part_trains(trainer) -> bool:
@@ -281,7 +278,7 @@ def rectify(trainer, batch, net, division) -> dict[str, torch.Tensor]:
     prediction is needed only for the noisy part, so before that part trains
     (``ncr.noisy_part_start``) only the division of the batch is returned.
     """
-    if not trainer.option("ncr.co_rectify"):
+    if not trainer.options_of(NCROptions).co_rectify:
         return {"dataset_clean": division.clean}
     index = trainer.gather(batch["index"]).cpu()
     device = batch["index"].device
@@ -289,7 +286,7 @@ def rectify(trainer, batch, net, division) -> dict[str, torch.Tensor]:
     if noisy_part_trains(trainer):
         peer = trainer.forward((net + 1) % NETWORKS, batch, grad=False)
         targets["peer_prediction"] = _per_part(
-            peer.similarity, targets["clean"], trainer.option("ncr.alpha"), trainer.option("ncr.top_fraction")
+            peer.similarity, targets["clean"], trainer.options_of(NCROptions).alpha, trainer.options_of(NCROptions).top_fraction
         )
     return targets
 
@@ -306,17 +303,17 @@ def co_divide_only_loss(similarity: torch.Tensor, clean: torch.Tensor, alpha: fl
 @hookimpl
 def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
     """Co-rectified labels (Eq. 4) as soft margins (Eq. 7) of L_soft (Eq. 6), hardest negatives within each part."""
-    alpha = trainer.option("ncr.alpha")
+    alpha = trainer.options_of(NCROptions).alpha
     record_step_loss(trainer, outputs, net)
-    if not trainer.option("ncr.co_rectify"):
+    if not trainer.options_of(NCROptions).co_rectify:
         clean = targets["dataset_clean"][outputs.index.cpu()].to(outputs.similarity.device)
         return {"soft_margin_triplet": co_divide_only_loss(outputs.similarity, clean, alpha)}
     clean = targets["clean"]
     with_noisy = "peer_prediction" in targets
     peer_prediction = targets["peer_prediction"] if with_noisy else torch.zeros_like(targets["clean_prob"])
-    own_prediction = _per_part(outputs.similarity.detach(), clean, alpha, trainer.option("ncr.top_fraction"))
+    own_prediction = _per_part(outputs.similarity.detach(), clean, alpha, trainer.options_of(NCROptions).top_fraction)
     labels = rectified_labels(targets["clean_prob"], clean, own_prediction, peer_prediction)
-    margins = soft_margin(labels, alpha, trainer.option("ncr.curve"))
+    margins = soft_margin(labels, alpha, trainer.options_of(NCROptions).curve)
     total = outputs.similarity.sum() * 0  # stays in the graph when no part has two pairs (a tiny last batch)
     for part in _parts(clean, with_noisy):
         total = total + triplet_hardest_negative(_within(outputs.similarity, part), margins[part]).sum()

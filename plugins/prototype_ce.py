@@ -11,12 +11,14 @@ in what they train with.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from hfncl.hookspecs import hookimpl
+from hfncl.options import MethodOptions, option
 from hfncl.types import CategoryOutputs
 
 MODALITIES = ("image", "text")
@@ -27,9 +29,16 @@ def data_kind() -> str:
     return "labels"
 
 
+@dataclass(frozen=True)
+class PrototypeCEOptions(MethodOptions, namespace="prototype_ce"):
+    """``prototype_ce.tau``: the temperature of the prototype logits."""
+
+    tau: float = option(1.0, exclusive_minimum=0)
+
+
 @hookimpl
-def option_defaults() -> dict[str, Any]:
-    return {"prototype_ce.tau": 1.0}
+def options() -> type[PrototypeCEOptions]:
+    return PrototypeCEOptions
 
 
 @hookimpl
@@ -46,7 +55,7 @@ def prototype_cross_entropy(outputs: CategoryOutputs, labels: dict[str, torch.Te
 
 def _loss(trainer, batch, outputs: CategoryOutputs) -> dict[str, torch.Tensor]:
     labels = {m: trainer.gather(batch[f"{m}_label"]) for m in MODALITIES}
-    return {"cross_entropy": prototype_cross_entropy(outputs, labels, trainer.option("prototype_ce.tau"))}
+    return {"cross_entropy": prototype_cross_entropy(outputs, labels, trainer.options_of(PrototypeCEOptions).tau)}
 
 
 @hookimpl

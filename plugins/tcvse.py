@@ -39,7 +39,6 @@ Reading choices, where the paper leaves room:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +48,7 @@ from hfncl.data.vocab import Vocabulary
 from hfncl.evidential import kl_to_uniform as evidential_kl
 from hfncl.evidential import opinion
 from hfncl.hookspecs import hookimpl
+from hfncl.options import MethodOptions, option
 
 I2T, T2I = 0, 1
 NETWORKS = 2
@@ -57,52 +57,18 @@ BRANCHES = ("i2t", "t2i", "ensemble")
 DIRECTIONS = ("i2t", "t2i")
 WORD_OPERATIONS = {"mask": 0.5, "discard": 0.4, "swap": 0.1}
 
-DEFAULTS: dict[str, Any] = {
-    "tcvse.tau": 0.05,
-    "tcvse.evidence": "exp",
-    "tcvse.kl_step": 0.005,
-    "tcvse.max_times": 3,
-    "tcvse.region_drop": 0.2,
-    "tcvse.word_augment": 0.2,
-    "tcvse.inference_branch": "ensemble",
-}
-
 
 @dataclass(frozen=True)
-class Settings:
-    """TcVSE's options, validated (read from a run's options or a checkpoint's ``plugin_options``)."""
+class TcVSEOptions(MethodOptions, namespace="tcvse"):
+    """tau and g of Eq. 2, lambda's step (Eq. 8), MaxTimes (Algorithm 1), the augmentation rates, the ranking branch."""
 
-    tau: float
-    evidence: str
-    kl_step: float
-    max_times: int
-    region_drop: float
-    word_augment: float
-    inference_branch: str
-
-    @classmethod
-    def read(cls, options: Mapping[str, Any], source: str = "options") -> Settings:
-        """Validate ``options`` (missing TcVSE options take their defaults); errors name the option."""
-        values = {name: options.get(name, default) for name, default in DEFAULTS.items()}
-
-        def fail(name: str, expected: str) -> None:
-            raise ValueError(f"{source}: {name} must be {expected}, got {values[name]!r}")
-
-        if not isinstance(values["tcvse.tau"], (int, float)) or not 0 < values["tcvse.tau"] < 1:
-            fail("tcvse.tau", "a number in (0, 1) (Eq. 2)")
-        if values["tcvse.evidence"] not in EVIDENCE_FUNCTIONS:
-            fail("tcvse.evidence", f"one of {EVIDENCE_FUNCTIONS}")
-        if not isinstance(values["tcvse.kl_step"], (int, float)) or values["tcvse.kl_step"] < 0:
-            fail("tcvse.kl_step", "a number >= 0")
-        max_times = values["tcvse.max_times"]
-        if isinstance(max_times, bool) or not isinstance(max_times, int) or max_times < 0:
-            fail("tcvse.max_times", "an integer >= 0")
-        for name in ("tcvse.region_drop", "tcvse.word_augment"):
-            if not isinstance(values[name], (int, float)) or not 0 <= values[name] < 1:
-                fail(name, "a probability in [0, 1)")
-        if values["tcvse.inference_branch"] not in BRANCHES:
-            fail("tcvse.inference_branch", f"one of {BRANCHES}")
-        return cls(**{name.removeprefix("tcvse."): value for name, value in values.items()})
+    tau: float = option(0.05, exclusive_minimum=0, exclusive_maximum=1)
+    evidence: str = option("exp", choices=EVIDENCE_FUNCTIONS)
+    kl_step: float = option(0.005, minimum=0)
+    max_times: int = option(3, minimum=0)
+    region_drop: float = option(0.2, minimum=0, exclusive_maximum=1)
+    word_augment: float = option(0.2, minimum=0, exclusive_maximum=1)
+    inference_branch: str = option("ensemble", choices=BRANCHES)
 
 
 # ----------------------------------------------------------------------------- equations
@@ -260,7 +226,7 @@ def perturb_words(
     return out, new_lengths.to(lengths.dtype).to(lengths.device)
 
 
-def augment(trainer, batch: dict[str, torch.Tensor], settings: Settings) -> dict[str, torch.Tensor]:
+def augment(trainer, batch: dict[str, torch.Tensor], settings: TcVSEOptions) -> dict[str, torch.Tensor]:
     """x' = Augment(x) of Algorithm 1: random region dropping and word mask / discard / swap.
 
     Each pair's draws come from ``trainer.sample_uniform``: they depend on the seed, the
@@ -287,8 +253,8 @@ def augment(trainer, batch: dict[str, torch.Tensor], settings: Settings) -> dict
 
 # ----------------------------------------------------------------------------- hooks
 @hookimpl
-def option_defaults() -> dict[str, Any]:
-    return dict(DEFAULTS)
+def options() -> type[TcVSEOptions]:
+    return TcVSEOptions
 
 
 @hookimpl
@@ -315,7 +281,7 @@ def num_networks(config) -> int:
 
 def _evidential_terms(trainer, outputs, net: int) -> dict[str, torch.Tensor]:
     """Eq. 9 for one branch: the i2t branch with its image queries (rows), the t2i branch with its captions (columns)."""
-    settings = Settings.read(trainer.options)
+    settings = trainer.options_of(TcVSEOptions)
     similarity = outputs.similarity if net == I2T else outputs.similarity.t()
     return uncertainty_aware_loss(similarity, settings.tau, settings.evidence, kl_weight(trainer.epoch, settings.kl_step))
 
@@ -340,7 +306,7 @@ def train_step(trainer, batch, networks) -> dict[str, float]:
     """
     if sorted(networks) != [I2T, T2I]:
         raise ValueError(f"TcVSE trains its i2t and t2i branches jointly (networks [0, 1]), got the pass {networks}")
-    settings = Settings.read(trainer.options)
+    settings = trainer.options_of(TcVSEOptions)
     inputs = augment(trainer, batch, settings)
     total, metrics = trainer.compute_loss(inputs, networks)
     trainer.optimize(total, networks)
@@ -376,7 +342,7 @@ def _chosen(values: torch.Tensor, branch: str) -> torch.Tensor:
 @hookimpl
 def inference_similarity(model, image_embeds, text_embeds, direction) -> torch.Tensor:
     """The similarity of ``tcvse.inference_branch``: the i2t branch, the t2i branch or their mean (both directions)."""
-    settings = Settings.read(model.config.plugin_options, "NCLConfig.plugin_options")
+    settings = TcVSEOptions.read(model.config.plugin_options)
     return _chosen(_branch_similarities(model, image_embeds, text_embeds, direction), settings.inference_branch)
 
 
@@ -388,7 +354,7 @@ def query_uncertainty(model, image_embeds, text_embeds, direction) -> torch.Tens
     ``"t2i"``: one per caption (its column, K = number of images). The ensemble
     averages the two branches' u.
     """
-    settings = Settings.read(model.config.plugin_options, "NCLConfig.plugin_options")
+    settings = TcVSEOptions.read(model.config.plugin_options)
     similarities = _branch_similarities(model, image_embeds, text_embeds, direction)
     queries = similarities if direction == "i2t" else similarities.transpose(1, 2)
     uncertainty = opinion(evidence(queries, settings.tau, settings.evidence))[1]

@@ -52,6 +52,7 @@ Reading choices, where the paper leaves room:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -59,6 +60,7 @@ import torch.nn.functional as F
 
 from hfncl.evidential import kl_to_uniform, opinion
 from hfncl.hookspecs import hookimpl
+from hfncl.options import MethodOptions, option
 from hfncl.losses import triplet_hardest_negative
 from hfncl.types import Division
 
@@ -79,21 +81,27 @@ def division_fields(config) -> dict[str, list[str]]:
     }
 
 
+@dataclass(frozen=True)
+class UGNCLOptions(MethodOptions, namespace="ugncl"):
+    """tau (Eq. 3), p and epsilon (Eq. 8-11), xi1 and xi2 (Eq. 14, 18), gamma and m (Eq. 2), Delta (Eq. 17),
+    delta and theta of lambda (Sec. 3.3), and the ensemble size of UGNCL* (Sec. 4.3)."""
+
+    tau: float = option(0.1, exclusive_minimum=0)
+    uncertainty_threshold: float = option(0.5, minimum=0, maximum=1)
+    epsilon: float = option(0.5, minimum=0, maximum=1)
+    xi1: float = option(0.1, minimum=0)
+    xi2: float = option(0.8, minimum=0)
+    margin: float = option(0.2, minimum=0)
+    curve: float = option(10.0, exclusive_minimum=1)
+    delta_margin: float = 10.0
+    lambda_decay: float = option(0.25, minimum=0)
+    lambda_min: int = option(5, minimum=1)
+    ensemble: int = option(1, minimum=1)
+
+
 @hookimpl
-def option_defaults() -> dict[str, Any]:
-    return {
-        "ugncl.tau": 0.1,
-        "ugncl.uncertainty_threshold": 0.5,
-        "ugncl.epsilon": 0.5,
-        "ugncl.xi1": 0.1,
-        "ugncl.xi2": 0.8,
-        "ugncl.margin": 0.2,
-        "ugncl.curve": 10.0,
-        "ugncl.delta_margin": 10.0,
-        "ugncl.lambda_decay": 0.25,
-        "ugncl.lambda_min": 5,
-        "ugncl.ensemble": 1,
-    }
+def options() -> type[UGNCLOptions]:
+    return UGNCLOptions
 
 
 @hookimpl
@@ -111,12 +119,7 @@ def demo_settings() -> dict[str, Any]:
 def num_networks(config) -> int:
     """UGNCL* (Sec. 4.3): ``ugncl.ensemble`` networks trained side by side, each on its own
     division and never on the other's; inference averages their similarities."""
-    networks = config.options.get("ugncl.ensemble", option_defaults()["ugncl.ensemble"])
-    if isinstance(networks, bool) or not isinstance(networks, int) or networks < 1:
-        raise ValueError(
-            f"option ugncl.ensemble must be a positive integer (networks in the ensemble), got {networks!r}"
-        )
-    return networks
+    return UGNCLOptions.read(config.options).ensemble
 
 
 # --------------------------------------------------------------------------- evidence
@@ -202,7 +205,7 @@ def uncertainty_division(
 @hookimpl
 def divide(trainer, epoch) -> list[Division]:
     """UGD over the training set, one division per network, in training-size batches (seeded order)."""
-    tau, size = trainer.option("ugncl.tau"), trainer.config.batch_size
+    tau, size = trainer.options_of(UGNCLOptions).tau, trainer.config.batch_size
 
     def pair_statistics(batch) -> dict[str, torch.Tensor]:
         columns: dict[str, list[torch.Tensor]] = {}
@@ -228,8 +231,8 @@ def divide(trainer, epoch) -> list[Division]:
             stats[f"u{net}"],
             stats[f"own_belief{net}"],
             stats[f"own_is_argmax{net}"].bool(),
-            trainer.option("ugncl.uncertainty_threshold"),
-            trainer.option("ugncl.epsilon"),
+            trainer.options_of(UGNCLOptions).uncertainty_threshold,
+            trainer.options_of(UGNCLOptions).epsilon,
         )
         for net in range(trainer.num_networks)
     ]
@@ -298,22 +301,22 @@ def top_hardest_triplet(similarity: torch.Tensor, margins: torch.Tensor, hardest
 
 def _objective(trainer, outputs, labels: torch.Tensor, robust: torch.Tensor) -> dict[str, torch.Tensor]:
     """Eq. 18's two named terms: L_e averaged over the batch's pairs and xi2 times the summed per-pair L_t."""
-    tau, xi1 = trainer.option("ugncl.tau"), trainer.option("ugncl.xi1")
+    tau, xi1 = trainer.options_of(UGNCLOptions).tau, trainer.options_of(UGNCLOptions).xi1
     return {
         "evidential": evidential_loss(outputs.view_similarity, labels, tau, xi1).mean().float(),
-        "trusted_robust": trainer.option("ugncl.xi2") * robust.sum(),
+        "trusted_robust": trainer.options_of(UGNCLOptions).xi2 * robust.sum(),
     }
 
 
 def _hardest_count(trainer, size: int) -> int:
     step = trainer.global_step
-    return num_hardest(size, step, trainer.option("ugncl.lambda_decay"), trainer.option("ugncl.lambda_min"))
+    return num_hardest(size, step, trainer.options_of(UGNCLOptions).lambda_decay, trainer.options_of(UGNCLOptions).lambda_min)
 
 
 @hookimpl
 def warmup_loss(trainer, batch, outputs, net) -> dict[str, torch.Tensor]:
     labels = torch.ones(outputs.similarity.size(0), device=outputs.similarity.device)
-    margins = labels * trainer.option("ugncl.margin")
+    margins = labels * trainer.options_of(UGNCLOptions).margin
     robust = top_hardest_triplet(outputs.similarity, margins, _hardest_count(trainer, labels.numel()))
     return _objective(trainer, outputs, labels, robust)
 
@@ -330,14 +333,14 @@ def rectify(trainer, batch, net, division) -> dict[str, torch.Tensor]:
 def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
     """Eq. 18: L_e + xi2 L_t; determined-clean pairs take Eq. 1, determined-noisy pairs no triplet term."""
     labels, sets = targets["soft_label"], targets["sets"]
-    gamma = trainer.option("ugncl.margin")
+    gamma = trainer.options_of(UGNCLOptions).margin
     similarity = outputs.similarity
     hard = (sets == HARD_CLEAN) | (sets == HARD_NOISY)
     margins = trusted_margin(
-        soft_margin(labels, gamma, trainer.option("ugncl.curve")),
+        soft_margin(labels, gamma, trainer.options_of(UGNCLOptions).curve),
         targets["uncertainty"],
         sets == HARD_CLEAN,
-        trainer.option("ugncl.delta_margin"),
+        trainer.options_of(UGNCLOptions).delta_margin,
     )
     robust = torch.where(
         hard,
@@ -353,7 +356,7 @@ def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
 @hookimpl
 def query_uncertainty(model, image_embeds, text_embeds, direction) -> torch.Tensor:
     """Each query's joint uncertainty u over the whole gallery (views fused, networks averaged)."""
-    tau = model.config.plugin_options.get("ugncl.tau", option_defaults()["ugncl.tau"])
+    tau = UGNCLOptions.read(model.config.plugin_options).tau
     values = []
     for net, network in enumerate(model.networks):
         view_similarity = network.view_similarity(image_embeds[net], text_embeds[net])

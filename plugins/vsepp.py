@@ -6,17 +6,26 @@ collapse when many pairs are wrong.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from hfncl.hookspecs import hookimpl
 from hfncl.losses import triplet_hardest_negative
+from hfncl.options import MethodOptions
+
+
+@dataclass(frozen=True)
+class VSEPPOptions(MethodOptions, namespace="vsepp"):
+    """``vsepp.margin``: the hinge margin of the triplet loss."""
+
+    margin: float = 0.2
 
 
 @hookimpl
-def option_defaults() -> dict[str, Any]:
-    return {"vsepp.margin": 0.2}
+def options() -> type[VSEPPOptions]:
+    return VSEPPOptions
 
 
 @hookimpl
@@ -25,7 +34,7 @@ def demo_settings() -> dict[str, Any]:
 
 
 def _hardest_negative_loss(trainer, outputs) -> dict[str, torch.Tensor]:
-    return {"triplet_hardest": triplet_hardest_negative(outputs.similarity, trainer.option("vsepp.margin")).sum()}
+    return {"triplet_hardest": triplet_hardest_negative(outputs.similarity, trainer.options_of(VSEPPOptions).margin).sum()}
 
 
 @hookimpl

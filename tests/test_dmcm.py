@@ -132,7 +132,7 @@ def test_prototype_cross_entropy_by_hand():
 def test_paper_settings_are_the_options_and_recipes_use():
     assert dmcm.PAPER_SETTINGS["wikipedia"] == {"batch_size": 100, "epochs": 100, "warmup_epochs": 3, "beta": 0.85}
     assert dmcm.PAPER_SETTINGS["xmedianet"]["beta"] == 0.3 and dmcm.PAPER_SETTINGS["pascal_sentence"]["epochs"] == 150
-    defaults = dmcm.option_defaults()
+    defaults = dmcm.DMCMOptions.defaults()
     assert defaults["dmcm.tau1"] == defaults["dmcm.tau2"] == 1.0
 
 

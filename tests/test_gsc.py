@@ -158,10 +158,10 @@ def test_momentum_update_eq10_and_min_eq5_by_hand():
 
 
 def _fakenoisy_trainer(num_train: int = 6, networks: int = 2, **options) -> SimpleNamespace:
-    values = {**gsc.DEFAULTS, **options}
+    values = dict(options)
     return SimpleNamespace(
         ledger=Ledger(num_train),
-        option=values.__getitem__,
+        options_of=lambda kind: kind.read(values),
         num_train=num_train,
         num_networks=networks,
         config=SimpleNamespace(seed=0),
@@ -289,7 +289,7 @@ def test_gsc_trains_an_epoch_on_sgr_and_saf_with_b_labelled_by_a_of_the_same_epo
 )
 def test_bad_options_are_named(name, value):
     with pytest.raises(ValueError, match=name):
-        gsc.check_options(_fakenoisy_trainer(**{name: value}))
+        gsc.GSCOptions.read({name: value})
 
 
 def test_gsc_killed_mid_epoch_resumes_to_the_same_labels_and_result(tiny_data_dir, tmp_path, monkeypatch):

@@ -52,7 +52,7 @@ def test_soft_margin_loss_takes_hardest_negatives_within_the_clean_and_noisy_par
     w = torch.tensor([0.9, 0.7, 0.2, 0.1])
     peer = torch.tensor([0.8, 0.4, 0.6, 0.0])
     options = {"ncr.alpha": 0.2, "ncr.division_statistics": "pass", "ncr.curve": 10.0, "ncr.top_fraction": 0.1, "ncr.co_rectify": True}
-    trainer = SimpleNamespace(option=options.__getitem__)
+    trainer = SimpleNamespace(options_of=lambda kind: kind.read(options))
     outputs = SimpleNamespace(similarity=similarity)
     targets = {"clean": clean, "clean_prob": w, "peer_prediction": peer}
     term = loss(trainer=trainer, batch={}, outputs=outputs, targets=targets, net=0)
@@ -84,7 +84,7 @@ def test_without_co_rectify_only_the_clean_part_trains_with_the_full_margin():
     clean = torch.tensor([True, False, True, False])
     torch.testing.assert_close(co_divide_only_loss(similarity, clean, 0.2), torch.tensor(1.0))
     options = {"ncr.alpha": 0.2, "ncr.division_statistics": "pass", "ncr.co_rectify": False}
-    trainer = SimpleNamespace(option=options.__getitem__)
+    trainer = SimpleNamespace(options_of=lambda kind: kind.read(options))
     division = SimpleNamespace(clean=torch.tensor([False, True, False, False, True, False, True]))
     targets = rectify(trainer=trainer, batch={}, net=0, division=division)
     outputs = SimpleNamespace(similarity=similarity, index=torch.tensor([4, 0, 6, 5]))  # dataset pairs of the batch
@@ -102,7 +102,7 @@ def test_a_batch_without_two_pairs_in_any_part_gives_a_zero_loss_that_still_back
     options = {"ncr.alpha": 0.2, "ncr.division_statistics": "pass", "ncr.curve": 10.0, "ncr.top_fraction": 0.1, "ncr.co_rectify": True}
     similarity = torch.tensor([[0.9, 0.1], [0.2, 0.8]], requires_grad=True)
     targets = {"clean": torch.tensor([True, False]), "clean_prob": torch.tensor([0.9, 0.1]), "peer_prediction": torch.zeros(2)}
-    term = loss(trainer=SimpleNamespace(option=options.__getitem__), batch={}, outputs=SimpleNamespace(similarity=similarity), targets=targets, net=0)
+    term = loss(trainer=SimpleNamespace(options_of=lambda kind: kind.read(options)), batch={}, outputs=SimpleNamespace(similarity=similarity), targets=targets, net=0)
     assert term["soft_margin_triplet"].item() == 0 and term["soft_margin_triplet"].requires_grad
 
 
@@ -123,7 +123,7 @@ def test_the_noisy_part_joins_the_loss_from_the_start_epoch_on():
 
     def trainer_at(epoch):
         return SimpleNamespace(
-            option=options.__getitem__, epoch=epoch, config=SimpleNamespace(epochs=10, warmup_epochs=4), forward=peer_forward,
+            options_of=lambda kind: kind.read(options), epoch=epoch, config=SimpleNamespace(epochs=10, warmup_epochs=4), forward=peer_forward,
             gather=lambda tensor: tensor,
         )
 
@@ -162,7 +162,7 @@ def test_division_from_the_training_steps_uses_the_recorded_losses_and_runs_no_p
     passes = []
     pass_losses = {"loss0": torch.rand(6), "loss1": torch.rand(6)}
     trainer = SimpleNamespace(
-        option=options.__getitem__,
+        options_of=lambda kind: kind.read(options),
         ledger=Ledger(6),
         num_train=6,
         config=SimpleNamespace(seed=0, epochs=10, warmup_epochs=4),  # the noisy part trains from epoch 7

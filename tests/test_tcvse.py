@@ -12,7 +12,6 @@ from hfncl.data.vocab import Vocabulary
 from hfncl.engine.randomness import per_sample_uniform, purpose_key
 from hfncl_plugins import tcvse
 from hfncl_plugins.tcvse import (
-    Settings,
     consistency_loss,
     drop_regions,
     evidence,
@@ -237,7 +236,7 @@ def test_perturb_words_rejects_bad_probabilities():
 )
 def test_settings_reject_bad_values_naming_the_option(name, value):
     with pytest.raises(ValueError, match=name.replace(".", r"\.")):
-        Settings.read({name: value}, "config.json")
+        tcvse.TcVSEOptions.read({name: value})
 
 
 # ----------------------------------------------------------------------------- train step
@@ -255,11 +254,11 @@ class _Branch(torch.nn.Module):
 
 
 class _Trainer:
-    """What train_step uses of the trainer: options, epoch, model config, forward, optimize,
+    """What train_step uses of the trainer: options_of, epoch, model config, forward, optimize,
     sample_uniform and compute_loss (here: TcVSE's own loss hook, as the trainer would call it)."""
 
     def __init__(self, seed: int = 0, **options) -> None:
-        self.options = {**tcvse.DEFAULTS, **options}
+        self.options = dict(options)
         self.epoch = 3
         self.seed = seed
         self.model = SimpleNamespace(config=SimpleNamespace(vocab_size=20))
@@ -267,6 +266,9 @@ class _Trainer:
         self.optimizer = torch.optim.SGD([p for b in self.branches for p in b.parameters()], lr=0.1)
         self.steps = 0
         self.seen = []
+
+    def options_of(self, kind):
+        return kind.read(self.options)
 
     def forward(self, net, batch):
         self.seen.append(batch)
@@ -316,7 +318,7 @@ def test_train_step_updates_once_then_max_times_for_consistency_on_one_augmented
 def test_loss_hook_trains_the_i2t_branch_on_rows_and_the_t2i_branch_on_columns():
     similarity = torch.tensor([[0.9, 0.1, 0.0], [0.5, 0.2, 0.4], [0.3, 0.3, 0.6]])
     trainer, outputs = _Trainer(), SimpleNamespace(similarity=similarity)
-    kl_lambda = tcvse.kl_weight(trainer.epoch, tcvse.DEFAULTS["tcvse.kl_step"])
+    kl_lambda = tcvse.kl_weight(trainer.epoch, tcvse.TcVSEOptions.kl_step)
     for net, queries in ((0, similarity), (1, similarity.t())):
         answer = tcvse.loss(trainer=trainer, batch=None, outputs=outputs, targets=None, net=net)
         expected = uncertainty_aware_loss(queries, 0.05, "exp", kl_lambda)
@@ -329,7 +331,7 @@ def test_loss_hook_trains_the_i2t_branch_on_rows_and_the_t2i_branch_on_columns()
 
 def test_augmentation_depends_on_each_pair_not_on_the_batch_it_is_in():
     """What makes 1 and 2 processes (or a resumed run) see the same x': each pair's draws follow its index."""
-    settings = tcvse.Settings.read({"tcvse.region_drop": 0.5, "tcvse.word_augment": 0.5})
+    settings = tcvse.TcVSEOptions.read({"tcvse.region_drop": 0.5, "tcvse.word_augment": 0.5})
     trainer = _Trainer()
     whole = tcvse.augment(trainer, BATCH, settings)
     halves = [tcvse.augment(trainer, {k: v[part] for k, v in BATCH.items()}, settings) for part in (slice(0, 3), slice(3, 6))]
@@ -387,7 +389,7 @@ def test_inference_hooks_reject_bad_inputs():
         tcvse.inference_similarity(model=_model("i2t"), image_embeds=None, text_embeds=None, direction="both")
     with pytest.raises(ValueError, match="2 networks"):
         tcvse.query_uncertainty(model=_model("i2t", networks=1), image_embeds=None, text_embeds=None, direction="i2t")
-    with pytest.raises(ValueError, match=r"plugin_options: tcvse\.inference_branch"):
+    with pytest.raises(ValueError, match=r"tcvse\.inference_branch"):
         tcvse.inference_similarity(model=_model("mean"), image_embeds=None, text_embeds=None, direction="i2t")
 
 
@@ -423,7 +425,7 @@ def test_query_uncertainty_of_a_real_model_has_one_value_in_0_1_per_query():
         vocab_size=30,
         num_networks=2,
         plugins=["tcvse"],
-        plugin_options=dict(tcvse.DEFAULTS),
+        plugin_options=tcvse.TcVSEOptions.defaults(),
         **tcvse.model_defaults(),
     )
     model = NCLModel(config).eval()

@@ -45,6 +45,7 @@ from hfncl.engine.tasks import DATA_KINDS, PairTask, Task
 from hfncl.evaluation import division_quality, partition_report
 from hfncl.hub import RunRecord, save_trained_model
 from hfncl.integrity import IntegrityError, atomic_write_text, replace_directory, verify_manifest, write_manifest
+from hfncl.options import OptionsT
 from hfncl.plots import plot_division
 from hfncl.plugins import PluginError, build_plugin_manager, check_division_fields, resolve_options
 from hfncl.types import Batch, Division
@@ -604,3 +605,7 @@ class Trainer:
     def gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """A tensor of this process's batch slice gathered into the global batch (``forward(...).index`` order)."""
         return gather(tensor)
+
+    def options_of(self, options_class: type[OptionsT]) -> OptionsT:
+        """A plugin's checked options object (:mod:`hfncl.options`): ``trainer.options_of(NCROptions).alpha``."""
+        return options_class.read(self.options)
