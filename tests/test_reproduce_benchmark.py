@@ -1,0 +1,51 @@
+"""benchmarks/reproduce.py: the papers' numbers read from docs/reproduction.md, and a recipe run beside them."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture()
+def reproduce(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location("benchmark_reproduce", BENCHMARKS / "reproduce.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_recipe_line_of_the_doc_gives_its_numbers(reproduce):
+    numbers = reproduce.paper_numbers()
+    assert numbers["ncr_f30k"] == {0.2: 502.7, 0.5: 496.7, 0.7: 482.8}
+    assert numbers["gsc_coco"] == {0.2: 525.7, 0.4: 519.9, 0.6: 511.7}
+    assert numbers["ncr_cc152k"] == {None: 355.6} and numbers["tcvse_f30k"] == {0.0: 509.3}
+    assert numbers["ugncl_f30k"] == {0.2: 505.6, 0.5: 488.9, 0.7: 470.8}
+    assert numbers["vsepp_f30k"] == {}
+
+
+def test_a_line_in_no_known_form_is_refused(reproduce, tmp_path):
+    doc = tmp_path / "reproduction.md"
+    doc.write_text("## recipes/x.py\n\nPaper's reported numbers: rSum 500 somewhere.\n")
+    with pytest.raises(ValueError, match="x: no rSum in a known form"):
+        reproduce.paper_numbers(doc)
+    doc.write_text("## recipes/x.py\n\nPaper's reported numbers: rSum: 500.0 / 490.0 at 20% noise.\n")
+    with pytest.raises(ValueError, match="2 rSum values for 1 noise ratios"):
+        reproduce.paper_numbers(doc)
+
+
+def test_runs_a_recipe_and_prints_its_rsum_beside_the_papers(reproduce, tiny_data_dir, tmp_path, capsys):
+    recipe_args = ["--similarity", "cosine", "--embed-dim", "32", "--word-dim", "16", "--epochs", "2"]
+    recipe_args += ["--warmup-epochs", "1", "--lr-decay-epochs", "1", "--batch-size", "32", "--no-progress"]
+    argv = ["--recipe", "ncr_f30k", "--data-dir", str(tiny_data_dir), "--noise-ratio", "0.5", "--launcher", "python"]
+    assert reproduce.main(argv + ["--output-dir", str(tmp_path), "--", *recipe_args]) == 0
+    rsum = json.loads((tmp_path / "ncr_f30k_50" / "results.json").read_text())["test"]["rsum"]
+    assert f"| ncr_f30k | 50% | 496.7 | {rsum:.1f} | {rsum - 496.7:+.1f} |" in capsys.readouterr().out
+    (row,) = json.loads((tmp_path / "reproduction.json").read_text())
+    assert row["paper_rsum"] == 496.7 and row["command"][:2] == [sys.executable, str(BENCHMARKS.parent / "recipes" / "ncr_f30k.py")]
