@@ -10,6 +10,9 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
+
+EVIDENCE_FUNCTIONS = ("exp", "relu")
 
 
 def opinion(evidence: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -27,3 +30,61 @@ def kl_to_uniform(alpha: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     total = adjusted.sum(dim=-1)
     log_norm = torch.lgamma(total) - math.lgamma(alpha.size(-1)) - torch.lgamma(adjusted).sum(dim=-1)
     return log_norm + ((adjusted - 1) * (torch.digamma(adjusted) - torch.digamma(total).unsqueeze(-1))).sum(dim=-1)
+
+
+def softplus_evidence(similarity: torch.Tensor, tau: float) -> torch.Tensor:
+    """e = exp(softplus(S) / tau), elementwise (UGNCL Eq. 3)."""
+    return torch.exp(F.softplus(similarity) / tau)
+
+
+def scaled_evidence(similarity: torch.Tensor, tau: float, function: str = "exp") -> torch.Tensor:
+    """e = exp(s / tau) or ReLU(s / tau), elementwise, in float64 (TcVSE Eq. 2).
+
+    With cosine s <= 1, float64 keeps exp(s / tau) finite down to tau = 1/709 (float32
+    would overflow below tau = 1/88, inside the paper's range 0 < tau < 1).
+    """
+    if function not in EVIDENCE_FUNCTIONS:
+        raise ValueError(f"evidence function must be one of {EVIDENCE_FUNCTIONS}, got {function!r}")
+    scaled = similarity.double() / tau
+    return scaled.exp() if function == "exp" else scaled.relu()
+
+
+def combine_opinions(
+    belief_a: torch.Tensor, uncertainty_a: torch.Tensor, belief_b: torch.Tensor, uncertainty_b: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dempster's rule for two subjective opinions (TMC's reduced form).
+
+    With conflict C = sum_{i != j} b^a_i b^b_j: b_k = (b^a_k b^b_k + b^a_k u^b + b^b_k u^a) / (1 - C)
+    and u = u^a u^b / (1 - C).
+    """
+    conflict = belief_a.sum(-1) * belief_b.sum(-1) - (belief_a * belief_b).sum(-1)
+    scale = (1 - conflict).unsqueeze(-1)
+    belief = (belief_a * belief_b + belief_a * uncertainty_b.unsqueeze(-1) + belief_b * uncertainty_a.unsqueeze(-1))
+    return belief / scale, uncertainty_a * uncertainty_b / scale.squeeze(-1)
+
+
+def fused_opinion(view_evidence: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The joint opinion of W views' evidence (W, ..., K), fused one view after the other.
+
+    Each view's opinion is :func:`opinion` (UGNCL Eq. 5-6), combined by :func:`combine_opinions`.
+    """
+    belief, uncertainty = opinion(view_evidence[0])
+    for view in view_evidence[1:]:
+        belief, uncertainty = combine_opinions(belief, uncertainty, *opinion(view))
+    return belief, uncertainty
+
+
+def joint_alpha(belief: torch.Tensor, uncertainty: torch.Tensor) -> torch.Tensor:
+    """The Dirichlet of an opinion: L = K / u, e_k = b_k L, alpha_k = e_k + 1 (UGNCL Eq. 7)."""
+    return belief * (belief.size(-1) / uncertainty).unsqueeze(-1) + 1
+
+
+def least_squares_risk(alpha: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The expected squared error of a Dirichlet against a target, per row (Sensoy et al. 2018; UGNCL Eq. 12).
+
+    sum_j (y_j - alpha_j / L)^2 + alpha_j (L - alpha_j) / (L^2 (L + 1)) with L = sum_j alpha_j.
+    """
+    strength = alpha.sum(dim=-1, keepdim=True)
+    mean = alpha / strength
+    variance = alpha * (strength - alpha) / (strength**2 * (strength + 1))
+    return ((target - mean) ** 2 + variance).sum(dim=-1)

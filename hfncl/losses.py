@@ -48,3 +48,25 @@ def triplet_hardest_negative(similarity: torch.Tensor, margin: float | torch.Ten
     """
     to_text, to_image = _margin_matrices(similarity, margin)
     return to_text.max(dim=1).values + to_image.max(dim=0).values
+
+
+def soft_margin(labels: torch.Tensor, margin: float, curve: float) -> torch.Tensor:
+    """A triplet margin that grows with a soft correspondence label y in [0, 1]: (m^y - 1) / (m - 1) * margin.
+
+    NCR Eq. 7 (alpha^ from the rectified label) and UGNCL Sec. 3.1 (gamma^ from y~); ``curve`` is m > 1.
+    """
+    return (curve**labels - 1) / (curve - 1) * margin
+
+
+def triplet_top_k_negatives(similarity: torch.Tensor, margins: torch.Tensor, hardest: int) -> torch.Tensor:
+    """Per pair: hinge losses with margin m_i averaged over the ``hardest`` largest negatives, both directions.
+
+    UGNCL Eq. 16 with lambda = ``hardest``; with ``hardest = 1`` it is :func:`triplet_hardest_negative` / 2.
+    """
+    positive = similarity.diagonal()
+    own = torch.eye(similarity.size(0), dtype=torch.bool, device=similarity.device)
+    negatives = similarity.masked_fill(own, float("-inf"))
+    image_side = negatives.topk(hardest, dim=1).values
+    text_side = negatives.t().topk(hardest, dim=1).values
+    hinge = (margins - positive).unsqueeze(1)
+    return ((hinge + image_side).clamp(min=0) + (hinge + text_side).clamp(min=0)).mean(dim=1)

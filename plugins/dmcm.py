@@ -43,7 +43,6 @@ import torch
 
 from hfncl.beta_mixture import bmm_clean_probability, most_likely_clean
 from hfncl.hookspecs import hookimpl
-from hfncl.options import MethodOptions, option
 from hfncl.label_losses import (
     mix_with_clean,
     multimodal_contrastive_loss,
@@ -52,6 +51,8 @@ from hfncl.label_losses import (
     prototype_probabilities,
     robust_clustering_loss,
 )
+from hfncl.options import MethodOptions, option
+from hfncl.toolkit import seeded_generator
 from hfncl.types import CategoryOutputs, Division
 
 MODALITIES = ("image", "text")
@@ -213,8 +214,7 @@ def rectify(trainer, batch, net, division) -> dict[str, Any]:
     n = trainer.num_train
     index = batch["index"].cpu()
     clean = {m: division.clean[i * n + index].to(batch["index"].device) for i, m in enumerate(MODALITIES)}
-    seed = np.random.SeedSequence([trainer.config.seed, trainer.epoch, trainer.global_step, net])
-    generator = torch.Generator().manual_seed(int(seed.generate_state(1)[0]))
+    generator = seeded_generator(trainer.config.seed, trainer.epoch, trainer.global_step, net)
     num_classes = trainer.model.config.num_classes
     mixed, targets = mix_batch(batch, clean, num_classes, trainer.options_of(DMCMOptions).lam, generator)
     return {"mixed": mixed, "targets": targets}

@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from hfncl.division import gmm_clean_probability, threshold_division
 from hfncl.hookspecs import hookimpl
 from hfncl.options import MethodOptions, option
+from hfncl.toolkit import ledger_column, networks_in_turn, peer, same_terms_in_warmup
 from hfncl.types import Division
 from hfncl_plugins.gsc_intra import (
     batch_labels,
@@ -129,11 +130,6 @@ def correspondence_labels(y_cm: torch.Tensor, y_im: torch.Tensor) -> torch.Tenso
     return torch.minimum(y_cm, y_im)
 
 
-def label_source(net: int, num_networks: int) -> int:
-    """The network whose statistics give network ``net`` its labels: its peer with two networks, itself with one."""
-    return (net + 1) % num_networks
-
-
 @hookimpl
 def division_fields(config) -> dict[str, list[str]]:
     return {"division": ["y_cm", "y_im", "statistic"]}
@@ -161,17 +157,16 @@ def num_networks(config) -> int:
     return 2 if GSCOptions.read(config.options).dual else 1
 
 
-@hookimpl
-def training_passes(config, num_networks) -> list[list[int]]:
-    """Algorithm 1, line 3: the networks are trained in turn, each on its own pass over the data."""
-    return [[net] for net in range(num_networks)]
+training_passes = networks_in_turn()  # Algorithm 1, line 3
 
 
-def _train_terms(trainer: "TrainerView", outputs: "PairOutputs", net: int) -> dict[str, torch.Tensor]:
-    """L_CM and gamma * L_IM for network ``net``; records y_CM and S_IM of the batch in the ledger."""
-    labels = batch_labels(trainer, outputs, net)
-    similarity = outputs.similarity
-    tau1 = trainer.options_of(GSCOptions).tau1
+def _train_terms(trainer: "TrainerView", batch, outputs: "PairOutputs", net: int) -> dict[str, torch.Tensor]:
+    """L_CM (Eq. 6) + gamma * L_IM (Eq. 7, 9) for network ``net``; records y_CM and S_IM of the batch in the ledger.
+
+    y comes from the division of ``net``; in warmup every y = 1, and the statistics are recorded as in any epoch.
+    """
+    labels, similarity, settings = batch_labels(trainer, outputs, net), outputs.similarity, trainer.options_of(GSCOptions)
+    tau1 = settings.tau1
     image_structure = intra_modal_similarity(outputs.image_embeds)
     text_structure = intra_modal_similarity(outputs.text_embeds)
     trainer.ledger.record(outputs.index, STEP_CM.format(net), cross_modal_indicator(similarity.detach(), tau1))
@@ -181,26 +176,12 @@ def _train_terms(trainer: "TrainerView", outputs: "PairOutputs", net: int) -> di
         structure_similarity(image_structure.detach(), text_structure.detach(), labels),
     )
     terms = {"gsc_cross_modal": cross_modal_loss(similarity, labels, tau1)}
-    if trainer.options_of(GSCOptions).intra_loss:
-        gamma, tau2 = trainer.options_of(GSCOptions).gamma, trainer.options_of(GSCOptions).tau2
-        terms["gsc_intra_modal"] = gamma * intra_modal_loss(image_structure, text_structure, labels, tau2)
+    if settings.intra_loss:
+        terms["gsc_intra_modal"] = settings.gamma * intra_modal_loss(image_structure, text_structure, labels, settings.tau2)
     return terms
 
 
-@hookimpl
-def warmup_loss(trainer, batch, outputs, net) -> dict[str, torch.Tensor]:
-    """The epoch's loss with every y = 1; the statistics are recorded as in any epoch."""
-    return _train_terms(trainer, outputs, net)
-
-
-@hookimpl
-def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
-    """L_CM (Eq. 6) + gamma * L_IM (Eq. 7, 9) with y from the division of ``net``."""
-    return _train_terms(trainer, outputs, net)
-
-
-def _column(trainer: "TrainerView", name: str, fill: float) -> torch.Tensor:
-    return trainer.ledger.get(name).clone() if name in trainer.ledger else torch.full((trainer.num_train,), fill)
+loss, warmup_loss = same_terms_in_warmup(_train_terms)
 
 
 def fold_epoch(trainer: "TrainerView", net: int, epoch: int) -> None:
@@ -224,8 +205,8 @@ def fold_epoch(trainer: "TrainerView", net: int, epoch: int) -> None:
         reg_covar=trainer.options_of(GSCOptions).gmm_reg_covar,
         seed=trainer.config.seed + epoch,
     )
-    y_cm = _column(trainer, Y_CM.format(net), 1.0)
-    y_im = _column(trainer, Y_IM.format(net), 1.0)
+    y_cm = ledger_column(trainer.ledger, Y_CM.format(net), trainer.num_train, 1.0)
+    y_im = ledger_column(trainer.ledger, Y_IM.format(net), trainer.num_train, 1.0)
     y_cm[seen] = temporal_ensemble(step_cm[seen], y_cm[seen], beta1)
     y_im[seen] = temporal_ensemble(y_im_now, y_im[seen], beta2)
     everyone = torch.arange(trainer.num_train)
@@ -248,7 +229,7 @@ def pass_end(trainer, epoch, networks) -> None:
     for net in networks:
         fold_epoch(trainer, net, epoch)
         for user in range(trainer.num_networks):
-            if user in later and label_source(user, trainer.num_networks) == net and not trainer.in_warmup:
+            if user in later and peer(user, trainer.num_networks) == net and not trainer.in_warmup:
                 trainer.divisions[user] = network_division(trainer, user)
 
 
@@ -259,9 +240,9 @@ def network_division(trainer: "TrainerView", net: int) -> Division:
     once estimated, y itself as the plotted statistic (y depends on two indicators, so no
     single one of them draws the division).
     """
-    source = label_source(net, trainer.num_networks)
-    y_cm = _column(trainer, Y_CM.format(source), 1.0)
-    y_im = _column(trainer, Y_IM.format(source), 1.0)
+    source = peer(net, trainer.num_networks)  # its peer with two networks, itself with one
+    y_cm = ledger_column(trainer.ledger, Y_CM.format(source), trainer.num_train, 1.0)
+    y_im = ledger_column(trainer.ledger, Y_IM.format(source), trainer.num_train, 1.0)
     labels = correspondence_labels(y_cm, y_im)
     extras = {"y_cm": y_cm, "y_im": y_im}
     if Y_CM.format(source) in trainer.ledger:

@@ -36,8 +36,9 @@ import torch
 import torch.nn.functional as F
 
 from hfncl.hookspecs import hookimpl
-from hfncl.options import MethodOptions, option
 from hfncl.models.sgraf import l2norm, unpack_local
+from hfncl.options import MethodOptions, option
+from hfncl.toolkit import same_terms_in_warmup
 
 if TYPE_CHECKING:
     from hfncl.trainer_view import TrainerView
@@ -135,22 +136,13 @@ def options() -> type[GSCIntraOptions]:
     return GSCIntraOptions
 
 
-def _term(trainer: "TrainerView", outputs: "PairOutputs", net: int) -> dict[str, torch.Tensor]:
+def _term(trainer: "TrainerView", batch, outputs: "PairOutputs", net: int) -> dict[str, torch.Tensor]:
+    """gamma * L_IM (Eq. 7, 9) with the active division's clean probabilities as y (every y = 1 in warmup)."""
     settings = trainer.options_of(GSCIntraOptions)
-    gamma, tau2 = settings.gamma, settings.tau2
     labels = batch_labels(trainer, outputs, net)
     image_structure = intra_modal_similarity(outputs.image_embeds)
     text_structure = intra_modal_similarity(outputs.text_embeds)
-    return {"gsc_intra_modal": gamma * intra_modal_loss(image_structure, text_structure, labels, tau2)}
+    return {"gsc_intra_modal": settings.gamma * intra_modal_loss(image_structure, text_structure, labels, settings.tau2)}
 
 
-@hookimpl
-def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
-    """gamma * L_IM (Eq. 7, 9) with the active division's clean probabilities as y."""
-    return _term(trainer, outputs, net)
-
-
-@hookimpl
-def warmup_loss(trainer, batch, outputs, net) -> dict[str, torch.Tensor]:
-    """gamma * L_IM with every y = 1 (no division exists yet)."""
-    return _term(trainer, outputs, net)
+loss, warmup_loss = same_terms_in_warmup(_term)

@@ -62,8 +62,9 @@ import torch
 
 from hfncl.division import fit_loss_mixture, threshold_division
 from hfncl.hookspecs import hookimpl
+from hfncl.losses import soft_margin, triplet_hardest_negative, triplet_sum_negatives
 from hfncl.options import MethodOptions, option
-from hfncl.losses import triplet_hardest_negative, triplet_sum_negatives
+from hfncl.toolkit import batch_index, batch_view, complete_columns, ledger_column, networks_in_turn, peer
 from hfncl.types import Division
 
 NETWORKS = 2
@@ -89,11 +90,8 @@ class NCROptions(MethodOptions, namespace="ncr"):
 @hookimpl
 def division_fields(config) -> dict[str, list[str]]:
     """Co-rectify hands the batch's division and the peer's prediction to ``loss``; without it, the division alone."""
-    if NCROptions.read(config.options).co_rectify:
-        targets, needs = ["clean", "clean_prob", "peer_prediction"], ["clean", "clean_prob"]
-    else:
-        targets, needs = ["dataset_clean"], ["dataset_clean"]
-    return {"division": ["statistic", "mixture"], "targets": targets, "needs_targets": needs}
+    targets = ["clean", "clean_prob", "peer_prediction"] if NCROptions.read(config.options).co_rectify else ["dataset_clean"]
+    return {"division": ["statistic", "mixture"], "targets": targets, "needs_targets": targets[:2]}
 
 
 @hookimpl
@@ -111,9 +109,7 @@ def num_networks(config) -> int:
     return NETWORKS
 
 
-@hookimpl
-def training_passes(config, num_networks) -> list[list[int]]:
-    return [[net] for net in range(num_networks)]
+training_passes = networks_in_turn()
 
 
 def per_sample_lw(hinge_sums: torch.Tensor) -> torch.Tensor:
@@ -170,11 +166,6 @@ def rectified_labels(
     return torch.where(clean, clean_label, noisy_label)
 
 
-def soft_margin(labels: torch.Tensor, alpha: float, curve: float) -> torch.Tensor:
-    """Eq. 7: alpha^ = (m^y^ - 1) / (m - 1) * alpha."""
-    return (curve**labels - 1) / (curve - 1) * alpha
-
-
 @hookimpl
 def divide(trainer, epoch) -> list[Division]:
     """Co-divide: network k's division is the GMM fitted on its peer's per-sample L_w.
@@ -182,23 +173,19 @@ def divide(trainer, epoch) -> list[Division]:
     Its extras carry that L_w (``statistic``) and the fitted GMM (``mixture``), which the
     division plot draws over the losses (Fig. 3b).
     """
+    settings = trainer.options_of(NCROptions)
     losses = recorded_losses(trainer, epoch)
     if losses is None:
         losses = pass_losses(trainer, epoch)
-        if trainer.options_of(NCROptions).division_statistics == "steps":
+        if settings.division_statistics == "steps":
             fill_unrecorded(trainer, losses)
     divisions = []
     for net in range(NETWORKS):
-        peer_loss = losses[(net + 1) % NETWORKS]
+        peer_loss = losses[peer(net, NETWORKS)]
         clean_prob, mixture = fit_loss_mixture(
-            peer_loss,
-            max_iter=trainer.options_of(NCROptions).gmm_max_iter,
-            reg_covar=trainer.options_of(NCROptions).gmm_reg_covar,
-            seed=trainer.config.seed + epoch,
+            peer_loss, max_iter=settings.gmm_max_iter, reg_covar=settings.gmm_reg_covar, seed=trainer.config.seed + epoch
         )
-        divisions.append(
-            threshold_division(clean_prob, trainer.options_of(NCROptions).threshold, statistic=peer_loss, mixture=mixture)
-        )
+        divisions.append(threshold_division(clean_prob, settings.threshold, statistic=peer_loss, mixture=mixture))
     return divisions
 
 
@@ -224,19 +211,14 @@ def recorded_losses(trainer, epoch: int) -> list[torch.Tensor] | None:
     """
     if trainer.options_of(NCROptions).division_statistics != "steps" or epoch == noisy_part_start_epoch(trainer) + 1:
         return None
-    names = [STEP_LOSS.format(net) for net in range(NETWORKS)]
-    if any(name not in trainer.ledger or torch.isnan(trainer.ledger.get(name)).any() for name in names):
-        return None
-    return [trainer.ledger.get(name).clone() for name in names]
+    return complete_columns(trainer.ledger, [STEP_LOSS.format(net) for net in range(NETWORKS)])
 
 
 def fill_unrecorded(trainer, losses: list[torch.Tensor]) -> None:
     """Record the pass's L_w for the pairs that no training step has recorded yet, so the next division needs no pass."""
     for net, values in enumerate(losses):
         name = STEP_LOSS.format(net)
-        recorded = name in trainer.ledger
-        missing = torch.isnan(trainer.ledger.get(name)) if recorded else torch.ones(trainer.num_train, dtype=torch.bool)
-        index = missing.nonzero().squeeze(1)
+        index = torch.isnan(ledger_column(trainer.ledger, name, trainer.num_train)).nonzero().squeeze(1)
         trainer.ledger.record(index, name, values[index])
 
 
@@ -257,15 +239,11 @@ def _parts(clean: torch.Tensor, with_noisy: bool = True) -> list[torch.Tensor]:
     return [part for part in parts if part.numel() > 1]
 
 
-def _within(similarity: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
-    return similarity.index_select(0, part).index_select(1, part)
-
-
 def _per_part(similarity: torch.Tensor, clean: torch.Tensor, alpha: float, top: float) -> torch.Tensor:
     """Eq. 5's prediction for every pair, computed within the clean part and within the noisy part."""
     prediction = torch.zeros(clean.shape, device=similarity.device)
     for part in _parts(clean):
-        prediction[part] = adaptive_prediction(_within(similarity, part), alpha, top)
+        prediction[part] = adaptive_prediction(similarity[part][:, part], alpha, top)
     return prediction
 
 
@@ -280,14 +258,10 @@ def rectify(trainer, batch, net, division) -> dict[str, torch.Tensor]:
     """
     if not trainer.options_of(NCROptions).co_rectify:
         return {"dataset_clean": division.clean}
-    index = trainer.gather(batch["index"]).cpu()
-    device = batch["index"].device
-    targets = {"clean": division.clean[index].to(device), "clean_prob": division.clean_prob[index].to(device)}
+    targets = batch_view(division, batch_index(trainer, batch), ("clean", "clean_prob"), batch["index"].device)
     if noisy_part_trains(trainer):
-        peer = trainer.forward((net + 1) % NETWORKS, batch, grad=False)
-        targets["peer_prediction"] = _per_part(
-            peer.similarity, targets["clean"], trainer.options_of(NCROptions).alpha, trainer.options_of(NCROptions).top_fraction
-        )
+        settings, peer_outputs = trainer.options_of(NCROptions), trainer.forward(peer(net, NETWORKS), batch, grad=False)
+        targets["peer_prediction"] = _per_part(peer_outputs.similarity, targets["clean"], settings.alpha, settings.top_fraction)
     return targets
 
 
@@ -297,7 +271,7 @@ def co_divide_only_loss(similarity: torch.Tensor, clean: torch.Tensor, alpha: fl
     if part.numel() < 2:
         return similarity.sum() * 0
     margins = torch.full((part.numel(),), alpha, device=similarity.device)
-    return triplet_hardest_negative(_within(similarity, part), margins).sum()
+    return triplet_hardest_negative(similarity[part][:, part], margins).sum()
 
 
 @hookimpl
@@ -316,5 +290,5 @@ def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
     margins = soft_margin(labels, alpha, trainer.options_of(NCROptions).curve)
     total = outputs.similarity.sum() * 0  # stays in the graph when no part has two pairs (a tiny last batch)
     for part in _parts(clean, with_noisy):
-        total = total + triplet_hardest_negative(_within(outputs.similarity, part), margins[part]).sum()
+        total = total + triplet_hardest_negative(outputs.similarity[part][:, part], margins[part]).sum()
     return {"soft_margin_triplet": total}

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from hfncl.hookspecs import hookimpl
 from hfncl.options import MethodOptions, option
+from hfncl.toolkit import same_terms_in_warmup
 from hfncl.types import CategoryOutputs
 
 MODALITIES = ("image", "text")
@@ -53,16 +54,9 @@ def prototype_cross_entropy(outputs: CategoryOutputs, labels: dict[str, torch.Te
     return sum(F.cross_entropy(outputs.logits(m) / tau, labels[m]) for m in MODALITIES)
 
 
-def _loss(trainer, batch, outputs: CategoryOutputs) -> dict[str, torch.Tensor]:
+def _loss(trainer, batch, outputs: CategoryOutputs, net: int) -> dict[str, torch.Tensor]:
     labels = {m: trainer.gather(batch[f"{m}_label"]) for m in MODALITIES}
     return {"cross_entropy": prototype_cross_entropy(outputs, labels, trainer.options_of(PrototypeCEOptions).tau)}
 
 
-@hookimpl
-def warmup_loss(trainer, batch, outputs, net) -> dict[str, torch.Tensor]:
-    return _loss(trainer, batch, outputs)
-
-
-@hookimpl
-def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
-    return _loss(trainer, batch, outputs)
+loss, warmup_loss = same_terms_in_warmup(_loss)

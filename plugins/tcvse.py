@@ -44,15 +44,15 @@ from typing import Any
 
 import torch
 
-from hfncl.data.vocab import Vocabulary
+from hfncl.data.augment import drop_regions, perturb_words
+from hfncl.evidential import EVIDENCE_FUNCTIONS, opinion, scaled_evidence
 from hfncl.evidential import kl_to_uniform as evidential_kl
-from hfncl.evidential import opinion
 from hfncl.hookspecs import hookimpl
 from hfncl.options import MethodOptions, option
+from hfncl.toolkit import same_terms_in_warmup
 
 I2T, T2I = 0, 1
 NETWORKS = 2
-EVIDENCE_FUNCTIONS = ("exp", "relu")
 BRANCHES = ("i2t", "t2i", "ensemble")
 DIRECTIONS = ("i2t", "t2i")
 WORD_OPERATIONS = {"mask": 0.5, "discard": 0.4, "swap": 0.1}
@@ -72,16 +72,6 @@ class TcVSEOptions(MethodOptions, namespace="tcvse"):
 
 
 # ----------------------------------------------------------------------------- equations
-def evidence(similarity: torch.Tensor, tau: float, function: str = "exp") -> torch.Tensor:
-    """Eq. 2: e = exp(s / tau) or ReLU(s / tau), elementwise, in float64.
-
-    With cosine s <= 1, float64 keeps exp(s / tau) finite down to tau = 1/709 (float32
-    would overflow below tau = 1/88, inside the paper's range 0 < tau < 1).
-    """
-    if function not in EVIDENCE_FUNCTIONS:
-        raise ValueError(f"evidence function must be one of {EVIDENCE_FUNCTIONS}, got {function!r}")
-    scaled = similarity.double() / tau
-    return scaled.exp() if function == "exp" else scaled.relu()
 
 
 def uncertainty_cross_entropy(alpha: torch.Tensor) -> torch.Tensor:
@@ -118,7 +108,7 @@ def uncertainty_aware_loss(
     ``query_similarity`` (K, K) has the branch's queries as rows (the i2t branch's
     similarity, the transpose of the t2i branch's).
     """
-    alpha = evidence(query_similarity, tau, function) + 1
+    alpha = scaled_evidence(query_similarity, tau, function) + 1
     return {"uce": uncertainty_cross_entropy(alpha), "kl": kl_lambda * kl_to_uniform(alpha)}
 
 
@@ -140,7 +130,7 @@ def consistency_loss(
         )
 
     def beliefs(query_similarity: torch.Tensor) -> torch.Tensor:
-        return opinion(evidence(query_similarity, tau, function))[0]
+        return opinion(scaled_evidence(query_similarity, tau, function))[0]
 
     image_queries = (beliefs(i2t_similarity.detach()) - beliefs(t2i_similarity)).abs().mean()
     caption_queries = (beliefs(t2i_similarity.t().detach()) - beliefs(i2t_similarity.t())).abs().mean()
@@ -153,77 +143,6 @@ def _check_square(matrix: torch.Tensor) -> None:
 
 
 # ----------------------------------------------------------------------------- augmentation
-def drop_regions(images: torch.Tensor, rate: float, draws: torch.Tensor | None = None) -> torch.Tensor:
-    """Drop each region of (B, R, D) ``images`` with probability ``rate``, keeping at least one per image.
-
-    A dropped region is replaced by a copy of the image's first kept region: the same
-    as discarding it under max pooling. ``draws`` are (B, R) uniform numbers in [0, 1)
-    (default: torch's global generator); region r of image b is dropped if its draw is
-    below ``rate``, and the region with the largest draw is always kept.
-    """
-    if rate == 0:
-        return images
-    if images.dim() != 3:
-        raise ValueError(
-            f"region dropping (tcvse.region_drop = {rate}) needs region features (B, R, D), got images of shape "
-            f"{tuple(images.shape)}; with a pixel image tower set tcvse.region_drop to 0"
-        )
-    draws = torch.rand(images.shape[:2], device=images.device) if draws is None else draws.to(images.device)
-    if draws.shape != images.shape[:2]:
-        raise ValueError(f"draws must have the (images, regions) shape {tuple(images.shape[:2])}, got {tuple(draws.shape)}")
-    keep = draws >= rate
-    keep[torch.arange(images.size(0), device=images.device), draws.argmax(dim=1)] = True
-    first_kept = keep.to(torch.int8).argmax(dim=1)
-    replacement = images[torch.arange(images.size(0), device=images.device), first_kept]
-    return torch.where(keep[..., None], images, replacement[:, None, :])
-
-
-def perturb_words(
-    captions: torch.Tensor,
-    lengths: torch.Tensor,
-    *,
-    mask: float = 0.0,
-    discard: float = 0.0,
-    swap: float = 0.0,
-    vocab_size: int | None = None,
-    draws: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mask, discard or swap the words of (B, L) ``captions`` (``<start>`` w_1 .. w_n ``<end>``, 0-padded).
-
-    Each word w_1..w_n, independently: with probability ``mask`` it becomes ``<unk>``,
-    with ``discard`` it is removed (the caption closes up, its length shrinks), with
-    ``swap`` it becomes a random vocabulary word (ids 4 .. vocab_size - 1, past the
-    special tokens). ``<start>``, ``<end>`` and padding are untouched. ``draws`` are
-    (B, L, 2) uniform numbers in [0, 1) (default: torch's global generator): the first
-    chooses the word's fate (mask below ``mask``, swap in the next ``swap``, discard in
-    the next ``discard``), the second the swapped-in word. Returns the new captions
-    (same width) and lengths.
-    """
-    if min(mask, discard, swap) < 0 or mask + discard + swap > 1:
-        raise ValueError(f"word probabilities must be >= 0 and sum to <= 1, got {mask}, {discard}, {swap}")
-    if swap > 0 and (vocab_size is None or vocab_size <= len(Vocabulary.SPECIALS)):
-        raise ValueError(f"swapping words needs a vocab_size above the {len(Vocabulary.SPECIALS)} special tokens")
-    positions = torch.arange(captions.size(1), device=captions.device)
-    lengths_here = lengths.to(captions.device)
-    word = (positions[None, :] >= 1) & (positions[None, :] < lengths_here[:, None] - 1)
-    if draws is None:
-        draws = torch.rand((*captions.shape, 2), device=captions.device)
-    if draws.shape != (*captions.shape, 2):
-        raise ValueError(f"draws must have the shape {(*captions.shape, 2)} of (captions, words, 2), got {tuple(draws.shape)}")
-    draws, word_draws = draws[..., 0].to(captions.device), draws[..., 1].to(captions.device)
-    out = torch.where(word & (draws < mask), torch.full_like(captions, Vocabulary.unk_id), captions)
-    swapped = word & (draws >= mask) & (draws < mask + swap)
-    if swapped.any():
-        specials = len(Vocabulary.SPECIALS)
-        random_words = specials + (word_draws * (vocab_size - specials)).long().clamp(max=vocab_size - specials - 1)
-        out = torch.where(swapped, random_words, out)
-    kept = (positions[None, :] < lengths_here[:, None]) & ~(
-        word & (draws >= mask + swap) & (draws < mask + swap + discard)
-    )
-    order = torch.sort((~kept).to(torch.int8), dim=1, stable=True).indices
-    new_lengths = kept.sum(dim=1)
-    out = out.gather(1, order) * (positions[None, :] < new_lengths[:, None])
-    return out, new_lengths.to(lengths.dtype).to(lengths.device)
 
 
 def augment(trainer, batch: dict[str, torch.Tensor], settings: TcVSEOptions) -> dict[str, torch.Tensor]:
@@ -279,21 +198,14 @@ def num_networks(config) -> int:
     return NETWORKS
 
 
-def _evidential_terms(trainer, outputs, net: int) -> dict[str, torch.Tensor]:
+def _evidential_terms(trainer, batch, outputs, net: int) -> dict[str, torch.Tensor]:
     """Eq. 9 for one branch: the i2t branch with its image queries (rows), the t2i branch with its captions (columns)."""
     settings = trainer.options_of(TcVSEOptions)
     similarity = outputs.similarity if net == I2T else outputs.similarity.t()
     return uncertainty_aware_loss(similarity, settings.tau, settings.evidence, kl_weight(trainer.epoch, settings.kl_step))
 
 
-@hookimpl
-def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
-    return _evidential_terms(trainer, outputs, net)
-
-
-@hookimpl
-def warmup_loss(trainer, batch, outputs, net) -> dict[str, torch.Tensor]:
-    return _evidential_terms(trainer, outputs, net)
+loss, warmup_loss = same_terms_in_warmup(_evidential_terms)
 
 
 @hookimpl
@@ -357,5 +269,5 @@ def query_uncertainty(model, image_embeds, text_embeds, direction) -> torch.Tens
     settings = TcVSEOptions.read(model.config.plugin_options)
     similarities = _branch_similarities(model, image_embeds, text_embeds, direction)
     queries = similarities if direction == "i2t" else similarities.transpose(1, 2)
-    uncertainty = opinion(evidence(queries, settings.tau, settings.evidence))[1]
+    uncertainty = opinion(scaled_evidence(queries, settings.tau, settings.evidence))[1]
     return _chosen(uncertainty, settings.inference_branch).to(similarities.dtype)

@@ -56,18 +56,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from hfncl.evidential import kl_to_uniform, opinion
+from hfncl.evidential import fused_opinion, joint_alpha, kl_to_uniform, least_squares_risk, softplus_evidence
 from hfncl.hookspecs import hookimpl
+from hfncl.losses import soft_margin, triplet_hardest_negative, triplet_top_k_negatives
 from hfncl.options import MethodOptions, option
-from hfncl.losses import triplet_hardest_negative
+from hfncl.toolkit import batch_index, batch_view, epoch_seed
 from hfncl.types import Division
 
 CLEAN, NOISY, HARD_CLEAN, HARD_NOISY = 0, 1, 2, 3
 SET_NAMES = {CLEAN: "clean", NOISY: "noisy", HARD_CLEAN: "hard_clean", HARD_NOISY: "hard_noisy"}
-
-
 RECTIFIED = ["soft_label", "uncertainty", "sets"]
 
 
@@ -122,56 +120,14 @@ def num_networks(config) -> int:
     return UGNCLOptions.read(config.options).ensemble
 
 
-# --------------------------------------------------------------------------- evidence
-
-
-def evidence(similarity: torch.Tensor, tau: float) -> torch.Tensor:
-    """Eq. 3: e = exp(softplus(S) / tau), elementwise."""
-    return torch.exp(F.softplus(similarity) / tau)
-
-
 def bidirectional_evidence(view_evidence: torch.Tensor) -> torch.Tensor:
     """Eq. 4: row i is pair i's evidence e_i^{i2t} + e_i^{t2i} = E[i, :] + E[:, i], for (..., K, K)."""
     return view_evidence + view_evidence.transpose(-1, -2)
 
 
-def combine_opinions(
-    belief_a: torch.Tensor, uncertainty_a: torch.Tensor, belief_b: torch.Tensor, uncertainty_b: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Dempster's rule for two subjective opinions (TMC's reduced form).
-
-    With conflict C = sum_{i != j} b^a_i b^b_j: b_k = (b^a_k b^b_k + b^a_k u^b + b^b_k u^a) / (1 - C)
-    and u = u^a u^b / (1 - C).
-    """
-    conflict = belief_a.sum(-1) * belief_b.sum(-1) - (belief_a * belief_b).sum(-1)
-    scale = (1 - conflict).unsqueeze(-1)
-    belief = (belief_a * belief_b + belief_a * uncertainty_b.unsqueeze(-1) + belief_b * uncertainty_a.unsqueeze(-1))
-    return belief / scale, uncertainty_a * uncertainty_b / scale.squeeze(-1)
-
-
-def fused_opinion(view_evidence: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The joint opinion of W views' evidence (W, ..., K), fused one view after the other.
-
-    Each view's opinion is Eq. 5-6 (:func:`hfncl.evidential.opinion`); the KL of Eq. 13 is
-    :func:`hfncl.evidential.kl_to_uniform`.
-    """
-    belief, uncertainty = opinion(view_evidence[0])
-    for view in view_evidence[1:]:
-        belief, uncertainty = combine_opinions(belief, uncertainty, *opinion(view))
-    return belief, uncertainty
-
-
-def joint_alpha(belief: torch.Tensor, uncertainty: torch.Tensor) -> torch.Tensor:
-    """Eq. 7: L = K / u, e_k = b_k L, alpha_k = e_k + 1."""
-    return belief * (belief.size(-1) / uncertainty).unsqueeze(-1) + 1
-
-
-# --------------------------------------------------------------------------- division
-
-
 def pair_opinions(view_similarity: torch.Tensor, tau: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Joint belief (K, K) and uncertainty (K,) of every pair of a batch from its (W, K, K) similarities."""
-    return fused_opinion(bidirectional_evidence(evidence(view_similarity.double(), tau)))
+    return fused_opinion(bidirectional_evidence(softplus_evidence(view_similarity.double(), tau)))
 
 
 def uncertainty_division(
@@ -192,12 +148,8 @@ def uncertainty_division(
         torch.where(own_is_argmax, CLEAN, NOISY),
         torch.where(soft_label > epsilon, HARD_CLEAN, HARD_NOISY),
     )
-    extras = {
-        "soft_label": soft_label.float(),
-        "uncertainty": uncertainty.float(),
-        "sets": sets,
-        "statistic": uncertainty.float(),
-    }
+    extras = {"soft_label": soft_label.float(), "uncertainty": uncertainty.float(), "sets": sets}
+    extras["statistic"] = extras["uncertainty"]
     extras.update({f"set/{name}": sets == code for code, name in SET_NAMES.items()})
     return Division(soft_label.float(), (sets == CLEAN) | (sets == HARD_CLEAN), extras)
 
@@ -205,7 +157,7 @@ def uncertainty_division(
 @hookimpl
 def divide(trainer, epoch) -> list[Division]:
     """UGD over the training set, one division per network, in training-size batches (seeded order)."""
-    tau, size = trainer.options_of(UGNCLOptions).tau, trainer.config.batch_size
+    settings, size = trainer.options_of(UGNCLOptions), trainer.config.batch_size
 
     def pair_statistics(batch) -> dict[str, torch.Tensor]:
         columns: dict[str, list[torch.Tensor]] = {}
@@ -213,40 +165,22 @@ def divide(trainer, epoch) -> list[Division]:
             view_similarity = trainer.forward(net, batch, grad=False).view_similarity
             for start in range(0, view_similarity.size(-1), size):
                 block = view_similarity[:, start : start + size, start : start + size]
-                belief, uncertainty = pair_opinions(block, tau)
+                belief, uncertainty = pair_opinions(block, settings.tau)
                 own = torch.arange(belief.size(0), device=belief.device)
                 columns.setdefault(f"u{net}", []).append(uncertainty)
                 columns.setdefault(f"own_belief{net}", []).append(belief[own, own])
                 columns.setdefault(f"own_is_argmax{net}", []).append((belief.argmax(dim=1) == own).double())
         return {name: torch.cat(values) for name, values in columns.items()}
 
-    stats = trainer.collect(
-        pair_statistics,
-        description=f"epoch {epoch} uncertainty-guided division",
-        batch_size=size,
-        seed=trainer.config.seed + 7919 * (epoch + 1),
-    )
+    description, seed = f"epoch {epoch} uncertainty-guided division", epoch_seed(trainer.config.seed, epoch)
+    stats = trainer.collect(pair_statistics, description=description, batch_size=size, seed=seed)
     return [
         uncertainty_division(
-            stats[f"u{net}"],
-            stats[f"own_belief{net}"],
-            stats[f"own_is_argmax{net}"].bool(),
-            trainer.options_of(UGNCLOptions).uncertainty_threshold,
-            trainer.options_of(UGNCLOptions).epsilon,
+            stats[f"u{net}"], stats[f"own_belief{net}"], stats[f"own_is_argmax{net}"].bool(),
+            settings.uncertainty_threshold, settings.epsilon,
         )
         for net in range(trainer.num_networks)
     ]
-
-
-# --------------------------------------------------------------------------- losses
-
-
-def least_squares_risk(alpha: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Eq. 12: sum_j (y_j - alpha_j / L)^2 + alpha_j (L - alpha_j) / (L^2 (L + 1)), per row."""
-    strength = alpha.sum(dim=-1, keepdim=True)
-    mean = alpha / strength
-    variance = alpha * (strength - alpha) / (strength**2 * (strength + 1))
-    return ((target - mean) ** 2 + variance).sum(dim=-1)
 
 
 def evidential_loss(view_similarity: torch.Tensor, labels: torch.Tensor, tau: float, xi1: float) -> torch.Tensor:
@@ -255,18 +189,13 @@ def evidential_loss(view_similarity: torch.Tensor, labels: torch.Tensor, tau: fl
     Image query i classifies over the batch's captions (row i of every view, fused), caption
     query i over its images (column i); the target puts the pair's label y~_i on item i.
     """
-    view_evidence = evidence(view_similarity.double(), tau)
+    view_evidence = softplus_evidence(view_similarity.double(), tau)
     target = torch.diag_embed(labels.double())
     total = view_similarity.new_zeros(labels.shape, dtype=torch.float64)
     for directed in (view_evidence, view_evidence.transpose(-1, -2)):
         alpha = joint_alpha(*fused_opinion(directed))
         total = total + least_squares_risk(alpha, target) + xi1 * kl_to_uniform(alpha, target)
     return total
-
-
-def soft_margin(labels: torch.Tensor, gamma: float, curve: float) -> torch.Tensor:
-    """gamma^ = (m^y~ - 1) / (m - 1) * gamma (Sec. 3.1, Eq. 2's soft margin)."""
-    return (curve**labels - 1) / (curve - 1) * gamma
 
 
 def trusted_margin(
@@ -288,69 +217,47 @@ def num_hardest(batch_size: int, step: int, decay: float, minimum: int) -> int:
     return min(max(math.ceil(batch_size - decay * step), minimum), batch_size - 1)
 
 
-def top_hardest_triplet(similarity: torch.Tensor, margins: torch.Tensor, hardest: int) -> torch.Tensor:
-    """Eq. 16 per pair: hinge losses with margin gamma~_i averaged over the top-lambda negatives, both directions."""
-    positive = similarity.diagonal()
-    own = torch.eye(similarity.size(0), dtype=torch.bool, device=similarity.device)
-    negatives = similarity.masked_fill(own, float("-inf"))
-    image_side = negatives.topk(hardest, dim=1).values
-    text_side = negatives.t().topk(hardest, dim=1).values
-    hinge = (margins - positive).unsqueeze(1)
-    return ((hinge + image_side).clamp(min=0) + (hinge + text_side).clamp(min=0)).mean(dim=1)
-
-
 def _objective(trainer, outputs, labels: torch.Tensor, robust: torch.Tensor) -> dict[str, torch.Tensor]:
     """Eq. 18's two named terms: L_e averaged over the batch's pairs and xi2 times the summed per-pair L_t."""
-    tau, xi1 = trainer.options_of(UGNCLOptions).tau, trainer.options_of(UGNCLOptions).xi1
+    settings = trainer.options_of(UGNCLOptions)
     return {
-        "evidential": evidential_loss(outputs.view_similarity, labels, tau, xi1).mean().float(),
-        "trusted_robust": trainer.options_of(UGNCLOptions).xi2 * robust.sum(),
+        "evidential": evidential_loss(outputs.view_similarity, labels, settings.tau, settings.xi1).mean().float(),
+        "trusted_robust": settings.xi2 * robust.sum(),
     }
 
 
 def _hardest_count(trainer, size: int) -> int:
-    step = trainer.global_step
-    return num_hardest(size, step, trainer.options_of(UGNCLOptions).lambda_decay, trainer.options_of(UGNCLOptions).lambda_min)
+    settings = trainer.options_of(UGNCLOptions)
+    return num_hardest(size, trainer.global_step, settings.lambda_decay, settings.lambda_min)
 
 
 @hookimpl
 def warmup_loss(trainer, batch, outputs, net) -> dict[str, torch.Tensor]:
     labels = torch.ones(outputs.similarity.size(0), device=outputs.similarity.device)
     margins = labels * trainer.options_of(UGNCLOptions).margin
-    robust = top_hardest_triplet(outputs.similarity, margins, _hardest_count(trainer, labels.numel()))
+    robust = triplet_top_k_negatives(outputs.similarity, margins, _hardest_count(trainer, labels.numel()))
     return _objective(trainer, outputs, labels, robust)
 
 
 @hookimpl
 def rectify(trainer, batch, net, division) -> dict[str, torch.Tensor]:
     """The batch's soft labels, uncertainties and sets from the epoch's division (global batch order)."""
-    index = trainer.gather(batch["index"]).cpu()
-    device = batch["images"].device
-    return {name: division.extras[name][index].to(device) for name in RECTIFIED}
+    return batch_view(division, batch_index(trainer, batch), RECTIFIED, batch["images"].device)
 
 
 @hookimpl
 def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
     """Eq. 18: L_e + xi2 L_t; determined-clean pairs take Eq. 1, determined-noisy pairs no triplet term."""
-    labels, sets = targets["soft_label"], targets["sets"]
-    gamma = trainer.options_of(UGNCLOptions).margin
-    similarity = outputs.similarity
-    hard = (sets == HARD_CLEAN) | (sets == HARD_NOISY)
-    margins = trusted_margin(
-        soft_margin(labels, gamma, trainer.options_of(UGNCLOptions).curve),
-        targets["uncertainty"],
-        sets == HARD_CLEAN,
-        trainer.options_of(UGNCLOptions).delta_margin,
-    )
+    labels, sets, similarity = targets["soft_label"], targets["sets"], outputs.similarity
+    settings = trainer.options_of(UGNCLOptions)
+    soft_margins = soft_margin(labels, settings.margin, settings.curve)
+    margins = trusted_margin(soft_margins, targets["uncertainty"], sets == HARD_CLEAN, settings.delta_margin)
     robust = torch.where(
-        hard,
-        top_hardest_triplet(similarity, margins, _hardest_count(trainer, labels.numel())),
-        triplet_hardest_negative(similarity, gamma) * (sets == CLEAN),
+        (sets == HARD_CLEAN) | (sets == HARD_NOISY),
+        triplet_top_k_negatives(similarity, margins, _hardest_count(trainer, labels.numel())),
+        triplet_hardest_negative(similarity, settings.margin) * (sets == CLEAN),
     )
     return _objective(trainer, outputs, labels, robust)
-
-
-# --------------------------------------------------------------------------- inference
 
 
 @hookimpl
@@ -362,5 +269,5 @@ def query_uncertainty(model, image_embeds, text_embeds, direction) -> torch.Tens
         view_similarity = network.view_similarity(image_embeds[net], text_embeds[net])
         if direction == "t2i":
             view_similarity = view_similarity.transpose(-1, -2)
-        values.append(fused_opinion(evidence(view_similarity.double(), tau))[1])
+        values.append(fused_opinion(softplus_evidence(view_similarity.double(), tau))[1])
     return torch.stack(values).mean(dim=0).float()

@@ -14,6 +14,7 @@ import torch
 from hfncl.hookspecs import hookimpl
 from hfncl.losses import triplet_hardest_negative
 from hfncl.options import MethodOptions
+from hfncl.toolkit import same_terms_in_warmup
 
 
 @dataclass(frozen=True)
@@ -33,15 +34,9 @@ def demo_settings() -> dict[str, Any]:
     return {"epochs": 10}
 
 
-def _hardest_negative_loss(trainer, outputs) -> dict[str, torch.Tensor]:
-    return {"triplet_hardest": triplet_hardest_negative(outputs.similarity, trainer.options_of(VSEPPOptions).margin).sum()}
+def _hardest_negative_loss(trainer, batch, outputs, net) -> dict[str, torch.Tensor]:
+    margin = trainer.options_of(VSEPPOptions).margin
+    return {"triplet_hardest": triplet_hardest_negative(outputs.similarity, margin).sum()}
 
 
-@hookimpl
-def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
-    return _hardest_negative_loss(trainer, outputs)
-
-
-@hookimpl
-def warmup_loss(trainer, batch, outputs, net) -> dict[str, torch.Tensor]:
-    return _hardest_negative_loss(trainer, outputs)
+loss, warmup_loss = same_terms_in_warmup(_hardest_negative_loss)

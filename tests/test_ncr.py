@@ -4,7 +4,8 @@ import math
 
 import torch
 
-from hfncl_plugins.ncr import adaptive_prediction, rectified_labels, soft_margin
+from hfncl.losses import soft_margin
+from hfncl_plugins.ncr import adaptive_prediction, rectified_labels
 
 S = torch.tensor([[0.5, 0.6, 0.4], [0.3, 0.2, 0.5], [0.1, 0.3, 0.4]])
 
@@ -35,7 +36,7 @@ def test_rectified_labels_eq4_by_hand():
 def test_soft_margin_eq7_closed_form():
     labels = torch.tensor([0.0, 0.5, 1.0])
     expected = torch.tensor([0.0, (math.sqrt(10) - 1) / 9 * 0.2, 0.2])
-    torch.testing.assert_close(soft_margin(labels, alpha=0.2, curve=10.0), expected)
+    torch.testing.assert_close(soft_margin(labels, margin=0.2, curve=10.0), expected)
     assert torch.all(soft_margin(torch.linspace(0, 1, 11), 0.2, 10.0).diff() > 0)
 
 
@@ -130,7 +131,7 @@ def test_the_noisy_part_joins_the_loss_from_the_start_epoch_on():
     # 6 epochs after a warmup of 4: the noisy part trains from the middle of them, epoch 4 + 3
     assert [noisy_part_trains(trainer_at(epoch)) for epoch in (4, 6, 7, 9)] == [False, False, True, True]
     division = SimpleNamespace(
-        clean=torch.tensor([True, False, True, True, False, False]), clean_prob=torch.tensor([0.9, 0.2, 0.6, 0.7, 0.1, 0.3])
+        clean=torch.tensor([True, False, True, True, False, False]), clean_prob=torch.tensor([0.9, 0.2, 0.6, 0.7, 0.1, 0.3]), extras={}
     )
     batch = {"index": torch.tensor([0, 3, 1, 4])}  # dataset pairs of the batch: clean, clean, noisy, noisy
     targets = rectify(trainer=trainer_at(4), batch=batch, net=0, division=division)

@@ -11,14 +11,13 @@ from torch.distributions import Dirichlet, kl_divergence
 from hfncl.data.vocab import Vocabulary
 from hfncl.engine.randomness import per_sample_uniform, purpose_key
 from hfncl_plugins import tcvse
+from hfncl.data.augment import drop_regions, perturb_words
+from hfncl.evidential import opinion
+from hfncl.evidential import scaled_evidence as evidence
 from hfncl_plugins.tcvse import (
     consistency_loss,
-    drop_regions,
-    evidence,
     kl_to_uniform,
     kl_weight,
-    opinion,
-    perturb_words,
     uncertainty_aware_loss,
     uncertainty_cross_entropy,
 )

@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch.distributions import Dirichlet, kl_divergence
 
+from hfncl import evidential, losses
 from hfncl.config import TrainConfig
 from hfncl.losses import triplet_hardest_negative
 from hfncl.models import NCLConfig, NCLModel
@@ -41,7 +42,7 @@ def test_evidence_is_exp_softplus_over_tau() -> None:
         [[math.exp(math.log(2) / 0.1), math.exp(math.log1p(math.e) / 0.1)],
          [math.exp(math.log1p(math.exp(-1)) / 0.1), math.exp(math.log1p(math.exp(0.5)) / 0.1)]]
     )
-    assert torch.allclose(ugncl.evidence(similarity, 0.1), expected, rtol=1e-5)
+    assert torch.allclose(evidential.softplus_evidence(similarity, 0.1), expected, rtol=1e-5)
 
 
 def test_bidirectional_evidence_adds_row_and_column() -> None:
@@ -50,7 +51,7 @@ def test_bidirectional_evidence_adds_row_and_column() -> None:
 
 
 def test_opinion_by_hand() -> None:
-    belief, uncertainty = ugncl.opinion(torch.tensor([1.0, 2.0, 3.0]))
+    belief, uncertainty = evidential.opinion(torch.tensor([1.0, 2.0, 3.0]))
     assert torch.allclose(belief, torch.tensor([1 / 9, 2 / 9, 3 / 9]))
     assert uncertainty.item() == pytest.approx(3 / 9)
     assert (belief.sum() + uncertainty).item() == pytest.approx(1.0)
@@ -59,20 +60,20 @@ def test_opinion_by_hand() -> None:
 def test_combination_matches_dempsters_rule_on_the_power_set() -> None:
     generator = torch.Generator().manual_seed(0)
     evidence_a, evidence_b = torch.rand(2, 4, generator=generator).double() * 5
-    (belief_a, u_a), (belief_b, u_b) = ugncl.opinion(evidence_a), ugncl.opinion(evidence_b)
-    belief, uncertainty = ugncl.combine_opinions(belief_a, u_a, belief_b, u_b)
+    (belief_a, u_a), (belief_b, u_b) = evidential.opinion(evidence_a), evidential.opinion(evidence_b)
+    belief, uncertainty = evidential.combine_opinions(belief_a, u_a, belief_b, u_b)
     expected = _dempster_brute_force(_masses(belief_a, u_a), _masses(belief_b, u_b))
     for k in range(4):
         assert belief[k].item() == pytest.approx(expected[frozenset([k])], rel=1e-10)
     assert uncertainty.item() == pytest.approx(expected[frozenset(range(4))], rel=1e-10)
-    fused_belief, fused_u = ugncl.fused_opinion(torch.stack([evidence_a, evidence_b]))
+    fused_belief, fused_u = evidential.fused_opinion(torch.stack([evidence_a, evidence_b]))
     assert torch.allclose(fused_belief, belief) and torch.allclose(fused_u, uncertainty)
 
 
 def test_joint_alpha_inverts_a_single_opinion() -> None:
     """Eq. 7 applied to one view's opinion gives back alpha = e + 1."""
     e = torch.tensor([[0.5, 4.0, 2.0], [3.0, 0.0, 1.0]], dtype=torch.float64)
-    assert torch.allclose(ugncl.joint_alpha(*ugncl.opinion(e)), e + 1)
+    assert torch.allclose(evidential.joint_alpha(*evidential.opinion(e)), e + 1)
 
 
 def test_least_squares_risk_matches_monte_carlo() -> None:
@@ -80,7 +81,7 @@ def test_least_squares_risk_matches_monte_carlo() -> None:
     target = torch.tensor([0.8, 0.0, 0.0, 0.0], dtype=torch.float64)
     samples = Dirichlet(alpha).sample(torch.Size([400_000]))
     monte_carlo = ((target - samples) ** 2).sum(dim=1).mean()
-    assert ugncl.least_squares_risk(alpha, target).item() == pytest.approx(monte_carlo.item(), abs=2e-3)
+    assert evidential.least_squares_risk(alpha, target).item() == pytest.approx(monte_carlo.item(), abs=2e-3)
 
 
 def test_kl_term_matches_torch_distributions() -> None:
@@ -88,13 +89,13 @@ def test_kl_term_matches_torch_distributions() -> None:
     target = torch.tensor([[1.0, 0, 0, 0], [0.3, 0, 0, 0]], dtype=torch.float64)
     adjusted = target + (1 - target) * alpha
     expected = kl_divergence(Dirichlet(adjusted), Dirichlet(torch.ones_like(alpha)))
-    assert torch.allclose(ugncl.kl_to_uniform(alpha, target), expected, rtol=1e-9)
+    assert torch.allclose(evidential.kl_to_uniform(alpha, target), expected, rtol=1e-9)
 
 
 def test_evidential_loss_of_one_view_by_rows_and_columns() -> None:
     similarity = torch.tensor([[0.6, 0.1, -0.2], [0.0, 0.4, 0.3], [0.2, -0.5, 0.7]])
     labels = torch.tensor([1.0, 0.0, 0.4])
-    e = ugncl.evidence(similarity.double(), 0.1)
+    e = evidential.softplus_evidence(similarity.double(), 0.1)
     expected = []
     for i in range(3):
         target = torch.zeros(3, dtype=torch.float64)
@@ -135,7 +136,7 @@ def test_trusted_margin_by_hand_and_below_the_soft_margin() -> None:
     )
     assert torch.allclose(margin, expected, rtol=1e-5)
     assert (margin <= soft).all() and (margin[:3] < soft[:3]).all()
-    assert ugncl.soft_margin(torch.tensor([1.0, 0.0, 0.5]), 0.2, 10.0).tolist() == pytest.approx(
+    assert losses.soft_margin(torch.tensor([1.0, 0.0, 0.5]), 0.2, 10.0).tolist() == pytest.approx(
         [0.2, 0.0, 0.2 * (math.sqrt(10) - 1) / 9]
     )
 
@@ -151,7 +152,7 @@ def test_top_hardest_triplet_by_brute_force() -> None:
     similarity = torch.rand(5, 5, generator=generator) * 2 - 1
     margins = torch.rand(5, generator=generator) * 0.2
     for hardest in (1, 2, 4):
-        result = ugncl.top_hardest_triplet(similarity, margins, hardest)
+        result = losses.triplet_top_k_negatives(similarity, margins, hardest)
         for i in range(5):
             row = sorted((similarity[i, j].item() for j in range(5) if j != i), reverse=True)[:hardest]
             col = sorted((similarity[j, i].item() for j in range(5) if j != i), reverse=True)[:hardest]
@@ -160,7 +161,7 @@ def test_top_hardest_triplet_by_brute_force() -> None:
             expected = sum(max(0, m - d + s) for s in row) / hardest + sum(max(0, m - d + s) for s in col) / hardest
             assert result[i].item() == pytest.approx(expected, abs=1e-6)
     assert torch.allclose(
-        ugncl.top_hardest_triplet(similarity, margins, 1), triplet_hardest_negative(similarity, margins), atol=1e-6
+        losses.triplet_top_k_negatives(similarity, margins, 1), triplet_hardest_negative(similarity, margins), atol=1e-6
     )
 
 
@@ -175,7 +176,7 @@ def test_query_uncertainty_of_a_model_is_the_fused_u_over_the_gallery() -> None:
     assert i2t.shape == (3,) and t2i.shape == (6,)
     assert ((i2t > 0) & (i2t < 1)).all() and ((t2i > 0) & (t2i < 1)).all()
     views = model.networks[0].view_similarity(image_embeds[0], text_embeds[0]).double()
-    _, expected = ugncl.fused_opinion(ugncl.evidence(views[:, 1:2, :], 0.1))
+    _, expected = evidential.fused_opinion(evidential.softplus_evidence(views[:, 1:2, :], 0.1))
     assert i2t[1].item() == pytest.approx(expected.item(), rel=1e-5)
 
 

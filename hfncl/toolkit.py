@@ -1,0 +1,95 @@
+"""What several methods share around their equations: peers, ledger columns, a division's batch view, seeds, hooks.
+
+Plain functions over the trainer view (:mod:`hfncl.trainer_view`) and tensors; none of
+them knows a method. The shared equations live beside them in :mod:`hfncl.losses`,
+:mod:`hfncl.evidential` and :mod:`hfncl.division`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from hfncl.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from hfncl.trainer_view import LedgerView, TrainerView
+    from hfncl.types import Batch, Division
+
+EPOCH_STRIDE = 7919
+"""A prime that spaces the seeds of consecutive epochs (:func:`epoch_seed`)."""
+
+
+def peer(net: int, num_networks: int) -> int:
+    """The co-teaching peer of network ``net``: ``(net + 1) % N`` (itself when it trains alone)."""
+    return (net + 1) % num_networks
+
+
+def ledger_column(ledger: "LedgerView", name: str, num_samples: int, fill: float = float("nan")) -> torch.Tensor:
+    """A copy of the ledger's column ``name``, or an (N,) column of ``fill`` when nothing was recorded under it."""
+    return ledger.get(name).clone() if name in ledger else torch.full((num_samples,), fill)
+
+
+def complete_columns(ledger: "LedgerView", names: Iterable[str]) -> list[torch.Tensor] | None:
+    """Copies of the columns ``names`` if every one of them has a value for every sample, else ``None``."""
+    names = list(names)
+    if any(name not in ledger or torch.isnan(ledger.get(name)).any() for name in names):
+        return None
+    return [ledger.get(name).clone() for name in names]
+
+
+def batch_index(trainer: "TrainerView", batch: "Batch") -> torch.Tensor:
+    """The dataset index of the global batch (every process's slice, in ``forward(...).index`` order), on the CPU."""
+    return trainer.gather(batch["index"]).cpu()
+
+
+def batch_view(division: "Division", index: torch.Tensor, names: Iterable[str], device: Any) -> dict[str, torch.Tensor]:
+    """The division's values of the samples ``index`` on ``device``: ``clean``, ``clean_prob`` or an extra, by name."""
+    columns = {"clean": division.clean, "clean_prob": division.clean_prob, **division.extras}
+    return {name: columns[name][index].to(device) for name in names}
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    """A seed of its own for each epoch of a run: ``seed + 7919 * (epoch + 1)``."""
+    return seed + EPOCH_STRIDE * (epoch + 1)
+
+
+def seeded_generator(*keys: int) -> torch.Generator:
+    """A torch generator seeded from ``keys`` (e.g. seed, epoch, step, network) through numpy's SeedSequence."""
+    return torch.Generator().manual_seed(int(np.random.SeedSequence(list(keys)).generate_state(1)[0]))
+
+
+def same_terms_in_warmup(
+    terms: Callable[["TrainerView", "Batch", Any, int], dict[str, torch.Tensor]],
+) -> tuple[Callable[..., dict[str, torch.Tensor]], Callable[..., dict[str, torch.Tensor]]]:
+    """``loss`` and ``warmup_loss`` hook implementations that both return ``terms(trainer, batch, outputs, net)``.
+
+    For a method whose objective does not change after warmup: ``loss, warmup_loss = same_terms_in_warmup(f)``.
+    """
+
+    @hookimpl
+    def loss(trainer: "TrainerView", batch: "Batch", outputs: Any, targets: Any, net: int) -> dict[str, torch.Tensor]:
+        return terms(trainer, batch, outputs, net)
+
+    @hookimpl
+    def warmup_loss(trainer: "TrainerView", batch: "Batch", outputs: Any, net: int) -> dict[str, torch.Tensor]:
+        return terms(trainer, batch, outputs, net)
+
+    return loss, warmup_loss
+
+
+
+def networks_in_turn() -> Callable[..., list[list[int]]]:
+    """A ``training_passes`` implementation with each network in a pass of its own, as co-teaching trains them.
+
+    ``training_passes = networks_in_turn()``: every network trains on its own shuffle of the data.
+    """
+
+    @hookimpl
+    def training_passes(config: Any, num_networks: int) -> list[list[int]]:
+        return [[net] for net in range(num_networks)]
+
+    return training_passes
