@@ -23,8 +23,8 @@ def drop_regions(images: torch.Tensor, rate: float, draws: torch.Tensor | None =
         return images
     if images.dim() != 3:
         raise ValueError(
-            f"region dropping (tcvse.region_drop = {rate}) needs region features (B, R, D), got images of shape "
-            f"{tuple(images.shape)}; with a pixel image tower set tcvse.region_drop to 0"
+            f"region dropping (rate {rate}) needs region features (B, R, D), got images of shape "
+            f"{tuple(images.shape)}; with a pixel image tower set the drop rate to 0"
         )
     draws = torch.rand(images.shape[:2], device=images.device) if draws is None else draws.to(images.device)
     if draws.shape != images.shape[:2]:
