@@ -59,6 +59,14 @@ class DataArguments:
             "else precomp."
         },
     )
+    dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "The dataset's name on the model card (a Hub dataset id such as 'nlphuji/flickr30k' is also "
+            "listed in the card's datasets); default: the data directory's name, with its parent's when it is "
+            "a generic one such as 'data'."
+        },
+    )
     noise_ratio: float = field(default=0.0, metadata={"help": "Share of training pairs to corrupt."})
     noise_kind: str = field(
         default="caption",
@@ -312,12 +320,24 @@ def effective_noise_ratio(args: DataArguments, train: Any) -> float:
     return measured
 
 
+GENERIC_DIRECTORY_NAMES = frozenset({"data", "dataset", "precomp", "features", "images"})
+
+
+def dataset_name_of(data_dir: str | Path) -> str:
+    """A data directory's name for the card: its own, or ``parent-name`` when its own is generic.
+
+    ``runs/demo/data`` gives ``demo-data``; ``/data/f30k_precomp`` gives ``f30k_precomp``.
+    """
+    path = Path(data_dir).resolve()
+    return f"{path.parent.name}-{path.name}" if path.name.lower() in GENERIC_DIRECTORY_NAMES else path.name
+
+
 def describe_data(args: DataArguments, data: dict[str, Any]) -> DataDescription:
     """The data and noise of a run, as its model card reports them (noise fields ``None`` with a noise file)."""
     train, test = data["train"], data["test"]
     generated = args.noise_file is None
     return DataDescription(
-        dataset=Path(args.data_dir).resolve().name,
+        dataset=args.dataset_name or dataset_name_of(args.data_dir),
         train_split=args.train_split,
         val_split=args.val_split,
         test_split=args.test_split,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -20,7 +21,7 @@ from conftest import TINY_MODEL, tiny_config
 from hfncl import cli
 from hfncl.config import TrainConfig
 from hfncl.data import TokenizerVocabulary, Vocabulary
-from hfncl.experiment import DataArguments, run_experiment
+from hfncl.experiment import DataArguments, dataset_name_of, run_experiment
 from hfncl.hub import (
     RUN_RECORD,
     CheckpointError,
@@ -36,7 +37,7 @@ from hfncl.hub import (
     save_text_vocabulary,
     save_trained_model,
 )
-from hfncl.hub.card import division_rows, eval_results, metric_label
+from hfncl.hub.card import division_rows, eval_results, metric_label, write_model_card
 from hfncl.models import CategoryConfig, CategoryModel, NCLConfig, NCLModel
 from hfncl.models.configuration import CHECKPOINT_FORMAT, IncompatibleCheckpointError
 from hfncl.plugins import MissingPluginError
@@ -751,3 +752,27 @@ def test_run_writes_a_card_from_its_own_results(tiny_data_dir, tmp_path):
     assert f"| net0 | {auc:.3f} |" in card.text
     assert (best / "README.md").read_text() == (tmp_path / "model_cards" / "tiny_ncr.md").read_text()
     assert checkpoint_files(best)
+
+
+def test_card_of_a_local_checkpoint_follows_the_hub_conventions(tmp_path):
+    make_checkpoint(tmp_path / "run" / "best")
+    card = ModelCard.load(tmp_path / "run" / "best" / "README.md")
+    assert str(tmp_path) not in card.data.model_name and "ncr" in card.data.model_name
+    assert "tiny_precomp" in card.data.model_name and card.data.datasets is None
+    assert "## Limitations" in card.text and "same extractor" in card.text and "injected" in card.text
+    assert "Not stated by whoever trained the model" in card.text
+    write_model_card(tmp_path / "run" / "best", license="apache-2.0")
+    card = ModelCard.load(tmp_path / "run" / "best" / "README.md")
+    assert card.data.license == "apache-2.0" and "`apache-2.0`" in card.text
+
+
+def test_a_dataset_named_by_its_hub_id_is_listed_in_the_cards_datasets(tmp_path):
+    record = tiny_record(data=dataclasses.replace(DATA, dataset="nlphuji/flickr30k"), test=dict(TEST))
+    card = build_model_card(tiny_model().config, record, "someone/model")
+    assert card.data.datasets == ["nlphuji/flickr30k"] and card.data.model_name == "someone/model"
+    assert card.data.eval_results[0].dataset_name == "nlphuji/flickr30k"
+
+
+def test_generic_data_directory_names_take_their_parents():
+    assert dataset_name_of("/x/runs/demo/data") == "demo-data"
+    assert dataset_name_of("/data/f30k_precomp") == "f30k_precomp"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ TASK_TYPE = "image-text-retrieval"
 TASK_NAME = "Image-text retrieval"
 LIBRARY_NAME = "hfncl"
 FOLD_PREFIX = "fold_"
+HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
 
 # Fields of every hfncl model config that describe how the model was made rather than its architecture.
 CONFIG_METADATA = frozenset(
@@ -303,6 +305,33 @@ def _requirements(config: PretrainedConfig) -> str:
     return " ".join(f"'{package}=={version}'" if version else package for package, version in pins.items())
 
 
+def limitations(config: PretrainedConfig, record: RunRecord) -> list[str]:
+    """What the card's Limitations section says: where the scores hold and what they do not show."""
+    towers = {getattr(config, "image_tower", None), getattr(config, "text_tower", None)}
+    items = [
+        "The scores hold for inputs made like the training data's: "
+        + (
+            "image features from the same extractor (a model trained on precomputed region features needs "
+            "that detector's features, not raw images)"
+            if "transformer" not in towers
+            else "images and captions prepared by the towers' own processors"
+        )
+        + ", and captions in the vocabulary or tokenizer saved with the checkpoint.",
+        "Test metrics are measured on the test split of the training dataset only; they say little about "
+        "retrieval on other domains.",
+    ]
+    if record.data is not None and (record.data.noise_ratio or record.data.noise_file):
+        items.append(
+            "The training noise was injected into a curated dataset; real web pairs are wrong in other ways "
+            "(partly related, not shuffled), and the division quality above needs the injected noise's ground "
+            "truth, which real data does not have."
+        )
+    items.append(
+        "A retrieval model inherits the biases of its training images and captions and of its feature extractor."
+    )
+    return items
+
+
 def _title(config: PretrainedConfig, record: RunRecord) -> str:
     plugins = " + ".join(config.plugins) or "hfncl"
     if record.data is None:
@@ -329,14 +358,19 @@ def build_model_card(
     Args:
         config: the checkpoint's config (plugins, their packages and versions, architecture).
         record: what the run measured for the checkpoint.
-        model_id: the Hub id (or path) the usage example loads; also the model-index name.
+        model_id: the Hub id (or path) the usage example loads; the model-index's name when it is a Hub
+            id, else the plugins and the dataset (:func:`_title`), never a local path. A dataset named by a
+            Hub id is listed in ``datasets``.
         license: a Hub license identifier for the metadata, if known.
         template: the Jinja template to render (``card_data`` is its YAML header).
     """
+    hub_dataset = record.data.dataset if record.data and HUB_ID.fullmatch(record.data.dataset) else None
+    published = HUB_ID.fullmatch(model_id) is not None and not Path(model_id).exists()
     card_data = ModelCardData(
-        model_name=model_id,
+        model_name=model_id if published else _title(config, record),
         library_name=LIBRARY_NAME,
         license=license,
+        datasets=[hub_dataset] if hub_dataset else None,
         tags=[LIBRARY_NAME, TASK_TYPE, "noisy-correspondence", *config.plugins],
         eval_results=eval_results(record) or None,
     )
@@ -372,6 +406,8 @@ def build_model_card(
         evaluation_table=evaluation_table(record),
         division_table=division_table(record.division),
         requirements=_requirements(config),
+        license=license,
+        limitations=limitations(config, record),
     )
 
 
