@@ -76,6 +76,17 @@ def option_defaults() -> dict[str, Any]:
     """
 
 
+@hookspec
+def citation() -> str | None:
+    """Return the BibTeX of the paper(s) this method implements, for the model card.
+
+    Called when a trained model is saved, for every plugin it was trained with; the
+    entries are kept in the run record (``plugin_citations``) and shown in the card's
+    Citation section. ``None`` (or no such hook) cites nothing, as for a baseline of
+    one's own.
+    """
+
+
 @hookspec(firstresult=True)
 def demo_settings() -> dict[str, Any] | None:
     """Return how this method trains on the generated benchmark of ``hfncl demo`` (first result).

@@ -165,6 +165,20 @@ def describe_installed() -> list[PluginInfo]:
     return infos
 
 
+def plugin_citations(names: Iterable[str]) -> dict[str, str]:
+    """The BibTeX each named plugin's ``citation`` hook returns, by plugin name.
+
+    A plugin without the hook, or whose hook returns ``None`` or blank text, is left out.
+    """
+    citations = {}
+    for name in names:
+        plugin = load_plugin(name)
+        text = plugin.citation() if "citation" in implemented_hooks(plugin) else None
+        if text and text.strip():
+            citations[name] = text.strip()
+    return citations
+
+
 class MissingPluginError(PluginError):
     """A checkpoint names a plugin that is not installed; the message names the package to install."""
 

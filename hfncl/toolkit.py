@@ -8,6 +8,7 @@ them knows a method. The shared equations live beside them in :mod:`hfncl.losses
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -81,7 +82,6 @@ def same_terms_in_warmup(
     return loss, warmup_loss
 
 
-
 def networks_in_turn() -> Callable[..., list[list[int]]]:
     """A ``training_passes`` implementation with each network in a pass of its own, as co-teaching trains them.
 
@@ -93,3 +93,17 @@ def networks_in_turn() -> Callable[..., list[list[int]]]:
         return [[net] for net in range(num_networks)]
 
     return training_passes
+
+
+def bibtex_citation(path: str | Path) -> Callable[[], str]:
+    """A ``citation`` hook implementation returning the BibTeX kept in the file ``path``.
+
+    ``citation = bibtex_citation(Path(__file__).with_name("bibtex") / "ncr.bib")``: the
+    entry stays a ``.bib`` file that reference managers read, and is read when a model is saved.
+    """
+
+    @hookimpl
+    def citation() -> str:
+        return Path(path).read_text()
+
+    return citation

@@ -36,6 +36,7 @@ Reading choices, where the paper leaves room:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -52,7 +53,7 @@ from hfncl.label_losses import (
     robust_clustering_loss,
 )
 from hfncl.options import MethodOptions, option
-from hfncl.toolkit import seeded_generator
+from hfncl.toolkit import bibtex_citation, seeded_generator
 from hfncl.types import CategoryOutputs, Division
 
 MODALITIES = ("image", "text")
@@ -251,3 +252,6 @@ def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
         "mixing_loss": beta * mixing_loss(mixed_outputs, gathered_targets, tau1, rho),
         "contrastive_loss": (1 - beta) * contrastive,
     }
+
+
+citation = bibtex_citation(Path(__file__).with_name("bibtex") / "dmcm.bib")

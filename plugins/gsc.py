@@ -36,6 +36,7 @@ Reading choices, where the paper leaves room:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -44,7 +45,7 @@ import torch.nn.functional as F
 from hfncl.division import gmm_clean_probability, threshold_division
 from hfncl.hookspecs import hookimpl
 from hfncl.options import MethodOptions, option
-from hfncl.toolkit import ledger_column, networks_in_turn, peer, same_terms_in_warmup
+from hfncl.toolkit import bibtex_citation, ledger_column, networks_in_turn, peer, same_terms_in_warmup
 from hfncl.types import Division
 from hfncl_plugins.gsc_intra import (
     batch_labels,
@@ -254,3 +255,6 @@ def network_division(trainer: "TrainerView", net: int) -> Division:
 def divide(trainer, epoch) -> list[Division]:
     """Each network's labels at the epoch's start (:func:`network_division`)."""
     return [network_division(trainer, net) for net in range(trainer.num_networks)]
+
+
+citation = bibtex_citation(Path(__file__).with_name("bibtex") / "gsc.bib")

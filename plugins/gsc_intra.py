@@ -30,6 +30,7 @@ Reading choices, where the paper leaves room:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -38,7 +39,7 @@ import torch.nn.functional as F
 from hfncl.hookspecs import hookimpl
 from hfncl.models.sgraf import l2norm, unpack_local
 from hfncl.options import MethodOptions, option
-from hfncl.toolkit import same_terms_in_warmup
+from hfncl.toolkit import bibtex_citation, same_terms_in_warmup
 
 if TYPE_CHECKING:
     from hfncl.trainer_view import TrainerView
@@ -146,3 +147,6 @@ def _term(trainer: "TrainerView", batch, outputs: "PairOutputs", net: int) -> di
 
 
 loss, warmup_loss = same_terms_in_warmup(_term)
+
+
+citation = bibtex_citation(Path(__file__).with_name("bibtex") / "gsc.bib")

@@ -56,6 +56,7 @@ Reading choices, where the paper leaves room:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -64,7 +65,15 @@ from hfncl.division import fit_loss_mixture, threshold_division
 from hfncl.hookspecs import hookimpl
 from hfncl.losses import soft_margin, triplet_hardest_negative, triplet_sum_negatives
 from hfncl.options import MethodOptions, option
-from hfncl.toolkit import batch_index, batch_view, complete_columns, ledger_column, networks_in_turn, peer
+from hfncl.toolkit import (
+    batch_index,
+    batch_view,
+    bibtex_citation,
+    complete_columns,
+    ledger_column,
+    networks_in_turn,
+    peer,
+)
 from hfncl.types import Division
 
 NETWORKS = 2
@@ -292,3 +301,6 @@ def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
     for part in _parts(clean, with_noisy):
         total = total + triplet_hardest_negative(outputs.similarity[part][:, part], margins[part]).sum()
     return {"soft_margin_triplet": total}
+
+
+citation = bibtex_citation(Path(__file__).with_name("bibtex") / "ncr.bib")

@@ -40,6 +40,7 @@ Reading choices, where the paper leaves room:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -49,7 +50,7 @@ from hfncl.evidential import EVIDENCE_FUNCTIONS, opinion, scaled_evidence
 from hfncl.evidential import kl_to_uniform as evidential_kl
 from hfncl.hookspecs import hookimpl
 from hfncl.options import MethodOptions, option
-from hfncl.toolkit import same_terms_in_warmup
+from hfncl.toolkit import bibtex_citation, same_terms_in_warmup
 
 I2T, T2I = 0, 1
 NETWORKS = 2
@@ -271,3 +272,6 @@ def query_uncertainty(model, image_embeds, text_embeds, direction) -> torch.Tens
     queries = similarities if direction == "i2t" else similarities.transpose(1, 2)
     uncertainty = opinion(scaled_evidence(queries, settings.tau, settings.evidence))[1]
     return _chosen(uncertainty, settings.inference_branch).to(similarities.dtype)
+
+
+citation = bibtex_citation(Path(__file__).with_name("bibtex") / "tcvse.bib")

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -61,7 +62,7 @@ from hfncl.evidential import fused_opinion, joint_alpha, kl_to_uniform, least_sq
 from hfncl.hookspecs import hookimpl
 from hfncl.losses import soft_margin, triplet_hardest_negative, triplet_top_k_negatives
 from hfncl.options import MethodOptions, option
-from hfncl.toolkit import batch_index, batch_view, epoch_seed
+from hfncl.toolkit import batch_index, batch_view, bibtex_citation, epoch_seed
 from hfncl.types import Division
 
 CLEAN, NOISY, HARD_CLEAN, HARD_NOISY = 0, 1, 2, 3
@@ -271,3 +272,6 @@ def query_uncertainty(model, image_embeds, text_embeds, direction) -> torch.Tens
             view_similarity = view_similarity.transpose(-1, -2)
         values.append(fused_opinion(softplus_evidence(view_similarity.double(), tau))[1])
     return torch.stack(values).mean(dim=0).float()
+
+
+citation = bibtex_citation(Path(__file__).with_name("bibtex") / "ugncl.bib")

@@ -7,6 +7,7 @@ collapse when many pairs are wrong.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -14,7 +15,7 @@ import torch
 from hfncl.hookspecs import hookimpl
 from hfncl.losses import triplet_hardest_negative
 from hfncl.options import MethodOptions
-from hfncl.toolkit import same_terms_in_warmup
+from hfncl.toolkit import bibtex_citation, same_terms_in_warmup
 
 
 @dataclass(frozen=True)
@@ -40,3 +41,6 @@ def _hardest_negative_loss(trainer, batch, outputs, net) -> dict[str, torch.Tens
 
 
 loss, warmup_loss = same_terms_in_warmup(_hardest_negative_loss)
+
+
+citation = bibtex_citation(Path(__file__).with_name("bibtex") / "vsepp.bib")

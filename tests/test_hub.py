@@ -40,9 +40,10 @@ from hfncl.hub import (
 from hfncl.hub.card import division_rows, eval_results, metric_label, write_model_card
 from hfncl.models import CategoryConfig, CategoryModel, NCLConfig, NCLModel
 from hfncl.models.configuration import CHECKPOINT_FORMAT, IncompatibleCheckpointError
-from hfncl.plugins import MissingPluginError
+from hfncl.plugins import MissingPluginError, plugin_citations
 
 WORDS = ["a", "dog", "runs", "on", "the", "grass", "cat", "sits"]
+REPO = Path(__file__).resolve().parents[1]
 TINY = dict(image_dim=8, embed_dim=16, word_dim=6)
 B, R, L = 4, 3, 6
 REPO_ID = "hfncl-test/tiny-ncr"
@@ -559,6 +560,33 @@ def test_card_of_a_clean_run_and_of_a_noise_file():
     assert "pairing read from the noise index `noise.npy`; 37.5%" in text
 
 
+def test_card_of_an_ncr_checkpoint_cites_ncr_in_bibtex(tmp_path):
+    make_checkpoint(tmp_path)
+    bibtex = (REPO / "plugins" / "bibtex" / "ncr.bib").read_text().strip()
+    assert read_run_record(tmp_path).plugin_citations == {"ncr": bibtex}
+    text = ModelCard.load(tmp_path / "README.md").text
+    assert f"## Citation\n\nThe paper(s) of the method, as the plugins that trained this model cite them:\n\n```bibtex\n{bibtex}\n```" in text
+    assert "Learning with Noisy Correspondence for Cross-modal Matching" in text and "hfncl has no paper of its own" in text
+
+
+def test_a_plugin_without_the_citation_hook_cites_nothing():
+    assert plugin_citations(["prototype_ce", "gsc", "gsc_intra"]).keys() == {"gsc", "gsc_intra"}
+    text = build_model_card(NCLConfig(**TINY, plugins=["prototype_ce"]), tiny_record(), "m").text
+    assert "None of the plugins that trained this model names a paper." in text and "```bibtex" not in text
+    cited_twice = tiny_record(plugin_citations={"gsc": "@misc{gsc}", "gsc_intra": "@misc{gsc}"})
+    assert build_model_card(NCLConfig(**TINY, plugins=["gsc", "gsc_intra"]), cited_twice, "m").text.count("@misc{gsc}") == 1
+
+
+def test_a_run_record_from_before_citations_loads_and_gives_a_card(tmp_path):
+    make_checkpoint(tmp_path)
+    payload = json.loads((tmp_path / RUN_RECORD).read_text())
+    del payload["plugin_citations"]
+    (tmp_path / RUN_RECORD).write_text(json.dumps(payload))
+    assert read_run_record(tmp_path).plugin_citations == {}
+    write_model_card(tmp_path)
+    assert "None of the plugins that trained this model names a paper." in (tmp_path / "README.md").read_text()
+
+
 def test_card_without_division_says_so():
     text = build_model_card(NCLConfig(**TINY), tiny_record(division={}), "m").text
     assert "None: the saved epoch trained without a division" in text
@@ -604,6 +632,7 @@ def test_card_name_is_the_run_name_for_a_best_directory(tmp_path):
         ({"training": {}, "best_epoch": "1", "validation": {}}, "'best_epoch' must be an integer"),
         ({"training": {}, "best_epoch": 1, "validation": {"rsum": "high"}}, "'validation' must be an object of metric"),
         ({"training": {}, "best_epoch": 1, "validation": {}, "data": {"dataset": "x"}}, "'data' must have the fields"),
+        ({"training": {}, "best_epoch": 1, "validation": {}, "plugin_citations": ["@misc{x}"]}, "'plugin_citations' must"),
     ],
 )
 def test_malformed_run_record_is_named(tmp_path, payload, message):

@@ -6,7 +6,7 @@ The card is rendered from ``templates/model_card.md`` with
 ``model-index``, so the Hub shows the test results on the model page. Everything in the
 card comes from the checkpoint: the config (plugins, their packages and versions, the
 architecture, the plugin options) and the run record (hyper-parameters, data, noise,
-metrics, division quality).
+metrics, division quality, the BibTeX of the plugins' papers).
 """
 
 from __future__ import annotations
@@ -305,6 +305,12 @@ def _requirements(config: PretrainedConfig) -> str:
     return " ".join(f"'{package}=={version}'" if version else package for package, version in pins.items())
 
 
+def citations(config: PretrainedConfig, record: RunRecord) -> list[str]:
+    """The BibTeX the plugins gave (``RunRecord.plugin_citations``), in the order of ``config.plugins``, each once."""
+    entries = [record.plugin_citations[name] for name in config.plugins if name in record.plugin_citations]
+    return list(dict.fromkeys(entries))
+
+
 def limitations(config: PretrainedConfig, record: RunRecord) -> list[str]:
     """What the card's Limitations section says: where the scores hold and what they do not show."""
     towers = {getattr(config, "image_tower", None), getattr(config, "text_tower", None)}
@@ -408,6 +414,7 @@ def build_model_card(
         requirements=_requirements(config),
         license=license,
         limitations=limitations(config, record),
+        citations=citations(config, record),
     )
 
 

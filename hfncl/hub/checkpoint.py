@@ -25,7 +25,7 @@ from hfncl.data import DataFormatError, TokenizerVocabulary, Vocabulary
 from hfncl.data.pixels import image_processor_from_pretrained
 from hfncl.hub.card import CARD_FILE, CONFIG_FILE, read_config, write_model_card
 from hfncl.hub.record import RUN_RECORD, CheckpointError, DataDescription, RunRecord, read_run_record, write_run_record
-from hfncl.plugins import load_plugin, plugin_sources
+from hfncl.plugins import load_plugin, plugin_citations, plugin_sources
 
 WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
@@ -40,7 +40,7 @@ def save_trained_model(model: PreTrainedModel, directory: str | Path, record: Ru
     The package and version of every plugin that trained it are read from the installed
     entry points and written into ``config.json`` first, so that loading the model
     where a plugin is missing names the package to install; the first line of each
-    plugin's docstring goes into the record, for the card.
+    plugin's docstring and the BibTeX of its ``citation`` hook go into the record, for the card.
     """
     directory = Path(directory)
     names = model.config.plugins
@@ -49,7 +49,8 @@ def save_trained_model(model: PreTrainedModel, directory: str | Path, record: Ru
     model.config.plugin_versions = {name: source.version for name, source in sources.items()}
     summaries = {name: (inspect.getdoc(load_plugin(name)) or "").split("\n")[0] for name in names}
     model.save_pretrained(str(directory))
-    write_run_record(directory, replace(record, plugin_summaries=summaries))
+    citations = plugin_citations(names)
+    write_run_record(directory, replace(record, plugin_summaries=summaries, plugin_citations=citations))
     write_model_card(directory)
     return directory
 

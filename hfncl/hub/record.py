@@ -78,6 +78,8 @@ class RunRecord:
         test: test metrics of the checkpoint, once a full run adds them.
         plugin_summaries: the first line of each plugin's module docstring, read when the
             model was saved (what the method is, in its author's words).
+        plugin_citations: the BibTeX each plugin's ``citation`` hook gave when the model was
+            saved, by plugin name (absent from records written before the hook: empty).
     """
 
     training: dict[str, Any]
@@ -87,6 +89,7 @@ class RunRecord:
     data: DataDescription | None = None
     test: dict[str, float] | None = None
     plugin_summaries: dict[str, str] = field(default_factory=dict)
+    plugin_citations: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -110,9 +113,7 @@ class RunRecord:
         data = payload.get("data")
         if data is not None:
             data = _data_description(data, source)
-        summaries = payload.get("plugin_summaries") or {}
-        if not isinstance(summaries, dict) or not all(isinstance(v, str) for v in summaries.values()):
-            raise CheckpointError(f"{source}: 'plugin_summaries' must be an object of plugin name -> text")
+        summaries, citations = (_texts(payload, name, source) for name in ("plugin_summaries", "plugin_citations"))
         return cls(
             training=payload["training"],
             best_epoch=payload["best_epoch"],
@@ -121,7 +122,16 @@ class RunRecord:
             data=data,
             test=payload.get("test"),
             plugin_summaries=summaries,
+            plugin_citations=citations,
         )
+
+
+def _texts(payload: dict[str, Any], name: str, source: str) -> dict[str, str]:
+    """The optional field ``name`` of a record: an object of plugin name -> text (empty when absent)."""
+    texts = payload.get(name) or {}
+    if not isinstance(texts, dict) or not all(isinstance(v, str) for v in texts.values()):
+        raise CheckpointError(f"{source}: '{name}' must be an object of plugin name -> text")
+    return texts
 
 
 def _check_metrics(values: Any, name: str, source: str, optional: bool) -> None:
