@@ -27,6 +27,17 @@ from hfncl.models import NCLConfig
 from hfncl.plugins import PluginError, build_plugin_manager, resolve_options
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` with the description's own line breaks (recipes' command examples) and each option's
+    default once: not appended where the help text already says its default, nor for ``None``."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "default" in text.lower() or action.default is None or action.default is argparse.SUPPRESS:
+            return text
+        return super()._get_help_string(action)
+
+
 def run_recipe(
     description: str,
     plugins: list[str],
@@ -39,7 +50,9 @@ def run_recipe(
     ``defaults`` are DataArguments / TrainConfig / ModelArguments values the recipe
     fixes unless the command line overrides them (the paper's settings for that dataset).
     """
-    parser = HfArgumentParser((DataArguments, TrainConfig, ModelArguments), description=description, prog=prog)
+    parser = HfArgumentParser(
+        (DataArguments, TrainConfig, ModelArguments), description=description, prog=prog, formatter_class=HelpFormatter
+    )
     parser.set_defaults(plugins=plugins, **defaults)
     parser.add_argument(
         "--print-config",
@@ -147,7 +160,11 @@ def run_label_recipe(
     """
     from hfncl.category_experiment import CategoryModelArguments, LabelDataArguments, run_category_experiment
 
-    parser = HfArgumentParser((LabelDataArguments, TrainConfig, CategoryModelArguments), description=description)
+    parser = HfArgumentParser(
+        (LabelDataArguments, TrainConfig, CategoryModelArguments),
+        description=description,
+        formatter_class=HelpFormatter,
+    )
     parser.set_defaults(plugins=plugins, **defaults)
     try:
         data_args, config, model_args = parse_with_config_file(parser, argv)

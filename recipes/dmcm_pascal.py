@@ -1,4 +1,4 @@
-"""DMCM on Pascal-Sentence (category-labelled features) with noisy labels; mAP over the full ranking.
+r"""DMCM on Pascal-Sentence (category-labelled features) with noisy labels; mAP over the full ranking.
 
     accelerate launch recipes/dmcm_pascal.py --data-path /data/pascal_dscmr --noise-ratio 0.4 \
         --output-dir runs/dmcm_pascal_40

@@ -1,4 +1,4 @@
-"""DMCM on Wikipedia (category-labelled features) with noisy labels; mAP over the full ranking.
+r"""DMCM on Wikipedia (category-labelled features) with noisy labels; mAP over the full ranking.
 
     accelerate launch recipes/dmcm_wiki.py --data-path /data/wiki_clip.h5 --label-base 1 \
         --noise-ratio 0.6 --output-dir runs/dmcm_wiki_60

@@ -1,4 +1,4 @@
-"""DMCM on XMediaNet (category-labelled features, 200 classes) with noisy labels; mAP over the full ranking.
+r"""DMCM on XMediaNet (category-labelled features, 200 classes) with noisy labels; mAP over the full ranking.
 
     accelerate launch recipes/dmcm_xmedianet.py --data-path /data/xmedianet_clip.h5 \
         --noise-ratio 0.8 --output-dir runs/dmcm_xmedianet_80

@@ -1,4 +1,4 @@
-"""GSC on MS-COCO (SCAN precomp features) with noisy correspondence.
+r"""GSC on MS-COCO (SCAN precomp features) with noisy correspondence.
 
     accelerate launch recipes/gsc_coco.py --data-dir /data/coco_precomp --noise-ratio 0.4 \
         --output-dir runs/gsc_coco_40

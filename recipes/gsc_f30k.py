@@ -1,4 +1,4 @@
-"""GSC on Flickr30K (SCAN precomp features) with noisy correspondence.
+r"""GSC on Flickr30K (SCAN precomp features) with noisy correspondence.
 
     accelerate launch recipes/gsc_f30k.py --data-dir /data/f30k_precomp --noise-ratio 0.4 \
         --output-dir runs/gsc_f30k_40

@@ -1,4 +1,4 @@
-"""NCR on MS-COCO (SCAN precomp features) with noisy correspondence.
+r"""NCR on MS-COCO (SCAN precomp features) with noisy correspondence.
 
     accelerate launch recipes/ncr_coco.py --data-dir /data/coco_precomp --noise-ratio 0.2 \
         --output-dir runs/ncr_coco_20

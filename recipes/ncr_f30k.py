@@ -1,4 +1,4 @@
-"""NCR on Flickr30K (SCAN precomp features) with noisy correspondence.
+r"""NCR on Flickr30K (SCAN precomp features) with noisy correspondence.
 
     accelerate launch recipes/ncr_f30k.py --data-dir /data/f30k_precomp --noise-ratio 0.5 \
         --output-dir runs/ncr_f30k_50

@@ -1,4 +1,4 @@
-"""UGNCL on MS-COCO (SCAN precomp features) with noisy correspondence.
+r"""UGNCL on MS-COCO (SCAN precomp features) with noisy correspondence.
 
     accelerate launch recipes/ugncl_coco.py --data-dir /data/coco_precomp --noise-ratio 0.2 \
         --output-dir runs/ugncl_coco_20

@@ -1,4 +1,4 @@
-"""UGNCL on Flickr30K (SCAN precomp features) with noisy correspondence.
+r"""UGNCL on Flickr30K (SCAN precomp features) with noisy correspondence.
 
     accelerate launch recipes/ugncl_f30k.py --data-dir /data/f30k_precomp --noise-ratio 0.5 \
         --output-dir runs/ugncl_f30k_50

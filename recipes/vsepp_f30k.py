@@ -1,4 +1,4 @@
-"""VSE++ (hardest-negative triplet loss, no division) on Flickr30K: the baseline noise breaks.
+r"""VSE++ (hardest-negative triplet loss, no division) on Flickr30K: the baseline noise breaks.
 
     accelerate launch recipes/vsepp_f30k.py --data-dir /data/f30k_precomp --noise-ratio 0.5 \
         --output-dir runs/vsepp_f30k_50

@@ -25,6 +25,9 @@ def test_help_imports_no_model_train_help_names_its_command_and_a_closed_pipe_is
     train_help = run(f"{HFNCL} train --help")
     assert train_help.returncode == 0 and train_help.stdout.startswith("usage: hfncl train ")
     assert "--config CONFIG" in train_help.stdout and "--num_train_epochs" in train_help.stdout
+    options = " ".join(train_help.stdout.split())  # help texts wrapped over lines, joined
+    assert "(default: None)" not in options and "captions. (default:" not in options  # each default said once
+    assert "(default: 0.0)" in options  # a default the help text does not state is still shown
     piped = run(f"{HFNCL} plugins | head -1")
     assert piped.stdout.count("\n") == 1 and piped.stderr == ""
 
