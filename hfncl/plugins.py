@@ -335,6 +335,26 @@ def check_division_fields(manager: pluggy.PluginManager, names: list[str], confi
         check(impl.plugin_name, "loss", "needs_targets", rectifier, "rectify", "targets")
 
 
+def check_agreement(manager: pluggy.PluginManager, names: list[str], hook: str, **kwargs: Any) -> None:
+    """Refuse plugins that answer the first-result ``hook`` differently (``num_networks``, ``training_passes``).
+
+    A first-result hook keeps the first named plugin's answer; a plugin that answered otherwise
+    would run on a structure it does not expect (TcVSE's joint branch update on NCR's
+    networks-in-turn passes) and fail, or train wrongly, hours later.
+
+    Raises:
+        PluginError: naming the plugins and their answers.
+    """
+    answers = {}
+    for impl in getattr(manager.hook, hook).get_hookimpls():
+        answer = impl.function(*[kwargs[arg] for arg in impl.argnames])
+        if answer is not None:
+            answers[impl.plugin_name] = answer
+    if len({repr(answer) for answer in answers.values()}) > 1:
+        said = ", ".join(f"{name} {answers[name]!r}" for name in names if name in answers)
+        raise PluginError(f"Plugins {' + '.join(names)} do not fit: they answer {hook} differently ({said})")
+
+
 def plugin_model_defaults(hook: Any) -> dict[str, Any]:
     """The NCLConfig fields the active plugins ask for; where two disagree, the plugin named first wins."""
     merged: dict[str, Any] = {}

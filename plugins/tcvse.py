@@ -199,6 +199,13 @@ def num_networks(config) -> int:
     return NETWORKS
 
 
+@hookimpl
+def training_passes(config, num_networks) -> list[list[int]]:
+    """Both branches in one pass: Algorithm 1 updates them on the same batch (stated, so a co-teaching
+    plugin that trains networks in turn is refused at start)."""
+    return [list(range(num_networks))]
+
+
 def _evidential_terms(trainer, batch, outputs, net: int) -> dict[str, torch.Tensor]:
     """Eq. 9 for one branch: the i2t branch with its image queries (rows), the t2i branch with its captions (columns)."""
     settings = trainer.options_of(TcVSEOptions)

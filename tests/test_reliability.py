@@ -20,7 +20,7 @@ from hfncl.config import TrainConfig
 from hfncl.engine import ownership
 from hfncl.integrity import IntegrityError, verify_manifest
 from hfncl.models import NCLModel
-from hfncl.plugins import PluginError, _fits, build_plugin_manager, check_division_fields
+from hfncl.plugins import PluginError, _fits, build_plugin_manager, check_agreement, check_division_fields
 
 
 def test_nan_weights_are_an_error_and_zero_weights_score_no_better_than_chance(tiny_data_dir, tmp_path):
@@ -110,6 +110,26 @@ def test_incompatible_plugin_combinations_are_refused_by_name(names, message):
 )
 def test_compatible_plugin_combinations_pass(names, options):
     check_division_fields(build_plugin_manager(names), names, TrainConfig(plugins=names, options=options))
+
+
+@pytest.mark.parametrize("names", [["ncr", "tcvse"], ["tcvse", "ncr"], ["gsc", "tcvse"]])
+def test_plugins_that_train_networks_differently_are_refused_by_name(names):
+    config = TrainConfig(plugins=names)
+    with pytest.raises(PluginError, match=re.escape(f"Plugins {' + '.join(names)} do not fit: they answer training_passes")):
+        check_agreement(build_plugin_manager(names), names, "training_passes", config=config, num_networks=2)
+
+
+@pytest.mark.parametrize("names", [["ncr", "gsc_intra"], ["gsc", "gsc_intra"], ["ncr", "vsepp"], ["tcvse", "vsepp"]])
+def test_plugins_that_agree_on_networks_and_passes_pass(names):
+    config = TrainConfig(plugins=names)
+    check_agreement(build_plugin_manager(names), names, "num_networks", config=config)
+    check_agreement(build_plugin_manager(names), names, "training_passes", config=config, num_networks=2)
+
+
+def test_ncr_with_tcvse_is_refused_before_the_first_epoch(tiny_data_dir, tmp_path):
+    with pytest.raises(PluginError, match=re.escape("ncr [[0], [1]], tcvse [[0, 1]]")):
+        noisy_trainer(tiny_data_dir, tiny_config(tmp_path, ["ncr", "tcvse"]))
+    assert not (tmp_path / "checkpoints").exists()
 
 
 def test_trainer_refuses_an_incompatible_combination_before_building_anything(tiny_data_dir, tmp_path):

@@ -47,7 +47,13 @@ from hfncl.hub import RunRecord, save_trained_model
 from hfncl.integrity import IntegrityError, atomic_write_text, replace_directory, verify_manifest, write_manifest
 from hfncl.options import OptionsT
 from hfncl.plots import plot_division
-from hfncl.plugins import PluginError, build_plugin_manager, check_division_fields, resolve_options
+from hfncl.plugins import (
+    PluginError,
+    build_plugin_manager,
+    check_agreement,
+    check_division_fields,
+    resolve_options,
+)
 from hfncl.types import Batch, Division
 
 CHECKPOINT_PREFIX = "step-"
@@ -110,7 +116,9 @@ class Trainer:
             mixed_precision=config.mixed_precision, log_with=config.log_with or None, project_dir=config.output_dir
         )
         set_seed(config.seed)
+        check_agreement(manager, config.plugins, "num_networks", config=config)
         self.num_networks = int(self.hook.num_networks(config=config) or 1)
+        check_agreement(manager, config.plugins, "training_passes", config=config, num_networks=self.num_networks)
         self.passes = self.hook.training_passes(config=config, num_networks=self.num_networks) or [
             list(range(self.num_networks))
         ]
