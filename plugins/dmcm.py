@@ -10,27 +10,9 @@ one of its modality, inputs and one-hot targets (Eq. 6), and the objective is
 beta L_m (on the mixed batch) + (1 - beta) L_c (the multimodal contrastive loss, Eq. 7,
 on the batch as loaded), Eq. 8.
 
-Reading choices, where the paper leaves room:
-- Embeddings and prototypes are L2-normalised (MRL's code, which the prototype classifier
-  and L_c follow), so with tau1 = tau2 = 1 the logits of Eq. 2 and Eq. 7 are cosines.
-- NGCE of Eq. 3 is the per-sample ratio averaged over samples (see
-  :func:`hfncl.label_losses.ngce`); rho is not given in the paper: 0.7 (q of the
-  normalized-loss paper's NGCE experiments). lambda of Eq. 6 is not given either
-  ("a smaller lambda achieves better results", Fig. 3): 0.5 by default.
-- Division: one Beta mixture is fitted to the per-sample losses of all modalities
-  together ("the per-sample loss of all training data from different modalities",
-  Sec. 2.3), scaled into (0, 1); the clean probability is the low-loss component's
-  posterior. Eq. 4-5 give each modality its own threshold delta_i; with the noise rate
-  r known (Sec. 3.2; the run's ``trainer.noise_rate``, or ``dmcm.noise_rate``),
-  the clean set of each modality is its (1 - r) most likely clean samples, since
-  each modality's labels are corrupted at rate r; ties of the (saturated) posterior are
-  broken by the smaller loss. Without r, ``dmcm.threshold`` is delta.
-  The losses are computed in a gradient-free pass with the networks in eval mode.
-- L_c is computed on the un-mixed batch: mixing pairs an image and a text with
-  different clean partners, so mixed samples are no longer pairs of one sample.
-  The mixed batch is encoded by a second forward pass.
-- Mixing partners are drawn with a generator seeded by (seed, epoch, step), so a
-  resumed run mixes as the uninterrupted one did.
+Reading choices where the paper leaves room (normalised embeddings, rho and lambda, one Beta
+mixture for all modalities and the (1 - r) most likely clean, L_c on the un-mixed batch, seeded
+mixing): ``docs/methods/dmcm.md``.
 """
 
 from __future__ import annotations

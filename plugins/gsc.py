@@ -1,36 +1,18 @@
 """GSC: Geometrical Structure Consistency (Zhao et al., CVPR 2024), Sec. 3 and 4.2.
 
-Every training step of network k computes, for each pair of its (global) batch, the
-cross-modal indicator y_CM (Eq. 3) and the intra-modal structure similarity S_IM
-(Eq. 8, structures weighted by the labels y network k is trained with) and records them
-in ``trainer.ledger`` by sample index: the mini-batch is the Monte Carlo relaxation of
-the paper, and no second pass over the data is made. At the end of network k's pass
-(``pass_end``) a two-component GMM on S_IM gives y_IM (Eq. 4), both indicators are
-temporally ensembled with the previous epoch's (Eq. 10) and y = min(y_CM, y_IM) (Eq. 5)
-becomes the labels of the network k labels (its peer, or itself alone). Network k is trained on the purified
-InfoNCE L_CM (Eq. 6) plus gamma * L_IM (Eq. 7, 9), both weighted by y.
+Every training step of network k records, for each pair of its (global) batch, the
+cross-modal indicator y_CM (Eq. 3) and the intra-modal structure similarity S_IM (Eq. 8,
+structures weighted by network k's labels y) in ``trainer.ledger``: the mini-batch is the
+paper's Monte Carlo relaxation, and no second pass over the data is made. After network
+k's pass (``pass_end``) a two-component GMM on S_IM gives y_IM (Eq. 4), both indicators
+are ensembled with the previous epoch's (Eq. 10), and y = min(y_CM, y_IM) (Eq. 5) labels
+the network that k teaches: its peer (Algorithm 1, trained in turn) or, with
+``gsc.dual = false``, itself. Training minimises the y-weighted InfoNCE L_CM (Eq. 6) plus
+gamma * L_IM (Eq. 7, 9); Table 5's ablations are options (``gsc.momentum``, ``gsc.dual``,
+``gsc.intra_loss``).
 
-With two networks (Algorithm 1, default) they are trained in turn, each with the labels
-its peer estimated last: B in epoch t with A's estimate of epoch t, A in epoch t + 1
-with B's of epoch t (lines 3 and 12-13); ``gsc.dual = false`` trains one network with its own labels (the
-paper: "GSC is effective with a single model"). The ablation of Table 5 is reachable
-through options: ``gsc.momentum = false`` (Eq. 10 off: each epoch's estimate replaces the
-last; the paper then warms up for 5 epochs, ``--warmup-epochs 5``), ``gsc.dual = false``
-and ``gsc.intra_loss = false`` (L_IM is dropped from the loss; y_IM still divides).
-
-Reading choices, where the paper leaves room:
-- Before any estimate the labels are the dataset's, y = 1 (Sec. 3.1: pairs are presumed
-  matched), so the first epoch trains on all pairs and Eq. 10's y[t-1] of the first
-  update is 1. Warmup epochs, if any, train and record exactly like an epoch with y = 1.
-- The GMM (Eq. 4) is fitted on min-max normalised S_IM with the settings NCR's
-  reference code uses for its GMM (max_iter 10, tol 1e-2, reg_covar 5e-4), seeded by
-  the run's seed and the epoch; y_IM is the posterior of the higher-mean component.
-- Pairs a network did not see in an epoch (the dropped last partial batch) keep their
-  previous indicators; the GMM is fitted on the pairs seen.
-- The clean set of the reported division is y >= ``gsc.threshold`` (0.5); training only
-  uses the soft labels y.
-- The intra-modal details (cosine structures, y_i weight in front of Eq. 7, sums that
-  include i) are those of :mod:`hfncl_plugins.gsc_intra`.
+The method equation by equation, the reading choices where the paper leaves room and the
+demo settings: ``docs/methods/gsc.md``.
 """
 
 from __future__ import annotations
@@ -143,13 +125,7 @@ def options() -> type[GSCOptions]:
 
 @hookimpl
 def demo_settings() -> dict[str, Any]:
-    """Two networks for 8 epochs (about 2 minutes on 2 CPU cores), the first 2 with y = 1.
-
-    The paper updates the labels once per Flickr30K epoch (about 1100 steps), so its first
-    labels come from a network trained for a whole epoch on all pairs; a demo epoch is 117
-    steps, and two epochs with y = 1 give the first estimate a comparable start. The paper
-    decays the learning rate first at epoch 15, so a run this short keeps 2e-4 throughout.
-    """
+    """Two networks for 8 epochs, the first 2 with y = 1, no learning-rate decay (why: docs/methods/gsc.md)."""
     return {"epochs": 8, "warmup_epochs": 2, "lr_decay_epochs": []}
 
 

@@ -13,18 +13,8 @@ probabilities of the division the first method made for the trained network
 (``trainer.divisions[net].clean_prob``), and 1 for every pair during warmup or when the
 method makes no division.
 
-Reading choices, where the paper leaves room:
-- <., .> inside a modality is the cosine similarity of the embeddings (for images with
-  several views, of the concatenated views: the mean of the views' cosines). With an
-  SGR / SAF head, whose embeddings are local features, it is the cosine of their masked
-  means (:func:`structure_embeddings`); Sec. 3.5's "two extra forward passes" through a
-  similarity module (S(I_i, I_k), S(T_i, T_k)) is not taken: SGRAF's module compares a
-  caption's words with an image's regions, not two images.
-- Eq. 7 as printed has no per-sample weight in front of the log, but the text asks for
-  "sample-wise purification for the intra-modal loss in addition to" the purified
-  structures, so each query i is weighted by y_i as in Eq. 6.
-- The sums over k (Eq. 7) and j (Eq. 8) include k = i and j = i, as printed; with the
-  Monte Carlo relaxation of Sec. 3.3 they run over the mini-batch (global batch).
+Reading choices where the paper leaves room (cosine structures, the y_i weight of Eq. 7, sums
+that include i): ``docs/methods/gsc_intra.md``.
 """
 
 from __future__ import annotations

@@ -6,51 +6,9 @@ per-sample L_w of its *peer* (co-divide, Eq. 1-3, Algorithm 1 lines 3-4); each b
 labels are rectified with the adaptive prediction P (co-rectify, Eq. 4-5) and recast as
 soft margins of a hardest-negative triplet loss (Eq. 6-7).
 
-Reading choices, where the paper leaves room:
-- Eq. 5 prints 1/b before the sums over the b - 1 negatives; its text asks for "the
-  mean of the negatives", so we divide by b - 1 (with 1/b a batch of equal scores would
-  show a positive margin S/b and be predicted clean). tau is the mean of Theta(s) over
-  the top 10% of the batch's pairs by s, and P = min(Theta(s) / tau, 1) so that "pairs
-  with a margin larger than tau are predicted as 1" (tau = 0 gives P = 0).
-- Co-divide fits the GMM on L_w averaged over the b - 1 negatives of the statistics
-  batch rather than summed: after min-max normalisation this is the same division for
-  equal batches, and the last, smaller batch of the pass is no longer a spurious
-  low-loss mode (with sums its pairs see fewer negatives and always look clean).
-- Algorithm 1 samples a clean mini-batch B_c and a noisy mini-batch B_n. Here one batch
-  is drawn from the whole training set and split by the division into its clean and
-  noisy parts; Eq. 5 (tau from the top 10%) and Eq. 6 (hardest negatives) are computed
-  within each part, as they would be within B_c and B_n. Each network still sees every
-  pair once per epoch.
-- **When the noisy part joins.** Algorithm 1 trains on B_c and B_n in every epoch after
-  warmup; the authors' released training loop (whose runs give Table 1) counts its 40
-  co-training epochs after the warmup and adds the noisy part's loss only from the
-  middle of them (``epoch >= num_epochs // 2``), so that co-rectify's predictions on
-  mismatched pairs come from networks that have first learned from the clean part alone.
-  ``ncr.noisy_part_start`` (default 0.5) is that point as a share of the epochs after
-  warmup: the noisy part trains from epoch ``warmup + int((epochs - warmup) * share)``;
-  0 is Algorithm 1 read literally. Until then co-rectify needs no peer forward pass.
-- **Where co-divide's losses come from.** Algorithm 1 computes each network's per-sample
-  L_w at the start of the epoch, which read literally is a gradient-free pass of both
-  networks over the training set (``ncr.division_statistics = "pass"``). By default
-  (``"steps"``) the GMM is fitted instead on the L_w that each network's training steps
-  recorded in ``trainer.ledger`` during the previous epoch: the steps already compute the
-  network's similarity of every batch, and L_w of each pair (Eq. 2, over all the batch's
-  negatives, whichever part the pair is in) is read off it. The losses then come from a
-  network that changes during the epoch and from shuffled batches rather than dataset
-  order. On the demo benchmark at 50% noise both give the same division (ROC-AUC 0.990)
-  and rSum (472.4 vs 473.7), and without the pass an epoch is about a quarter shorter (``benchmarks/README.md``). The first division after warmup uses the last
-  warmup epoch's L_w. A pair left out of the previous epoch (training drops the last,
-  incomplete batch) keeps the loss of the last epoch that trained it. The division runs
-  the pass instead in two cases: while some pair has no recorded loss (left out of every
-  epoch so far, or a checkpoint from before the option was set; the pass's losses are
-  then recorded for those pairs), and right after the epoch in which the noisy part first
-  trained. In that epoch the networks move fast as the mismatched pairs join the loss,
-  and its recorded losses mix the two regimes: on the demo benchmark the division made
-  from them kept 34% of the clean pairs (recall 0.34, AUC 0.92, against 0.97 and 0.99 from
-  the pass), for one epoch.
-- ``ncr.co_rectify = false`` is Table 4's "co-divide without co-rectify" ablation: the
-  clean part keeps its given label y = 1 (margin alpha) and the noisy part, which has no
-  label without the rectifier, is left out of the loss.
+Reading choices where the paper leaves room (Eq. 5's mean, the clean and noisy parts of one
+batch, when the noisy part joins, co-divide's losses from the steps) and measurements:
+``docs/methods/ncr.md``.
 """
 
 from __future__ import annotations
@@ -65,15 +23,7 @@ from hfncl.division import fit_loss_mixture, threshold_division
 from hfncl.hookspecs import hookimpl
 from hfncl.losses import soft_margin, triplet_hardest_negative, triplet_sum_negatives
 from hfncl.options import MethodOptions, option
-from hfncl.toolkit import (
-    batch_index,
-    batch_view,
-    bibtex_citation,
-    complete_columns,
-    ledger_column,
-    networks_in_turn,
-    peer,
-)
+from hfncl.toolkit import batch_index, batch_view, bibtex_citation, complete_columns, ledger_column, networks_in_turn, peer
 from hfncl.types import Division
 
 NETWORKS = 2
@@ -83,7 +33,7 @@ STEP_LOSS = "ncr.step_lw{}"
 
 @dataclass(frozen=True)
 class NCROptions(MethodOptions, namespace="ncr"):
-    """alpha and m of Eq. 7, tau's top fraction (Eq. 5), the GMM of Eq. 3, and the reading choices above."""
+    """alpha and m of Eq. 7, tau's top fraction (Eq. 5), the GMM of Eq. 3 and the switches of docs/methods/ncr.md."""
 
     alpha: float = option(0.2, minimum=0)
     curve: float = option(10.0, exclusive_minimum=1)

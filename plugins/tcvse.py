@@ -13,28 +13,9 @@ times per batch, each time with its own update. Retrieval ranks with the i2t bra
 the t2i branch or their ensemble (the mean of both similarities), in both directions
 (Table 1), and reports each query's Dirichlet uncertainty u = K / S (Eq. 3).
 
-Reading choices, where the paper leaves room:
-- lambda "dynamically increases with the number of epochs" (Eq. 8): lambda = min(1,
-  ``tcvse.kl_step`` * epoch), epochs counted from 0, so the KL term is off in the
-  first epoch (the authors' code uses 0.005 per epoch with a Bi-GRU).
-- Eq. 10-11 do not say which gradients flow. In each direction the branch trained for
-  it is the target and the other branch is pulled towards it: for image queries the
-  i2t beliefs are detached and the t2i branch's beliefs move, for caption queries the
-  t2i beliefs are detached and the i2t branch's move (as in the authors' code).
-- Algorithm 1 recomputes the opinions of the same augmented batch x' in the second
-  step; the augmentation is drawn once per batch, each pair's draws from its dataset
-  index, the seed and the epoch (``trainer.sample_uniform``), so that 1 and 2 processes
-  augment alike.
-- Augmentation (Sec. 2.1, 3.1, following VSE-infinity): each region is dropped with
-  probability ``tcvse.region_drop`` (at least one is kept). Batch tensors have a
-  fixed number of regions, so a dropped region is replaced by a copy of a kept region
-  of the same image: under max pooling this is exactly discarding it. Each word
-  between ``<start>`` and ``<end>`` is altered with probability ``tcvse.word_augment``,
-  by masking (to ``<unk>``, half of the altered words), discarding (the caption
-  closes up, 40%) or swapping for a random vocabulary word (10%), VSE-infinity's
-  proportions of its mask / delete / random-token operations.
-- The ensemble's uncertainty is the mean of the two branches' uncertainties for the
-  query.
+Reading choices where the paper leaves room (lambda's schedule, which gradients Eq. 10-11 let
+flow, one augmentation per batch, the augmentation itself, the ensemble's uncertainty):
+``docs/methods/tcvse.md``.
 """
 
 from __future__ import annotations

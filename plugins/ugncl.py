@@ -10,43 +10,9 @@ the soft label b_ii, split by epsilon into hard-clean and hard-noisy. Training
 minimises the evidential loss (Eq. 12-15) plus xi2 times the trusted robust loss
 (Eq. 16-17), Eq. 18.
 
-Reading choices, where the paper leaves room:
-
-- **Scale of u.** The division thresholds the joint u = K / L itself, as Eq. 8 prints it,
-  with p = 0.5. With e = exp(softplus(S) / tau) and tau = 0.1 every evidence is at least
-  exp(softplus(-1) / 0.1) ~ 23, so on a cosine head u is below 0.05 for every pair: the
-  hard set is empty and the division is Eq. 9's argmax rule, pair by pair. An earlier
-  reading min-max normalised u over the training set to fill the hard set; it put 98-99%
-  of the pairs in the hard-noisy set with soft labels ~0.01 and cost 100 rSum at 70% noise
-  (``docs/ugncl.md``). A similarity head whose negatives hold ~1 evidence (an unbounded
-  logit, as the paper's SGR) reaches u >= p, and Eq. 10-11 and 17 apply there.
-- **Division batches.** u and b are K-way quantities: the division pass scores each pair
-  within a batch of ``batch_size`` pairs of a seeded permutation of the training set
-  (not in dataset order, where one image's five captions would compete with each other).
-- **Eq. 17** is garbled in print (``(1/(u-1))^-Delta`` is not a weight for u < 1). The text
-  asks for larger margins for matched pairs with low u and mismatched pairs with high u,
-  all below gamma. We read gamma~ = gamma^ / (1 + ((1 - u) / u)^-Delta) on S_H^C (decreasing
-  in u) and gamma~ = gamma^ / (1 + (u / (1 - u))^-Delta) on S_H^N (the printed second line,
-  increasing in u); both factors are in (0, 1), so gamma~ < gamma^ <= gamma.
-- **lambda** = max(ceil(K - delta * t), theta) (the text calls the bracket a rounding down),
-  at most K - 1 (the negatives a batch has), with t the optimisation step counted from the
-  start of training, warmup included, not the epoch that Sec. 3.3 prints: per epoch,
-  delta = 0.25 would take lambda from 128 to 118 over the paper's 45 epochs and the lower
-  bound theta = 5 could never be reached, while per step (as in the DECL code base the
-  authors build on) lambda reaches theta after 492 steps, in the first epochs of Flickr30K.
-- **Reductions.** L_e (Eq. 15) is averaged over the batch's pairs and L_t (Eq. 16) summed
-  over them, as in the DECL code base; summing both gives the KL of Eq. 13 128 times the
-  weight against L_t, and the model collapsed. Both are computed in float64: the
-  fused evidence reaches 1e7 and the KL of Eq. 13 is a difference of log-gammas of that size.
-- **KL weight on cosine heads.** The paper's xi1 = 0.1 collapses a cosine model (the KL of
-  Eq. 13 is smallest when all similarities are equal); it stays the default, as printed,
-  and the demo settings use xi1 = 0 (measurements in ``docs/ugncl.md``).
-- **UGNCL*.** The paper reports the ensemble of two models (Sec. 4.3); ``ugncl.ensemble``
-  trains that many networks side by side, each on its own division, and inference averages
-  their similarities. The demo uses two, as NCR's co-trained pair is also averaged.
-- **Warmup** trains every pair as determined-clean with y~ = 1: L_e plus xi2 times Eq. 16 with
-  the full margin gamma (no division exists yet; a hardest-negative warmup collapses under
-  heavy noise, as VSE++ does).
+Reading choices where the paper leaves room (the scale of u in Eq. 8, Eq. 17 as printed, lambda
+per step, the reductions, xi1 on cosine heads, UGNCL*, warmup): ``docs/methods/ugncl.md``;
+measurements: ``docs/ugncl.md``.
 """
 
 from __future__ import annotations
@@ -202,7 +168,7 @@ def evidential_loss(view_similarity: torch.Tensor, labels: torch.Tensor, tau: fl
 def trusted_margin(
     soft_margins: torch.Tensor, uncertainty: torch.Tensor, hard_clean: torch.Tensor, delta: float
 ) -> torch.Tensor:
-    """Eq. 17 (reading in the module docstring): scale gamma^ by a sigmoid of Delta * logit(u).
+    """Eq. 17 (reading in docs/methods/ugncl.md): scale gamma^ by a sigmoid of Delta * logit(u).
 
     Hard-clean pairs: 1 / (1 + ((1 - u) / u)^-Delta), large for low u; hard-noisy pairs:
     1 / (1 + (u / (1 - u))^-Delta), large for high u.
