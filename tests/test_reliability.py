@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 import socket
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -18,7 +20,7 @@ from hfncl import plugins
 from hfncl.cli import main
 from hfncl.config import TrainConfig
 from hfncl.engine import ownership
-from hfncl.integrity import IntegrityError, verify_manifest
+from hfncl.integrity import IntegrityError, verify_manifest, write_manifest
 from hfncl.models import NCLModel
 from hfncl.plugins import PluginError, _fits, build_plugin_manager, check_agreement, check_division_fields
 
@@ -233,6 +235,31 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(tiny_data_di
     (first / "trainer_state.json").write_text("")
     with pytest.raises(IntegrityError, match="no complete checkpoint to resume from: .*model.safetensors is damaged: .*; .*trainer_state.json is damaged"):
         resumed.resume()
+
+
+class _RunsCode:
+    """A pickle payload: unpickling it calls ``pathlib.Path.touch`` on a marker file."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
+def test_a_resume_checkpoint_whose_pickles_would_run_code_is_refused_without_running_it(tiny_data_dir, tmp_path):
+    _, _, latest = saved_twice(tiny_data_dir, tmp_path)
+    marker = tmp_path / "code_ran"
+    pickles = sorted(latest.glob("*.pkl")) + sorted(latest.glob("*.bin"))
+    assert pickles, "accelerate's state files"
+    for path in pickles:  # every pickle accelerate wrote, replaced, and the manifest rewritten to match
+        path.write_bytes(pickle.dumps(_RunsCode(marker)))
+    write_manifest(latest)
+    resumed = noisy_trainer(tiny_data_dir, tiny_config(tmp_path, ["vsepp"], resume=True))
+    with pytest.raises(IntegrityError, match=f"{re.escape(str(latest))}: accelerate's state files cannot be loaded safely"):
+        resumed.resume()
+    assert not marker.exists()
 
 
 def test_only_the_latest_and_the_previous_checkpoint_are_kept_and_an_interrupted_save_leaves_no_final_name(

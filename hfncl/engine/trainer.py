@@ -15,6 +15,7 @@ import functools
 import json
 import math
 import operator
+import pickle
 import shutil
 import time
 import warnings
@@ -486,7 +487,11 @@ class Trainer:
         raise IntegrityError(f"no complete checkpoint to resume from: {'; '.join(problems)}")
 
     def _load_checkpoint(self, source: Path) -> None:
-        self.accelerator.load_state(str(source))
+        try:  # accelerate unpickles its state files with torch's weights-only unpickler: code in them never runs
+            self.accelerator.load_state(str(source))
+        except (pickle.UnpicklingError, RuntimeError) as error:
+            message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise IntegrityError(f"{source}: accelerate's state files cannot be loaded safely ({message})") from error
         saved = json.loads((source / "trainer_state.json").read_text())
         if "best_rsum" in saved:  # checkpoints written before the best metric was the task's
             saved["best_score"] = saved.pop("best_rsum")
