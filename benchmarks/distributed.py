@@ -62,12 +62,12 @@ def worker(args: argparse.Namespace) -> None:
         vocab_size=len(data["vocab"]),
         **model_fields(config.plugins, QUICK_MODEL if args.quick else DEMO_MODEL),
     )
-    trainer = Trainer(config, model_config, data["train"], data["val"])
-    trainer.hook = HookTimer(trainer.hook, ["epoch_start", "epoch_end"])
+    timer = HookTimer(["epoch_start", "epoch_end"])
+    trainer = Trainer(config, model_config, data["train"], data["val"], callbacks=[timer])
     summary = trainer.train()
     test = evaluate_retrieval(trainer.model, data["test"], batch_size=config.eval_batch_size, hook=trainer.hook)
     if trainer.accelerator.is_main_process:
-        epochs = trainer.hook.between("epoch_start", "epoch_end")
+        epochs = timer.between("epoch_start", "epoch_end")
         divisions = {f"net{k}": d.clean_prob for k, d in enumerate(trainer.divisions) if d is not None}
         torch.save(divisions, output_dir / "divisions.pt")
         result = {

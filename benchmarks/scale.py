@@ -142,10 +142,9 @@ def measure(args: argparse.Namespace, size: int) -> dict:
         progress=False,
     )
     model_config = NCLConfig(image_dim=split.region_shape[1], vocab_size=len(vocab))
-    trainer = Trainer(config, model_config, train, None)
     limits = {} if full else {"train_step": args.steps}
-    timer = HookTimer(trainer.hook, ["epoch_start", "divide", "epoch_end", "train_step"], limits)
-    trainer.hook = timer
+    timer = HookTimer(["epoch_start", "divide", "epoch_end", "train_step"], limits)
+    trainer = Trainer(config, model_config, train, None, callbacks=[timer])
     try:
         trainer.train()
     except HookLimitReached:

@@ -127,9 +127,8 @@ def measure(
         image_dim=data["image_dim"], vocab_size=len(data["vocab"]), **model_fields(config.plugins, model_args)
     )
     accelerator = Accelerator(cpu=device == "cpu")
-    trainer = Trainer(config, model_config, data["train"], None, accelerator=accelerator)
-    timer = HookTimer(trainer.hook, ["epoch_start", "divide", "epoch_end", "train_step"])
-    trainer.hook = timer
+    timer = HookTimer(["epoch_start", "divide", "epoch_end", "train_step"])
+    trainer = Trainer(config, model_config, data["train"], None, accelerator=accelerator, callbacks=[timer])
     trainer.train()
     epoch = timer.between("epoch_start", "epoch_end")[-1]
     epoch_start = timer.calls["epoch_start"][-1][0]

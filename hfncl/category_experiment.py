@@ -36,6 +36,7 @@ from hfncl.hub.card import write_model_card
 from hfncl.hub.record import read_run_record, write_run_record
 from hfncl.integrity import atomic_write_text, write_manifest
 from hfncl.models import CategoryConfig, CategoryModel
+from hfncl.plot_callbacks import training_figures
 
 NOISE_FILE = "label_noise.json"
 
@@ -153,7 +154,9 @@ def _train_and_test(
         num_classes=dataset.num_classes,
         **asdict(model_args or CategoryModelArguments()),
     )
-    trainer = Trainer(config, model_config, data["train"], data["val"], task=data["task"])
+    trainer = Trainer(
+        config, model_config, data["train"], data["val"], task=data["task"], callbacks=training_figures()
+    )
     if trainer.accelerator.is_main_process:
         save_run_config(
             Path(config.output_dir, RUN_CONFIG_FILE), data_args, config, model_args or CategoryModelArguments()

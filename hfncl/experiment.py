@@ -37,6 +37,7 @@ from hfncl.hub.checkpoint import save_image_processor
 from hfncl.integrity import atomic_write_text, write_manifest
 from hfncl.models import NCLConfig, NCLModel
 from hfncl.models.towers import parameter_counts
+from hfncl.plot_callbacks import training_figures
 from hfncl.plugins import build_plugin_manager, check_division_fields, plugin_model_defaults, resolve_options
 
 DATA_FORMATS = ("auto", "precomp", "imagefolder")
@@ -384,7 +385,7 @@ def _train_and_test(
     data = prepare_data(data_args, config.output_dir, tokenizer=tokenizer, image_processor=pixels)
     image_dim = {} if data["image_dim"] is None else {"image_dim": data["image_dim"]}
     model_config = NCLConfig(**image_dim, vocab_size=len(data["vocab"]), **fields)
-    trainer = Trainer(config, model_config, data["train"], data["val"])
+    trainer = Trainer(config, model_config, data["train"], data["val"], callbacks=training_figures())
     if trainer.accelerator.is_main_process:
         save_run_config(Path(config.output_dir, RUN_CONFIG_FILE), data_args, config, model_args or ModelArguments())
     if trainer.accelerator.is_main_process and "transformer" in (model_config.text_tower, model_config.image_tower):

@@ -1,74 +1,65 @@
 """Timing a training run stage by stage through its hook calls.
 
-The trainer calls every stage of a method through its hook relay (``trainer.hook``):
-``epoch_start`` opens an epoch, ``divide`` makes the division, ``train_step`` is asked
-once per optimiser step, ``epoch_end`` closes the epoch. :class:`HookTimer` stands in
-for that relay, forwards every call and records when the named hooks started and
-ended, so a benchmark can read the time of an epoch, of its division stage and of its
-steps without touching the trainer::
+The trainer calls every stage of a method through a plugin hook: ``epoch_start`` opens an
+epoch, ``divide`` makes the division, ``train_step`` is asked once per optimiser step,
+``epoch_end`` closes the epoch. It reports each such call to its callbacks
+(``on_hook_begin`` / ``on_hook_end``, :mod:`hfncl.engine.callbacks`), and :class:`HookTimer`
+is a callback that records when the named hooks started and ended, so a benchmark can read
+the time of an epoch, of its division stage and of its steps::
 
-    trainer.hook = HookTimer(trainer.hook, ["epoch_start", "divide", "epoch_end"])
-    trainer.train()
-    trainer.hook.seconds("divide")
+    timer = HookTimer(["epoch_start", "divide", "epoch_end"])
+    Trainer(..., callbacks=[timer]).train()
+    timer.seconds("divide")
 
 ``limits`` stops a run after a number of calls of a hook (``{"train_step": 50}``: train
-50 steps, then raise :class:`HookLimitReached` from the 51st).
+50 steps, then raise :class:`HookLimitReached` before the 51st).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING
+
+from hfncl.engine.callbacks import TRAINING_HOOKS, TrainerCallback
+
+if TYPE_CHECKING:
+    from hfncl.engine.trainer import Trainer
 
 
 class HookLimitReached(RuntimeError):
     """A hook was called more often than its limit allows."""
 
 
-class _TimedCaller:
-    """One hook caller whose calls are timed (other attributes, e.g. ``get_hookimpls``, are the caller's)."""
+class HookTimer(TrainerCallback):
+    """Records the (start, end) ``time.perf_counter()`` of each call of the hooks ``names`` (of ``TRAINING_HOOKS``).
 
-    def __init__(self, caller: Any, name: str, timer: "HookTimer") -> None:
-        self._caller, self._name, self._timer = caller, name, timer
-
-    def __call__(self, **kwargs: Any) -> Any:
-        calls = self._timer.calls[self._name]
-        limit = self._timer.limits.get(self._name)
-        if limit is not None and len(calls) >= limit:
-            raise HookLimitReached(f"hook {self._name!r} called more than its limit of {limit} times")
-        start = time.perf_counter()
-        try:
-            return self._caller(**kwargs)
-        finally:
-            calls.append((start, time.perf_counter()))
-
-    def __getattr__(self, attribute: str) -> Any:
-        return getattr(self._caller, attribute)
-
-
-class HookTimer:
-    """A hook relay that records the (start, end) ``time.perf_counter()`` of each call of the hooks ``names``.
-
-    Hooks not named are the wrapped relay's own callers. ``calls[name]`` lists the
-    intervals in call order; ``limits[name]`` (optional) is the number of calls allowed.
+    ``calls[name]`` lists the intervals in call order; ``limits[name]`` (optional) is the
+    number of calls allowed.
     """
 
-    def __init__(self, relay: Any, names: Iterable[str], limits: Mapping[str, int] | None = None) -> None:
-        self._relay = relay
+    def __init__(self, names: Iterable[str], limits: Mapping[str, int] | None = None) -> None:
         self.calls: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
         self.limits = dict(limits or {})
+        self._open: dict[str, list[float]] = {name: [] for name in self.calls}
+        unknown = sorted(set(self.calls) - set(TRAINING_HOOKS))
+        if unknown:
+            raise ValueError(f"HookTimer: {unknown} are not hooks the trainer reports; choose from {TRAINING_HOOKS}")
         unknown = sorted(set(self.limits) - set(self.calls))
         if unknown:
             raise ValueError(f"HookTimer: limits name hooks that are not timed: {unknown}")
-        for name in self.calls:
-            getattr(relay, name)  # an unknown hook name fails here, not in the middle of a run
 
-    def __getattr__(self, name: str) -> Any:
-        caller = getattr(self._relay, name)
+    def on_hook_begin(self, trainer: Trainer, name: str) -> None:
+        if name not in self.calls:
+            return
+        limit = self.limits.get(name)
+        if limit is not None and len(self.calls[name]) + len(self._open[name]) >= limit:
+            raise HookLimitReached(f"hook {name!r} called more than its limit of {limit} times")
+        self._open[name].append(time.perf_counter())
+
+    def on_hook_end(self, trainer: Trainer, name: str) -> None:
         if name in self.calls:
-            return _TimedCaller(caller, name, self)
-        return caller
+            self.calls[name].append((self._open[name].pop(), time.perf_counter()))
 
     def seconds(self, name: str) -> list[float]:
         """The duration of each call of hook ``name``."""

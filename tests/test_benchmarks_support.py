@@ -134,32 +134,20 @@ def test_proxy_needs_a_caption_left_as_text(tmp_path, tiny_encoder):
 # --------------------------------------------------------------------------- hook timing
 
 
-class _Relay:
-    """A stand-in for a plugin manager's hook relay."""
-
-    def __init__(self) -> None:
-        self.divide = _Caller(lambda epoch: time.sleep(0.02) or f"division {epoch}")
-        self.train_step = _Caller(lambda: None)
-
-
-class _Caller:
-    def __init__(self, function) -> None:
-        self.function = function
-
-    def __call__(self, **kwargs):
-        return self.function(**kwargs)
-
-    def get_hookimpls(self):
-        return ["impl"]
+def _timed_call(timer, name: str, seconds: float = 0.0) -> None:
+    """What the trainer does around a hook call: the begin and end events, the hook's work between them."""
+    timer.on_hook_begin(None, name)
+    time.sleep(seconds)
+    timer.on_hook_end(None, name)
 
 
-def test_hook_timer_forwards_calls_and_records_their_intervals():
+def test_hook_timer_records_the_intervals_of_the_named_hooks():
     from hfncl.profiling import HookTimer
 
-    timer = HookTimer(_Relay(), ["divide"])
-    assert timer.divide(epoch=3) == "division 3"
-    assert timer.divide.get_hookimpls() == ["impl"]
-    assert timer.train_step() is None and "train_step" not in timer.calls
+    timer = HookTimer(["divide"])
+    _timed_call(timer, "divide", 0.02)
+    _timed_call(timer, "train_step")
+    assert "train_step" not in timer.calls
     (start, end), = timer.calls["divide"]
     assert timer.seconds("divide") == [end - start] and 0.015 < end - start < 1.0
     timer.calls["epoch_start"], timer.calls["epoch_end"] = [(1.0, 1.5), (4.0, 4.1)], [(3.0, 3.5), (9.0, 9.5)]
@@ -169,25 +157,35 @@ def test_hook_timer_forwards_calls_and_records_their_intervals():
 def test_hook_timer_stops_after_the_limit_and_rejects_unknown_names():
     from hfncl.profiling import HookLimitReached, HookTimer
 
-    timer = HookTimer(_Relay(), ["train_step"], limits={"train_step": 2})
-    timer.train_step()
-    timer.train_step()
+    timer = HookTimer(["train_step"], limits={"train_step": 2})
+    _timed_call(timer, "train_step")
+    _timed_call(timer, "train_step")
     with pytest.raises(HookLimitReached, match="train_step"):
-        timer.train_step()
+        timer.on_hook_begin(None, "train_step")
     assert len(timer.calls["train_step"]) == 2
-    with pytest.raises(AttributeError):
-        HookTimer(_Relay(), ["no_such_hook"])
+    with pytest.raises(ValueError, match="not hooks the trainer reports"):
+        HookTimer(["no_such_hook"])
     with pytest.raises(ValueError, match="not timed"):
-        HookTimer(_Relay(), ["divide"], limits={"train_step": 1})
+        HookTimer(["divide"], limits={"train_step": 1})
 
 
-def test_hook_timer_wraps_a_real_plugin_manager():
-    from hfncl.plugins import build_plugin_manager
-    from hfncl.profiling import HookTimer
+def test_hook_timer_times_a_training_run_and_its_limit_stops_it(tiny_data_dir, tmp_path):
+    from conftest import noisy_trainer, tiny_config
+    from hfncl.profiling import HookLimitReached, HookTimer
 
-    timer = HookTimer(build_plugin_manager(["ncr"]).hook, ["num_networks"])
-    assert timer.num_networks(config=None) == 2 and len(timer.calls["num_networks"]) == 1
-    assert timer.options()[0].defaults()["ncr.alpha"] == 0.2
+    timer = HookTimer(["epoch_start", "divide", "epoch_end", "train_step"])
+    config = tiny_config(tmp_path / "full", ["ncr"], epochs=2, plot_divisions=False)
+    noisy_trainer(tiny_data_dir, config, callbacks=[timer]).train()
+    assert len(timer.calls["epoch_start"]) == len(timer.calls["epoch_end"]) == 2 and len(timer.calls["divide"]) == 1
+    assert len(timer.calls["train_step"]) == 2 * 2 * (800 // 32)  # epochs x NCR's passes x batches
+    epochs, division = timer.between("epoch_start", "epoch_end"), timer.seconds("divide")[0]
+    assert all(seconds > 0 for seconds in epochs) and 0 < division < epochs[1]
+
+    limited = HookTimer(["train_step"], limits={"train_step": 3})
+    trainer = noisy_trainer(tiny_data_dir, tiny_config(tmp_path / "limited", ["ncr"]), callbacks=[limited])
+    with pytest.raises(HookLimitReached):
+        trainer.train()
+    assert len(limited.calls["train_step"]) == trainer.state.global_step == 3
 
 
 # --------------------------------------------------------------------------- the fitted mixture

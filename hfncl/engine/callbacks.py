@@ -1,22 +1,28 @@
-"""What a run shows while it trains: progress bars, one line per epoch, training curves.
+"""What a run shows while it trains, and the events a caller can follow it by.
 
-The trainer calls every :class:`TrainerCallback` at the end of each epoch with that
-epoch's history record (``train/TERM``, ``val/METRIC``, ``division/...`` or
-``division/netK/...``) and its duration; :class:`EpochLine` and :class:`TrainingCurves`
-are always installed, a caller adds its own with ``Trainer(..., callbacks=[...])``.
+The trainer calls every :class:`TrainerCallback` at fixed points of training (its event
+methods, in the order a run reaches them); :class:`EpochLine` is always installed, a
+caller adds its own with ``Trainer(..., callbacks=[...])`` (the applications add the
+figures of :mod:`hfncl.plot_callbacks`; :mod:`hfncl.profiling` times hook calls).
+Progress bars and the libraries' own bars are switched here too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
 
-from hfncl.plots import plot_training_curves
+if TYPE_CHECKING:
+    import numpy as np
 
-CURVES_FILE = "training_curves.png"
+    from hfncl.engine.trainer import Trainer
+    from hfncl.types import Division
+
+TRAINING_HOOKS = ("epoch_start", "divide", "rectify", "warmup_loss", "loss", "train_step", "pass_end", "epoch_end")
+"""The plugin hooks whose calls in training the trainer reports with ``on_hook_begin`` / ``on_hook_end``."""
 
 
 def progress_bar(iterable: Iterable, description: str, enabled: bool, **options: Any) -> tqdm:
@@ -47,31 +53,49 @@ def library_progress_bars(enabled: bool) -> Iterator[None]:
 
 
 class TrainerCallback:
-    """Called by the trainer on every process; override the events you need."""
+    """Called by the trainer on every process; override the events you need.
 
-    def on_epoch_end(self, trainer: Any, record: dict[str, Any], seconds: float) -> None:
-        """After an epoch's validation and history record, before its checkpoint."""
+    In one epoch the events come in this order: ``on_epoch_begin``; ``on_hook_begin`` /
+    ``on_hook_end`` around each call of a hook of :data:`TRAINING_HOOKS` (``epoch_start``,
+    ``divide``, then per step ``train_step`` and inside the default step ``rectify`` and
+    ``loss`` or ``warmup_loss``, ``pass_end`` after each pass, ``epoch_end``); after
+    ``divide``, ``on_division``; ``on_epoch_end``. ``on_train_begin`` comes before the first
+    epoch, ``on_train_end`` after the last. An exception raised by an event stops training
+    there (raised from ``on_hook_begin``: before the hook runs).
+    """
+
+    def on_train_begin(self, trainer: Trainer) -> None:
+        """Before the first epoch of this call of ``train``, after a resume loaded its checkpoint."""
+
+    def on_epoch_begin(self, trainer: Trainer, epoch: int) -> None:
+        """When an epoch starts, or resumes in its middle (then its ``epoch_start`` and ``divide`` are not called)."""
+
+    def on_hook_begin(self, trainer: Trainer, name: str) -> None:
+        """Before the trainer calls the plugins' hook ``name`` (one of :data:`TRAINING_HOOKS`)."""
+
+    def on_hook_end(self, trainer: Trainer, name: str) -> None:
+        """After the call of hook ``name`` returned or raised."""
+
+    def on_division(
+        self, trainer: Trainer, epoch: int, divisions: list[Division | None], true_clean: np.ndarray
+    ) -> None:
+        """After an epoch's divisions were made (one per network, ``None`` where a network has none), before its
+        first step. ``true_clean`` is the hidden clean mask of the division's units, for diagnostics only."""
+
+    def on_epoch_end(self, trainer: Trainer, record: dict[str, Any], seconds: float) -> None:
+        """After an epoch's validation and history ``record`` (``train/TERM``, ``val/METRIC``, ``division/...``
+        or ``division/netK/...``), before its checkpoint; ``seconds`` since ``on_epoch_begin``."""
+
+    def on_train_end(self, trainer: Trainer, summary: dict[str, Any]) -> None:
+        """After the last epoch, with the summary ``train`` returns."""
 
 
 class EpochLine(TrainerCallback):
     """Print one line per epoch on the main process (see :func:`format_epoch_line`)."""
 
-    def on_epoch_end(self, trainer: Any, record: dict[str, Any], seconds: float) -> None:
+    def on_epoch_end(self, trainer: Trainer, record: dict[str, Any], seconds: float) -> None:
         if trainer.accelerator.is_main_process:
             tqdm.write(format_epoch_line(record, trainer.config.epochs, seconds))
-
-
-class TrainingCurves(TrainerCallback):
-    """Redraw ``OUTPUT_DIR/training_curves.png`` after every epoch (main process; needs matplotlib and
-    ``config.plot_divisions``)."""
-
-    def on_epoch_end(self, trainer: Any, record: dict[str, Any], seconds: float) -> None:
-        if not (trainer.config.plot_divisions and trainer.accelerator.is_main_process):
-            return
-        try:
-            plot_training_curves(trainer.state.history, trainer.output_dir / CURVES_FILE, trainer.task.best_metric)
-        except ImportError:
-            pass
 
 
 def format_epoch_line(record: dict[str, Any], epochs: int, seconds: float) -> str:

@@ -31,13 +31,7 @@ from accelerate.utils import set_seed
 from safetensors.torch import load_file, save_file
 
 from hfncl.config import LATEST, TrainConfig
-from hfncl.engine.callbacks import (
-    EpochLine,
-    TrainerCallback,
-    TrainingCurves,
-    library_progress_bars,
-    progress_bar,
-)
+from hfncl.engine.callbacks import EpochLine, TrainerCallback, library_progress_bars, progress_bar
 from hfncl.engine.distributed import gather, world
 from hfncl.engine.ledger import Ledger
 from hfncl.engine.randomness import per_sample_uniform, purpose_key
@@ -47,7 +41,6 @@ from hfncl.evaluation import division_quality, partition_report
 from hfncl.hub import RunRecord, save_trained_model
 from hfncl.integrity import IntegrityError, atomic_write_text, replace_directory, verify_manifest, write_manifest
 from hfncl.options import OptionsT
-from hfncl.plots import plot_division
 from hfncl.plugins import (
     PluginError,
     build_plugin_manager,
@@ -87,7 +80,7 @@ class Trainer:
     a :class:`hfncl.data.noisy_labels.NoisyLabelledDataset` and a :class:`hfncl.data.LabelledSplit`.
     The training data's hidden clean mask(s) are used only to report division quality,
     never handed to a plugin. ``callbacks`` (:class:`hfncl.engine.callbacks.TrainerCallback`)
-    run after the built-in epoch line and training curves.
+    follow the run's events after the built-in epoch line.
     """
 
     def __init__(
@@ -101,7 +94,7 @@ class Trainer:
         callbacks: list[TrainerCallback] | None = None,
     ) -> None:
         self.config = config
-        self.callbacks = [EpochLine(), TrainingCurves(), *(callbacks or [])]
+        self.callbacks = [EpochLine(), *(callbacks or [])]
         self.task = task if task is not None else PairTask()
         manager = build_plugin_manager(config.plugins)
         check_division_fields(manager, config.plugins, config)
@@ -205,13 +198,13 @@ class Trainer:
         for net in networks:
             targets = None
             if not self.in_warmup:
-                targets = self.hook.rectify(trainer=self, batch=batch, net=net, division=self.divisions[net])
+                targets = self._call_hook("rectify", batch=batch, net=net, division=self.divisions[net])
             inputs = targets.get("inputs", batch) if targets else batch
             outputs = self.forward(net, inputs)
             if self.in_warmup:
-                answers = self.hook.warmup_loss(trainer=self, batch=inputs, outputs=outputs, net=net)
+                answers = self._call_hook("warmup_loss", batch=inputs, outputs=outputs, net=net)
             else:
-                answers = self.hook.loss(trainer=self, batch=inputs, outputs=outputs, targets=targets, net=net)
+                answers = self._call_hook("loss", batch=inputs, outputs=outputs, targets=targets, net=net)
             terms = self._merge_terms(answers)
             losses.append(functools.reduce(operator.add, terms.values()))
             suffix = f"/net{net}" if self.num_networks > 1 else ""
@@ -261,30 +254,34 @@ class Trainer:
         if self.config.resume_from_checkpoint is not None:
             self.resume()
         self.model.train()
+        self._event("on_train_begin")
         with library_progress_bars(self.config.progress):
             while self.state.epoch < self.config.epochs:
                 self._train_epoch(self.state.epoch)
         self.accelerator.wait_for_everyone()
         self.accelerator.end_training()
-        return {
+        summary = {
             "best_metric": self.task.best_metric,
             "best_score": self.state.best_score,
             "best_epoch": self.state.best_epoch,
             "history": self.state.history,
         }
+        self._event("on_train_end", summary)
+        return summary
 
     def _train_epoch(self, epoch: int) -> None:
         started = time.perf_counter()
+        self._event("on_epoch_begin", epoch)
         self.epoch = epoch
         self.in_warmup = epoch < self.config.warmup_epochs
         self._set_learning_rate(epoch)
         record: dict[str, Any] = {"epoch": epoch, "warmup": self.in_warmup}
         starting = self.state.pass_index == 0 and self.state.batch_in_pass == 0
         if starting:
-            self.hook.epoch_start(trainer=self, epoch=epoch)
+            self._call_hook("epoch_start", epoch=epoch)
             if not self.in_warmup:
                 self.divisions = self._divide(epoch)
-                self._plot_divisions(epoch)
+                self._event("on_division", epoch, list(self.divisions), self._true_clean)
         sums, counts = self.state.epoch_loss_sums, self.state.epoch_loss_counts
         while self.state.pass_index < len(self.passes):
             networks = self.passes[self.state.pass_index]
@@ -307,12 +304,12 @@ class Trainer:
                 self.state.global_step += 1
                 if self.config.save_steps and self.state.global_step % self.config.save_steps == 0:
                     self.save_checkpoint()
-            self.hook.pass_end(trainer=self, epoch=epoch, networks=networks)
+            self._call_hook("pass_end", epoch=epoch, networks=networks)
             self.state.pass_index += 1
             self.state.batch_in_pass = 0
         division_report = {} if self.in_warmup else self._division_report()
         record.update(division_report)
-        self.hook.epoch_end(trainer=self, epoch=epoch)
+        self._call_hook("epoch_end", epoch=epoch)
         # each term's mean over the steps that computed it (a network trained in its own pass: its pass's steps)
         record.update({f"train/{k}": v / max(counts.get(k, self.state.epoch_steps), 1) for k, v in sums.items()})
         if self.val_split is not None:
@@ -323,8 +320,7 @@ class Trainer:
                 self.state.best_score, self.state.best_epoch = score, epoch
                 self._save_best(metrics, division_report)
         self.state.history.append(record)
-        for callback in self.callbacks:
-            callback.on_epoch_end(self, record, time.perf_counter() - started)
+        self._event("on_epoch_end", record, time.perf_counter() - started)
         self.accelerator.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=epoch)
         self.state.epoch += 1
         self.state.pass_index = 0
@@ -333,7 +329,7 @@ class Trainer:
 
     def _step(self, batch: Batch, networks: list[int]) -> dict[str, float]:
         batch = {k: v.to(self.accelerator.device) for k, v in batch.items()}
-        overridden = self.hook.train_step(trainer=self, batch=batch, networks=networks)
+        overridden = self._call_hook("train_step", batch=batch, networks=networks)
         if overridden is not None:
             return dict(overridden)
         total, logged = self.compute_loss(batch, networks)
@@ -356,7 +352,7 @@ class Trainer:
         return terms
 
     def _divide(self, epoch: int) -> list[Division | None]:
-        result = self.hook.divide(trainer=self, epoch=epoch)
+        result = self._call_hook("divide", epoch=epoch)
         if result is None:
             return [None] * self.num_networks
         divisions = result if isinstance(result, list) else [result] * self.num_networks
@@ -394,25 +390,6 @@ class Trainer:
             quality = division_quality(division.clean_prob[units], division.clean[units], mask)
             report.update({f"{prefix}/{part}/{k}": float(v) for k, v in quality.items()})
         return report
-
-    def _plot_divisions(self, epoch: int) -> None:
-        """Save ``divisions/epoch-EEE-net-K.png`` for divisions that carry ``extras["statistic"]``
-        (needs matplotlib)."""
-        if not (self.config.plot_divisions and self.accelerator.is_main_process):
-            return
-        for net, division in enumerate(self.divisions):
-            if division is not None and "statistic" in division.extras:
-                try:
-                    plot_division(
-                        division.extras["statistic"],
-                        division.clean_prob,
-                        self._true_clean,
-                        self.output_dir / "divisions" / f"epoch-{epoch:03d}-net-{net}.png",
-                        title=f"{'+'.join(self.config.plugins)}: division of epoch {epoch}, network {net}",
-                        mixture=division.extras.get("mixture"),
-                    )
-                except ImportError:
-                    return
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, split: Any) -> dict[str, float]:
@@ -542,6 +519,19 @@ class Trainer:
             replace_directory(staging, self.output_dir / "best")
 
     # ------------------------------------------------------------------ internals
+    def _call_hook(self, name: str, **arguments: Any) -> Any:
+        """Call the plugins' hook ``name`` (one of ``TRAINING_HOOKS``) with this trainer and ``arguments``,
+        between the callbacks' ``on_hook_begin`` and ``on_hook_end``."""
+        self._event("on_hook_begin", name)
+        try:
+            return getattr(self.hook, name)(trainer=self, **arguments)
+        finally:
+            self._event("on_hook_end", name)
+
+    def _event(self, event: str, *arguments: Any) -> None:
+        """Call method ``event`` of every callback, in order, with this trainer and ``arguments``."""
+        for callback in self.callbacks:
+            getattr(callback, event)(self, *arguments)
 
     def _check_data_kind(self) -> None:
         """Refuse plugins that train on another kind of data than this run's task."""
