@@ -13,12 +13,12 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from importlib import import_module
 from importlib.metadata import version
 from typing import Any
 
-from hfncl.plugins import PluginError, PluginInfo, describe_installed
+from hfncl.plugins import PluginError
 
 
 @dataclass(frozen=True)
@@ -79,16 +79,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
-def plugin_record(info: PluginInfo) -> dict[str, object]:
-    """A plugin as a JSON-ready dict: its hooks, or the error that keeps it from loading."""
-    record: dict[str, object] = asdict(info)
-    record["hooks"] = list(info.hooks)
-    return record
-
-
 def _plugins_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``hfncl plugins``."""
     parser.add_argument("--json", action="store_true", help="Print a JSON list instead of text.")
+    parser.add_argument(
+        "--refresh", action="store_true", help="Import every plugin again instead of reading the cached listing."
+    )
 
 
 @command(
@@ -98,7 +94,9 @@ def _plugins_arguments(parser: argparse.ArgumentParser) -> None:
 )
 def plugins_command(args: argparse.Namespace) -> int:
     """Print every plugin of the ``hfncl`` entry-point group; a broken one shows its error."""
-    plugins = describe_installed()
+    from hfncl.plugin_listing import listed_plugins, plugin_record
+
+    plugins = listed_plugins(refresh=args.refresh)
     if args.json:
         print(json.dumps([plugin_record(info) for info in plugins], indent=2, default=str))
         return 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -59,3 +61,38 @@ def test_a_tracker_that_is_not_installed_stops_train_before_it_starts(tmp_path, 
     err = capsys.readouterr().err
     assert err.startswith("error: TrainConfig.log_with: tracker 'wandb' is not installed (pip install wandb;")
     assert err.count("\n") == 1
+
+
+def test_plugins_listing_is_cached_by_what_it_depends_on(tmp_path, monkeypatch):
+    from importlib.metadata import EntryPoint
+
+    from hfncl.plugin_listing import listed_plugins, listing_key, plugin_record
+
+    fresh = [plugin_record(info) for info in listed_plugins(cache_root=tmp_path)]
+    (cached_file,) = (tmp_path / "plugins").glob("*.json")
+    assert json.loads(cached_file.read_text()) == json.loads(json.dumps(fresh, default=str))
+    planted = [dict(record, version="from-the-cache") for record in fresh]
+    cached_file.write_text(json.dumps(planted))
+    assert {info.version for info in listed_plugins(cache_root=tmp_path)} == {"from-the-cache"}
+    assert "from-the-cache" not in {info.version for info in listed_plugins(refresh=True, cache_root=tmp_path)}
+    cached_file.write_text("{damaged")
+    assert [plugin_record(info) for info in listed_plugins(cache_root=tmp_path)] == fresh
+
+    module = tmp_path / "edited_plugin.py"
+    module.write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    points = {"edited": EntryPoint("edited", "edited_plugin", "hfncl")}
+    before = listing_key(points)
+    assert listing_key(points) == before
+    os.utime(module, ns=(module.stat().st_atime_ns, module.stat().st_mtime_ns + 10**9))
+    assert listing_key(points) != before  # an edited plugin is listed afresh
+
+
+def test_a_cached_plugins_listing_imports_no_framework(tmp_path):
+    listing = "import sys; sys.argv = ['hfncl']; import hfncl.cli; hfncl.cli.main(['plugins'])"
+    check = listing + "; print(sorted({'torch', 'transformers', 'sklearn'} & set(sys.modules)), file=sys.stderr)"
+    environment = dict(os.environ, HFNCL_CACHE=str(tmp_path))
+    first = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env=environment, timeout=300)
+    second = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env=environment, timeout=300)
+    assert first.returncode == second.returncode == 0 and first.stdout == second.stdout and "ncr" in second.stdout
+    assert "torch" in first.stderr and second.stderr.strip() == "[]"
