@@ -31,6 +31,7 @@ from hfncl.data.precomp import FEATURE_DTYPES
 from hfncl.engine.callbacks import library_progress_bars
 from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
 from hfncl.engine.ownership import owned_run_dir
+from hfncl.engine.tasks import PairTask
 from hfncl.engine.trainer import Trainer
 from hfncl.hub import DataDescription, add_test_results, save_text_vocabulary
 from hfncl.hub.checkpoint import save_image_processor
@@ -385,7 +386,9 @@ def _train_and_test(
     data = prepare_data(data_args, config.output_dir, tokenizer=tokenizer, image_processor=pixels)
     image_dim = {} if data["image_dim"] is None else {"image_dim": data["image_dim"]}
     model_config = NCLConfig(**image_dim, vocab_size=len(data["vocab"]), **fields)
-    trainer = Trainer(config, model_config, data["train"], data["val"], callbacks=training_figures())
+    injected = data_args.noise_file or data_args.noise_ratio  # else the data's own pairs: noise unknown
+    task = PairTask(effective_noise_ratio(data_args, data["train"]) if injected else None)
+    trainer = Trainer(config, model_config, data["train"], data["val"], task=task, callbacks=training_figures())
     if trainer.accelerator.is_main_process:
         save_run_config(Path(config.output_dir, RUN_CONFIG_FILE), data_args, config, model_args or ModelArguments())
     if trainer.accelerator.is_main_process and "transformer" in (model_config.text_tower, model_config.image_tower):

@@ -67,7 +67,11 @@ class TrainerView(Protocol):
 
     @property
     def noise_rate(self) -> float | None:
-        """The rate the training labels were corrupted with when the run generated the noise, else ``None``."""
+        """The share of training data the run corrupted; ``None`` when unknown.
+
+        Pairs: the configured noise ratio, or the share a noise file re-pairs; ``None`` for the
+        data's own pairs (clean, or real noise of unknown rate). Labels: the generated noise's rate.
+        """
 
     def options_of(self, options_class: "type[OptionsT]") -> "OptionsT":
         """A plugin's options (:mod:`hfncl.options`), checked: ``trainer.options_of(NCROptions).alpha``."""

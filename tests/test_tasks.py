@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
 import torch
 
+from conftest import tiny_config
+from hfncl.data.noise import caption_level_noise, save_noise_index
 from hfncl.engine.tasks import PairTask, distinct_images
+from hfncl.experiment import DataArguments, run_experiment
 from hfncl.models import NCLConfig, NCLModel
 
 
@@ -59,3 +64,34 @@ def test_training_mode_encodes_every_row(monkeypatch):
     network.eval()
     PairTask().encode(network, _batch())
     assert seen == [6, 3]
+
+
+class _Built(Exception):
+    """Stops run_experiment once it has built the trainer's task."""
+
+
+@pytest.mark.parametrize(
+    ("noise", "expected"),
+    [({"noise_ratio": 0.4}, 0.4), ({"noise_file": "FILE"}, "MEASURED"), ({}, None)],
+)
+def test_a_pair_run_tells_plugins_the_noise_it_injected(noise, expected, tiny_data_dir, tmp_path, monkeypatch):
+    seen = []
+
+    def building(config, model_config, train, val, task, callbacks):
+        seen.append(task.noise_rate)
+        raise _Built
+
+    pairing = caption_level_noise(160, 5, 0.3, seed=4)
+    save_noise_index(tmp_path / "noise.npy", pairing)
+    noise = {k: str(tmp_path / "noise.npy") if v == "FILE" else v for k, v in noise.items()}
+    monkeypatch.setattr("hfncl.experiment.Trainer", building)
+    with pytest.raises(_Built):
+        run_experiment(DataArguments(data_dir=str(tiny_data_dir), **noise), tiny_config(tmp_path / "run", ["vsepp"]))
+    measured = float(np.mean(pairing != np.arange(800) // 5))
+    assert seen == [pytest.approx(measured, abs=1e-12) if expected == "MEASURED" else expected]
+    assert 0.25 < measured < 0.3
+
+
+def test_pair_task_refuses_a_noise_rate_outside_zero_to_one():
+    with pytest.raises(ValueError, match="PairTask.noise_rate must be in"):
+        PairTask(1.0)

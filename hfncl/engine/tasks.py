@@ -66,10 +66,21 @@ class Task(Protocol):
 
 
 class PairTask:
-    """Image-caption pairs with noisy correspondence: :class:`NCLModel`, :class:`PairOutputs`, rSum."""
+    """Image-caption pairs with noisy correspondence: :class:`NCLModel`, :class:`PairOutputs`, rSum.
+
+    ``noise_rate`` is the share of training pairs the run corrupted: the configured ratio, or
+    the share a noise file re-pairs. Small-loss selection methods keep ``1 - noise_rate`` of
+    the pairs and read it as ``trainer.noise_rate``. ``None`` when the run injected no noise:
+    the data's own pairs, clean or with real noise of unknown rate (CC152K).
+    """
 
     kind = "pairs"
     best_metric = "rsum"
+
+    def __init__(self, noise_rate: float | None = None) -> None:
+        if noise_rate is not None and not 0.0 <= noise_rate < 1.0:
+            raise ValueError(f"PairTask.noise_rate must be in [0, 1) or None, got {noise_rate}")
+        self.noise_rate = noise_rate
 
     def build_model(self, model_config: NCLConfig) -> NCLModel:
         return NCLModel(model_config)

@@ -602,7 +602,7 @@ class Trainer:
 
     @property
     def noise_rate(self) -> float | None:
-        """The rate the training labels were corrupted with when the run generated the noise, else ``None``."""
+        """The share of training pairs (or labels) the run corrupted, as its task states it; ``None`` when unknown."""
         return getattr(self.task, "noise_rate", None)
 
     def gather(self, tensor: torch.Tensor) -> torch.Tensor:
