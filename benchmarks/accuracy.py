@@ -139,12 +139,17 @@ def jobs(args: argparse.Namespace, data_dir: Path) -> list[Job]:
     return out
 
 
-def train(job: Job, output_dir: Path, quick: bool, progress: bool, resume: bool) -> dict[str, Any]:
-    """One run; the row of the JSON report (read back from ``row.json`` with ``resume`` when the run finished before)."""
+def train(job: Job, output_dir: Path, quick: bool, progress: bool, resume: bool, report_only: bool = False) -> dict[str, Any] | None:
+    """One run; the row of the JSON report (read back from ``row.json`` with ``resume`` when the run finished before).
+
+    With ``report_only``, a run that has not finished is not trained: ``None``.
+    """
     run_dir = output_dir / job.name
     saved = run_dir / "row.json"
-    if resume and saved.is_file():
+    if (resume or report_only) and saved.is_file():
         return json.loads(saved.read_text())
+    if report_only:
+        return None
     run = job.run
     settings = shortened_settings(run.settings, QUICK_EPOCHS) if quick else run.settings
     config = demo_train_config(DemoRun(run.plugin, run.noise_ratio, settings), run_dir, job.seed, progress)
@@ -271,6 +276,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--oracle-method", default="vsepp",
                         help="The loss the oracle and the half-data control train with (default vsepp: the plain triplet).")
     parser.add_argument("--no-references", action="store_true", help="Leave out the oracle and half-data rows.")
+    parser.add_argument("--report-only", action="store_true",
+                        help="Train nothing: the tables of the runs that finished (their row.json), the others left out.")
     parser.add_argument("--resume", action="store_true",
                         help="Reuse the row.json of runs that finished before (the table then mixes commits: each row records its own).")
     args = parser.parse_args(argv)
@@ -297,7 +304,15 @@ def main(argv: list[str] | None = None) -> int:
             report["benchmarks"][name] = {"skipped": description}
             continue
         started = time.perf_counter()
-        rows = [train(job, output_dir / name, args.quick, args.progress, args.resume) for job in jobs(args, data_dir)]
+        planned = jobs(args, data_dir)
+        rows = [
+            row
+            for job in planned
+            if (row := train(job, output_dir / name, args.quick, args.progress, args.resume, args.report_only))
+        ]
+        if not rows:
+            print(f"{name}: no finished run to report")
+            continue
         minutes = sum(row["seconds"] for row in rows) / 60
         header = (
             f"Accuracy on the {description}; test metrics, mean ± std over seeds {args.seeds}; share of oracle: "
@@ -306,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
             f"of network A, last epoch; {minutes:.1f} min of training in all "
             f"({(time.perf_counter() - started) / 60:.1f} in this call); {report['machine']}"
         )
+        if len(rows) < len(planned):
+            header += f"; {len(planned) - len(rows)} of the {len(planned)} planned runs not finished yet (not shown)"
         if args.settings is not None:
             header += f"; settings {json.dumps(args.settings)}"
         write_report(output_dir / f"accuracy_{name}.md", markdown(rows, header))
