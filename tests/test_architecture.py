@@ -20,3 +20,12 @@ def test_import_contracts_are_kept():
         [sys.executable, "-c", command], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, f"import-linter found broken contracts:\n{result.stdout}\n{result.stderr}"
+
+
+def test_every_package_of_hfncl_is_installed():
+    """setuptools installs the packages pyproject.toml lists: a new subpackage left out would be missing from the wheel."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(path.parent.relative_to(ROOT).parts) for path in (ROOT / "hfncl").rglob("__init__.py")}
+    assert found - listed == set(), "add them to [tool.setuptools] packages"
