@@ -21,8 +21,9 @@ from importlib.metadata import EntryPoint
 from pathlib import Path
 from typing import Any
 
+from hfncl import plugins
 from hfncl.integrity import atomic_write_text
-from hfncl.plugins import PluginInfo, describe_installed, installed_entry_points
+from hfncl.plugins import PluginInfo
 
 CONTRACT_MODULES = ("hfncl.plugins", "hfncl.hookspecs", "hfncl.options")
 
@@ -63,13 +64,13 @@ def listed_plugins(refresh: bool = False, cache_root: str | Path | None = None) 
     """:func:`hfncl.plugins.describe_installed`, read from the cache when nothing it depends on changed."""
     default_root = os.environ.get("HFNCL_CACHE", Path.home() / ".cache" / "hfncl")
     root = Path(cache_root) if cache_root is not None else Path(default_root)
-    path = root / "plugins" / f"{listing_key(installed_entry_points())}.json"
+    path = root / "plugins" / f"{listing_key(plugins.installed_entry_points())}.json"
     if not refresh and path.is_file():
         try:
             return [PluginInfo(**dict(record, hooks=tuple(record["hooks"]))) for record in json.loads(path.read_text())]
         except (ValueError, TypeError, KeyError):  # a damaged cache file is rebuilt
             pass
-    infos = describe_installed()
+    infos = plugins.describe_installed()
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps([plugin_record(info) for info in infos], default=str))
     return infos
