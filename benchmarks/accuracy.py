@@ -55,11 +55,12 @@ from oracle import half_data_split, oracle_split, training_vocabulary
 
 from hfncl.data.proxy import ProxyConfig, build_caption_proxy, default_encoder_dir
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
-from hfncl.demo import DEMO_MODEL, DemoRun, _division_of_network_a, demo_train_config, shortened_settings
+from hfncl.demo import DEMO_MODEL, DEMO_SIZES, DemoRun, _division_of_network_a, demo_train_config, shortened_settings
 from hfncl.experiment import DataArguments, ModelArguments, run_experiment
 from hfncl.integrity import atomic_write_text
+from hfncl.plots import save_png
 
-GENERATED = SyntheticConfig(num_train=800, num_dev=200, num_test=500)
+GENERATED = DEMO_SIZES["small"]
 QUICK_GENERATED = SyntheticConfig(num_train=80, num_dev=20, num_test=40, num_concepts=16, feature_dim=16)
 PROXY = ProxyConfig()
 QUICK_PROXY = ProxyConfig(num_test=50, num_dev=30, max_images=200)
@@ -240,11 +241,7 @@ def plot_curves(rows: list[dict[str, Any]], path: Path) -> Path | None:
             axis.set_xlabel("epoch")
             if axis.lines:
                 axis.legend(fontsize=7)
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return save_png(figure, path)
 
 
 def _mean_curve(records: list[list[dict[str, Any]]], key: str) -> tuple[list[int], list[float]]:

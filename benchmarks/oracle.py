@@ -38,28 +38,32 @@ def _train_split(data_dir: Path) -> tuple[np.ndarray, list[str], int]:
 def clean_caption_mask(data_dir: str | Path, ratio: float, seed: int) -> np.ndarray:
     """``(n_captions,)`` bool: the training captions that the NCR-protocol noise at ``ratio`` and ``seed`` leaves on their image."""
     images, captions, per_image = _train_split(Path(data_dir))
-    pairing = caption_level_noise(len(images), per_image, ratio, seed)
-    return pairing == np.arange(len(captions)) // per_image
+    return _clean_captions(len(images), per_image, ratio, seed)
 
 
-def _write_split(data_dir: Path, name: str, rows: np.ndarray, captions: list[str]) -> str:
-    images = np.load(data_dir / "train_ims.npy", mmap_mode="r", allow_pickle=False)
+def _clean_captions(num_images: int, per_image: int, ratio: float, seed: int) -> np.ndarray:
+    pairing = caption_level_noise(num_images, per_image, ratio, seed)
+    return pairing == np.arange(num_images * per_image) // per_image
+
+
+def _write_split(data_dir: Path, name: str, images: np.ndarray, rows: np.ndarray, captions: list[str]) -> str:
+    """Write split ``name`` (``images[rows]`` and ``captions``) once; its ``_ims.npy`` appears last, when complete."""
     target = data_dir / f"{name}_ims.npy"
     if not target.exists():
+        (data_dir / f"{name}_caps.txt").write_text("\n".join(captions) + "\n", encoding="utf-8")
         partial = data_dir / f"{name}.partial.npy"
         np.save(partial, np.asarray(images[rows]))
         partial.replace(target)
-        (data_dir / f"{name}_caps.txt").write_text("\n".join(captions) + "\n", encoding="utf-8")
     return name
 
 
 def oracle_split(data_dir: str | Path, ratio: float, seed: int) -> str:
     """Write (once) the split of exactly the clean training pairs at ``ratio`` and ``seed``; returns its name."""
     data_dir = Path(data_dir)
-    _, captions, per_image = _train_split(data_dir)
-    kept = np.flatnonzero(clean_caption_mask(data_dir, ratio, seed))
+    images, captions, per_image = _train_split(data_dir)
+    kept = np.flatnonzero(_clean_captions(len(images), per_image, ratio, seed))
     name = f"train_oracle_{round(ratio * 100)}_seed{seed}"
-    return _write_split(data_dir, name, kept // per_image, [captions[c] for c in kept])
+    return _write_split(data_dir, name, images, kept // per_image, [captions[c] for c in kept])
 
 
 def half_data_split(data_dir: str | Path, ratio: float) -> str:
@@ -67,7 +71,7 @@ def half_data_split(data_dir: str | Path, ratio: float) -> str:
     data_dir = Path(data_dir)
     images, captions, per_image = _train_split(data_dir)
     count = round((1.0 - ratio) * len(images))
-    return _write_split(data_dir, f"train_images_{count}", np.arange(count), captions[: count * per_image])
+    return _write_split(data_dir, f"train_images_{count}", images, np.arange(count), captions[: count * per_image])
 
 
 def training_vocabulary(data_dir: str | Path) -> Path:

@@ -2,16 +2,30 @@
 
 The model's own configuration is :class:`hfncl.models.NCLConfig` (a transformers
 ``PretrainedConfig``); this dataclass holds everything else and is parsed from the
-command line by recipes with ``transformers.HfArgumentParser``.
+command line by recipes with ``transformers.HfArgumentParser``. Beside it, what every layer
+reads the same way: the cache root (:func:`default_cache_root`) and an error on one line
+(:func:`one_line`), as configuration errors are reported.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+
+def default_cache_root() -> Path:
+    """Where hfncl caches converted data and listings: ``$HFNCL_CACHE`` or ``~/.cache/hfncl``."""
+    return Path(os.environ.get("HFNCL_CACHE", Path.home() / ".cache" / "hfncl"))
+
+
+def one_line(error: BaseException) -> str:
+    """An error's message on one line (a multi-line message's lines joined by ``; ``)."""
+    return "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
+
 
 OPTIMIZERS = ("adam", "adamw")
 LATEST = "latest"

@@ -24,7 +24,7 @@ import datasets
 import transformers
 
 from hfncl.category_experiment import CategoryModelArguments, LabelDataArguments, run_category_experiment
-from hfncl.config import TrainConfig
+from hfncl.config import TrainConfig, one_line
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.data.synthetic_labels import LabelledSyntheticConfig, generate_labelled
 from hfncl.experiment import DataArguments, ModelArguments, run_experiment
@@ -117,7 +117,7 @@ def run_demo(
         except Exception as error:
             if not keep_going:
                 raise
-            result = {"noise_ratio": run.noise_ratio, "error": _one_line(error)}
+            result = {"noise_ratio": run.noise_ratio, "error": f"{type(error).__name__}: {one_line(error)}"}
             run_dir.mkdir(parents=True, exist_ok=True)
             (run_dir / "error.txt").write_text(traceback.format_exc())
             print(f"{run.plugin} failed: {result['error']} (traceback in {run_dir / 'error.txt'})", file=sys.stderr)
@@ -140,12 +140,6 @@ def _train_demo_run(
     return run_experiment(
         DataArguments(data_dir=str(data_dir), noise_ratio=run.noise_ratio, noise_seed=seed), config, DEMO_MODEL
     )
-
-
-def _one_line(error: Exception) -> str:
-    """``Type: first line of the message``."""
-    lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 
 def shortened_settings(settings: dict[str, Any], epochs: int) -> dict[str, Any]:

@@ -386,8 +386,9 @@ def _train_and_test(
     data = prepare_data(data_args, config.output_dir, tokenizer=tokenizer, image_processor=pixels)
     image_dim = {} if data["image_dim"] is None else {"image_dim": data["image_dim"]}
     model_config = NCLConfig(**image_dim, vocab_size=len(data["vocab"]), **fields)
+    noise_ratio = effective_noise_ratio(data_args, data["train"])
     injected = data_args.noise_file or data_args.noise_ratio  # else the data's own pairs: noise unknown
-    task = PairTask(effective_noise_ratio(data_args, data["train"]) if injected else None)
+    task = PairTask(noise_ratio if injected else None)
     trainer = Trainer(config, model_config, data["train"], data["val"], task=task, callbacks=training_figures())
     if trainer.accelerator.is_main_process:
         save_run_config(Path(config.output_dir, RUN_CONFIG_FILE), data_args, config, model_args or ModelArguments())
@@ -412,7 +413,7 @@ def _train_and_test(
     divisions = [h for h in summary["history"] if any(k.startswith("division") for k in h)]
     result = {
         "plugins": config.plugins,
-        "noise_ratio": effective_noise_ratio(data_args, data["train"]),
+        "noise_ratio": noise_ratio,
         "noise_file": data_args.noise_file,
         "true_noise_ratio": float(1.0 - data["train"].clean_mask.mean()),
         "num_processes": trainer.accelerator.num_processes,

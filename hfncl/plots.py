@@ -56,7 +56,7 @@ def plot_division(
     handles = counts.get_legend_handles_labels()[0] + curve.get_legend_handles_labels()[0]
     counts.legend(handles, [h.get_label() for h in handles], loc="upper center", fontsize=8)
     counts.set_title(title, fontsize=10)
-    return _save(figure, path)
+    return save_png(figure, path)
 
 
 def mixture_counts(
@@ -107,10 +107,10 @@ def plot_training_curves(history: list[dict], path: str | Path, metric: str = "r
         axis.set_xlabel("epoch")
         if len(lines) > 1:
             axis.legend(fontsize=7)
-    return _save(figure, path)
+    return save_png(figure, path)
 
 
-def _save(figure, path: str | Path) -> Path:
+def save_png(figure, path: str | Path) -> Path:
     """Lay out ``figure``, write it as a PNG at ``path`` (parents created), close it; return the path."""
     import matplotlib.pyplot as plt
 

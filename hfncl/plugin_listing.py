@@ -2,7 +2,7 @@
 
 Listing a plugin's hooks and option defaults means importing it, and plugins import
 torch, scikit-learn and the models (about 10 s of CPU). The listing is kept in
-``$HFNCL_CACHE/plugins/<key>.json`` (the cache root of converted data, ``~/.cache/hfncl``), where the
+``$HFNCL_CACHE/plugins/<key>.json`` (:func:`hfncl.config.default_cache_root`), where the
 key hashes everything the listing is read from: each entry point (name, target, package and
 version), the file and modification time of each plugin module (found without importing
 it; only its parent packages load), and hfncl's own version and contract modules. Installing,
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hfncl import plugins
+from hfncl.config import default_cache_root
 from hfncl.integrity import atomic_write_text
 from hfncl.plugins import PluginInfo
 
@@ -62,8 +63,7 @@ def plugin_record(info: PluginInfo) -> dict[str, Any]:
 
 def listed_plugins(refresh: bool = False, cache_root: str | Path | None = None) -> list[PluginInfo]:
     """:func:`hfncl.plugins.describe_installed`, read from the cache when nothing it depends on changed."""
-    default_root = os.environ.get("HFNCL_CACHE", Path.home() / ".cache" / "hfncl")
-    root = Path(cache_root) if cache_root is not None else Path(default_root)
+    root = Path(cache_root) if cache_root is not None else default_cache_root()
     path = root / "plugins" / f"{listing_key(plugins.installed_entry_points())}.json"
     if not refresh and path.is_file():
         try:

@@ -308,8 +308,7 @@ def check_division_fields(manager: pluggy.PluginManager, names: list[str], confi
         PluginError: naming the reading plugin, the providing one and the missing fields.
     """
     fields: dict[str, Any] = {
-        impl.plugin_name: impl.function(*[{"config": config}[arg] for arg in impl.argnames]) or {}
-        for impl in manager.hook.division_fields.get_hookimpls()
+        name: answer or {} for name, answer in hook_answers(manager, "division_fields", config=config).items()
     }
 
     def first(hook: str) -> str | None:
@@ -335,21 +334,26 @@ def check_division_fields(manager: pluggy.PluginManager, names: list[str], confi
         check(impl.plugin_name, "loss", "needs_targets", rectifier, "rectify", "targets")
 
 
+def hook_answers(manager: pluggy.PluginManager, hook: str, **kwargs: Any) -> dict[str, Any]:
+    """Every registered plugin's own answer to ``hook`` called with ``kwargs``, by plugin name
+    (also for a first-result hook, whose call would stop at the first answer)."""
+    return {
+        impl.plugin_name: impl.function(*[kwargs[arg] for arg in impl.argnames])
+        for impl in getattr(manager.hook, hook).get_hookimpls()
+    }
+
+
 def check_agreement(manager: pluggy.PluginManager, names: list[str], hook: str, **kwargs: Any) -> None:
     """Refuse plugins that answer the first-result ``hook`` differently (``num_networks``, ``training_passes``).
 
     A first-result hook keeps the first named plugin's answer; a plugin that answered otherwise
-    would run on a structure it does not expect (TcVSE's joint branch update on NCR's
-    networks-in-turn passes) and fail, or train wrongly, hours later.
+    would run on a structure it does not expect (a joint update of every network on passes that
+    train the networks in turn) and fail, or train wrongly, hours later.
 
     Raises:
         PluginError: naming the plugins and their answers.
     """
-    answers = {}
-    for impl in getattr(manager.hook, hook).get_hookimpls():
-        answer = impl.function(*[kwargs[arg] for arg in impl.argnames])
-        if answer is not None:
-            answers[impl.plugin_name] = answer
+    answers = {name: answer for name, answer in hook_answers(manager, hook, **kwargs).items() if answer is not None}
     if len({repr(answer) for answer in answers.values()}) > 1:
         said = ", ".join(f"{name} {answers[name]!r}" for name in names if name in answers)
         raise PluginError(f"Plugins {' + '.join(names)} do not fit: they answer {hook} differently ({said})")

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 from transformers import HfArgumentParser
 
-from hfncl.config import TrainConfig
+from hfncl.config import TrainConfig, one_line
 from hfncl.data import DataFormatError
 from hfncl.experiment import DataArguments, ModelArguments, model_fields, run_experiment
 from hfncl.models import NCLConfig
@@ -143,11 +143,6 @@ def config_file_values(parser: argparse.ArgumentParser, path: str | Path) -> dic
     if unknown:
         raise ValueError(f"--config {path}: unknown field(s) {unknown}; the fields are the flags of --help")
     return {destinations[str(key).replace("-", "_")]: value for key, value in content.items()}
-
-
-def one_line(error: Exception) -> str:
-    """An error's message on one line (a multi-line message's lines joined by ``; ``)."""
-    return "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
 
 
 def run_label_recipe(

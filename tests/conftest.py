@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -77,3 +80,20 @@ def noisy_trainer(data_dir: Path, config: TrainConfig, callbacks: list[TrainerCa
 
 class Interrupted(Exception):
     """Raised by a test to kill training at a chosen step."""
+
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def benchmark_module(name: str) -> ModuleType:
+    """``benchmarks/NAME.py``, loaded from its file with ``benchmarks/`` importable while it loads
+    (the scripts import each other by their own directory)."""
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return module

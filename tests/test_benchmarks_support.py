@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +10,7 @@ import torch
 from scipy.stats import norm
 from transformers import BertConfig, BertModel, BertTokenizer
 
+from conftest import benchmark_module
 from hfncl.data import DataFormatError, load_precomp_split
 from hfncl.data.proxy import ProxyConfig, build_caption_proxy, read_image_captions, split_images
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
@@ -262,18 +260,8 @@ def test_ncr_division_carries_the_gmm_it_fitted():
         torch.testing.assert_close(divisions[net].extras["statistic"], losses[peer])
 
 
-def _benchmark_module(name: str):
-    """``benchmarks/NAME.py``, loaded from its file (the scripts import each other by their own directory)."""
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_given_settings_replace_the_demo_settings_and_train_a_method_without_any():
-    common = _benchmark_module("common")
+    common = benchmark_module("common")
     settings = {"epochs": 3, "warmup_epochs": 1, "options": {"ugncl.xi1": 0.0}}
     (run,) = common.method_runs(["ugncl"], 0.7, settings)
     assert (run.plugin, run.noise_ratio, run.settings) == ("ugncl", 0.7, settings)
@@ -284,7 +272,7 @@ def test_given_settings_replace_the_demo_settings_and_train_a_method_without_any
 
 
 def test_peer_speed_refuses_a_folder_without_the_official_code_and_builds_its_data(tmp_path, capsys):
-    peer_speed = _benchmark_module("peer_speed")
+    peer_speed = benchmark_module("peer_speed")
     with pytest.raises(SystemExit):
         peer_speed.parse_args(["--peer-dir", str(tmp_path)])
     assert "no model.py there" in capsys.readouterr().err
@@ -300,7 +288,7 @@ def test_peer_speed_refuses_a_folder_without_the_official_code_and_builds_its_da
 
 
 def test_oracle_split_holds_exactly_the_clean_pairs_of_the_noise_index_training_uses(tmp_path):
-    oracle = _benchmark_module("oracle")
+    oracle = benchmark_module("oracle")
     small = SyntheticConfig(num_train=20, num_dev=4, num_test=4, num_concepts=6, num_regions=6, feature_dim=4)
     data_dir = generate_precomp(tmp_path / "data", small)
     data = prepare_data(DataArguments(data_dir=str(data_dir), noise_ratio=0.5, noise_seed=3), tmp_path / "run")
@@ -322,9 +310,8 @@ def test_oracle_split_holds_exactly_the_clean_pairs_of_the_noise_index_training_
     assert Vocabulary.from_json(oracle.training_vocabulary(data_dir)) == data["vocab"]
 
 
-def test_share_of_oracle_pairs_each_run_with_the_oracle_of_its_ratio_and_seed(monkeypatch):
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    accuracy = _benchmark_module("accuracy")
+def test_share_of_oracle_pairs_each_run_with_the_oracle_of_its_ratio_and_seed():
+    accuracy = benchmark_module("accuracy")
 
     def row(method, ratio, seed, rsum):
         return {"method": method, "noise_ratio": ratio, "seed": seed, "test": {"rsum": rsum}}

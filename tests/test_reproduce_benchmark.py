@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+from conftest import BENCHMARKS, benchmark_module
 
 
 @pytest.fixture()
-def reproduce(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    spec = importlib.util.spec_from_file_location("benchmark_reproduce", BENCHMARKS / "reproduce.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def reproduce():
+    return benchmark_module("reproduce")
 
 
 def test_every_recipe_line_of_the_doc_gives_its_numbers(reproduce):

@@ -21,7 +21,6 @@ import csv
 import hashlib
 import io
 import json
-import os
 import pickle
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 from datasets.exceptions import DatasetGenerationError
 
+from hfncl.config import default_cache_root
 from hfncl.data.captions import CaptionStore
 from hfncl.data.splits import SplitSizes
 
@@ -96,11 +96,6 @@ class PrecompSplit(SplitSizes):
         rows = self._region_column.take(pa.array(index)).combine_chunks().storage
         values = rows.flatten().flatten().to_numpy(zero_copy_only=False)
         return values.reshape(index.size, *self.region_shape).astype(np.float32)
-
-
-def default_cache_root() -> Path:
-    """Where hfncl caches converted data: ``$HFNCL_CACHE`` or ``~/.cache/hfncl``."""
-    return Path(os.environ.get("HFNCL_CACHE", Path.home() / ".cache" / "hfncl"))
 
 
 def load_precomp_split(

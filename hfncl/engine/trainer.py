@@ -30,7 +30,7 @@ from accelerate import Accelerator
 from accelerate.utils import set_seed
 from safetensors.torch import load_file, save_file
 
-from hfncl.config import LATEST, TrainConfig
+from hfncl.config import LATEST, TrainConfig, one_line
 from hfncl.engine.callbacks import EpochLine, TrainerCallback, library_progress_bars, progress_bar
 from hfncl.engine.distributed import gather, world
 from hfncl.engine.ledger import Ledger
@@ -467,7 +467,7 @@ class Trainer:
         try:  # accelerate unpickles its state files with torch's weights-only unpickler: code in them never runs
             self.accelerator.load_state(str(source))
         except (pickle.UnpicklingError, RuntimeError) as error:
-            message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            message = one_line(error) or type(error).__name__
             raise IntegrityError(f"{source}: accelerate's state files cannot be loaded safely ({message})") from error
         saved = json.loads((source / "trainer_state.json").read_text())
         if "best_rsum" in saved:  # checkpoints written before the best metric was the task's
