@@ -55,8 +55,9 @@ from oracle import half_data_split, oracle_split, training_vocabulary
 
 from hfncl.data.proxy import ProxyConfig, build_caption_proxy, default_encoder_dir
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
-from hfncl.demo import DEMO_MODEL, DEMO_SIZES, DemoRun, _division_of_network_a, demo_train_config, shortened_settings
+from hfncl.demo import DEMO_SIZES, DemoRun, _division_of_network_a, demo_train_config, shortened_settings
 from hfncl.experiment import DataArguments, ModelArguments, run_experiment
+from hfncl.tasks.pairs import DEMO_MODEL
 from hfncl.integrity import atomic_write_text
 from hfncl.plots import save_png
 

@@ -28,11 +28,11 @@ import torch
 
 from common import machine, quiet, write_report
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
-from hfncl.demo import DEMO_MODEL
 from hfncl.engine.encoding import evaluate_retrieval
 from hfncl.engine.trainer import Trainer
 from hfncl.config import TrainConfig
-from hfncl.experiment import DataArguments, ModelArguments, model_fields, prepare_data
+from hfncl.experiment import DataArguments, ModelArguments
+from hfncl.tasks.pairs import DEMO_MODEL, model_fields, prepare_data
 from hfncl.models import NCLConfig
 from hfncl.profiling import HookTimer
 
@@ -58,23 +58,23 @@ def worker(args: argparse.Namespace) -> None:
     )
     data = prepare_data(DataArguments(data_dir=args.data_dir, noise_ratio=0.5), output_dir)
     model_config = NCLConfig(
-        image_dim=data["image_dim"],
-        vocab_size=len(data["vocab"]),
+        image_dim=data.image_dim,
+        vocab_size=len(data.vocab),
         **model_fields(config.plugins, QUICK_MODEL if args.quick else DEMO_MODEL),
     )
     timer = HookTimer(["epoch_start", "epoch_end"])
-    trainer = Trainer(config, model_config, data["train"], data["val"], callbacks=[timer])
+    trainer = Trainer(config, model_config, data.train, data.val, callbacks=[timer])
     summary = trainer.train()
-    test = evaluate_retrieval(trainer.model, data["test"], batch_size=config.eval_batch_size, hook=trainer.hook)
+    test = evaluate_retrieval(trainer.model, data.test, batch_size=config.eval_batch_size, hook=trainer.hook)
     if trainer.accelerator.is_main_process:
         epochs = timer.between("epoch_start", "epoch_end")
         divisions = {f"net{k}": d.clean_prob for k, d in enumerate(trainer.divisions) if d is not None}
         torch.save(divisions, output_dir / "divisions.pt")
         result = {
             "processes": trainer.world_size,
-            "pairs": len(data["train"]),
+            "pairs": len(data.train),
             "epoch_s": epochs,
-            "pairs_per_s": len(data["train"]) * len(epochs) / sum(epochs),
+            "pairs_per_s": len(data.train) * len(epochs) / sum(epochs),
             "history": summary["history"],
             "test": test,
         }

@@ -21,10 +21,11 @@ from pathlib import Path
 
 from common import quiet
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
-from hfncl.demo import DEMO_MODEL, DemoRun, demo_runs, demo_train_config, shortened_settings
+from hfncl.demo import DemoRun, demo_runs, demo_train_config, shortened_settings
 from hfncl.engine.trainer import Trainer
 from hfncl.evaluation import division_quality
-from hfncl.experiment import DataArguments, ModelArguments, model_fields, prepare_data
+from hfncl.experiment import DataArguments, ModelArguments
+from hfncl.tasks.pairs import DEMO_MODEL, model_fields, prepare_data
 from hfncl.models import NCLConfig
 from hfncl.plots import plot_division
 
@@ -57,18 +58,18 @@ def main(argv: list[str] | None = None) -> int:
         DataArguments(data_dir=str(data_dir), noise_ratio=args.noise_ratio, noise_seed=args.seed), config.output_dir
     )
     model_config = NCLConfig(
-        image_dim=data["image_dim"],
-        vocab_size=len(data["vocab"]),
+        image_dim=data.image_dim,
+        vocab_size=len(data.vocab),
         **model_fields(config.plugins, QUICK_MODEL if args.quick else DEMO_MODEL),
     )
-    trainer = Trainer(config, model_config, data["train"], None)
+    trainer = Trainer(config, model_config, data.train, None)
     trainer.train()
     answer = trainer.hook.divide(trainer=trainer, epoch=warmup)
     if answer is None:
         print(f"{args.method} makes no division; nothing to draw", file=sys.stderr)
         return 2
     divisions = answer if isinstance(answer, list) else [answer]
-    true_clean = data["train"].clean_mask
+    true_clean = data.train.clean_mask
     for net, division in enumerate(divisions):
         if "statistic" not in division.extras:
             print(f"{args.method}'s division carries no extras['statistic']; nothing to draw", file=sys.stderr)

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from common import machine, quiet, write_report
 
-from hfncl.category_experiment import CategoryModelArguments, LabelDataArguments, run_category_experiment
+from hfncl.experiment import run_experiment
+from hfncl.tasks.labels import CategoryModelArguments, LabelDataArguments
 from hfncl.config import TrainConfig
 from hfncl_plugins.dmcm import paper_training
 
@@ -48,7 +49,7 @@ def train(method: str, noise_ratio: float, epochs: int, hidden_dim: int, data_di
     )
     data = LabelDataArguments(image_features=image, text_features=text, labels=labels, noise_ratio=noise_ratio)
     start = time.perf_counter()
-    result = run_category_experiment(data, config, CategoryModelArguments(hidden_dim=hidden_dim))
+    result = run_experiment(data, config, CategoryModelArguments(hidden_dim=hidden_dim))
     return {"test": result["test"], "auc": result["division"].get("division/auc"), "time": time.perf_counter() - start}
 
 

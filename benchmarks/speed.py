@@ -48,10 +48,11 @@ from torch.utils.data import Subset
 
 from common import machine, method_runs, quiet, write_report
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
-from hfncl.demo import DEMO_MODEL, DemoRun, demo_train_config, shortened_settings
+from hfncl.demo import DemoRun, demo_train_config, shortened_settings
 from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
 from hfncl.engine.trainer import Trainer
-from hfncl.experiment import DataArguments, ModelArguments, model_fields, prepare_data
+from hfncl.experiment import DataArguments, ModelArguments
+from hfncl.tasks.pairs import DEMO_MODEL, model_fields, prepare_data
 from hfncl.models import NCLConfig
 from hfncl.profiling import HookTimer
 
@@ -124,11 +125,11 @@ def measure(
     data = prepare_data(DataArguments(data_dir=str(data_dir), noise_ratio=run.noise_ratio), config.output_dir)
     model_args = SHAPES[shape][1]
     model_config = NCLConfig(
-        image_dim=data["image_dim"], vocab_size=len(data["vocab"]), **model_fields(config.plugins, model_args)
+        image_dim=data.image_dim, vocab_size=len(data.vocab), **model_fields(config.plugins, model_args)
     )
     accelerator = Accelerator(cpu=device == "cpu")
     timer = HookTimer(["epoch_start", "divide", "epoch_end", "train_step"])
-    trainer = Trainer(config, model_config, data["train"], None, accelerator=accelerator, callbacks=[timer])
+    trainer = Trainer(config, model_config, data.train, None, accelerator=accelerator, callbacks=[timer])
     trainer.train()
     epoch = timer.between("epoch_start", "epoch_end")[-1]
     epoch_start = timer.calls["epoch_start"][-1][0]
@@ -137,14 +138,14 @@ def measure(
     row = {
         "device": device,
         "method": run_label(run.plugin, options),
-        "pairs": len(data["train"]),
+        "pairs": len(data.train),
         "networks": trainer.num_networks,
         "passes": len(trainer.passes),
         "steps": steps,
         "epoch_s": epoch,
         "division_s": division,
         "division_share": division / epoch,
-        "pairs_per_s": len(data["train"]) / epoch,
+        "pairs_per_s": len(data.train) / epoch,
     }
     for size in eval_sizes:
         if accelerator.device.type == "cuda":
@@ -152,7 +153,7 @@ def measure(
         started = time.perf_counter()
         evaluate_retrieval(
             trainer.model,
-            first_images(data["test"], size),
+            first_images(data.test, size),
             batch_size=config.eval_batch_size,
             device=accelerator.device,
             hook=trainer.hook,

@@ -33,10 +33,11 @@ import transformers
 
 from hfncl.data import collate_captions, collate_images
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
-from hfncl.demo import DEMO_MODEL, DemoRun, demo_runs, demo_train_config
+from hfncl.demo import DemoRun, demo_runs, demo_train_config
 from hfncl.engine.encoding import RetrievalSplit
 from hfncl.evaluation.retrieval import retrieval_metrics_from_matrix
-from hfncl.experiment import DataArguments, prepare_data, run_experiment
+from hfncl.experiment import DataArguments, run_experiment
+from hfncl.tasks.pairs import DEMO_MODEL, prepare_data
 from hfncl.models import NCLModel
 from hfncl.plugins import build_plugin_manager
 from hfncl_plugins.tcvse import BRANCHES, DIRECTIONS, perturb_words
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     config = demo_train_config(DemoRun("tcvse", 0.0, settings), output_dir / "run", args.seed, args.progress)
     run_experiment(data, config, DEMO_MODEL)
     model = NCLModel.from_pretrained(str(output_dir / "run" / "best"))
-    rows = measure(model, prepare_data(data, output_dir / "run")["test"], args.rates, args.seed, args.batch_size)
+    rows = measure(model, prepare_data(data, output_dir / "run").test, args.rates, args.seed, args.batch_size)
     table = markdown_table(rows, args.branch)
     print(table)
     (output_dir / "uncertainty.md").write_text(table + "\n")

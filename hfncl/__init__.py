@@ -1,7 +1,8 @@
 """hfncl: learning cross-modal retrieval from noisy correspondence, with methods as plugins.
 
-Importing hfncl registers its model with the transformers Auto classes, so
-``AutoModel.from_pretrained`` loads an hfncl checkpoint without ``trust_remote_code``;
+Importing hfncl registers its models with the transformers Auto classes, so
+``AutoModel.from_pretrained`` loads an hfncl checkpoint without ``trust_remote_code``, and
+the texts of their model cards (:mod:`hfncl.tasks`);
 ``evaluate.load(hfncl.metrics_path("retrieval"))`` loads its retrieval metrics (and ``"map"``).
 The names below are imported on first use. The ``hfncl`` command skips the registration
 (its commands import what they use), so that ``hfncl --help`` does not wait for torch.
@@ -35,4 +36,4 @@ def __getattr__(name: str) -> Any:
 
 
 if Path((getattr(sys, "argv", None) or [""])[0]).name != "hfncl":
-    import_module("hfncl.models")  # registers the model types with AutoConfig / AutoModel
+    import_module("hfncl.tasks")  # registers the model types with AutoConfig / AutoModel, and their cards' texts

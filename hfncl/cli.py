@@ -155,11 +155,12 @@ def demo_command(args: argparse.Namespace) -> int:
 
 
 def _register_model_types() -> None:
-    """Register hfncl's model types with the transformers Auto classes, which read a checkpoint's config.
+    """Register hfncl's model types with the transformers Auto classes, which read a checkpoint's config, and
+    the texts of their cards (the tasks of :mod:`hfncl.tasks` register both).
 
     Importing :mod:`hfncl` does it, except in this command, whose subcommands import what they use.
     """
-    import_module("hfncl.models")
+    import_module("hfncl.tasks")
 
 
 def _card_arguments(parser: argparse.ArgumentParser) -> None:
@@ -302,13 +303,13 @@ def evaluate_command(args: argparse.Namespace) -> int:
 def _evaluation_split(data_dir: str, split: str, checkpoint: str, config: Any) -> Any:
     """The split a checkpoint reads: raw images of an imagefolder through the checkpoint's own
     image processor for a pixel image tower, precomputed regions of its feature size otherwise
-    (:func:`hfncl.experiment.data_format` checks that the data fit the tower)."""
+    (:func:`hfncl.tasks.pairs.data_format` checks that the data fit the tower)."""
     from pathlib import Path
 
     from hfncl.data import load_precomp_split
     from hfncl.data.pixels import load_pixel_splits
-    from hfncl.experiment import data_format
     from hfncl.hub.checkpoint import load_image_processor
+    from hfncl.tasks.pairs import data_format
 
     processor = load_image_processor(checkpoint, config)
     tower_name = None if processor is None else config.image_tower_name or checkpoint

@@ -3,10 +3,12 @@
 Generates the seeded benchmark (:mod:`hfncl.data.synthetic`), corrupts the training
 pairs by caption-level shuffling (the NCR protocol), trains every installed plugin that
 declares ``demo_settings`` with the same seed, and prints R@1/5/10, rSum and how well
-each method found the noisy pairs. Plugins that train on category-labelled data
-(``data_kind`` "labels") run on a generated label-noise benchmark instead
-(:mod:`hfncl.data.synthetic_labels`: 10 classes, 400 training samples, symmetric noise
-at the same ratio per modality) and get their own table: I2T / T2I mAP and division quality.
+each method found the noisy pairs. Each plugin trains on the kind of data it declares
+(``data_kind``), through that kind's task (:mod:`hfncl.tasks`), which gives the generated
+benchmark, the model and the metric columns: plugins that train on category-labelled data
+(``"labels"``) run on a generated label-noise benchmark (:mod:`hfncl.data.synthetic_labels`:
+10 classes, 400 training samples, symmetric noise at the same ratio per modality) and get
+their own table: I2T / T2I mAP and division quality.
 """
 
 from __future__ import annotations
@@ -23,30 +25,27 @@ from typing import Any
 import datasets
 import transformers
 
-from hfncl.category_experiment import CategoryModelArguments, LabelDataArguments, run_category_experiment
 from hfncl.config import TrainConfig, one_line
-from hfncl.data.synthetic import SyntheticConfig, generate_precomp
-from hfncl.data.synthetic_labels import LabelledSyntheticConfig, generate_labelled
-from hfncl.experiment import DataArguments, ModelArguments, run_experiment
+from hfncl.data.synthetic import SyntheticConfig
+from hfncl.experiment import run_experiment
 from hfncl.plugins import PluginError, build_plugin_manager, installed_entry_points
+from hfncl.tasks import PAIRS, TASKS, ExperimentTask, task_of_plugins
 
-DEMO_MODEL = ModelArguments(embed_dim=256, word_dim=64)
 DEMO_SIZES = {
     "tiny": SyntheticConfig(num_train=200, num_dev=50, num_test=100),
     "small": SyntheticConfig(num_train=800, num_dev=200, num_test=500),
     "full": SyntheticConfig(),
 }
-LABEL_DEMO_MODEL = CategoryModelArguments(embed_dim=64, hidden_dim=256)
 
 
 @dataclass(frozen=True)
 class DemoRun:
-    """One row of the comparison: a plugin at a noise ratio, with the settings it declared."""
+    """One row of the comparison: a plugin at a noise ratio, with the settings it declared, on its task's data."""
 
     plugin: str
     noise_ratio: float
     settings: dict[str, Any] = field(default_factory=dict)
-    data_kind: str = "pairs"
+    task: ExperimentTask = PAIRS
 
     @property
     def label(self) -> str:
@@ -58,19 +57,19 @@ def demo_runs(noise_ratios: tuple[float, ...] = (0.5,), plugins: list[str] | Non
     names = plugins if plugins is not None else sorted(installed_entry_points())
     runs: list[DemoRun] = []
     for name in names:
-        hook = build_plugin_manager([name]).hook
-        settings = hook.demo_settings()
+        settings = build_plugin_manager([name]).hook.demo_settings()
         if settings is None:
             if plugins is not None:
                 raise PluginError(f"Plugin {name!r} declares no demo_settings, so the demo cannot train it alone")
             continue
-        kind = "labels" if "labels" in hook.data_kind() else "pairs"
-        runs.extend(DemoRun(name, ratio, dict(settings), kind) for ratio in noise_ratios)
+        task = task_of_plugins([name])
+        runs.extend(DemoRun(name, ratio, dict(settings), task) for ratio in noise_ratios)
     return tuple(runs)
 
 
 def demo_train_config(run: DemoRun, output_dir: Path, seed: int, progress: bool) -> TrainConfig:
-    """The papers' optimiser (Adam 2e-4, batch 128, x0.1 decay late in training) with the plugin's settings."""
+    """The papers' optimiser (Adam 2e-4, batch 128, x0.1 decay late in training) with the task's demo training
+    values (e.g. the label-noise paper's) and the plugin's settings."""
     epochs = int(run.settings.get("epochs", 10))
     values: dict[str, Any] = dict(
         plugins=[run.plugin],
@@ -83,8 +82,7 @@ def demo_train_config(run: DemoRun, output_dir: Path, seed: int, progress: bool)
         progress=progress,
         overwrite_output_dir=True,  # every demo trains afresh, replacing its previous results
     )
-    if run.data_kind == "labels":  # the label-noise paper's optimiser: Adam 1e-4, batch 100, no decay
-        values.update(batch_size=100, learning_rate=1e-4, lr_decay_epochs=[])
+    values.update(run.task.demo_training)
     values.update(run.settings)
     return TrainConfig(**values)
 
@@ -97,23 +95,26 @@ def run_demo(
     progress: bool = True,
     keep_going: bool = False,
 ) -> list[dict[str, Any]]:
-    """Train every run of ``runs`` on the generated benchmark; return one result per run.
+    """Train every run of ``runs`` on its task's generated benchmark (``data`` for pairs); return one result per run.
 
     With ``keep_going``, a run that raises becomes a result with its one-line ``error``
     (the traceback in ``<run dir>/error.txt``) and the other runs still train.
     """
     output_dir = Path(output_dir)
     runs = runs if runs is not None else demo_runs()
-    data_dir = generate_precomp(output_dir / "data", data) if any(r.data_kind == "pairs" for r in runs) else None
-    labelled_dir = None
-    if any(r.data_kind == "labels" for r in runs):
-        labelled_dir = generate_labelled(output_dir / "labelled_data", LabelledSyntheticConfig(seed=seed))
+    data_paths = {
+        task.kind: task.demo_data(output_dir, data, seed)
+        for task in TASKS.values()
+        if any(run.task.kind == task.kind for run in runs)
+    }
     results = []
     for run in runs:
         run_dir = output_dir / run.label
         started = time.perf_counter()
         try:
-            result = _train_demo_run(run, run_dir, data_dir, labelled_dir, seed, progress)
+            config = demo_train_config(run, run_dir, seed, progress)
+            data_args = run.task.demo_arguments(data_paths[run.task.kind], run.noise_ratio, seed)
+            result = run_experiment(data_args, config, run.task.demo_model)
         except Exception as error:
             if not keep_going:
                 raise
@@ -121,25 +122,9 @@ def run_demo(
             run_dir.mkdir(parents=True, exist_ok=True)
             (run_dir / "error.txt").write_text(traceback.format_exc())
             print(f"{run.plugin} failed: {result['error']} (traceback in {run_dir / 'error.txt'})", file=sys.stderr)
-        result.update(label=run.plugin, seconds=time.perf_counter() - started, data_kind=run.data_kind)
+        result.update(label=run.plugin, seconds=time.perf_counter() - started, data_kind=run.task.kind)
         results.append(result)
     return results
-
-
-def _train_demo_run(
-    run: DemoRun, run_dir: Path, data_dir: Path | None, labelled_dir: Path | None, seed: int, progress: bool
-) -> dict[str, Any]:
-    """One method of the demo on its kind of generated data."""
-    config = demo_train_config(run, run_dir, seed, progress)
-    if run.data_kind == "labels":
-        return run_category_experiment(
-            LabelDataArguments(data_path=str(labelled_dir), noise_ratio=run.noise_ratio, noise_seed=seed),
-            config,
-            LABEL_DEMO_MODEL,
-        )
-    return run_experiment(
-        DataArguments(data_dir=str(data_dir), noise_ratio=run.noise_ratio, noise_seed=seed), config, DEMO_MODEL
-    )
 
 
 def shortened_settings(settings: dict[str, Any], epochs: int) -> dict[str, Any]:
@@ -156,40 +141,20 @@ def _cell(value: float | None, digits: int = 1) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
 
 
-def format_label_table(results: list[dict[str, Any]]) -> str:
-    """A markdown table of the label-noise runs: mAP per direction, their mean, division quality."""
-    header = "| method | noise | I2T mAP | T2I mAP | mean mAP | division AUC | precision | recall | time |"
+def format_table(results: list[dict[str, Any]], task: ExperimentTask = PAIRS) -> str:
+    """A markdown table of runs of ``task``: one row per run, the task's metric columns and division quality."""
+    metrics = " | ".join(header for header, _, _ in task.metric_columns)
+    header = f"| method | noise | {metrics} | division AUC | precision | recall | time |"
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for r in results:
         if "error" in r:
             lines.append(_failed_row(r, header.count("|") - 1))
             continue
         t, d = r["test"], _division_of_network_a(r["division"])
+        cells = " | ".join(_cell(t[key], digits) for _, key, digits in task.metric_columns)
         lines.append(
-            f"| {r['label']} | {r['noise_ratio']:.0%} | {_cell(t['i2t_map'], 3)} | {_cell(t['t2i_map'], 3)} | "
-            f"{_cell(t['mean_map'], 3)} | {_cell(d.get('auc'), 3)} | {_cell(d.get('precision'), 3)} | "
-            f"{_cell(d.get('recall'), 3)} | {r.get('seconds', 0):.0f}s |"
-        )
-    return "\n".join(lines)
-
-
-def format_table(results: list[dict[str, Any]]) -> str:
-    """A markdown table: one row per run, recalls, rSum and division quality."""
-    header = (
-        "| method | noise | i2t R@1 | R@5 | R@10 | t2i R@1 | R@5 | R@10 | rSum "
-        "| division AUC | precision | recall | time |"
-    )
-    lines = [header, "|" + "---|" * (header.count("|") - 1)]
-    for r in results:
-        if "error" in r:
-            lines.append(_failed_row(r, header.count("|") - 1))
-            continue
-        t, d = r["test"], _division_of_network_a(r["division"])
-        lines.append(
-            f"| {r['label']} | {r['noise_ratio']:.0%} | {_cell(t['i2t_r1'])} | {_cell(t['i2t_r5'])} | "
-            f"{_cell(t['i2t_r10'])} | {_cell(t['t2i_r1'])} | {_cell(t['t2i_r5'])} | {_cell(t['t2i_r10'])} | "
-            f"{_cell(t['rsum'])} | {_cell(d.get('auc'), 3)} | {_cell(d.get('precision'), 3)} | "
-            f"{_cell(d.get('recall'), 3)} | {r.get('seconds', 0):.0f}s |"
+            f"| {r['label']} | {r['noise_ratio']:.0%} | {cells} | {_cell(d.get('auc'), 3)} | "
+            f"{_cell(d.get('precision'), 3)} | {_cell(d.get('recall'), 3)} | {r.get('seconds', 0):.0f}s |"
         )
     return "\n".join(lines)
 
@@ -239,8 +204,8 @@ def main(
         runs = tuple(replace(run, settings=shortened_settings(run.settings, epochs)) for run in runs)
     results = run_demo(output_dir, runs, DEMO_SIZES[size], seed=seed, progress=progress, keep_going=True)
     tables = [
-        formatter([r for r in results if r["data_kind"] == kind])
-        for kind, formatter in (("pairs", format_table), ("labels", format_label_table))
+        format_table([r for r in results if r["data_kind"] == kind], task)
+        for kind, task in TASKS.items()
         if any(r["data_kind"] == kind for r in results)
     ]
     table = "\n\n".join(tables)

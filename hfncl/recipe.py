@@ -9,11 +9,10 @@ file and the file to the flags. A run saves its effective configuration as
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +21,9 @@ from transformers import HfArgumentParser
 
 from hfncl.config import TrainConfig, one_line
 from hfncl.data import DataFormatError
-from hfncl.experiment import DataArguments, ModelArguments, model_fields, run_experiment
-from hfncl.models import NCLConfig
+from hfncl.experiment import run_experiment
 from hfncl.plugins import PluginError, build_plugin_manager, resolve_options
+from hfncl.tasks import task_of_arguments, task_of_plugins
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -47,11 +46,17 @@ def run_recipe(
 ) -> int:
     """Parse ``argv`` into data, training and model arguments with the recipe's defaults; train; print results.
 
-    ``defaults`` are DataArguments / TrainConfig / ModelArguments values the recipe
+    The data and model arguments are those of the task of the data the ``plugins`` learn
+    from (:func:`hfncl.tasks.task_of_plugins`): image-caption pairs, or category-labelled
+    features. ``defaults`` are values of those arguments and of TrainConfig that the recipe
     fixes unless the command line overrides them (the paper's settings for that dataset).
     """
+    task = task_of_plugins(plugins)
     parser = HfArgumentParser(
-        (DataArguments, TrainConfig, ModelArguments), description=description, prog=prog, formatter_class=HelpFormatter
+        (task.data_arguments, TrainConfig, task.model_arguments),
+        description=description,
+        prog=prog,
+        formatter_class=HelpFormatter,
     )
     parser.set_defaults(plugins=plugins, **defaults)
     parser.add_argument(
@@ -79,16 +84,15 @@ def run_recipe(
     return 0
 
 
-def effective_settings(data_args: DataArguments, config: TrainConfig, model_args: ModelArguments) -> dict[str, Any]:
-    """What a run with these arguments trains with: data and training fields, the model's fields (the plugins'
-    ``model_defaults`` under explicit arguments) and every plugin option (declared defaults under ``--options``)."""
+def effective_settings(data_args: Any, config: TrainConfig, model_args: Any) -> dict[str, Any]:
+    """What a run with these arguments trains with: data and training fields, the model's fields (for pairs, the
+    plugins' ``model_defaults`` under explicit arguments) and every plugin option (declared defaults under
+    ``--options``)."""
     hook = build_plugin_manager(config.plugins).hook
-    signature = inspect.signature(NCLConfig.__init__).parameters
-    model_defaults = {f.name: signature[f.name].default for f in fields(ModelArguments) if f.name in signature}
     return {
         "data": asdict(data_args),
         "training": config.to_dict(),
-        "model": {**model_defaults, **model_fields(config.plugins, model_args)},
+        "model": task_of_arguments(data_args).model_settings(model_args, config.plugins),
         "options": resolve_options(hook, config.plugins, config.options),
     }
 
@@ -143,30 +147,3 @@ def config_file_values(parser: argparse.ArgumentParser, path: str | Path) -> dic
     if unknown:
         raise ValueError(f"--config {path}: unknown field(s) {unknown}; the fields are the flags of --help")
     return {destinations[str(key).replace("-", "_")]: value for key, value in content.items()}
-
-
-def run_label_recipe(
-    description: str, plugins: list[str], defaults: dict[str, Any], argv: Sequence[str] | None = None
-) -> int:
-    """:func:`run_recipe` for category-labelled features with noisy labels (mAP).
-
-    ``defaults`` are :class:`hfncl.category_experiment.LabelDataArguments` /
-    TrainConfig / :class:`hfncl.category_experiment.CategoryModelArguments` values.
-    """
-    from hfncl.category_experiment import CategoryModelArguments, LabelDataArguments, run_category_experiment
-
-    parser = HfArgumentParser(
-        (LabelDataArguments, TrainConfig, CategoryModelArguments),
-        description=description,
-        formatter_class=HelpFormatter,
-    )
-    parser.set_defaults(plugins=plugins, **defaults)
-    try:
-        data_args, config, model_args = parse_with_config_file(parser, argv)
-        result = run_category_experiment(data_args, config, model_args)
-    except (DataFormatError, PluginError, ValueError, OSError) as error:
-        print(f"error: {one_line(error)}", file=sys.stderr)
-        return 2
-    print(json.dumps({"test": result["test"], "division": result["division"]}, indent=1))
-    return 0
-

@@ -14,12 +14,12 @@ known to the division.
 
 import sys
 
-from hfncl.recipe import run_label_recipe
+from hfncl.recipe import run_recipe
 from hfncl_plugins.dmcm import paper_training
 
 if __name__ == "__main__":
     sys.exit(
-        run_label_recipe(
+        run_recipe(
             __doc__,
             plugins=["dmcm"],
             defaults={**paper_training("pascal_sentence"), "output_dir": "runs/dmcm_pascal"},

@@ -13,12 +13,12 @@ validates (MRL's rule: 231 of 462).
 
 import sys
 
-from hfncl.recipe import run_label_recipe
+from hfncl.recipe import run_recipe
 from hfncl_plugins.dmcm import paper_training
 
 if __name__ == "__main__":
     sys.exit(
-        run_label_recipe(
+        run_recipe(
             __doc__,
             plugins=["dmcm"],
             defaults={**paper_training("wikipedia"), "output_dir": "runs/dmcm_wiki"},

@@ -11,12 +11,12 @@ rule: 4000 of 8000).
 
 import sys
 
-from hfncl.recipe import run_label_recipe
+from hfncl.recipe import run_recipe
 from hfncl_plugins.dmcm import paper_training
 
 if __name__ == "__main__":
     sys.exit(
-        run_label_recipe(
+        run_recipe(
             __doc__,
             plugins=["dmcm"],
             defaults={**paper_training("xmedianet"), "output_dir": "runs/dmcm_xmedianet"},

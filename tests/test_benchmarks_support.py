@@ -15,7 +15,8 @@ from hfncl.data import DataFormatError, load_precomp_split
 from hfncl.data.proxy import ProxyConfig, build_caption_proxy, read_image_captions, split_images
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.data.vocab import Vocabulary
-from hfncl.experiment import DataArguments, prepare_data
+from hfncl.experiment import DataArguments
+from hfncl.tasks.pairs import prepare_data
 
 WORDS = ["a", "dog", "cat", "runs", "sits", "on", "the", "grass", "red", "ball", "man", "rides", "bike", "."]
 
@@ -297,7 +298,7 @@ def test_oracle_split_holds_exactly_the_clean_pairs_of_the_noise_index_training_
     k = full.captions_per_image
     clean = saved == np.arange(len(saved)) // k
     np.testing.assert_array_equal(oracle.clean_caption_mask(data_dir, 0.5, 3), clean)
-    assert 0 < clean.sum() < len(clean) and data["train"].clean_mask.sum() == clean.sum()
+    assert 0 < clean.sum() < len(clean) and data.train.clean_mask.sum() == clean.sum()
 
     split = load_precomp_split(data_dir, oracle.oracle_split(data_dir, 0.5, 3))
     kept = np.flatnonzero(clean)
@@ -307,7 +308,7 @@ def test_oracle_split_holds_exactly_the_clean_pairs_of_the_noise_index_training_
     half = load_precomp_split(data_dir, oracle.half_data_split(data_dir, 0.5))
     assert half.num_images == 10 and list(half.captions) == list(full.captions)[: 10 * k]
     np.testing.assert_array_equal(half.image_inputs(np.arange(10)), full.image_inputs(np.arange(10)))
-    assert Vocabulary.from_json(oracle.training_vocabulary(data_dir)) == data["vocab"]
+    assert Vocabulary.from_json(oracle.training_vocabulary(data_dir)) == data.vocab
 
 
 def test_share_of_oracle_pairs_each_run_with_the_oracle_of_its_ratio_and_seed():

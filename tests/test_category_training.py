@@ -11,12 +11,8 @@ from safetensors.torch import load_file
 from transformers import AutoModel
 
 from conftest import Interrupted, tiny_config
-from hfncl.category_experiment import (
-    CategoryModelArguments,
-    LabelDataArguments,
-    prepare_labelled_data,
-    run_category_experiment,
-)
+from hfncl.experiment import run_experiment
+from hfncl.tasks.labels import LABELS, CategoryModelArguments, LabelDataArguments, prepare_labelled_data
 from hfncl.data import load_labelled_dataset
 from hfncl.data.synthetic_labels import LabelledSyntheticConfig, generate_labelled, generate_labelled_arrays
 from hfncl.engine.trainer import Trainer
@@ -34,12 +30,13 @@ def tiny_labelled(tmp_path_factory):
 
 
 def _trainer(data_dir, config, ratio: float = 0.4) -> Trainer:
-    data = prepare_labelled_data(LabelDataArguments(data_path=str(data_dir), noise_ratio=ratio), config.output_dir)
-    split = data["dataset"].train
+    arguments = LabelDataArguments(data_path=str(data_dir), noise_ratio=ratio)
+    data = prepare_labelled_data(arguments, config.output_dir)
+    split = data.dataset.train
     model_config = CategoryConfig(
         image_dim=split.feature_dim("image"), text_dim=split.feature_dim("text"), num_classes=10, embed_dim=16, hidden_dim=32
     )
-    return Trainer(config, model_config, data["train"], data["val"], task=data["task"])
+    return Trainer(config, model_config, data.train, data.val, task=LABELS.trainer_task(arguments, data))
 
 
 def test_generated_benchmark_is_seeded_and_read_by_the_per_file_reader(tiny_labelled):
@@ -91,7 +88,7 @@ def test_plugins_of_the_other_data_kind_are_refused(tiny_labelled, tiny_data_dir
 
 def test_run_writes_results_checkpoint_and_card_with_map(tiny_labelled, tmp_path):
     config = tiny_config(tmp_path, ["prototype_ce"], epochs=2, batch_size=20, lr_decay_epochs=[])
-    result = run_category_experiment(LabelDataArguments(data_path=str(tiny_labelled), noise_ratio=0.2), config, TINY_MODEL)
+    result = run_experiment(LabelDataArguments(data_path=str(tiny_labelled), noise_ratio=0.2), config, TINY_MODEL)
     assert set(result["test"]) == {"i2t_map", "t2i_map", "mean_map"}
     assert result["true_noise_ratio"] == {"image": 0.2, "text": 0.2}
     assert (tmp_path / "label_noise.json").exists() and (tmp_path / "results.json").exists()
@@ -116,7 +113,7 @@ def test_dmcm_beats_the_cross_entropy_baseline_under_60_percent_noise(tmp_path):
             tmp_path / plugin, [plugin], epochs=20, warmup_epochs=5, batch_size=100, learning_rate=1e-4,
             lr_decay_epochs=[], eval_batch_size=256,
         )
-        result = run_category_experiment(
+        result = run_experiment(
             LabelDataArguments(data_path=str(data_dir), noise_ratio=0.6), config, CategoryModelArguments(64, 128)
         )
         scores[plugin] = result["test"]["mean_map"]

@@ -12,7 +12,8 @@ from conftest import tiny_config
 from hfncl.engine.encoding import encode_split, evaluate_retrieval
 from hfncl.engine.trainer import Trainer
 from hfncl.evaluation import retrieval_metrics_from_matrix
-from hfncl.experiment import DataArguments, ModelArguments, model_fields, prepare_data
+from hfncl.experiment import DataArguments, ModelArguments
+from hfncl.tasks.pairs import model_fields, prepare_data
 from hfncl.models import NCLConfig
 
 
@@ -36,14 +37,14 @@ def test_evaluation_ranks_each_direction_as_the_plugin_says(with_test_plugin, ti
     config = tiny_config(tmp_path, ["reversed_ranking"], epochs=1, warmup_epochs=0, optimizer="adamw", weight_decay=0.1)
     data = prepare_data(DataArguments(data_dir=str(tiny_data_dir)), config.output_dir)
     fields = model_fields(config.plugins, ModelArguments(embed_dim=16, word_dim=8))
-    model_config = NCLConfig(image_dim=data["image_dim"], vocab_size=len(data["vocab"]), **fields)
-    trainer = Trainer(config, model_config, data["train"])
+    model_config = NCLConfig(image_dim=data.image_dim, vocab_size=len(data.vocab), **fields)
+    trainer = Trainer(config, model_config, data.train)
     assert isinstance(trainer.optimizer.optimizer, torch.optim.AdamW)
     assert trainer.optimizer.param_groups[0]["weight_decay"] == 0.1
     assert trainer.model.config.image_views == 3 and trainer.model.config.text_pooling == "max"
     trainer.train()
-    metrics = evaluate_retrieval(trainer.model, data["test"], hook=trainer.hook)
-    image_embeds, text_embeds = encode_split(trainer.model, data["test"], batch_size=64)
+    metrics = evaluate_retrieval(trainer.model, data.test, hook=trainer.hook)
+    image_embeds, text_embeds = encode_split(trainer.model, data.test, batch_size=64)
     similarity = trainer.model.similarity(image_embeds, text_embeds)
     plain, negated = retrieval_metrics_from_matrix(similarity, 5), retrieval_metrics_from_matrix(-similarity, 5)
     assert {k: v for k, v in metrics.items() if k.startswith("i2t")} == {

@@ -10,7 +10,8 @@ import torch
 
 from _shared_data import shared_data_dir
 
-from hfncl.category_experiment import CategoryModelArguments, LabelDataArguments, run_category_experiment
+from hfncl.experiment import run_experiment
+from hfncl.tasks.labels import CategoryModelArguments, LabelDataArguments
 from hfncl.config import TrainConfig
 from hfncl.label_losses import multimodal_contrastive_loss
 from hfncl.types import CategoryOutputs
@@ -157,7 +158,7 @@ def _pascal_run(method: str, output_dir, noise_ratio: float) -> float:
         labels=str(data / "labels.npy"),
         noise_ratio=noise_ratio,
     )
-    return run_category_experiment(arguments, config, CategoryModelArguments(hidden_dim=512))["test"]["mean_map"]
+    return run_experiment(arguments, config, CategoryModelArguments(hidden_dim=512))["test"]["mean_map"]
 
 
 @pytest.mark.slow

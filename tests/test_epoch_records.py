@@ -8,7 +8,8 @@ import pytest
 
 from conftest import TINY_MODEL, tiny_config
 from hfncl.engine.trainer import Trainer
-from hfncl.experiment import DataArguments, effective_noise_ratio, prepare_data, run_experiment
+from hfncl.experiment import DataArguments, run_experiment
+from hfncl.tasks.pairs import effective_noise_ratio, prepare_data
 
 
 def test_each_network_s_loss_is_the_mean_over_its_own_pass(micro_data_dir, tmp_path, monkeypatch):
@@ -44,15 +45,15 @@ def test_a_noise_file_s_measured_ratio_is_recorded_and_a_disagreeing_ratio_refus
     noise_file = _index_file(micro_data_dir, tmp_path, 0.4)
     alone = DataArguments(data_dir=str(micro_data_dir), noise_file=noise_file)
     data = prepare_data(alone, tmp_path / "alone")
-    measured = float(1.0 - data["train"].clean_mask.mean())
+    measured = float(1.0 - data.train.clean_mask.mean())
     assert 0.3 < measured <= 0.4
-    assert effective_noise_ratio(alone, data["train"]) == measured
+    assert effective_noise_ratio(alone, data.train) == measured
     agreeing = DataArguments(data_dir=str(micro_data_dir), noise_file=noise_file, noise_ratio=round(measured, 2))
-    assert effective_noise_ratio(agreeing, prepare_data(agreeing, tmp_path / "agree")["train"]) == measured
+    assert effective_noise_ratio(agreeing, prepare_data(agreeing, tmp_path / "agree").train) == measured
     with pytest.raises(ValueError, match=r"noise_ratio 0\.2 disagrees with noise_file .*wrong pairs"):
         prepare_data(DataArguments(data_dir=str(micro_data_dir), noise_file=noise_file, noise_ratio=0.2), tmp_path / "no")
     generated = DataArguments(data_dir=str(micro_data_dir), noise_ratio=0.2)
-    assert effective_noise_ratio(generated, prepare_data(generated, tmp_path / "gen")["train"]) == 0.2
+    assert effective_noise_ratio(generated, prepare_data(generated, tmp_path / "gen").train) == 0.2
 
 
 def test_results_json_records_the_noise_file_and_its_ratio(micro_data_dir, tmp_path):

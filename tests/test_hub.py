@@ -21,7 +21,8 @@ from conftest import TINY_MODEL, tiny_config
 from hfncl import cli
 from hfncl.config import TrainConfig
 from hfncl.data import TokenizerVocabulary, Vocabulary
-from hfncl.experiment import DataArguments, dataset_name_of, run_experiment
+from hfncl.experiment import DataArguments, run_experiment
+from hfncl.tasks.pairs import dataset_name_of
 from hfncl.hub import (
     RUN_RECORD,
     CheckpointError,

@@ -447,7 +447,8 @@ def test_on_clean_data_the_ensemble_is_at_least_as_good_as_either_branch_and_as_
     from hfncl.data.synthetic import SyntheticConfig, generate_precomp
     from hfncl.demo import DemoRun, demo_runs, demo_train_config
     from hfncl.engine.encoding import evaluate_retrieval
-    from hfncl.experiment import DataArguments, ModelArguments, prepare_data, run_experiment
+    from hfncl.experiment import DataArguments, ModelArguments, run_experiment
+    from hfncl.tasks.pairs import prepare_data
     from hfncl.models import NCLModel
     from hfncl.plugins import build_plugin_manager
 
@@ -465,7 +466,7 @@ def test_on_clean_data_the_ensemble_is_at_least_as_good_as_either_branch_and_as_
         config = demo_train_config(run, tmp_path / run.plugin, seed=0, progress=False)
         rsum[run.plugin] = run_experiment(data, config, ModelArguments(embed_dim=128, word_dim=64))["test"]["rsum"]
     model = NCLModel.from_pretrained(str(tmp_path / "tcvse" / "best"))
-    test = prepare_data(data, tmp_path / "reload")["test"]
+    test = prepare_data(data, tmp_path / "reload").test
     hook = build_plugin_manager(model.config.plugins).hook
     for branch in tcvse.BRANCHES:
         model.config.plugin_options["tcvse.inference_branch"] = branch

@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,46 +78,37 @@ class CardTexts:
     usage: str
 
 
-_PAIR_USAGE = """import hfncl  # registers the model type with the transformers Auto classes
-from hfncl.hub import load_text_vocabulary
-from transformers import AutoModel
+CardTextsOf = Callable[[PretrainedConfig, str], CardTexts]
+"""The card texts of a model from its config and the id the card names it by."""
 
-model = AutoModel.from_pretrained("{model_id}")
-vocab = load_text_vocabulary("{model_id}", model.config)  # the SCAN vocabulary or the text tower's tokenizer"""
-_LABEL_USAGE = """import hfncl  # registers the model type with the transformers Auto classes
-from transformers import AutoModel
+_CARD_TEXTS: dict[str, CardTextsOf] = {}
 
-model = AutoModel.from_pretrained("{model_id}")
-image_embeds, text_embeds = model.encode_image(image_features), model.encode_text(text_features)"""
+
+def register_card_texts(model_type: str, texts: CardTextsOf) -> None:
+    """Make ``texts`` what cards say about models of ``model_type`` (the experiment tasks of :mod:`hfncl.tasks`
+    register theirs when imported, as importing :mod:`hfncl` does)."""
+    _CARD_TEXTS[model_type] = texts
 
 
 def card_texts(config: PretrainedConfig, model_id: str) -> CardTexts:
-    """What the card says about a model of ``config``'s kind: a config with ``num_classes``
-    (category prototypes) learns from noisy labels, any other from image-caption pairs."""
-    plugins = ", ".join(f"`{p}`" for p in config.plugins) or "(none recorded)"
-    if hasattr(config, "num_classes"):
-        return CardTexts(
-            summary=f"A cross-modal retrieval model trained with hfncl on samples with noisy category labels "
-            f"by the plugin(s) {plugins}.",
-            architecture="A network per modality mapping precomputed features into a common space, with "
-            f"shared class prototypes, repeated in {config.num_networks} independently initialised network(s).",
-            selection_metric="mean mAP",
-            evaluation="Mean average precision over the full ranking of the test set with cosine similarity "
-            "(I2T: images query texts; T2I: texts query images; a retrieved item is relevant when it "
-            "shares the query's category), and the mean of the two.",
-            usage=_LABEL_USAGE.format(model_id=model_id),
+    """What the card says about a model of ``config``'s model type, as its task registered.
+
+    Raises:
+        CheckpointError: no task registered card texts for the model type.
+    """
+    if config.model_type not in _CARD_TEXTS:
+        raise CheckpointError(
+            f"no card texts are registered for model type {config.model_type!r} (known: {sorted(_CARD_TEXTS)}): "
+            "import hfncl, whose tasks register them"
         )
-    return CardTexts(
-        summary=f"An image-text retrieval model trained with hfncl on noisy image-caption pairs by the plugin(s) "
-        f"{plugins}.",
-        architecture="A two-tower model: an image tower, a text tower and a similarity head, repeated in "
-        f"{config.num_networks} independently initialised network(s); the model's similarity is the mean "
-        "over its networks.",
-        selection_metric="rSum",
-        evaluation="Recall@K in percent (i2t: images query captions; t2i: captions query images), rSum "
-        "(the sum of the six recalls), and median / mean rank.",
-        usage=_PAIR_USAGE.format(model_id=model_id),
-    )
+    return _CARD_TEXTS[config.model_type](config, model_id)
+
+
+def plugin_names(config: PretrainedConfig) -> str:
+    """The plugins that trained a model as code spans (``"`ncr`, `vsepp`"``), for a card's sentences."""
+    return ", ".join(f"`{p}`" for p in config.plugins) or "(none recorded)"
+
+
 _RANKS = {"medr": ("medr", "median rank"), "meanr": ("meanr", "mean rank")}
 _NOISE_KINDS = {
     "caption": "caption-level (a share of the captions re-paired with other images)",

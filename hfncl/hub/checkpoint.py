@@ -57,11 +57,12 @@ def save_trained_model(model: PreTrainedModel, directory: str | Path, record: Ru
 
 def add_test_results(
     checkpoint: str | Path,
-    data: DataDescription,
+    data: DataDescription | None,
     test: dict[str, float],
     model_cards_dir: str | Path | None = None,
 ) -> list[Path]:
-    """Add the data description and the test metrics to a checkpoint's record and regenerate its card.
+    """Add the data description (``None``: none, e.g. for category labels) and the test metrics to a
+    checkpoint's record and regenerate its card.
 
     Returns the card files written (``README.md`` of the checkpoint, and
     ``model_cards_dir/<name>.md`` when ``model_cards_dir`` is given).

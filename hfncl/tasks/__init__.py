@@ -1,0 +1,126 @@
+"""Experiment tasks: everything a whole run does that depends on its kind of data.
+
+:func:`hfncl.experiment.run_experiment` runs any :class:`ExperimentTask` the same way: it
+asks the task for the data and the model config, trains, tests the best checkpoint and
+records. A task owns, for its kind of data:
+
+======================  ===================================================================
+``kind``                the data kind plugins declare with the ``data_kind`` hook.
+``data_arguments``      the dataclass of its data flags (recipes parse it).
+``model_arguments``     the dataclass of its model flags.
+``metric_columns``      (header, test metric key, digits) of the demo's table.
+``demo_model``          the model arguments of ``hfncl demo``.
+``demo_training``       the TrainConfig values ``hfncl demo`` trains this kind with.
+``prepare``             the data on disk -> a typed result (:class:`~hfncl.tasks.pairs.PairData`, ...).
+``model_config``        that result and the model arguments -> the model's config.
+``model_settings``      the model fields a run would use, for ``--print-config``.
+``trainer_task``        the trainer's :class:`hfncl.engine.tasks.Task` of the run.
+``model_report``        lines printed before training (e.g. a tower's parameter counts).
+``save_companions``     files a checkpoint needs besides its weights (a vocabulary, ...).
+``evaluate``            the best model -> its test metrics.
+``results_header``      the data and noise fields that open ``results.json``.
+``description``         the data section of the model card, or ``None``.
+``card_texts``          the sentences of the card (registered with :mod:`hfncl.hub.card` by model type).
+``demo_data``           the generated benchmark of ``hfncl demo``.
+``demo_arguments``      the demo's data arguments on it.
+======================  ===================================================================
+
+:data:`PAIRS` (:mod:`hfncl.tasks.pairs`) is image-caption pairs with noisy correspondence;
+:data:`LABELS` (:mod:`hfncl.tasks.labels`) is category-labelled samples with noisy labels.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from transformers import PretrainedConfig
+
+from hfncl.data.synthetic import SyntheticConfig
+from hfncl.engine.tasks import Task
+from hfncl.hub import DataDescription
+from hfncl.hub.card import CardTexts
+from hfncl.plugins import PluginError, build_plugin_manager
+from hfncl.tasks.labels import LABELS
+from hfncl.tasks.pairs import PAIRS
+
+
+class ExperimentTask(Protocol):
+    """The data-dependent part of a whole run (see the module docstring)."""
+
+    kind: str
+    data_arguments: type[Any]
+    model_arguments: type[Any]
+    metric_columns: tuple[tuple[str, str, int], ...]
+    demo_model: Any
+    demo_training: dict[str, Any]
+
+    def prepare(self, args: Any, model_args: Any, plugins: list[str], output_dir: str | Path) -> Any: ...
+
+    def model_config(self, data: Any, model_args: Any, plugins: list[str]) -> PretrainedConfig: ...
+
+    def model_settings(self, model_args: Any, plugins: list[str]) -> dict[str, Any]: ...
+
+    def trainer_task(self, args: Any, data: Any) -> Task: ...
+
+    def model_report(self, model_config: PretrainedConfig, model: torch.nn.Module) -> list[str]: ...
+
+    def save_companions(self, data: Any, directory: Path) -> None: ...
+
+    def evaluate(
+        self,
+        args: Any,
+        data: Any,
+        model: Any,
+        *,
+        batch_size: int,
+        device: torch.device | str,
+        hook: Any,
+        progress: bool,
+    ) -> dict[str, float]: ...
+
+    def results_header(self, args: Any, data: Any, num_processes: int) -> dict[str, Any]: ...
+
+    def description(self, args: Any, data: Any) -> DataDescription | None: ...
+
+    def card_texts(self, config: PretrainedConfig, model_id: str) -> CardTexts: ...
+
+    def demo_data(self, directory: Path, size: SyntheticConfig, seed: int) -> Path: ...
+
+    def demo_arguments(self, data_path: Path, noise_ratio: float, seed: int) -> Any: ...
+
+
+TASKS: dict[str, ExperimentTask] = {PAIRS.kind: PAIRS, LABELS.kind: LABELS}
+"""The tasks by data kind, in the order the demo prints their tables."""
+
+
+def task_of_arguments(args: Any) -> ExperimentTask:
+    """The task whose data arguments ``args`` are.
+
+    Raises:
+        TypeError: ``args`` are no task's data arguments.
+    """
+    for task in TASKS.values():
+        if isinstance(args, task.data_arguments):
+            return task
+    names = ", ".join(task.data_arguments.__name__ for task in TASKS.values())
+    raise TypeError(f"data arguments must be one of {names}, got {type(args).__name__}")
+
+
+def task_of_plugins(plugins: list[str]) -> ExperimentTask:
+    """The task of the data the plugins learn from (their ``data_kind``; pairs when none answers or none is named).
+
+    Raises:
+        PluginError: a plugin answers a kind no task handles.
+    """
+    if not plugins:
+        return PAIRS
+    kinds = [kind for kind in build_plugin_manager(plugins).hook.data_kind() if kind is not None]
+    kind = kinds[0] if kinds else PAIRS.kind
+    if kind not in TASKS:
+        raise PluginError(f"data_kind must return one of {sorted(TASKS)}, got {kind!r}")
+    return TASKS[kind]
+
+
+__all__ = ["LABELS", "PAIRS", "TASKS", "ExperimentTask", "task_of_arguments", "task_of_plugins"]

@@ -1,0 +1,260 @@
+"""The labels task: category-labelled features with noisy labels, tested by mAP.
+
+Read the features (:func:`hfncl.data.load_labelled_dataset` or, for one unsplit set of
+``.npy`` files, :func:`hfncl.data.load_labelled_arrays`), corrupt the training labels of
+every modality (:func:`hfncl.data.inject_label_noise`, saved as ``OUTPUT_DIR/label_noise.json``)
+or read noisy labels from a file, train a :class:`hfncl.models.CategoryModel`, and report
+I2T / T2I mAP of the best checkpoint (by validation mean mAP) on the test split;
+:data:`LABELS` is the :class:`hfncl.tasks.ExperimentTask` that
+:func:`hfncl.experiment.run_experiment` runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import PretrainedConfig
+
+from hfncl.data import (
+    LABEL_NOISE_KINDS,
+    LabelledDataset,
+    inject_label_noise,
+    load_label_noise,
+    load_labelled_arrays,
+    load_labelled_dataset,
+)
+from hfncl.data.label_noise import LabelNoise
+from hfncl.data.labelled import MODALITIES, LabelledSplit
+from hfncl.data.noisy_labels import NoisyLabelledDataset
+from hfncl.data.synthetic import SyntheticConfig
+from hfncl.data.synthetic_labels import LabelledSyntheticConfig, generate_labelled
+from hfncl.engine.tasks import CategoryTask
+from hfncl.hub import DataDescription
+from hfncl.hub.card import CardTexts, plugin_names, register_card_texts
+from hfncl.models import CategoryConfig, CategoryModel
+
+NOISE_FILE = "label_noise.json"
+
+
+@dataclass
+class LabelDataArguments:
+    """Where the labelled features are and how the training labels are corrupted.
+
+    Give ``data_path`` (a file or directory the readers know), or the three ``.npy``
+    files of one unsplit set (``image_features``, ``text_features``, ``labels``).
+    """
+
+    data_path: str | None = field(
+        default=None, metadata={"help": "Feature file (.h5/.mat: imgs_deep or tr_te keys) or per_file directory."}
+    )
+    image_features: str | None = field(default=None, metadata={"help": "Unsplit set: image (or view 1) features .npy."})
+    text_features: str | None = field(default=None, metadata={"help": "Unsplit set: text (or view 2) features .npy."})
+    labels: str | None = field(default=None, metadata={"help": "Unsplit set: labels .npy (split 80/10/10 per class)."})
+    layout: str | None = field(default=None, metadata={"help": "imgs_deep, tr_te or per_file (default: detected)."})
+    label_base: int = field(default=0, metadata={"help": "Index of the first class in the files (1 for Wikipedia)."})
+    num_classes: int | None = field(default=None, metadata={"help": "Number of classes (default: from the labels)."})
+    valid_size: int | None = field(
+        default=None, metadata={"help": "Without a validation split: the first N test samples validate (default half)."}
+    )
+    noise_ratio: float = field(default=0.0, metadata={"help": "Share of training labels corrupted per modality."})
+    noise_kind: str = field(default="symmetric", metadata={"help": "symmetric or asymmetric (next class)."})
+    noise_seed: int = field(default=0, metadata={"help": "Seed of the label noise."})
+    noise_file: str | None = field(
+        default=None, metadata={"help": "Read noisy labels (ours, or MRL's list-of-lists JSON) instead of generating."}
+    )
+    feature_dtype: str = field(default="float32", metadata={"help": "Arrow storage of the features."})
+
+    def __post_init__(self) -> None:
+        arrays = (self.image_features, self.text_features, self.labels)
+        if (self.data_path is None) == all(a is None for a in arrays) or (
+            self.data_path is None and any(a is None for a in arrays)
+        ):
+            raise ValueError(
+                "give either data_path, or all of image_features, text_features and labels (one unsplit set)"
+            )
+        if not 0.0 <= self.noise_ratio < 1.0:
+            raise ValueError(f"noise_ratio must be in [0, 1), got {self.noise_ratio}")
+        if self.noise_kind not in LABEL_NOISE_KINDS:
+            raise ValueError(f"noise_kind must be one of {LABEL_NOISE_KINDS}, got {self.noise_kind!r}")
+
+    def source(self) -> str:
+        """The file or directory the features are read from (the image features of an unsplit set)."""
+        return self.data_path or self.image_features or ""
+
+
+@dataclass
+class CategoryModelArguments:
+    """The model's architecture (:class:`hfncl.models.CategoryConfig` fields)."""
+
+    embed_dim: int = field(default=512, metadata={"help": "Common space dimension (512 in the paper)."})
+    hidden_dim: int = field(default=4096, metadata={"help": "Hidden width of each modality's 3-layer MLP."})
+
+
+def load_labelled(args: LabelDataArguments) -> LabelledDataset:
+    """The train / valid / test splits the arguments name."""
+    options: dict[str, Any] = dict(
+        label_base=args.label_base, num_classes=args.num_classes, feature_dtype=args.feature_dtype
+    )
+    if args.data_path is not None:
+        return load_labelled_dataset(args.data_path, layout=args.layout, valid_size=args.valid_size, **options)
+    if args.image_features is None or args.text_features is None or args.labels is None:
+        raise ValueError("give either data_path, or all of image_features, text_features and labels (one unsplit set)")
+    return load_labelled_arrays(args.image_features, args.text_features, args.labels, **options)
+
+
+def prepare_labelled_data(args: LabelDataArguments, output_dir: str | Path) -> LabelData:
+    """The splits, and the training set with its noisy labels (generated and saved, or read)."""
+    dataset = load_labelled(args)
+    clean = {m: dataset.train.labels(m) for m in MODALITIES}
+    if args.noise_file:
+        noise = load_label_noise(args.noise_file, clean, dataset.num_classes)
+    else:
+        noise = inject_label_noise(
+            clean, dataset.num_classes, args.noise_ratio, kind=args.noise_kind, seed=args.noise_seed
+        )
+        noise.save(Path(output_dir) / NOISE_FILE)
+    return LabelData(
+        dataset=dataset,
+        train=NoisyLabelledDataset(dataset.train, noise),
+        val=dataset.valid,
+        test=dataset.test,
+        noise=noise,
+        noise_rate=None if args.noise_file else args.noise_ratio,
+    )
+
+
+@dataclass(frozen=True)
+class LabelData:
+    """What a labels run trains, validates and tests on (:func:`prepare_labelled_data`).
+
+    Attributes:
+        dataset: the splits as read, with clean labels.
+        train: the training samples with their noisy labels.
+        val, test: the validation and test splits.
+        noise: the label noise of the training split.
+        noise_rate: the rate the labels were corrupted with when the run generated the noise;
+            ``None`` for noisy labels read from a file (their rate is not known to the methods).
+    """
+
+    dataset: LabelledDataset
+    train: NoisyLabelledDataset
+    val: LabelledSplit
+    test: LabelledSplit
+    noise: LabelNoise
+    noise_rate: float | None
+
+
+DEMO_MODEL = CategoryModelArguments(embed_dim=64, hidden_dim=256)
+"""The model of ``hfncl demo`` for label-noise methods."""
+
+_USAGE = """import hfncl  # registers the model type with the transformers Auto classes
+from transformers import AutoModel
+
+model = AutoModel.from_pretrained("{model_id}")
+image_embeds, text_embeds = model.encode_image(image_features), model.encode_text(text_features)"""
+
+
+class LabelExperiment:
+    """Category-labelled samples with noisy labels: :class:`CategoryModel`, selected and tested by mAP."""
+
+    kind = "labels"
+    data_arguments = LabelDataArguments
+    model_arguments = CategoryModelArguments
+    metric_columns: tuple[tuple[str, str, int], ...] = (
+        ("I2T mAP", "i2t_map", 3),
+        ("T2I mAP", "t2i_map", 3),
+        ("mean mAP", "mean_map", 3),
+    )
+    demo_model = DEMO_MODEL
+    demo_training: dict[str, Any] = dict(batch_size=100, learning_rate=1e-4, lr_decay_epochs=[])
+    """The label-noise paper's optimiser: Adam 1e-4, batch 100, no decay."""
+
+    def prepare(
+        self, args: LabelDataArguments, model_args: CategoryModelArguments, plugins: list[str], output_dir: str | Path
+    ) -> LabelData:
+        """The splits and the noisy training labels (:func:`prepare_labelled_data`)."""
+        return prepare_labelled_data(args, output_dir)
+
+    def model_config(self, data: LabelData, model_args: CategoryModelArguments, plugins: list[str]) -> CategoryConfig:
+        """``model_args`` with the features' sizes and the number of classes of the data."""
+        return CategoryConfig(
+            image_dim=data.dataset.train.feature_dim("image"),
+            text_dim=data.dataset.train.feature_dim("text"),
+            num_classes=data.dataset.num_classes,
+            **asdict(model_args),
+        )
+
+    def model_settings(self, model_args: CategoryModelArguments, plugins: list[str]) -> dict[str, Any]:
+        """The model fields a run would use besides those the data decide."""
+        return asdict(model_args)
+
+    def trainer_task(self, args: LabelDataArguments, data: LabelData) -> CategoryTask:
+        """The trainer's task, told the noise rate when the run generated the noise."""
+        return CategoryTask(data.noise_rate)
+
+    def model_report(self, model_config: PretrainedConfig, model: torch.nn.Module) -> list[str]:
+        """Nothing to report before training."""
+        return []
+
+    def save_companions(self, data: LabelData, directory: Path) -> None:
+        """Nothing: a category model reads features, without a vocabulary or an image processor."""
+
+    def evaluate(
+        self,
+        args: LabelDataArguments,
+        data: LabelData,
+        model: CategoryModel,
+        *,
+        batch_size: int,
+        device: torch.device | str,
+        hook: Any,
+        progress: bool,
+    ) -> dict[str, float]:
+        """Test I2T and T2I mAP over the full cosine ranking, and their mean (:meth:`CategoryTask.evaluate`)."""
+        return self.trainer_task(args, data).evaluate(
+            model, data.test, batch_size=batch_size, device=device, hook=hook, progress=progress
+        )
+
+    def results_header(self, args: LabelDataArguments, data: LabelData, num_processes: int) -> dict[str, Any]:
+        """The first fields of ``results.json``: the dataset, the noise asked for and measured per modality."""
+        return {
+            "dataset": Path(args.source()).name,
+            "noise_kind": data.noise.kind,
+            "noise_ratio": args.noise_ratio if args.noise_file is None else None,
+            "true_noise_ratio": {m: data.noise.realised_ratio(m) for m in MODALITIES},
+        }
+
+    def description(self, args: LabelDataArguments, data: LabelData) -> DataDescription | None:
+        """None: :class:`hfncl.hub.DataDescription` describes image-caption pairs, so the card's data section
+        stays empty."""
+        return None
+
+    def card_texts(self, config: PretrainedConfig, model_id: str) -> CardTexts:
+        """What a card says about a model trained on samples with noisy category labels."""
+        return CardTexts(
+            summary="A cross-modal retrieval model trained with hfncl on samples with noisy category labels "
+            f"by the plugin(s) {plugin_names(config)}.",
+            architecture="A network per modality mapping precomputed features into a common space, with "
+            f"shared class prototypes, repeated in {config.num_networks} independently initialised network(s).",
+            selection_metric="mean mAP",
+            evaluation="Mean average precision over the full ranking of the test set with cosine similarity "
+            "(I2T: images query texts; T2I: texts query images; a retrieved item is relevant when it "
+            "shares the query's category), and the mean of the two.",
+            usage=_USAGE.format(model_id=model_id),
+        )
+
+    def demo_data(self, directory: Path, size: SyntheticConfig, seed: int) -> Path:
+        """The demo's generated label-noise benchmark (10 classes, 400 training samples; ``size`` is for
+        pairs), in ``directory/labelled_data``."""
+        return generate_labelled(directory / "labelled_data", LabelledSyntheticConfig(seed=seed))
+
+    def demo_arguments(self, data_path: Path, noise_ratio: float, seed: int) -> LabelDataArguments:
+        """The demo's data arguments: its generated features, with symmetric noise of ``noise_ratio``."""
+        return LabelDataArguments(data_path=str(data_path), noise_ratio=noise_ratio, noise_seed=seed)
+
+
+LABELS = LabelExperiment()
+register_card_texts(CategoryConfig.model_type, LABELS.card_texts)

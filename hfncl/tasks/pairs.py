@@ -1,0 +1,512 @@
+"""The pairs task: image-caption pairs with noisy correspondence, from SCAN precomp features or an imagefolder.
+
+Its data arguments (:class:`DataArguments`), model arguments (:class:`ModelArguments`, the
+fields of :class:`hfncl.models.NCLConfig`), the data a run trains and is tested on
+(:func:`prepare_data`, a :class:`PairData`), test recall (R@K, rSum) and the text of its model
+cards; :data:`PAIRS` is the :class:`hfncl.tasks.ExperimentTask` that
+:func:`hfncl.experiment.run_experiment` runs.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+import torch
+from transformers import PretrainedConfig
+
+from hfncl.data import (
+    NOISE_KINDS,
+    DataFormatError,
+    NoisyPairDataset,
+    PairSplit,
+    TokenizerVocabulary,
+    Vocabulary,
+    caption_level_noise,
+    caption_pairing,
+    image_level_noise,
+    is_imagefolder,
+    load_noise_index,
+    load_pixel_splits,
+    load_precomp_split,
+    save_noise_index,
+)
+from hfncl.data.pixels import METADATA_FILE, image_processor_from_pretrained
+from hfncl.data.precomp import FEATURE_DTYPES
+from hfncl.data.synthetic import SyntheticConfig, generate_precomp
+from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
+from hfncl.engine.tasks import PairTask
+from hfncl.hub import DataDescription, save_text_vocabulary
+from hfncl.hub.card import CardTexts, plugin_names, register_card_texts
+from hfncl.hub.checkpoint import save_image_processor
+from hfncl.models import NCLConfig, NCLModel
+from hfncl.models.towers import parameter_counts
+from hfncl.plugins import build_plugin_manager, plugin_model_defaults
+
+DATA_FORMATS = ("auto", "precomp", "imagefolder")
+
+
+@dataclass
+class DataArguments:
+    """Where the data is and how its training pairs are corrupted."""
+
+    data_dir: str = field(
+        metadata={
+            "help": "SCAN precomp directory ({split}_ims.npy, {split}_caps.txt|tsv), or an imagefolder of raw images "
+            "({split}/ folders with images and metadata.jsonl) for a model with a pixel image tower."
+        }
+    )
+    data_format: str = field(
+        default="auto",
+        metadata={
+            "help": "precomp, imagefolder, or auto: an imagefolder when {train_split}/metadata.jsonl exists, "
+            "else precomp."
+        },
+    )
+    dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "The dataset's name on the model card (a Hub dataset id such as 'nlphuji/flickr30k' is also "
+            "listed in the card's datasets); default: the data directory's name, with its parent's when it is "
+            "a generic one such as 'data'."
+        },
+    )
+    noise_ratio: float = field(default=0.0, metadata={"help": "Share of training pairs to corrupt."})
+    noise_kind: str = field(
+        default="caption",
+        metadata={
+            "help": "caption: re-pair a share of captions (caption level); image: permute a share of images "
+            "(image level)."
+        },
+    )
+    noise_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "Read this noise index (.npy, ours or a published one) instead of generating; it decides the "
+            "noise: results.json records its measured ratio, and a --noise-ratio that disagrees is refused."
+        },
+    )
+    noise_seed: int = field(default=0, metadata={"help": "Seed of the noise split."})
+    vocab_file: str | None = field(
+        default=None, metadata={"help": "SCAN vocab json; default: built from the training captions."}
+    )
+    train_split: str = "train"
+    val_split: str = "dev"
+    test_split: str = "test"
+    feature_dtype: str = field(default="float32", metadata={"help": "Arrow storage of region features."})
+    test_folds: int = field(
+        default=1, metadata={"help": "Also report test metrics averaged over this many folds (MS-COCO: 5 x 1K)."}
+    )
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.noise_ratio < 1.0:
+            raise ValueError(f"noise_ratio must be in [0, 1), got {self.noise_ratio}")
+        if self.noise_kind not in NOISE_KINDS:
+            raise ValueError(f"noise_kind must be one of {NOISE_KINDS}, got {self.noise_kind!r}")
+        if self.data_format not in DATA_FORMATS:
+            raise ValueError(f"data_format must be one of {DATA_FORMATS}, got {self.data_format!r}")
+        if self.feature_dtype not in FEATURE_DTYPES:
+            raise ValueError(f"feature_dtype must be one of {FEATURE_DTYPES}, got {self.feature_dtype!r}")
+        if self.test_folds < 1:
+            raise ValueError(f"test_folds must be >= 1, got {self.test_folds}")
+
+
+@dataclass
+class ModelArguments:
+    """The model's architecture (:class:`hfncl.models.NCLConfig` fields).
+
+    A field left at ``None`` takes the value the active plugins ask for in
+    ``model_defaults`` (e.g. two image views), else NCLConfig's default (the papers'
+    encoder: 300-d words, a 1024-d joint space, one GRU layer, mean pooling).
+    """
+
+    embed_dim: int | None = field(default=None, metadata={"help": "Joint embedding dimension (default 1024)."})
+    word_dim: int | None = field(default=None, metadata={"help": "Word embedding dimension (default 300)."})
+    text_layers: int | None = field(default=None, metadata={"help": "BiGRU layers (default 1)."})
+    image_pooling: str | None = field(
+        default=None, metadata={"help": "Pooling over regions: mean or max (a vision tower also takes pooler)."}
+    )
+    image_views: int | None = field(default=None, metadata={"help": "Image views W (default 1)."})
+    text_pooling: str | None = field(default=None, metadata={"help": "Pooling over words: mean or max."})
+    similarity: str | None = field(
+        default=None, metadata={"help": "Similarity head: cosine (default), sgr or saf (SGRAF, on local features)."}
+    )
+    sim_dim: int | None = field(
+        default=None, metadata={"help": "SGR / SAF similarity representation size (default 256)."}
+    )
+    reasoning_steps: int | None = field(default=None, metadata={"help": "SGR graph-reasoning steps (default 3)."})
+    attention_lambda: float | None = field(
+        default=None, metadata={"help": "SGR / SAF text-to-region attention temperature lambda (default 9)."}
+    )
+    text_tower: str | None = field(
+        default=None,
+        metadata={"help": "gru (default), or a Hub id / directory of a BERT-family or CLIP text encoder."},
+    )
+    image_tower: str | None = field(
+        default=None,
+        metadata={
+            "help": "regions (default: precomputed features), or a Hub id / directory of a CLIP vision encoder and "
+            "its image processor, which reads the raw images of an imagefolder."
+        },
+    )
+    lora_rank: int | None = field(default=None, metadata={"help": "LoRA rank on the transformer towers (0: none)."})
+    lora_alpha: float | None = field(default=None, metadata={"help": "LoRA alpha (default 16)."})
+    lora_dropout: float | None = field(default=None, metadata={"help": "LoRA dropout (default 0)."})
+    lora_target_modules: list[str] | None = field(
+        default=None, metadata={"help": "Layers LoRA adapts (default: the tower's attention query and value)."}
+    )
+    lora_towers: list[str] | None = field(
+        default=None, metadata={"help": "Transformer towers that get LoRA adapters: text, image (default: every one)."}
+    )
+
+    def explicit(self) -> dict[str, Any]:
+        """The fields given a value; ``text_tower`` NAME becomes ``text_tower="transformer"``, ``text_tower_name=NAME``
+        (and ``image_tower`` NAME ``image_tower="transformer"``, ``image_tower_name=NAME``)."""
+        values = {k: v for k, v in asdict(self).items() if v is not None}
+        for part, plain in (("text", "gru"), ("image", "regions")):
+            tower = values.pop(f"{part}_tower", None)
+            if tower is not None:
+                values[f"{part}_tower"] = plain if tower == plain else "transformer"
+                if tower != plain:
+                    values[f"{part}_tower_name"] = tower
+        return values
+
+
+def model_fields(plugins: list[str], model_args: ModelArguments | None) -> dict[str, Any]:
+    """NCLConfig fields of a run: the plugins' ``model_defaults`` under the explicit ``model_args``."""
+    values = plugin_model_defaults(build_plugin_manager(plugins).hook)
+    values.update((model_args or ModelArguments()).explicit())
+    return values
+
+
+def _noise_index(args: DataArguments, num_images: int, captions_per_image: int, output_dir: Path) -> np.ndarray:
+    """The caption-level pairing of the training set: read from ``noise_file``, or generated and saved."""
+    if args.noise_file:
+        return load_noise_index(args.noise_file, num_images, captions_per_image)
+    if args.noise_kind == "caption":
+        index = caption_level_noise(num_images, captions_per_image, args.noise_ratio, args.noise_seed)
+    else:
+        index = image_level_noise(num_images, args.noise_ratio, args.noise_seed)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    save_noise_index(output_dir / "noise_index.npy", index)
+    return caption_pairing(index, num_images, captions_per_image)
+
+
+def data_format(requested: str, data_dir: Path, split: str, image_tower_name: str | None) -> str:
+    """``"precomp"`` or ``"imagefolder"`` for ``split`` of ``data_dir``, checked against the model's image tower.
+
+    ``requested`` is ``DataArguments.data_format`` (``"auto"``: an imagefolder when
+    ``{split}/metadata.jsonl`` exists); ``image_tower_name`` is the source of a pixel
+    image tower, ``None`` for the region tower.
+
+    Raises:
+        DataFormatError: naming the data directory and ``NCLConfig.image_tower`` when raw
+            images meet a region tower or precomputed features a pixel tower, or when an
+            imagefolder asked for lacks the split's metadata.
+    """
+    found = is_imagefolder(data_dir, split) or (split == "dev" and is_imagefolder(data_dir, "validation"))
+    if requested == "imagefolder" and not found:
+        raise DataFormatError(
+            f"{data_dir / split / METADATA_FILE} does not exist: an imagefolder holds one folder per split "
+            f"with its images and a {METADATA_FILE} of rows " '{"file_name": ..., "captions": [...]}'
+        )
+    chosen = "imagefolder" if requested == "imagefolder" or (requested == "auto" and found) else "precomp"
+    if chosen == "imagefolder" and image_tower_name is None:
+        raise DataFormatError(
+            f"{data_dir} is an imagefolder of raw images, but the model's image tower (NCLConfig.image_tower) is "
+            "'regions', which reads precomputed features: train on pixels with a vision tower (--image-tower "
+            f"<CLIP model>), or extract features first (hfncl extract {data_dir} OUT --model <image model>) "
+            "and train on OUT"
+        )
+    if chosen == "precomp" and image_tower_name is not None:
+        raise DataFormatError(
+            f"{data_dir} holds precomputed image features (precomp), but the model's image tower reads pixels: "
+            f"NCLConfig.image_tower 'transformer' (image_tower_name {image_tower_name!r}): give an "
+            "imagefolder of raw images (a folder per split with its images and a metadata.jsonl), or leave "
+            "image_tower at 'regions'"
+        )
+    return chosen
+
+
+@dataclass(frozen=True)
+class PairData:
+    """What a pairs run trains, validates and tests on (:func:`prepare_data`).
+
+    Attributes:
+        train: the training pairs, a share of them re-paired by the noise.
+        val, test: the validation and test splits, encoded for retrieval.
+        vocab: the SCAN word vocabulary, or the text tower's tokenizer.
+        image_dim: size of a region feature; ``None`` when the image tower reads pixels.
+        image_processor: the pixel image tower's image processor; ``None`` for region features.
+        noise_ratio: the share of training pairs the noise corrupts (:func:`effective_noise_ratio`).
+    """
+
+    train: NoisyPairDataset
+    val: RetrievalSplit
+    test: RetrievalSplit
+    vocab: Vocabulary | TokenizerVocabulary
+    image_dim: int | None
+    image_processor: Any | None
+    noise_ratio: float
+
+
+def prepare_data(
+    args: DataArguments,
+    output_dir: str | Path,
+    image_dim: int | None = None,
+    tokenizer: str | None = None,
+    image_processor: str | None = None,
+) -> PairData:
+    """Load the splits, the vocabulary and the noisy training pairs.
+
+    With ``tokenizer`` (the Hub id or directory of a transformer text tower), captions are
+    tokenised by its ``AutoTokenizer`` (:class:`~hfncl.data.TokenizerVocabulary`) instead
+    of a word vocabulary. With ``image_processor`` (the Hub id or directory of a pixel
+    image tower), the data are an imagefolder of raw images whose pixel values that
+    source's ``AutoImageProcessor`` makes (:class:`~hfncl.data.PixelSplit`, the processor
+    returned as ``image_processor``; ``image_dim`` is then ``None``); without it, a precomp
+    directory of features of ``image_dim`` (default: whatever the training split holds).
+
+    Raises:
+        DataFormatError: a missing directory, malformed data, or data that do not fit the
+            image tower (see :func:`data_format`).
+    """
+    data_dir = Path(args.data_dir)
+    if not data_dir.is_dir():
+        raise DataFormatError(f"Data directory {str(data_dir)!r} does not exist or is not a directory")
+    names = (args.train_split, args.val_split, args.test_split)
+    processor = None
+    train: PairSplit
+    val: PairSplit
+    test: PairSplit
+    feature_dim: int | None
+    chosen = data_format(args.data_format, data_dir, args.train_split, image_processor)
+    if chosen == "imagefolder" and image_processor is not None:  # data_format refuses images without one
+        processor = image_processor_from_pretrained(image_processor)
+        pixel_splits = load_pixel_splits(data_dir, names, processor)
+        train, val, test = (pixel_splits[name] for name in names)
+        feature_dim = None
+    else:
+        precomp_train = load_precomp_split(
+            data_dir, args.train_split, feature_dtype=args.feature_dtype, expected_feature_dim=image_dim
+        )
+        regions, feature_dim = precomp_train.region_shape
+        train = precomp_train
+        val, test = (
+            load_precomp_split(
+                data_dir,
+                split,
+                feature_dtype=args.feature_dtype,
+                expected_feature_dim=feature_dim,
+                expected_regions=regions,
+            )
+            for split in (args.val_split, args.test_split)
+        )
+    vocab: Vocabulary | TokenizerVocabulary
+    if tokenizer is not None:
+        if args.vocab_file:
+            raise ValueError(
+                f"vocab_file {args.vocab_file!r} is for the GRU text tower; {tokenizer!r} has its own tokenizer"
+            )
+        vocab = TokenizerVocabulary.from_pretrained(tokenizer)
+    else:
+        vocab = Vocabulary.from_json(args.vocab_file) if args.vocab_file else Vocabulary.build(train.captions)
+    pairing = _noise_index(args, train.num_images, train.captions_per_image, Path(output_dir))
+    noisy = NoisyPairDataset(train, vocab, pairing)
+    return PairData(
+        train=noisy,
+        val=RetrievalSplit.from_precomp(val, vocab),
+        test=RetrievalSplit.from_precomp(test, vocab),
+        vocab=vocab,
+        image_dim=feature_dim,
+        image_processor=processor,
+        noise_ratio=effective_noise_ratio(args, noisy),
+    )
+
+
+NOISE_FILE_TOLERANCE = 0.01
+
+
+def effective_noise_ratio(args: DataArguments, train: NoisyPairDataset) -> float:
+    """The share of training pairs that the noise is meant to corrupt: ``noise_ratio``, or with ``noise_file`` the
+    measured share of wrong pairs of the file's pairing.
+
+    Raises:
+        ValueError: a nonzero ``noise_ratio`` is given with a ``noise_file`` whose share differs by more than
+            ``NOISE_FILE_TOLERANCE`` (the file decides the pairing; the two say different things).
+    """
+    if not args.noise_file:
+        return args.noise_ratio
+    measured = float(1.0 - train.clean_mask.mean())
+    if args.noise_ratio and abs(measured - args.noise_ratio) > NOISE_FILE_TOLERANCE:
+        raise ValueError(
+            f"noise_ratio {args.noise_ratio:g} disagrees with noise_file {args.noise_file}, whose pairing has "
+            f"{measured:.1%} wrong pairs; the file decides the noise: give the file alone, or the ratio alone"
+        )
+    return measured
+
+
+GENERIC_DIRECTORY_NAMES = frozenset({"data", "dataset", "precomp", "features", "images"})
+
+
+def dataset_name_of(data_dir: str | Path) -> str:
+    """A data directory's name for the card: its own, or ``parent-name`` when its own is generic.
+
+    ``runs/demo/data`` gives ``demo-data``; ``/data/f30k_precomp`` gives ``f30k_precomp``.
+    """
+    path = Path(data_dir).resolve()
+    return f"{path.parent.name}-{path.name}" if path.name.lower() in GENERIC_DIRECTORY_NAMES else path.name
+
+
+def describe_data(args: DataArguments, data: PairData) -> DataDescription:
+    """The data and noise of a run, as its model card reports them (noise fields ``None`` with a noise file)."""
+    train, test = data.train, data.test
+    generated = args.noise_file is None
+    return DataDescription(
+        dataset=args.dataset_name or dataset_name_of(args.data_dir),
+        train_split=args.train_split,
+        val_split=args.val_split,
+        test_split=args.test_split,
+        train_pairs=len(train),
+        train_images=train.num_images,
+        captions_per_image=train.captions_per_image,
+        test_images=test.num_images,
+        noise_kind=args.noise_kind if generated else None,
+        noise_ratio=args.noise_ratio if generated else None,
+        noise_seed=args.noise_seed if generated else None,
+        noise_file=args.noise_file,
+        true_noise_ratio=float(1.0 - train.clean_mask.mean()),
+        test_folds=args.test_folds,
+    )
+
+
+
+
+DEMO_MODEL = ModelArguments(embed_dim=256, word_dim=64)
+"""The model of ``hfncl demo`` (a narrower joint space and word embedding than the papers')."""
+
+_USAGE = """import hfncl  # registers the model type with the transformers Auto classes
+from hfncl.hub import load_text_vocabulary
+from transformers import AutoModel
+
+model = AutoModel.from_pretrained("{model_id}")
+vocab = load_text_vocabulary("{model_id}", model.config)  # the SCAN vocabulary or the text tower's tokenizer"""
+
+
+class PairExperiment:
+    """Image-caption pairs with noisy correspondence: :class:`NCLModel`, selected and tested by recall (rSum)."""
+
+    kind = "pairs"
+    data_arguments = DataArguments
+    model_arguments = ModelArguments
+    metric_columns: tuple[tuple[str, str, int], ...] = (
+        ("i2t R@1", "i2t_r1", 1),
+        ("R@5", "i2t_r5", 1),
+        ("R@10", "i2t_r10", 1),
+        ("t2i R@1", "t2i_r1", 1),
+        ("R@5", "t2i_r5", 1),
+        ("R@10", "t2i_r10", 1),
+        ("rSum", "rsum", 1),
+    )
+    demo_model = DEMO_MODEL
+    demo_training: dict[str, Any] = {}
+
+    def prepare(
+        self, args: DataArguments, model_args: ModelArguments, plugins: list[str], output_dir: str | Path
+    ) -> PairData:
+        """The data, read as the model's towers need them: tokenised by a transformer text tower, pixels for a
+        vision tower (:func:`prepare_data`)."""
+        towers = model_fields(plugins, model_args)
+        tokenizer = towers.get("text_tower_name") if towers.get("text_tower") == "transformer" else None
+        pixels = towers.get("image_tower_name") if towers.get("image_tower") == "transformer" else None
+        return prepare_data(args, output_dir, tokenizer=tokenizer, image_processor=pixels)
+
+    def model_config(self, data: PairData, model_args: ModelArguments, plugins: list[str]) -> NCLConfig:
+        """The plugins' ``model_defaults`` under the explicit ``model_args``, fitted to the data's features and
+        vocabulary."""
+        image_dim: dict[str, Any] = {} if data.image_dim is None else {"image_dim": data.image_dim}
+        return NCLConfig(**image_dim, vocab_size=len(data.vocab), **model_fields(plugins, model_args))
+
+    def model_settings(self, model_args: ModelArguments, plugins: list[str]) -> dict[str, Any]:
+        """Every model field a run would use: NCLConfig's defaults under :meth:`model_config`'s fields."""
+        signature = inspect.signature(NCLConfig.__init__).parameters
+        defaults = {f.name: signature[f.name].default for f in fields(ModelArguments) if f.name in signature}
+        return {**defaults, **model_fields(plugins, model_args)}
+
+    def trainer_task(self, args: DataArguments, data: PairData) -> PairTask:
+        """The trainer's task, told the noise the run injected (``None`` for the data's own pairs: unknown)."""
+        injected = args.noise_file or args.noise_ratio
+        return PairTask(data.noise_ratio if injected else None)
+
+    def model_report(self, model_config: PretrainedConfig, model: torch.nn.Module) -> list[str]:
+        """The trainable and total parameters of each transformer tower (none for GRU and region towers)."""
+        if "transformer" not in (model_config.text_tower, model_config.image_tower):
+            return []
+        return [
+            f"{part}: {counts['trainable']:,} trainable of {counts['total']:,} parameters"
+            for part, counts in parameter_counts(cast(NCLModel, model)).items()
+        ]
+
+    def save_companions(self, data: PairData, directory: Path) -> None:
+        """Save what loading the checkpoint needs besides its weights: the vocabulary, the image processor."""
+        save_text_vocabulary(data.vocab, directory)
+        if data.image_processor is not None:
+            save_image_processor(data.image_processor, directory)
+
+    def evaluate(
+        self,
+        args: DataArguments,
+        data: PairData,
+        model: NCLModel,
+        *,
+        batch_size: int,
+        device: torch.device | str,
+        hook: Any,
+        progress: bool,
+    ) -> dict[str, float]:
+        """Test R@1/5/10, rSum, medr and meanr, also averaged over ``test_folds`` folds when above 1."""
+        return evaluate_retrieval(
+            model, data.test, batch_size=batch_size, folds=args.test_folds, hook=hook, progress=progress
+        )
+
+    def results_header(self, args: DataArguments, data: PairData, num_processes: int) -> dict[str, Any]:
+        """The first fields of ``results.json``: the noise asked for and measured, and the processes."""
+        return {
+            "noise_ratio": data.noise_ratio,
+            "noise_file": args.noise_file,
+            "true_noise_ratio": float(1.0 - data.train.clean_mask.mean()),
+            "num_processes": num_processes,
+        }
+
+    def description(self, args: DataArguments, data: PairData) -> DataDescription:
+        """The data and noise section of the model card (:func:`describe_data`)."""
+        return describe_data(args, data)
+
+    def card_texts(self, config: PretrainedConfig, model_id: str) -> CardTexts:
+        """What a card says about a model trained on noisy image-caption pairs."""
+        return CardTexts(
+            summary="An image-text retrieval model trained with hfncl on noisy image-caption pairs by the "
+            f"plugin(s) {plugin_names(config)}.",
+            architecture="A two-tower model: an image tower, a text tower and a similarity head, repeated in "
+            f"{config.num_networks} independently initialised network(s); the model's similarity is the mean "
+            "over its networks.",
+            selection_metric="rSum",
+            evaluation="Recall@K in percent (i2t: images query captions; t2i: captions query images), rSum "
+            "(the sum of the six recalls), and median / mean rank.",
+            usage=_USAGE.format(model_id=model_id),
+        )
+
+    def demo_data(self, directory: Path, size: SyntheticConfig, seed: int) -> Path:
+        """The demo's generated pairs of ``size`` (a precomp directory ``directory/data``)."""
+        return generate_precomp(directory / "data", size)
+
+    def demo_arguments(self, data_path: Path, noise_ratio: float, seed: int) -> DataArguments:
+        """The demo's data arguments: its generated pairs, with caption-level noise of ``noise_ratio``."""
+        return DataArguments(data_dir=str(data_path), noise_ratio=noise_ratio, noise_seed=seed)
+
+
+PAIRS = PairExperiment()
+register_card_texts(NCLConfig.model_type, PAIRS.card_texts)
