@@ -5,8 +5,9 @@ r"""NCR on MS-COCO (SCAN precomp features) with noisy correspondence.
 
 Defaults follow the paper's official code for COCO: the SGR head, 2 warmup epochs, then
 20 co-training epochs with lr 2e-4 decayed x0.1 after 15 of them (``--epochs 22
---warmup-epochs 2 --lr-decay-epochs 17``: hfncl counts from the first warmup epoch); the test split is ``testall`` (5K images) reported on the
-whole set and averaged over 5 folds of 1K (``fold_*`` keys), as Table 1 reports it.
+--warmup-epochs 2 --lr-decay-epochs 17``: hfncl counts from the first warmup epoch); the
+test split is ``testall`` (5K images) reported on the whole set and averaged over 5 folds
+of 1K (``fold_*`` keys), as Table 1 reports it.
 """
 
 import sys
