@@ -32,7 +32,7 @@ from hfncl.models.sgraf import (
     region_attention,
     unpack_local,
 )
-from hfncl.models.sgraf_kernels import CAPTION_GROUP, local_similarity, plan_blocks
+from hfncl.models.sgraf_kernels import CAPTION_GROUP, local_nodes, plan_blocks
 from hfncl.retrieval import Retriever
 from tests.conftest import tiny_config
 
@@ -231,14 +231,14 @@ def test_text_to_region_attention_by_hand():
     """Regions (1, 0), (0, 1); words (1, 0), (0.6, 0.8): c^ normalises each region's row over the words."""
     regions = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]], dtype=torch.float64)
     words = torch.tensor([[[1.0, 0.0], [0.6, 0.8]]], dtype=torch.float64)
-    attended = region_attention(regions, torch.ones(1, 2, dtype=torch.bool), words, torch.ones(1, 2, dtype=torch.bool), 9.0)
+    alpha = region_attention(regions, torch.ones(1, 2, dtype=torch.bool), words, torch.ones(1, 2, dtype=torch.bool), 9.0)
     # region 1: c = (1, 0.6) / sqrt(1.36); region 2: c = (0, 0.8) / 0.8 = (0, 1)
     c1 = (1 / math.sqrt(1.36), 0.6 / math.sqrt(1.36))
     c2 = (0.0, 1.0)
     for word in range(2):
         a1 = math.exp(9 * c1[word]) / (math.exp(9 * c1[word]) + math.exp(9 * c2[word]))
         expected = torch.tensor([a1, 1 - a1], dtype=torch.float64)
-        torch.testing.assert_close(attended[0, 0, word], expected)
+        torch.testing.assert_close(alpha[0, 0, word], expected)
 
 
 # ----------------------------------------------------------------- shapes and batch behaviour
@@ -304,17 +304,36 @@ def test_blocks_cover_every_pair_once_within_the_budget():
     assert torch.equal(torch.cat([b.captions for b in blocks if b.rows.start == 0]), order)
 
 
-def test_local_similarity_matches_the_plain_expression_in_values_and_gradients():
+def _plain_local_nodes(alpha, regions, words, weight, bias):
+    attended = torch.einsum("nmlr,nrd->nmld", alpha, regions)
+    unit = attended / attended.norm(dim=-1, keepdim=True).clamp_min(1e-8)
+    hidden = ((unit - words) ** 2) @ weight.t() + bias
+    return hidden / hidden.norm(dim=-1, keepdim=True).clamp_min(1e-8)
+
+
+def test_local_nodes_match_the_plain_expression_in_values_and_gradients():
     generator = torch.Generator().manual_seed(4)
-    attended = torch.randn(3, 4, 5, 6, generator=generator, dtype=torch.float64)
+    alpha = torch.randn(3, 4, 5, 2, generator=generator, dtype=torch.float64).softmax(dim=-1)
+    regions = torch.nn.functional.normalize(torch.randn(3, 2, 6, generator=generator, dtype=torch.float64), dim=-1)
     words = torch.nn.functional.normalize(torch.randn(4, 5, 6, generator=generator, dtype=torch.float64), dim=-1)
     weight, bias = torch.randn(7, 6, generator=generator, dtype=torch.float64), torch.randn(7, generator=generator, dtype=torch.float64)
-    inputs = [t.requires_grad_(True) for t in (attended, words, weight, bias)]
-    assert torch.autograd.gradcheck(local_similarity, inputs)
-    plain = (((attended / attended.norm(dim=-1, keepdim=True).clamp_min(1e-8)) - words) ** 2) @ weight.t() + bias
-    torch.testing.assert_close(local_similarity(*inputs), plain)
-    zero = torch.zeros(1, 1, 1, 6, dtype=torch.float64)  # a zero vector stays zero under l2norm
-    torch.testing.assert_close(local_similarity(zero, words[:1, :1], weight, bias)[0], (words[:1, :1] ** 2) @ weight.t() + bias)
+    inputs = [t.requires_grad_(True) for t in (alpha, regions, words, weight, bias)]
+    assert torch.autograd.gradcheck(local_nodes, inputs)
+    got, plain = local_nodes(*inputs), _plain_local_nodes(*inputs)
+    torch.testing.assert_close(got, plain)
+    upstream = torch.randn(got.shape, generator=generator, dtype=torch.float64)
+    for g, e in zip(torch.autograd.grad((got * upstream).sum(), inputs), torch.autograd.grad((plain * upstream).sum(), inputs)):
+        torch.testing.assert_close(g, e)
+
+
+def test_local_nodes_of_a_zero_attended_vector_compare_the_word_alone():
+    """Two opposite regions weighted equally attend to zero, which l2norm leaves at zero: the node is l2norm(W y^2 + b)."""
+    regions = torch.tensor([[[1.0, 0.0], [-1.0, 0.0]]], dtype=torch.float64)
+    alpha = torch.full((1, 1, 1, 2), 0.5, dtype=torch.float64)
+    words = torch.tensor([[[0.6, 0.8]]], dtype=torch.float64)
+    weight, bias = torch.tensor([[1.0, 2.0], [0.5, -1.0]], dtype=torch.float64), torch.tensor([0.1, 0.2], dtype=torch.float64)
+    hidden = weight @ torch.tensor([0.36, 0.64], dtype=torch.float64) + bias
+    torch.testing.assert_close(local_nodes(alpha, regions, words, weight, bias)[0, 0, 0], hidden / hidden.norm())
 
 
 @pytest.mark.parametrize("similarity", HEADS)
@@ -391,7 +410,6 @@ def test_all_padding_items_are_refused():
         ("reasoning_steps", 1.5, r"NCLConfig\.reasoning_steps must be a positive integer"),
         ("attention_lambda", -9.0, r"NCLConfig\.attention_lambda must be a positive finite number"),
         ("attention_lambda", float("nan"), r"NCLConfig\.attention_lambda must be a positive finite number"),
-        ("image_views", 2, r"image_views must be 1, got 2"),
     ],
 )
 def test_invalid_head_fields_raise(field, value, message):

@@ -16,7 +16,7 @@ through *similarity representations*, vectors of ``sim_dim`` (256) dimensions:
   (normalised over the caption's words), alpha_ij = softmax_i(lambda c^_ij) with the
   smoothing temperature lambda = 9, the attended region vector a_j = sum_i alpha_ij x_i
   and the node s_j^l = s(a_j, y_j; W_l) (:func:`region_attention`,
-  :func:`~hfncl.models.sgraf_kernels.local_similarity`).
+  :func:`~hfncl.models.sgraf_kernels.local_nodes`).
 - **SGR** (Sec. 3.3, Eq. 6-7): a graph over the nodes N = {s^g, s_1^l, ..., s_L^l};
   edges e(s_p, s_q) = softmax_q((W_in s_p)^T (W_out s_q)); each of the ``reasoning_steps``
   (3) steps updates every node s_p <- ReLU(W_r sum_q e(s_p, s_q) s_q) with its own
@@ -40,7 +40,7 @@ Reading choices where the paper leaves room:
 
 How it is computed (same values; measurements in ``benchmarks/README.md``): pairs are
 scored in memory-bounded blocks of captions of similar length, one side's work is done
-once per item, the local node keeps a quarter of the memory for backward
+once per item, the local nodes keep only the attention weights for backward
 (:mod:`hfncl.models.sgraf_kernels`), SGR folds W_out^T W_in into one matrix and its last
 step updates only the node that is read.
 
@@ -61,7 +61,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hfncl.models.sgraf_kernels import DEFAULT_BLOCK_BYTES, PairBlock, local_similarity, plan_blocks
+from hfncl.models.sgraf_kernels import DEFAULT_BLOCK_BYTES, PairBlock, local_nodes, plan_blocks
 
 LOCAL_SIMILARITIES = ("sgr", "saf")
 """Similarity heads that compare local features (:class:`SimilarityHead` subclasses)."""
@@ -147,7 +147,7 @@ def region_attention(
     word_mask: torch.Tensor,
     smooth: float,
 ) -> torch.Tensor:
-    """Attended region vector of every word of every caption for every image (SGRAF Eq. 2-3), un-normalised.
+    """Text-to-region attention weights of every word of every caption for every image (SGRAF Eq. 2-3).
 
     Args:
         regions: (n, R, d) unit-norm region features x_i of n images.
@@ -157,17 +157,15 @@ def region_attention(
         smooth: the inverse temperature lambda of the softmax over regions.
 
     Returns:
-        (n, m, L, d): sum_i alpha_ij x_i with c_ij = x_i^T y_j,
-        c^_ij = [c_ij]_+ / sqrt(sum_{valid j} [c_ij]_+^2), alpha_ij = softmax_i(lambda c^_ij).
-        SGRAF normalises it to a_j before comparing it with y_j (:func:`local_similarity`).
+        (n, m, L, R): alpha_ij = softmax_i(lambda c^_ij) with c_ij = x_i^T y_j and
+        c^_ij = [c_ij]_+ / sqrt(sum_{valid j} [c_ij]_+^2). The attended region vector is
+        sum_i alpha_ij x_i (:func:`~hfncl.models.sgraf_kernels.local_nodes` forms it).
     """
-    n, m, length = regions.size(0), words.size(0), words.size(1)
     cosine = torch.einsum("nrd,mld->nmlr", regions, words)
     positive = cosine.clamp_min(0.0) * word_mask[None, :, :, None].to(cosine.dtype)
     normalised = positive / positive.norm(dim=2, keepdim=True).clamp_min(_EPS)
     logits = (smooth * normalised).masked_fill(~region_mask[:, None, None, :], float("-inf"))
-    alpha = logits.softmax(dim=-1)
-    return torch.bmm(alpha.reshape(n, m * length, -1), regions).reshape(n, m, length, -1)
+    return logits.softmax(dim=-1)
 
 
 class _Side(NamedTuple):
@@ -215,9 +213,9 @@ class SimilarityHead(nn.Module, ABC):
 
         Node 0 is the global similarity s^g, node 1 + j the local similarity of word j.
         """
-        attended = region_attention(images.local, images.mask, texts.local, texts.mask, self.smooth)
+        alpha = region_attention(images.local, images.mask, texts.local, texts.mask, self.smooth)
         transform = self.local_sim.transform
-        local = l2norm(local_similarity(attended, texts.local, transform.weight, transform.bias))
+        local = local_nodes(alpha, images.local, texts.local, transform.weight, transform.bias)
         glob = self.global_sim(images.glob.unsqueeze(1), texts.glob.unsqueeze(0))
         node_mask = torch.cat([texts.mask.new_ones(texts.mask.size(0), 1), texts.mask], dim=1)
         return torch.cat([glob.unsqueeze(2), local], dim=2), node_mask

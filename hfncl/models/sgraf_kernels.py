@@ -6,10 +6,11 @@ Two pieces, both exact rewrites of the formulas in :mod:`hfncl.models.sgraf`:
   whose largest tensor, (rows, captions, L, d), fits a memory budget. Captions are
   grouped by length, so a block holds captions of one length and padding does no work,
   as in SGRAF's per-caption loop.
-- :func:`local_similarity`: the local node s(a_j, y_j; W) = W |a_j / ||a_j|| - y_j|^2 + b
-  (SGRAF Eq. 4, before its L2 normalisation) as one autograd function that keeps only
-  the attended vectors a_j for backward and recomputes the element-wise work there,
-  instead of the four (pairs, L, d) tensors autograd would keep.
+- :func:`local_nodes`: the local node s(a_j, y_j; W) = l2norm(W |a_j / ||a_j|| - y_j|^2 + b)
+  (SGRAF Eq. 4) from the attention weights, as one autograd function: the attended
+  vectors a_j = sum_i alpha_ij x_i are never kept, their norms come from each image's
+  Gram matrix, and backward recomputes a_j - y_j once and projects the gradients onto
+  the regions, instead of the (pairs, L, d) tensors autograd would keep and traverse.
 """
 
 from __future__ import annotations
@@ -79,39 +80,67 @@ def _group_starts(lengths: list[int]) -> list[int]:
     return starts
 
 
-class _LocalSimilarity(torch.autograd.Function):
-    """h = (a / max(||a||, eps) - y)^2 W^T + b for attended vectors a (n, m, L, d) and words y (m, L, d)."""
+class _LocalNodes(torch.autograd.Function):
+    """l2norm(W (a / max(||a||, eps) - y)^2 + b) with a = alpha x for attention weights alpha (n, m, L, R),
+    regions x (n, R, d) and words y (m, L, d).
 
-    @staticmethod
-    def forward(ctx, attended: torch.Tensor, words: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor):
-        norm = attended.norm(dim=-1, keepdim=True).clamp_min(_EPS)
-        squared = (attended / norm).sub_(words).square_()
-        ctx.save_for_backward(attended, words, weight)
-        return F.linear(squared, weight, bias)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        attended, words, weight = ctx.saved_tensors
-        raw_norm = attended.norm(dim=-1, keepdim=True)
-        norm = raw_norm.clamp_min(_EPS)
-        unit = attended / norm
-        diff = unit - words
-        grad_weight = grad.flatten(0, -2).t() @ diff.square().flatten(0, -2)
-        grad_bias = grad.flatten(0, -2).sum(dim=0)
-        grad_unit = (grad @ weight).mul_(diff).mul_(2.0)
-        del diff
-        grad_words = -grad_unit.sum(dim=0)
-        radial = (grad_unit * unit).sum(dim=-1, keepdim=True) * (raw_norm > _EPS).to(unit.dtype)
-        grad_attended = grad_unit.sub_(unit.mul_(radial)).div_(norm)
-        return grad_attended, grad_words, grad_weight, grad_bias
-
-
-def local_similarity(
-    attended: torch.Tensor, words: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
-) -> torch.Tensor:
-    """W |l2norm(a) - y|^2 + b for (n, m, L, d) attended vectors and (m, L, d) unit words -> (n, m, L, s).
-
-    The un-normalised node of SGRAF Eq. 4 with a_j normalised first; same values and
-    gradients as the plain expression, a quarter of its saved memory.
+    ||a||^2 = alpha^T (x x^T) alpha comes from the (R, R) Gram matrix of each image, so the
+    attended vectors are normalised through the weights before one batched product, and
+    backward projects every gradient onto the R regions there as well: it saves the weights
+    and the (n, m, L, s) output, not a (n, m, L, d) tensor, and recomputes a - y once.
     """
-    return _LocalSimilarity.apply(attended, words, weight, bias)
+
+    @staticmethod
+    def forward(ctx, alpha, regions, words, weight, bias):
+        n, m, length, count = alpha.shape
+        weights = alpha.reshape(n, m * length, count)
+        projected = weights @ (regions @ regions.transpose(1, 2))
+        norm = (projected * weights).sum(dim=-1, keepdim=True).clamp_min(0.0).sqrt()
+        diff = torch.bmm(weights / norm.clamp_min(_EPS), regions).sub_(words.reshape(1, m * length, -1))
+        hidden = F.linear(diff.square_(), weight, bias)
+        del diff
+        hidden_norm = hidden.norm(dim=-1, keepdim=True)
+        nodes = hidden.div_(hidden_norm.clamp_min(_EPS))
+        ctx.save_for_backward(weights, regions, words, weight, norm, projected, nodes, hidden_norm)
+        return nodes.view(n, m, length, -1)
+
+    @staticmethod
+    def backward(ctx, grad):
+        weights, regions, words, weight, norm, projected, nodes, hidden_norm = ctx.saved_tensors
+        n, pairs_words, count = weights.shape
+        grad = grad.reshape(n, pairs_words, -1)
+        radial = (grad * nodes).sum(dim=-1, keepdim=True) * (hidden_norm > _EPS).to(grad.dtype)
+        grad_hidden = (grad - nodes * radial) / hidden_norm.clamp_min(_EPS)
+        clamped = norm.clamp_min(_EPS)
+        scaled = weights / clamped
+        diff = torch.bmm(scaled, regions).sub_(words.reshape(1, pairs_words, -1))
+        grad_unit = (grad_hidden * 2.0) @ weight
+        grad_unit.mul_(diff)
+        grad_weight = grad_hidden.flatten(0, 1).t() @ diff.square_().flatten(0, 1)
+        del diff
+        grad_bias = grad_hidden.sum(dim=(0, 1))
+        grad_words = -grad_unit.sum(dim=0).view_as(words)
+        on_regions = torch.bmm(grad_unit, regions.transpose(1, 2))
+        along = (weights * on_regions).sum(dim=-1, keepdim=True) / clamped * (norm > _EPS).to(grad.dtype)
+        grad_alpha = (on_regions - along * projected / clamped) / clamped
+        mixing = torch.bmm((scaled * along / clamped).transpose(1, 2), weights)
+        grad_regions = torch.bmm(scaled.transpose(1, 2), grad_unit) - torch.bmm(mixing, regions)
+        return grad_alpha.view(n, *words.shape[:2], count), grad_regions, grad_words, grad_weight, grad_bias
+
+
+def local_nodes(
+    alpha: torch.Tensor, regions: torch.Tensor, words: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
+) -> torch.Tensor:
+    """SGRAF's local similarity nodes s_j^l = s(a_j, y_j; W) (Eq. 4) of every pair and word, (n, m, L, s).
+
+    Args:
+        alpha: (n, m, L, R) text-to-region attention weights of n images and m captions (Eq. 3).
+        regions: (n, R, d) unit-norm region features x_i.
+        words: (m, L, d) unit-norm word features y_j.
+        weight, bias: the affine map W of Eq. 4, (s, d) and (s,).
+
+    Returns:
+        l2norm(W (l2norm(sum_i alpha_ij x_i) - y_j)^2 + b), the square element-wise; same values
+        and gradients as the plain expression, with a fraction of its memory and passes.
+    """
+    return _LocalNodes.apply(alpha, regions, words, weight, bias)
