@@ -2,7 +2,9 @@
 
 The kind of data is the task's (:mod:`hfncl.tasks`), found from the data arguments' class:
 :class:`hfncl.tasks.pairs.DataArguments` trains on image-caption pairs,
-:class:`hfncl.tasks.labels.LabelDataArguments` on category-labelled features.
+:class:`hfncl.tasks.labels.LabelDataArguments` on category-labelled features. The pairs
+task's ``DataArguments`` and ``ModelArguments`` are importable from here too, beside
+:func:`run_experiment` (the imports of the README's and ``docs/plugins.md``'s examples).
 """
 
 from __future__ import annotations

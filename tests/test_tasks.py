@@ -95,3 +95,26 @@ def test_a_pair_run_tells_plugins_the_noise_it_injected(noise, expected, tiny_da
 def test_pair_task_refuses_a_noise_rate_outside_zero_to_one():
     with pytest.raises(ValueError, match="PairTask.noise_rate must be in"):
         PairTask(1.0)
+
+
+def test_experiment_tasks_are_found_from_arguments_and_plugins(tmp_path):
+    from hfncl.hub import CheckpointError
+    from hfncl.hub.card import card_texts
+    from hfncl.models import CategoryConfig
+    from hfncl.tasks import LABELS, PAIRS, task_of_arguments, task_of_plugins
+    from hfncl.tasks.labels import CategoryModelArguments, LabelDataArguments
+
+    assert task_of_arguments(DataArguments(data_dir="d")) is PAIRS
+    assert task_of_arguments(LabelDataArguments(data_path="f.h5")) is LABELS
+    with pytest.raises(TypeError, match="data arguments must be one of DataArguments, LabelDataArguments"):
+        task_of_arguments(object())
+    assert task_of_plugins([]) is PAIRS and task_of_plugins(["vsepp"]) is PAIRS
+    assert task_of_plugins(["dmcm"]) is LABELS
+    with pytest.raises(TypeError, match="DataArguments takes ModelArguments, got CategoryModelArguments"):
+        run_experiment(DataArguments(data_dir="d"), tiny_config(tmp_path, ["vsepp"]), CategoryModelArguments())
+    assert not any(tmp_path.iterdir())  # refused before anything is written
+    config = CategoryConfig(plugins=["dmcm"])
+    assert card_texts(config, "x").selection_metric == "mean mAP"
+    config.model_type = "unregistered"
+    with pytest.raises(CheckpointError, match="no card texts are registered for model type 'unregistered'"):
+        card_texts(config, "x")

@@ -6,7 +6,9 @@ The card is rendered from ``templates/model_card.md`` with
 ``model-index``, so the Hub shows the test results on the model page. Everything in the
 card comes from the checkpoint: the config (plugins, their packages and versions, the
 architecture, the plugin options) and the run record (hyper-parameters, data, noise,
-metrics, division quality, the BibTeX of the plugins' papers).
+metrics, division quality, the BibTeX of the plugins' papers). The sentences that depend on
+the kind of model (:class:`CardTexts`) are those the experiment task of its kind registered
+for its model type (:func:`register_card_texts`, :mod:`hfncl.tasks`).
 """
 
 from __future__ import annotations

@@ -467,7 +467,10 @@ class PairExperiment:
         hook: Any,
         progress: bool,
     ) -> dict[str, float]:
-        """Test R@1/5/10, rSum, medr and meanr, also averaged over ``test_folds`` folds when above 1."""
+        """Test R@1/5/10, rSum, medr and meanr, also averaged over ``test_folds`` folds when above 1.
+
+        Scored on :func:`evaluate_retrieval`'s default device, as pair runs always have: ``device`` is not used.
+        """
         return evaluate_retrieval(
             model, data.test, batch_size=batch_size, folds=args.test_folds, hook=hook, progress=progress
         )
