@@ -22,11 +22,18 @@ children interleaved, ``--repeats`` times; the table gives medians and [min, max
 - **Roofline**: the matrix-multiply FLOPs of each step (``torch.utils.flop_counter``,
   forward and backward) over the step's CPU seconds, as a fraction of this CPU's
   measured fp32 matmul throughput (2048 x 2048, same threads).
+- **NCR epoch** (first case only): CPU seconds per training pair of one co-training
+  epoch, both networks, the division and the noisy part included, on one generated
+  precomp data set (``--epoch-images`` x 5 captions, 20% noise). The official one is
+  its ``co_train.eval_train`` (both networks' per-pair losses and GMMs) and
+  ``co_train.train`` of each network on its clean batches, each beside a cycling noisy
+  batch; its clean share is fixed at 80% (the pairs of highest clean probability) so
+  that random data does not decide how much it trains. hfncl's is NCR with its defaults
+  (one batch split into its clean and noisy parts; the division from the losses the
+  steps recorded), the second epoch after one warmup epoch.
 
 The last line is ``ratios warmup_step=X pair_epoch=Y scoring=Z rss=W roofline=F`` for the
 first head and size measured (hfncl / official; roofline is hfncl's fraction).
-``pair_epoch`` (NCR's co-training epoch with both networks and the division) is not
-measured yet and reads ``n/a``.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from pathlib import Path
 
 BATCH, REGIONS, IMAGE_DIM, WORD_DIM, VOCAB = 128, 36, 2048, 300, 8000
 CAPTIONS_PER_IMAGE = 5
+EPOCH_NOISE = 0.2
 
 
 def _cpu_seconds() -> float:
@@ -185,6 +193,142 @@ def child_score(program: str, args: argparse.Namespace) -> dict[str, float]:
     return {"wall": time.perf_counter() - wall, "cpu": _cpu_seconds() - cpu, "peak_mib": _peak_mib()}
 
 
+def write_epoch_data(directory: Path, images: int, seed: int = 2) -> Path:
+    """A SCAN precomp data set of Flickr30K shapes: ``images`` x 5 training captions (words ``w<k>``, Flickr30K-like
+    lengths), regions (images, 36, 2048); dev and test of 5 images. Written once per size and seed."""
+    import numpy as np
+    import torch
+
+    if (directory / "train_caps.txt").is_file():
+        return directory
+    directory.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    for split, count in (("train", images), ("dev", 5), ("test", 5)):
+        np.save(directory / f"{split}_ims.npy", torch.randn(count, REGIONS, IMAGE_DIM).numpy())
+        lengths = caption_lengths(count * CAPTIONS_PER_IMAGE) - 2  # the start and end tokens are added when read
+        words = [torch.randint(0, VOCAB - 4, (int(n),)).tolist() for n in lengths]
+        (directory / f"{split}_caps.txt").write_text("".join(" ".join(f"w{w}" for w in caption) + "\n" for caption in words))
+    return directory
+
+
+def _official_batches(data_dir: Path, order: list[int], ids_only: bool = False):
+    """The training pairs ``order`` (image i // 5 with caption i) in batches of 128, each sorted by caption length
+    (the official collate's order): images, token ids (start 1, words w<k> as k + 4, end 2), lengths, ids."""
+    import numpy as np
+    import torch
+
+    images = np.load(data_dir / "train_ims.npy")
+    captions = (data_dir / "train_caps.txt").read_text().splitlines()
+    batches = []
+    for start in range(0, len(order), BATCH):
+        ids = sorted(order[start:start + BATCH], key=lambda i: -len(captions[i].split()))
+        tokens = [[1, *(int(word[1:]) + 4 for word in captions[i].split()), 2] for i in ids]
+        lengths = [len(t) for t in tokens]
+        padded = torch.zeros(len(ids), lengths[0], dtype=torch.long)
+        for row, caption in enumerate(tokens):
+            padded[row, : len(caption)] = torch.tensor(caption)
+        batches.append((torch.from_numpy(images[[i // CAPTIONS_PER_IMAGE for i in ids]]), padded, lengths, ids))
+    return batches
+
+
+def _official_epoch(args: argparse.Namespace, data_dir: Path, pairs: int) -> dict[str, float]:
+    """One NCR epoch of the official loop, noisy part included: ``eval_train`` (per-pair losses of both networks
+    and the GMMs), then ``train`` of each network on its clean set with the cycling noisy batches.
+
+    The division's share is fixed, not the GMM's on random data: the ``1 - EPOCH_NOISE`` of the pairs with the
+    highest clean probability are clean, so both programs train the same amount.
+    """
+    import numpy as np
+    import torch
+
+    sys.path.insert(0, args.peer_dir)
+    import co_train  # the official NCR code, for measurement only
+
+    networks = [_peer_model(args.peer_dir, args.head, args.embed_dim, args.sim_dim) for _ in range(2)]
+    opt = networks[0][1]
+    opt.soft_margin, opt.num_epochs, opt.log_step = "exponential", 2, 10**9
+    batches = _official_batches(data_dir, list(range(pairs)))
+    started = _cpu_seconds()
+    probabilities = co_train.eval_train(
+        opt, networks[0][0], networks[1][0], batches, pairs, [[], []], np.ones(pairs), epoch=1
+    )[:2]
+    division = _cpu_seconds() - started
+    for (net, _), (peer, _), probability in zip(networks, networks[::-1], probabilities[::-1], strict=True):
+        ranked = np.argsort(-probability, kind="stable").tolist()
+        clean_count = round(pairs * (1 - EPOCH_NOISE))
+        labeled = [
+            (images, tokens, lengths, ids, torch.ones(len(ids)), torch.from_numpy(probability[ids]).float(),
+             torch.ones(len(ids)))
+            for images, tokens, lengths, ids in _official_batches(data_dir, ranked[:clean_count])
+        ]
+        unlabeled = [
+            (images, tokens, lengths, ids, torch.ones(len(ids)))
+            for images, tokens, lengths, ids in _official_batches(data_dir, ranked[clean_count:])
+        ]
+        co_train.train(opt, net, peer, labeled, unlabeled, epoch=1)
+    return {"epoch_cpu": _cpu_seconds() - started, "division_cpu": division}
+
+
+class _EpochClock:
+    """Trainer callback: CPU seconds of the last epoch and of its ``divide`` hook."""
+
+    def __init__(self) -> None:
+        self.epoch_cpu = self.division_cpu = 0.0
+        self._epoch = self._divide = 0.0
+
+    def __getattr__(self, name: str):
+        if name.startswith("on_"):
+            return lambda *args, **kwargs: None
+        raise AttributeError(name)
+
+    def on_epoch_begin(self, trainer, epoch: int) -> None:
+        self._epoch = _cpu_seconds()
+
+    def on_hook_begin(self, trainer, name: str) -> None:
+        if name == "divide":
+            self._divide = _cpu_seconds()
+
+    def on_hook_end(self, trainer, name: str) -> None:
+        if name == "divide":
+            self.division_cpu = _cpu_seconds() - self._divide
+
+    def on_epoch_end(self, trainer, record, seconds: float) -> None:
+        self.epoch_cpu = _cpu_seconds() - self._epoch
+
+
+def _hfncl_epoch(args: argparse.Namespace, data_dir: Path) -> dict[str, float]:
+    """NCR with its defaults for one warmup epoch and one co-training epoch (noisy part included); the second is timed."""
+    from accelerate import Accelerator
+
+    from hfncl.config import TrainConfig
+    from hfncl.engine.trainer import Trainer
+    from hfncl.models import NCLConfig
+    from hfncl.tasks.pairs import DataArguments, ModelArguments, model_fields, prepare_data
+
+    output_dir = data_dir.parent / f"hfncl-{args.head}-{args.embed_dim}"
+    config = TrainConfig(
+        plugins=["ncr"], output_dir=str(output_dir), epochs=2, warmup_epochs=1, batch_size=BATCH, learning_rate=2e-4,
+        lr_decay_epochs=[], progress=False, overwrite_output_dir=True, plot_divisions=False,
+    )
+    data = prepare_data(DataArguments(data_dir=str(data_dir), noise_ratio=EPOCH_NOISE), output_dir)
+    model = ModelArguments(embed_dim=args.embed_dim, word_dim=WORD_DIM, similarity=args.head, sim_dim=args.sim_dim)
+    model_config = NCLConfig(image_dim=IMAGE_DIM, vocab_size=len(data.vocab), **model_fields(["ncr"], model))
+    clock = _EpochClock()
+    Trainer(config, model_config, data.train, None, accelerator=Accelerator(cpu=True), callbacks=[clock]).train()
+    return {"epoch_cpu": clock.epoch_cpu, "division_cpu": clock.division_cpu}
+
+
+def child_epoch(program: str, args: argparse.Namespace) -> dict[str, float]:
+    """CPU seconds per training pair of one NCR co-training epoch (both networks and the division)."""
+    data_dir = write_epoch_data(Path(args.work_dir) / f"epoch-data-{args.epoch_images}", args.epoch_images)
+    pairs = args.epoch_images * CAPTIONS_PER_IMAGE
+    result = _official_epoch(args, data_dir, pairs) if program == "official" else _hfncl_epoch(args, data_dir)
+    return {
+        "pair_epoch": result["epoch_cpu"] / pairs, "division_per_pair": result["division_cpu"] / pairs,
+        "peak_mib": _peak_mib(),
+    }
+
+
 def child_matmul() -> dict[str, float]:
     """This CPU's fp32 matmul throughput (GFLOP/s) on 2048 x 2048 matrices, median of five."""
     import torch
@@ -204,6 +348,7 @@ def _run_child(args: argparse.Namespace, kind: str, program: str, head: str, dim
     command = [
         sys.executable, __file__, "--peer-dir", args.peer_dir, "--threads", str(args.threads),
         "--scoring-images", str(args.scoring_images), "--child", kind, "--program", program, "--head", head, "--dims", dims,
+        "--work-dir", args.work_dir, "--epoch-images", str(args.epoch_images),
     ]
     done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
     if done.returncode != 0:
@@ -234,6 +379,10 @@ def measure(args: argparse.Namespace) -> tuple[str, str]:
         for _ in range(args.scoring_repeats):
             for program in ("official", "hfncl"):
                 score[program].append(_run_child(args, "score", program, head, dims))
+        epoch = {"official": [], "hfncl": []}
+        for _ in range(args.epoch_repeats if (head, dims) == args.cases[0] else 0):
+            for program in ("official", "hfncl"):
+                epoch[program].append(_run_child(args, "epoch", program, head, dims))
         step_ratio = _median(train["hfncl"], "cpu")[0] / _median(train["official"], "cpu")[0]
         score_ratio = _median(score["hfncl"], "cpu")[0] / _median(score["official"], "cpu")[0]
         rss_ratio = _median(train["hfncl"], "peak_mib")[0] / _median(train["official"], "peak_mib")[0]
@@ -241,16 +390,26 @@ def measure(args: argparse.Namespace) -> tuple[str, str]:
             program: train[program][0]["flops"] / _median(train[program], "cpu")[0] / (throughput * 1e9)
             for program in train
         }
+        epoch_ratio = (
+            _median(epoch["hfncl"], "pair_epoch")[0] / _median(epoch["official"], "pair_epoch")[0] if epoch["hfncl"] else None
+        )
+        epoch_cells = (
+            f"{_cell(epoch['official'], 'pair_epoch', 3)} | {_cell(epoch['hfncl'], 'pair_epoch', 3)} | {epoch_ratio:.2f} | "
+            f"{_median(epoch['official'], 'division_per_pair')[0]:.3f} / {_median(epoch['hfncl'], 'division_per_pair')[0]:.3f}"
+            if epoch_ratio is not None
+            else "- | - | - | -"
+        )
         rows.append(
             f"| {head.upper()} {dims} | {_cell(train['official'], 'cpu')} | {_cell(train['hfncl'], 'cpu')} | "
             f"{step_ratio:.2f} | {train['official'][0]['flops'] / 1e12:.2f} / {train['hfncl'][0]['flops'] / 1e12:.2f} | "
             f"{roofline['official']:.2f} / {roofline['hfncl']:.2f} | {_cell(score['official'], 'cpu', 1)} | "
             f"{_cell(score['hfncl'], 'cpu', 1)} | {score_ratio:.2f} | {_median(train['official'], 'peak_mib')[0]:.0f} / "
-            f"{_median(train['hfncl'], 'peak_mib')[0]:.0f} | {rss_ratio:.2f} |"
+            f"{_median(train['hfncl'], 'peak_mib')[0]:.0f} | {rss_ratio:.2f} | {epoch_cells} |"
         )
         if ratios is None:
             ratios = (
-                f"ratios warmup_step={step_ratio:.2f} pair_epoch=n/a scoring={score_ratio:.2f} rss={rss_ratio:.2f} "
+                f"ratios warmup_step={step_ratio:.2f} "
+                f"pair_epoch={'n/a' if epoch_ratio is None else f'{epoch_ratio:.2f}'} scoring={score_ratio:.2f} rss={rss_ratio:.2f} "
                 f"roofline={roofline['hfncl']:.2f}"
             )
     import torch
@@ -260,12 +419,16 @@ def measure(args: argparse.Namespace) -> tuple[str, str]:
         f"fp32 matmul {throughput:.0f} GFLOP/s on 2048 x 2048). Warmup step: one network, batch of {BATCH}, "
         f"CPU seconds (user + sys), median [min, max] of {args.repeats} interleaved runs. Scoring: "
         f"{args.scoring_images} x {args.scoring_images * CAPTIONS_PER_IMAGE} from embeddings, "
-        f"{args.scoring_repeats} run(s). Peak RSS of the training-step process.",
+        f"{args.scoring_repeats} run(s). Peak RSS of the training-step process. NCR epoch (first case only): "
+        f"{args.epoch_images} images x {CAPTIONS_PER_IMAGE} captions at {EPOCH_NOISE:.0%} noise, CPU seconds per "
+        f"pair of one co-training epoch with both networks, the division and the noisy part, "
+        f"{args.epoch_repeats} run(s); its division column is that epoch's division stage per pair.",
         "",
         "| head dims | official step s | hfncl step s | hfncl / official | matmul TFLOP per step (official / hfncl) | "
         "roofline fraction (official / hfncl) | official scoring s | hfncl scoring s | hfncl / official | "
-        "peak RSS MiB (official / hfncl) | hfncl / official |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "peak RSS MiB (official / hfncl) | hfncl / official | official epoch s/pair | hfncl epoch s/pair | "
+        "hfncl / official | division s/pair (official / hfncl) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     return "\n".join(header + rows) + "\n", ratios
 
@@ -273,7 +436,8 @@ def measure(args: argparse.Namespace) -> tuple[str, str]:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--peer-dir", required=True, help="The NCR/ folder of the prepared official code.")
-    parser.add_argument("--quick", action="store_true", help="SGR at 256/64 only, 100 scoring images (a few minutes).")
+    parser.add_argument("--quick", action="store_true",
+                        help="SGR at 256/64 only, 100 scoring images, an NCR epoch of 52 x 5 pairs (a few minutes).")
     parser.add_argument("--output", help="Markdown table to write (printed in any case).")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3, help="Interleaved runs of each training step.")
@@ -281,7 +445,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--scoring-images", type=int, default=1000)
     parser.add_argument("--cases", nargs="+", default=["sgr:1024/256", "saf:1024/256", "sgr:256/64", "saf:256/64"],
                         help="HEAD:EMBED/SIM cases to measure.")
-    parser.add_argument("--child", choices=("train", "score", "matmul"), help=argparse.SUPPRESS)
+    parser.add_argument("--epoch-images", type=int, default=128,
+                        help="Images (x 5 captions) of the NCR-epoch measurement's training set.")
+    parser.add_argument("--epoch-repeats", type=int, default=1, help="Interleaved runs of the NCR epoch (0: none).")
+    parser.add_argument("--work-dir", default="runs/peer_speed", help="Generated data and the hfncl runs' outputs.")
+    parser.add_argument("--child", choices=("train", "score", "matmul", "epoch"), help=argparse.SUPPRESS)
     parser.add_argument("--program", choices=("official", "hfncl"), help=argparse.SUPPRESS)
     parser.add_argument("--head", choices=("sgr", "saf"), help=argparse.SUPPRESS)
     parser.add_argument("--dims", help=argparse.SUPPRESS)
@@ -289,7 +457,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if not (Path(args.peer_dir) / "model.py").is_file():
         parser.error(f"--peer-dir {args.peer_dir}: no model.py there; prepare it with ../shared/tools/ncr_peer.sh")
     if args.quick:
-        args.cases, args.scoring_images = ["sgr:256/64"], 100
+        args.cases, args.scoring_images, args.epoch_images = ["sgr:256/64"], 100, 52
     args.cases = [tuple(case.split(":")) for case in args.cases]
     if args.dims:
         args.embed_dim, args.sim_dim = map(int, args.dims.split("/"))
@@ -302,9 +470,8 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-        result = child_matmul() if args.child == "matmul" else (child_train if args.child == "train" else child_score)(
-            args.program, args
-        )
+        children = {"train": child_train, "score": child_score, "epoch": child_epoch}
+        result = child_matmul() if args.child == "matmul" else children[args.child](args.program, args)
         print(json.dumps(result))
         return 0
     report, ratios = measure(args)

@@ -279,13 +279,30 @@ def test_peer_speed_refuses_a_folder_without_the_official_code_and_builds_its_da
     assert "no model.py there" in capsys.readouterr().err
     (tmp_path / "model.py").write_text("")
     quick = peer_speed.parse_args(["--peer-dir", str(tmp_path), "--quick"])
-    assert quick.cases == [("sgr", "256/64")] and quick.scoring_images == 100
+    assert quick.cases == [("sgr", "256/64")] and quick.scoring_images == 100 and quick.epoch_images == 52
     images, tokens, lengths = peer_speed.batch()
     assert images.shape == (128, 36, 2048) and tokens.shape == (128, int(lengths[0]))
     assert bool((lengths[:-1] >= lengths[1:]).all()) and bool(((tokens > 0).sum(dim=1) == lengths).all())
     regions, words, caption_lengths = peer_speed.embeddings(3, 8)
     assert regions.shape == (3, 36, 8) and words.shape[0] == 15 == len(caption_lengths)
     assert bool((words.norm(dim=-1) > 0).sum(dim=1).eq(caption_lengths).all())
+
+
+def test_peer_speed_epoch_data_gives_both_programs_the_same_pairs_and_lengths(tmp_path):
+    """The NCR-epoch data set: hfncl reads it as precomp data; the official batches hold the same captions'
+    token counts (start and end tokens included), sorted longest first within each batch of 128."""
+    peer_speed = benchmark_module("peer_speed")
+    data_dir = peer_speed.write_epoch_data(tmp_path / "data", images=30)
+    data = prepare_data(DataArguments(data_dir=str(data_dir), noise_ratio=0.0), tmp_path / "run")
+    assert len(data.train) == 150 and np.load(data_dir / "train_ims.npy").shape == (30, 36, 2048)
+    batches = peer_speed._official_batches(data_dir, list(range(150)))
+    assert [len(ids) for *_, ids in batches] == [128, 22]
+    for images, tokens, lengths, ids in batches:
+        assert lengths == sorted(lengths, reverse=True) and images.shape == (len(ids), 36, 2048)
+        assert bool(((tokens > 0).sum(dim=1) == torch.tensor(lengths)).all())
+        assert bool((tokens[:, 0] == 1).all()) and bool((tokens.max(dim=1).values < peer_speed.VOCAB).all())
+    captions = (data_dir / "train_caps.txt").read_text().splitlines()
+    assert sorted(length for *_, lengths, _ in batches for length in lengths) == sorted(len(c.split()) + 2 for c in captions)
 
 
 def test_oracle_split_holds_exactly_the_clean_pairs_of_the_noise_index_training_uses(tmp_path):
