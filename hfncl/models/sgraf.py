@@ -280,7 +280,8 @@ class GraphReasoningStep(nn.Module):
 
     The edge logits are computed as (W_out^T (W_in s_p + b_in))^T s_q: the terms
     (W_in s_p + b_in)^T b_out are constant over q and cancel in the softmax, and
-    W_out^T W_in is one (s, s) matrix, so a step costs two node-wise products, not three.
+    W_out^T W_in is one (s, s) matrix (:meth:`edge_map`, formed once for all blocks of a
+    batch), so a step costs two node-wise products, not three.
     """
 
     def __init__(self, sim_dim: int) -> None:
@@ -289,19 +290,28 @@ class GraphReasoningStep(nn.Module):
         self.key = nn.Linear(sim_dim, sim_dim)
         self.update = nn.Linear(sim_dim, sim_dim)
 
-    def _queries(self, nodes: torch.Tensor) -> torch.Tensor:
-        """W_out^T (W_in s + b_in) of every given node."""
-        return F.linear(nodes, self.key.weight.t() @ self.query.weight, self.key.weight.t() @ self.query.bias)
+    def edge_map(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(W_out^T W_in, W_out^T b_in): the affine map from a node s_p to its edge query W_out^T (W_in s_p + b_in)."""
+        key = self.key.weight.t()
+        return key @ self.query.weight, key @ self.query.bias
 
-    def forward(self, nodes: torch.Tensor, node_mask: torch.Tensor) -> torch.Tensor:
-        """Nodes (n, m, N, s) with mask (m, N) -> updated nodes (n, m, N, s); padding nodes are never read."""
-        edges = self._queries(nodes) @ nodes.transpose(-1, -2)
+    def forward(
+        self, nodes: torch.Tensor, node_mask: torch.Tensor, edge_map: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> torch.Tensor:
+        """Nodes (n, m, N, s) with mask (m, N) -> updated nodes (n, m, N, s); padding nodes are never read.
+
+        ``edge_map``: :meth:`edge_map`'s value when the caller formed it already.
+        """
+        edges = F.linear(nodes, *(edge_map or self.edge_map())) @ nodes.transpose(-1, -2)
         edges = edges.masked_fill(~node_mask[None, :, None, :], float("-inf")).softmax(dim=-1)
         return torch.relu(self.update(edges @ nodes))
 
-    def first_node(self, nodes: torch.Tensor, node_mask: torch.Tensor) -> torch.Tensor:
+    def first_node(
+        self, nodes: torch.Tensor, node_mask: torch.Tensor, edge_map: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> torch.Tensor:
         """The updated node 0 only, (n, m, s): what the last step must give SGR's output."""
-        edges = torch.einsum("nms,nmqs->nmq", self._queries(nodes[:, :, 0]), nodes)
+        queries = F.linear(nodes[:, :, 0], *(edge_map or self.edge_map()))
+        edges = torch.einsum("nms,nmqs->nmq", queries, nodes)
         edges = edges.masked_fill(~node_mask[None], float("-inf")).softmax(dim=-1)
         return torch.relu(self.update(torch.einsum("nmq,nmqs->nms", edges, nodes)))
 
@@ -317,14 +327,26 @@ class SGRHead(SimilarityHead):
         self.output = nn.Linear(sim_dim, 1)
 
     def score(self, nodes: torch.Tensor, node_mask: torch.Tensor) -> torch.Tensor:
-        """(n, m, N, s) nodes, (m, N) mask -> (n, m) similarities in (0, 1).
+        """(n, m, N, s) nodes, (m, N) mask -> (n, m) similarities in (0, 1)."""
+        return self._reason(nodes, node_mask, self._edge_maps())
 
-        Only s^g is read after the last step, so that step updates node 0 alone.
-        """
-        for step in self.steps[:-1]:
-            nodes = step(nodes, node_mask)
-        last = cast(GraphReasoningStep, self.steps[-1])
-        return torch.sigmoid(self.output(last.first_node(nodes, node_mask))).squeeze(-1)
+    def score_blocks(self, images: _Side, texts: _Side, blocks: list[PairBlock]) -> torch.Tensor:
+        """As :meth:`SimilarityHead.score_blocks`, with every step's edge map formed once for all blocks."""
+        maps = self._edge_maps()
+        return _assemble(blocks, [self._reason(*self.block_nodes(images, texts, block), maps) for block in blocks])
+
+    def _edge_maps(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [cast(GraphReasoningStep, step).edge_map() for step in self.steps]
+
+    def _reason(
+        self, nodes: torch.Tensor, node_mask: torch.Tensor, maps: list[tuple[torch.Tensor, torch.Tensor]]
+    ) -> torch.Tensor:
+        """The reasoning steps and the output (Eq. 6-9). Only s^g is read after the last step, so that step
+        updates node 0 alone."""
+        steps = [cast(GraphReasoningStep, step) for step in self.steps]
+        for step, edge_map in zip(steps[:-1], maps[:-1], strict=True):
+            nodes = step(nodes, node_mask, edge_map)
+        return torch.sigmoid(self.output(steps[-1].first_node(nodes, node_mask, maps[-1]))).squeeze(-1)
 
 
 class SAFHead(SimilarityHead):
