@@ -38,7 +38,9 @@ class PairOutputs:
 
     ``similarity[i, j]`` is S(I_i, T_j): rows are the images of the batch, columns its
     captions, and pair ``i`` is the diagonal entry. ``view_similarity`` (W, B, B) holds
-    it per image view (``NCLConfig.image_views``); ``similarity`` is its mean. Under data parallelism the tensors
+    it per image view (``NCLConfig.image_views``); ``similarity`` is its mean. ``view_scores`` (W, B, B)
+    are the unbounded scores the view similarities squash (an SGR / SAF head's raw output before its
+    sigmoid; a cosine head's cosine, the similarity itself). Under data parallelism the tensors
     cover the *global* batch (gathered from every process, with gradients), so a loss
     computed from them is the same on every rank and equals the single-process loss.
     """
@@ -48,10 +50,13 @@ class PairOutputs:
     similarity: torch.Tensor
     index: torch.Tensor
     view_similarity: torch.Tensor | None = None
+    view_scores: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.view_similarity is None:
             self.view_similarity = self.similarity.unsqueeze(0)
+        if self.view_scores is None:
+            self.view_scores = self.view_similarity
 
 
 @dataclass

@@ -248,6 +248,30 @@ def test_image_views_are_separate_unit_norm_projections(batch) -> None:
     assert torch.allclose(net.similarity(image_embeds, text_embeds), per_view.mean(dim=0), atol=1e-6)
 
 
+@pytest.mark.parametrize("similarity", ["sgr", "saf"])
+def test_local_heads_score_each_image_view_on_its_own(batch, similarity) -> None:
+    """With W views an SGR / SAF head scores each view's regions alone; view_scores are its raw output,
+    view_similarity their sigmoid, and one view scores as a one-view network with that view's weights."""
+    images, captions, lengths = batch
+    heads = dict(similarity=similarity, sim_dim=6, reasoning_steps=2)
+    net = model(seed=3, image_views=2, **heads).networks[0]
+    single = model(seed=4, **heads).networks[0]
+    image_embeds, text_embeds = net(images, captions, lengths)
+    assert image_embeds.shape == (B, R, 2 * TINY["embed_dim"] + 1)
+    scores = net.view_scores(image_embeds, text_embeds)
+    assert scores.shape == (2, B, B)
+    assert torch.equal(net.view_similarity(image_embeds, text_embeds), torch.sigmoid(scores))
+    assert bool(((scores < 0) | (scores > 1)).any())  # raw logits, not similarities in (0, 1)
+    shared = {name: value for name, value in net.state_dict().items() if not name.startswith("image_encoder.fc.")}
+    single.load_state_dict(shared, strict=False)
+    weight, bias = net.image_encoder.fc.weight.view(2, TINY["embed_dim"], -1), net.image_encoder.fc.bias.view(2, -1)
+    for view in range(2):
+        single.image_encoder.fc.weight.data.copy_(weight[view])
+        single.image_encoder.fc.bias.data.copy_(bias[view])
+        one_image, one_text = single(images, captions, lengths)
+        torch.testing.assert_close(single.view_scores(one_image, one_text)[0], scores[view])
+
+
 def test_view_projection_is_initialised_like_one_scan_layer_per_view() -> None:
     """Every view's weights are Xavier-uniform for (image_dim, embed_dim), not for the stacked layer."""
     torch.manual_seed(0)

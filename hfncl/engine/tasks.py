@@ -107,8 +107,10 @@ class PairTask:
 
     def outputs(self, network: torch.nn.Module, gathered: tuple[torch.Tensor, ...], index: torch.Tensor) -> PairOutputs:
         image_embeds, text_embeds = gathered
-        view_similarity = cast(MatchingNetwork, network).view_similarity(image_embeds, text_embeds)
-        return PairOutputs(image_embeds, text_embeds, view_similarity.mean(dim=0), index, view_similarity)
+        matching = cast(MatchingNetwork, network)
+        view_scores = matching.view_scores(image_embeds, text_embeds)
+        view_similarity = matching.squash(view_scores)
+        return PairOutputs(image_embeds, text_embeds, view_similarity.mean(dim=0), index, view_similarity, view_scores)
 
     def evaluate(
         self,

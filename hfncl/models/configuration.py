@@ -156,14 +156,16 @@ class NCLConfig(HfnclConfig):
             (CLIP's class token).
         image_views: number W of image views: W projections of the regions into the joint
             space, each pooled and normalised on its own (UGNCL's multi-view visual
-            extractor, Sec. 3.2.1). A network's similarity is the mean over its views.
+            extractor, Sec. 3.2.1). A network's similarity is the mean over its views; an SGR /
+            SAF head compares each view's projected regions with the caption's words.
         text_pooling: how the GRU's word states are pooled into one caption embedding,
             one of ``"mean"`` (VSE++ / SCAN precomp), ``"max"``; a transformer text tower
             also takes ``"pooler"`` (its ``pooler_output``: CLIP's EOS token).
         similarity: image-caption similarity, one of ``"cosine"`` (dot product of the pooled
             unit-norm embeddings), ``"sgr"`` or ``"saf"`` (SGRAF's similarity graph reasoning
             or attention filtration over local and global similarity representations,
-            :mod:`hfncl.models.sgraf`; they need ``image_views = 1``).
+            :mod:`hfncl.models.sgraf`; with W image views the head scores each view's local
+            features on its own).
         sim_dim: size of SGRAF's similarity representations (256 in the paper); SGR / SAF only.
         reasoning_steps: graph-reasoning steps of the SGR head (3 in the paper); SGR only.
         attention_lambda: inverse temperature lambda of SGRAF's text-to-region attention
@@ -292,11 +294,6 @@ class NCLConfig(HfnclConfig):
         lam = self.attention_lambda
         if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not math.isfinite(lam) or lam <= 0:
             raise ValueError(f"NCLConfig.attention_lambda must be a positive finite number, got {lam!r}")
-        if self.similarity != "cosine" and self.image_views != 1:
-            raise ValueError(
-                f"NCLConfig.similarity {self.similarity!r} compares local features of one image view: "
-                f"image_views must be 1, got {self.image_views}"
-            )
         self._check_towers()
         self.check_provenance()
 

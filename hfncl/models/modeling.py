@@ -29,7 +29,8 @@ class MatchingNetwork(nn.Module):
     vectors and the similarity is their dot product. With ``"sgr"`` or ``"saf"`` (SGRAF,
     :mod:`hfncl.models.sgraf`) the embeddings are the towers' local features, packed as
     (B, T, d + 1) with a validity flag (:func:`hfncl.models.sgraf.pack_local`), and the
-    similarity is the head's.
+    similarity is the head's, scored for each of the W image views on its own (the views'
+    local features sit side by side in the packed image tensor).
 
     Args:
         config: the architecture; ``config.num_networks`` is ignored here.
@@ -48,7 +49,7 @@ class MatchingNetwork(nn.Module):
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         """Region features (B, R, D) -> image embeddings (B, W * embed_dim): W unit-norm views, concatenated.
 
-        With an SGR / SAF head: packed local features (B, R, embed_dim + 1).
+        With an SGR / SAF head: packed local features (B, R, W * embed_dim + 1), the W views side by side.
         """
         if self.head is not None:
             return pack_local(*self.image_encoder.local(images))
@@ -77,17 +78,32 @@ class MatchingNetwork(nn.Module):
         """Embed a batch of pairs: returns ``(image_embeds, text_embeds)``, each (B, embed_dim)."""
         return self.encode_image(images), self.encode_text(captions, lengths)
 
-    def view_similarity(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:
-        """Cosine similarity of every image view with every caption: (n, W * d), (m, d) -> (W, n, m).
+    def view_scores(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:
+        """Unbounded score of every image view with every caption: (n, W * d), (m, d) -> (W, n, m).
 
-        The embeddings are unit-norm, so the cosine is their dot product. With an SGR / SAF
-        head: the head's similarity of packed local features (n, R, d + 1), (m, T, d + 1) ->
-        (1, n, m), all pairs at once in training mode, in bounded blocks otherwise.
+        A cosine head's score is the cosine (the dot product of the unit-norm embeddings). An
+        SGR / SAF head's is its raw output W_o s before the sigmoid, for each view's local
+        features (packed (n, R, W * d + 1): the views side by side, one validity flag) against
+        the captions' (m, T, d + 1), all pairs at once in training mode, in bounded blocks otherwise.
         """
         if self.head is not None:
-            return self.head(image_embeds, text_embeds).unsqueeze(0)
+            flag = image_embeds[..., -1:]
+            views = image_embeds[..., :-1].chunk(self.views, dim=-1)
+            self.head.logits = True  # the raw W_o s; the head alone keeps returning its sigmoid
+            try:
+                return torch.stack([self.head(torch.cat([view, flag], dim=-1), text_embeds) for view in views])
+            finally:
+                self.head.logits = False
         views = image_embeds.unflatten(-1, (self.views, -1)).transpose(0, 1)
         return views @ text_embeds.t()
+
+    def squash(self, scores: torch.Tensor) -> torch.Tensor:
+        """Similarities of :meth:`view_scores`' scores: the sigmoid of an SGR / SAF head's, a cosine as it is."""
+        return scores if self.head is None else torch.sigmoid(scores)
+
+    def view_similarity(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:
+        """Similarity of every image view with every caption, (W, n, m): :meth:`squash` of :meth:`view_scores`."""
+        return self.squash(self.view_scores(image_embeds, text_embeds))
 
     def similarity(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:
         """Similarity of every image (n, W * d) with every caption (m, d) -> (n, m): the mean over the W views."""
@@ -159,7 +175,7 @@ class NCLModel(HfnclPreTrainedModel):
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         """Region features (B, R, D) -> image embeddings of every network, stacked (K, B, W * embed_dim).
 
-        With an SGR / SAF head: packed local features (K, B, R, embed_dim + 1).
+        With an SGR / SAF head: packed local features (K, B, R, W * embed_dim + 1).
         """
         return torch.stack([network.encode_image(images) for network in self.matching_networks])
 

@@ -199,6 +199,9 @@ class SimilarityHead(nn.Module, ABC):
         block_bytes: memory budget of a block's largest tensor.
     """
 
+    logits: bool = False
+    """Whether :meth:`score` returns the raw score W_o s (an unbounded logit) instead of its sigmoid."""
+
     def __init__(self, embed_dim: int, sim_dim: int, smooth: float, block_bytes: int = DEFAULT_BLOCK_BYTES) -> None:
         super().__init__()
         self.smooth = smooth
@@ -346,7 +349,8 @@ class SGRHead(SimilarityHead):
         steps = [cast(GraphReasoningStep, step) for step in self.steps]
         for step, edge_map in zip(steps[:-1], maps[:-1], strict=True):
             nodes = step(nodes, node_mask, edge_map)
-        return torch.sigmoid(self.output(steps[-1].first_node(nodes, node_mask, maps[-1]))).squeeze(-1)
+        raw = self.output(steps[-1].first_node(nodes, node_mask, maps[-1])).squeeze(-1)
+        return raw if self.logits else torch.sigmoid(raw)
 
 
 class SAFHead(SimilarityHead):
@@ -392,7 +396,8 @@ class SAFHead(SimilarityHead):
         gate = torch.sigmoid(normed) * valid.to(nodes.dtype)
         weights = gate / gate.sum(dim=-1, keepdim=True)
         filtered = l2norm((weights.unsqueeze(-1) * nodes).sum(dim=2))
-        return torch.sigmoid(self.output(filtered)).squeeze(-1)
+        raw = self.output(filtered).squeeze(-1)
+        return raw if self.logits else torch.sigmoid(raw)
 
 
 def build_similarity_head(
