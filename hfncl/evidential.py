@@ -32,9 +32,39 @@ def kl_to_uniform(alpha: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return log_norm + ((adjusted - 1) * (torch.digamma(adjusted) - torch.digamma(total).unsqueeze(-1))).sum(dim=-1)
 
 
-def softplus_evidence(similarity: torch.Tensor, tau: float) -> torch.Tensor:
-    """e = exp(softplus(S) / tau), elementwise (UGNCL Eq. 3)."""
-    return torch.exp(F.softplus(similarity) / tau)
+SOFTPLUS_EVIDENCE_CAP = 700.0
+"""Largest exponent softplus(S) / tau that :func:`softplus_evidence` takes (exp(700) ~ 1e304, finite in float64)."""
+
+
+def softplus_evidence(score: torch.Tensor, tau: float, excess: bool = False) -> torch.Tensor:
+    """e = exp(softplus(S) / tau) (UGNCL Eq. 3), or its excess over the floor, exp(softplus(S) / tau) - 1, elementwise.
+
+    Eq. 3's evidence is at least exp(0) = 1 for any S, so a query over K candidates never has
+    u = K / S above 1/2, and with Eq. 4's two directions never above 1/3. The excess is 0 where
+    S -> -inf (a candidate with no support, as evidence means in Sensoy et al. 2018), so u spans
+    (0, 1) on an unbounded score. The exponent is capped at :data:`SOFTPLUS_EVIDENCE_CAP`.
+    """
+    exponent = (F.softplus(score) / tau).clamp(max=SOFTPLUS_EVIDENCE_CAP)
+    return torch.expm1(exponent) if excess else torch.exp(exponent)
+
+
+def bidirectional_evidence(evidence: torch.Tensor) -> torch.Tensor:
+    """Row i of a square (..., K, K) evidence matrix plus column i: e_i^{i2t} + e_i^{t2i} (UGNCL Eq. 4)."""
+    return evidence + evidence.transpose(-1, -2)
+
+
+def uncertainty_scaled_margin(
+    margins: torch.Tensor, uncertainty: torch.Tensor, confident: torch.Tensor, delta: float
+) -> torch.Tensor:
+    """Margins scaled by 1 / (1 + ((1 - u) / u)^-Delta) where ``confident``, else 1 / (1 + (u / (1 - u))^-Delta).
+
+    UGNCL Eq. 17 with the base of its first line read as 1 / u - 1 (as its authors' code writes
+    it): sigmoids of -Delta logit(u) and Delta logit(u), in (0, 1), large for low u where
+    ``confident`` (hard-clean pairs) and for high u elsewhere (hard-noisy pairs).
+    """
+    u = uncertainty.clamp(1e-6, 1 - 1e-6)
+    logit = torch.log(u) - torch.log1p(-u)
+    return torch.where(confident, torch.sigmoid(-delta * logit), torch.sigmoid(delta * logit)) * margins
 
 
 def scaled_evidence(similarity: torch.Tensor, tau: float, function: str = "exp") -> torch.Tensor:

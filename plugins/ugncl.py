@@ -2,7 +2,8 @@
 
 One network (or an ensemble of them, UGNCL*) with W image views (``NCLConfig.image_views``,
 W = 2). Every pair's K-way matching within its batch is an evidential classification: per
-view, evidence from the batch similarities (Eq. 3-4), a subjective opinion (Eq. 5-6), the
+view, evidence from the batch's scores (Eq. 3-4; by default the head's raw score, less Eq. 3's
+floor of 1, ``ugncl.evidence``), a subjective opinion (Eq. 5-6), the
 views fused by Dempster's rule (TMC's reduced form) into a joint opinion and Dirichlet (Eq. 7).
 The division (Eq. 8-11) splits the training set by uncertainty into a determined set
 (clean if the pair's own item has the largest belief, else noisy) and a hard set with
@@ -10,7 +11,7 @@ the soft label b_ii, split by epsilon into hard-clean and hard-noisy. Training
 minimises the evidential loss (Eq. 12-15) plus xi2 times the trusted robust loss
 (Eq. 16-17), Eq. 18.
 
-Reading choices where the paper leaves room (the scale of u in Eq. 8, Eq. 17 as printed, lambda
+Reading choices where the paper leaves room (the evidence of Eq. 3, Eq. 17 as printed, lambda
 per step, the reductions, xi1 on cosine heads, UGNCL*, warmup): ``docs/methods/ugncl.md``;
 measurements: ``docs/ugncl.md``.
 """
@@ -24,7 +25,7 @@ from typing import Any
 
 import torch
 
-from hfncl.evidential import fused_opinion, joint_alpha, kl_to_uniform, least_squares_risk, softplus_evidence
+from hfncl import evidential
 from hfncl.hookspecs import hookimpl
 from hfncl.losses import soft_margin, triplet_hardest_negative, triplet_top_k_negatives
 from hfncl.options import MethodOptions, option
@@ -34,6 +35,7 @@ from hfncl.types import Division
 CLEAN, NOISY, HARD_CLEAN, HARD_NOISY = 0, 1, 2, 3
 SET_NAMES = {CLEAN: "clean", NOISY: "noisy", HARD_CLEAN: "hard_clean", HARD_NOISY: "hard_noisy"}
 RECTIFIED = ["soft_label", "uncertainty", "sets"]
+EVIDENCE_READINGS, SOFT_LABELS = ("excess", "raw", "printed"), ("share", "belief")
 
 
 @hookimpl
@@ -48,18 +50,26 @@ def division_fields(config) -> dict[str, list[str]]:
 
 @dataclass(frozen=True)
 class UGNCLOptions(MethodOptions, namespace="ugncl"):
-    """tau (Eq. 3), p and epsilon (Eq. 8-11), xi1 and xi2 (Eq. 14, 18), gamma and m (Eq. 2), Delta (Eq. 17),
-    delta and theta of lambda (Sec. 3.3), and the ensemble size of UGNCL* (Sec. 4.3)."""
+    """tau and the evidence reading (Eq. 3), p and epsilon (Eq. 8-11), xi1 and xi2 (Eq. 14, 18), gamma and m
+    (Eq. 2), Delta (Eq. 17), delta (per step) and theta of lambda (Sec. 3.3), the ensemble size (Sec. 4.3).
+
+    ``evidence``: ``"excess"`` exp(softplus(z) / tau) - 1 of the head's raw score z; ``"raw"`` Eq. 3 on z
+    (the authors' code); ``"printed"`` Eq. 3 on the head's similarity S (a sigmoid for SGR / SAF).
+    ``soft_label`` of a hard pair: ``"share"`` b_ii / (1 - u), its share of the joint belief (the authors'
+    normalised evidence); ``"belief"`` b_ii as printed (never above 1 - u <= 1 - p: no hard-clean pair).
+    """
 
     tau: float = option(0.1, exclusive_minimum=0)
+    evidence: str = option("excess", choices=EVIDENCE_READINGS)
+    soft_label: str = option("share", choices=SOFT_LABELS)
     uncertainty_threshold: float = option(0.5, minimum=0, maximum=1)
     epsilon: float = option(0.5, minimum=0, maximum=1)
-    xi1: float = option(0.1, minimum=0)
+    xi1: float = option(0.001, minimum=0)
     xi2: float = option(0.8, minimum=0)
     margin: float = option(0.2, minimum=0)
     curve: float = option(10.0, exclusive_minimum=1)
     delta_margin: float = 10.0
-    lambda_decay: float = option(0.25, minimum=0)
+    lambda_decay: float = option(0.025, minimum=0)
     lambda_min: int = option(5, minimum=1)
     ensemble: int = option(1, minimum=1)
 
@@ -87,14 +97,22 @@ def num_networks(config) -> int:
     return UGNCLOptions.read(config.options).ensemble
 
 
-def bidirectional_evidence(view_evidence: torch.Tensor) -> torch.Tensor:
-    """Eq. 4: row i is pair i's evidence e_i^{i2t} + e_i^{t2i} = E[i, :] + E[:, i], for (..., K, K)."""
-    return view_evidence + view_evidence.transpose(-1, -2)
+def view_evidence(scores: torch.Tensor, similarity: torch.Tensor, tau: float, reading: str) -> torch.Tensor:
+    """Eq. 3 under ``reading`` (``UGNCLOptions.evidence``) from the (W, ..., K) raw scores or, ``"printed"``,
+    the similarities, in float64."""
+    score = similarity if reading == "printed" else scores
+    return evidential.softplus_evidence(score.double(), tau, excess=reading == "excess")
 
 
-def pair_opinions(view_similarity: torch.Tensor, tau: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Joint belief (K, K) and uncertainty (K,) of every pair of a batch from its (W, K, K) similarities."""
-    return fused_opinion(bidirectional_evidence(softplus_evidence(view_similarity.double(), tau)))
+def pair_opinions(evidence: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eq. 4-7: joint belief (K, K) and uncertainty (K,) of every pair of a batch from its (W, K, K) evidence."""
+    return evidential.fused_opinion(evidential.bidirectional_evidence(evidence))
+
+
+def own_label(belief: torch.Tensor, uncertainty: torch.Tensor, reading: str) -> torch.Tensor:
+    """Eq. 11's y~ of every pair of a batch from its joint (K, K) belief and (K,) u: b_ii, or with ``"share"``
+    b_ii / (1 - u), the pair's share of the belief mass (e_ii / sum_k e_ik for one view)."""
+    return belief.diagonal() / (1 - uncertainty) if reading == "share" else belief.diagonal()
 
 
 def uncertainty_division(
@@ -102,9 +120,10 @@ def uncertainty_division(
 ) -> Division:
     """Eq. 8-11 on the training set.
 
-    ``uncertainty`` is the joint u = K / L (Eq. 7); ``own_belief`` b_ii; ``own_is_argmax``
-    whether the pair's own item has the largest belief. Determined (u < p): clean (y~ = 1) if argmax,
-    else noisy (y~ = 0). Hard (u >= p): y~ = b_ii, hard-clean if y~ > epsilon. The division's
+    ``uncertainty`` is the joint u = K / L (Eq. 7); ``own_belief`` the pair's soft label (``UGNCLOptions.soft_label``:
+    b_ii or b_ii / (1 - u)); ``own_is_argmax`` whether the pair's own item has the largest belief. Determined
+    (u < p): clean (y~ = 1) if argmax, else noisy (y~ = 0). Hard (u >= p): y~ = ``own_belief``, hard-clean if
+    y~ > epsilon. The division's
     ``clean_prob`` is y~, ``clean`` = determined-clean or hard-clean; its extras carry the
     soft label, the uncertainty, the set code per pair and one ``set/NAME`` mask per set.
     """
@@ -129,13 +148,13 @@ def divide(trainer, epoch) -> list[Division]:
     def pair_statistics(batch) -> dict[str, torch.Tensor]:
         columns: dict[str, list[torch.Tensor]] = {}
         for net in range(trainer.num_networks):
-            view_similarity = trainer.forward(net, batch, grad=False).view_similarity
-            for start in range(0, view_similarity.size(-1), size):
-                block = view_similarity[:, start : start + size, start : start + size]
-                belief, uncertainty = pair_opinions(block, settings.tau)
+            outputs = trainer.forward(net, batch, grad=False)
+            evidence = view_evidence(outputs.view_scores, outputs.view_similarity, settings.tau, settings.evidence)
+            for start in range(0, evidence.size(-1), size):
+                belief, uncertainty = pair_opinions(evidence[:, start : start + size, start : start + size])
                 own = torch.arange(belief.size(0), device=belief.device)
                 columns.setdefault(f"u{net}", []).append(uncertainty)
-                columns.setdefault(f"own_belief{net}", []).append(belief[own, own])
+                columns.setdefault(f"own_belief{net}", []).append(own_label(belief, uncertainty, settings.soft_label))
                 columns.setdefault(f"own_is_argmax{net}", []).append((belief.argmax(dim=1) == own).double())
         return {name: torch.cat(values) for name, values in columns.items()}
 
@@ -150,45 +169,33 @@ def divide(trainer, epoch) -> list[Division]:
     ]
 
 
-def evidential_loss(view_similarity: torch.Tensor, labels: torch.Tensor, tau: float, xi1: float) -> torch.Tensor:
+def evidential_loss(evidence: torch.Tensor, labels: torch.Tensor, xi1: float) -> torch.Tensor:
     """Eq. 14-15 per pair: L_e^{i2t} + L_e^{t2i}, each L_ls + xi1 L_kl on the views' fused Dirichlet.
 
-    Image query i classifies over the batch's captions (row i of every view, fused), caption
-    query i over its images (column i); the target puts the pair's label y~_i on item i.
+    ``evidence`` (W, K, K) is Eq. 3's per view. Image query i classifies over the batch's captions
+    (row i of every view, fused), caption query i over its images (column i); the target puts the
+    pair's label y~_i on item i.
     """
-    view_evidence = softplus_evidence(view_similarity.double(), tau)
     target = torch.diag_embed(labels.double())
-    total = view_similarity.new_zeros(labels.shape, dtype=torch.float64)
-    for directed in (view_evidence, view_evidence.transpose(-1, -2)):
-        alpha = joint_alpha(*fused_opinion(directed))
-        total = total + least_squares_risk(alpha, target) + xi1 * kl_to_uniform(alpha, target)
+    total = evidence.new_zeros(labels.shape)
+    for directed in (evidence, evidence.transpose(-1, -2)):
+        alpha = evidential.joint_alpha(*evidential.fused_opinion(directed))
+        total = total + evidential.least_squares_risk(alpha, target) + xi1 * evidential.kl_to_uniform(alpha, target)
     return total
 
 
-def trusted_margin(
-    soft_margins: torch.Tensor, uncertainty: torch.Tensor, hard_clean: torch.Tensor, delta: float
-) -> torch.Tensor:
-    """Eq. 17 (reading in docs/methods/ugncl.md): scale gamma^ by a sigmoid of Delta * logit(u).
-
-    Hard-clean pairs: 1 / (1 + ((1 - u) / u)^-Delta), large for low u; hard-noisy pairs:
-    1 / (1 + (u / (1 - u))^-Delta), large for high u.
-    """
-    u = uncertainty.clamp(1e-6, 1 - 1e-6)
-    logit = torch.log(u) - torch.log1p(-u)
-    factor = torch.where(hard_clean, torch.sigmoid(-delta * logit), torch.sigmoid(delta * logit))
-    return factor * soft_margins
-
-
 def num_hardest(batch_size: int, step: int, decay: float, minimum: int) -> int:
-    """lambda = max(ceil(K - delta * step), theta), at most the K - 1 negatives of a batch."""
-    return min(max(math.ceil(batch_size - decay * step), minimum), batch_size - 1)
+    """Sec. 3.3: lambda = max(floor(K - delta * step), theta) (rounded down, as the text and the authors' code
+    do), at most the K - 1 negatives of a batch."""
+    return min(max(math.floor(batch_size - decay * step), minimum), batch_size - 1)
 
 
 def _objective(trainer, outputs, labels: torch.Tensor, robust: torch.Tensor) -> dict[str, torch.Tensor]:
     """Eq. 18's two named terms: L_e averaged over the batch's pairs and xi2 times the summed per-pair L_t."""
     settings = trainer.options_of(UGNCLOptions)
+    evidence = view_evidence(outputs.view_scores, outputs.view_similarity, settings.tau, settings.evidence)
     return {
-        "evidential": evidential_loss(outputs.view_similarity, labels, settings.tau, settings.xi1).mean().float(),
+        "evidential": evidential_loss(evidence, labels, settings.xi1).mean().float(),
         "trusted_robust": settings.xi2 * robust.sum(),
     }
 
@@ -214,11 +221,13 @@ def rectify(trainer, batch, net, division) -> dict[str, torch.Tensor]:
 
 @hookimpl
 def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
-    """Eq. 18: L_e + xi2 L_t; determined-clean pairs take Eq. 1, determined-noisy pairs no triplet term."""
+    """Eq. 18: L_e + xi2 L_t; determined-clean pairs take Eq. 1, determined-noisy pairs no triplet term, hard
+    pairs Eq. 16 with Eq. 17's trusted margins (:func:`hfncl.evidential.uncertainty_scaled_margin`)."""
     labels, sets, similarity = targets["soft_label"], targets["sets"], outputs.similarity
     settings = trainer.options_of(UGNCLOptions)
     soft_margins = soft_margin(labels, settings.margin, settings.curve)
-    margins = trusted_margin(soft_margins, targets["uncertainty"], sets == HARD_CLEAN, settings.delta_margin)
+    hard_clean, delta = sets == HARD_CLEAN, settings.delta_margin
+    margins = evidential.uncertainty_scaled_margin(soft_margins, targets["uncertainty"], hard_clean, delta)
     robust = torch.where(
         (sets == HARD_CLEAN) | (sets == HARD_NOISY),
         triplet_top_k_negatives(similarity, margins, _hardest_count(trainer, labels.numel())),
@@ -230,13 +239,12 @@ def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
 @hookimpl
 def query_uncertainty(model, image_embeds, text_embeds, direction) -> torch.Tensor:
     """Each query's joint uncertainty u over the whole gallery (views fused, networks averaged)."""
-    tau = UGNCLOptions.read(model.config.plugin_options).tau
+    settings = UGNCLOptions.read(model.config.plugin_options)
     values = []
     for net, network in enumerate(model.networks):
-        view_similarity = network.view_similarity(image_embeds[net], text_embeds[net])
-        if direction == "t2i":
-            view_similarity = view_similarity.transpose(-1, -2)
-        values.append(fused_opinion(softplus_evidence(view_similarity.double(), tau))[1])
+        scores = network.view_scores(image_embeds[net], text_embeds[net])
+        evidence = view_evidence(scores, network.squash(scores), settings.tau, settings.evidence)
+        values.append(evidential.fused_opinion(evidence.transpose(-1, -2) if direction == "t2i" else evidence)[1])
     return torch.stack(values).mean(dim=0).float()
 
 

@@ -1,8 +1,7 @@
 """NCR and UGNCL divide and train for an epoch on the paper heads, SGR and SAF (tiny shapes).
 
-GSC's counterpart is in ``test_gsc.py``. UGNCL runs here with one image view: its two
-views (``image_views = 2``) are refused with a local-feature head by ``NCLConfig``
-(SGR / SAF compare the local features of one view).
+GSC's counterpart is in ``test_gsc.py``. UGNCL runs with its two image views (``image_views = 2``):
+the head scores each view's local features, and UGNCL's evidence reads the head's raw score.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from hfncl.experiment import DataArguments, run_experiment
 @pytest.mark.parametrize("similarity", ["sgr", "saf"])
 @pytest.mark.parametrize(
     ("plugin", "views", "term"),
-    [("ncr", None, "soft_margin_triplet/net0"), ("ugncl", 1, "evidential")],
+    [("ncr", None, "soft_margin_triplet/net0"), ("ugncl", 2, "evidential")],
 )
 def test_method_divides_and_trains_an_epoch_on_the_paper_head(micro_data_dir, tmp_path, plugin, views, term, similarity):
     model = dataclasses.replace(MICRO_LOCAL_MODELS[similarity], image_views=views)

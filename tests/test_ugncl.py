@@ -45,9 +45,41 @@ def test_evidence_is_exp_softplus_over_tau() -> None:
     assert torch.allclose(evidential.softplus_evidence(similarity, 0.1), expected, rtol=1e-5)
 
 
+def test_excess_evidence_is_eq3_less_its_floor_by_hand() -> None:
+    score = torch.tensor([-30.0, -2.0, 0.0, 3.0], dtype=torch.float64)
+    expected = [(1 + math.exp(v)) ** (1 / 0.1) - 1 for v in score.tolist()]
+    excess = evidential.softplus_evidence(score, 0.1, excess=True)
+    assert excess.tolist() == pytest.approx(expected, rel=1e-9)
+    assert excess[0].item() == pytest.approx(10 * math.exp(-30), rel=1e-6)  # no support: evidence -> 0
+    capped = evidential.softplus_evidence(torch.tensor([1e4], dtype=torch.float64), 0.1)
+    assert capped.item() == pytest.approx(math.exp(evidential.SOFTPLUS_EVIDENCE_CAP)) and math.isfinite(capped.item())
+
+
+def test_eq3_floor_bounds_u_by_a_third_whatever_the_score() -> None:
+    """Eq. 3's evidence is >= 1, so Eq. 4's pair evidence >= 2 and u = K / L <= 1/3 per view, lower fused;
+    its excess lets u pass p = 0.5 when no candidate is supported."""
+    scores = torch.full((2, 4, 4), -20.0, dtype=torch.float64)
+    _, raw_u = ugncl.pair_opinions(evidential.softplus_evidence(scores, 0.1))
+    _, one_view_u = evidential.opinion(evidential.bidirectional_evidence(evidential.softplus_evidence(scores[0], 0.1)))
+    assert one_view_u.tolist() == pytest.approx([1 / 3] * 4, rel=1e-6)
+    assert (raw_u <= 1 / 5 + 1e-12).all()  # fused: u1 u2 / (1 - C) <= 1 / (1 / u1 + 1 / u2 - 1)
+    _, excess_u = ugncl.pair_opinions(evidential.softplus_evidence(scores, 0.1, excess=True))
+    assert (excess_u > 0.99).all()
+
+
+def test_view_evidence_reads_the_raw_score_or_the_similarity() -> None:
+    scores = torch.tensor([[[-3.0, 1.0], [0.5, 2.0]]])
+    similarity = torch.sigmoid(scores)
+    raw = torch.exp(torch.nn.functional.softplus(scores.double()) / 0.2)
+    torch.testing.assert_close(ugncl.view_evidence(scores, similarity, 0.2, "raw"), raw)
+    torch.testing.assert_close(ugncl.view_evidence(scores, similarity, 0.2, "excess"), raw - 1)
+    printed = torch.exp(torch.nn.functional.softplus(similarity.double()) / 0.2)
+    torch.testing.assert_close(ugncl.view_evidence(scores, similarity, 0.2, "printed"), printed)
+
+
 def test_bidirectional_evidence_adds_row_and_column() -> None:
     e = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
-    assert torch.equal(ugncl.bidirectional_evidence(e), torch.tensor([[2.0, 5.0], [5.0, 8.0]]))
+    assert torch.equal(evidential.bidirectional_evidence(e), torch.tensor([[2.0, 5.0], [5.0, 8.0]]))
 
 
 def test_opinion_by_hand() -> None:
@@ -107,7 +139,7 @@ def test_evidential_loss_of_one_view_by_rows_and_columns() -> None:
             kl = kl_divergence(Dirichlet(target + (1 - target) * alpha), Dirichlet(torch.ones(3, dtype=torch.float64)))
             total += risk + 0.1 * kl
         expected.append(total)
-    loss = ugncl.evidential_loss(similarity.unsqueeze(0), labels, 0.1, 0.1)
+    loss = ugncl.evidential_loss(e.unsqueeze(0), labels, 0.1)
     assert torch.allclose(loss, torch.stack(expected), rtol=1e-8)
 
 
@@ -130,7 +162,7 @@ def test_trusted_margin_by_hand_and_below_the_soft_margin() -> None:
     soft = torch.tensor([0.2, 0.2, 0.1, 0.1])
     u = torch.tensor([0.6, 0.5, 0.6, 0.9])
     hard_clean = torch.tensor([True, True, False, False])
-    margin = ugncl.trusted_margin(soft, u, hard_clean, 10.0)
+    margin = evidential.uncertainty_scaled_margin(soft, u, hard_clean, 10.0)
     expected = torch.tensor(
         [0.2 / (1 + (0.4 / 0.6) ** -10), 0.1, 0.1 / (1 + (0.6 / 0.4) ** -10), 0.1 / (1 + 9.0**-10)]
     )
@@ -141,10 +173,12 @@ def test_trusted_margin_by_hand_and_below_the_soft_margin() -> None:
     )
 
 
-def test_number_of_hardest_negatives() -> None:
-    assert ugncl.num_hardest(128, 0, 0.25, 5) == 127
-    assert ugncl.num_hardest(128, 10, 0.25, 5) == 126
-    assert ugncl.num_hardest(128, 1000, 0.25, 5) == 5
+def test_number_of_hardest_negatives_rounds_down() -> None:
+    assert ugncl.num_hardest(128, 0, 0.025, 5) == 127
+    assert ugncl.num_hardest(128, 100, 0.025, 5) == 125  # floor(125.5), as the authors' int()
+    assert ugncl.num_hardest(128, 10, 0.25, 5) == 125
+    assert ugncl.num_hardest(128, 4920, 0.025, 5) == 5
+    assert ugncl.num_hardest(128, 100_000, 0.025, 5) == 5
 
 
 def test_top_hardest_triplet_by_brute_force() -> None:
@@ -176,7 +210,7 @@ def test_query_uncertainty_of_a_model_is_the_fused_u_over_the_gallery() -> None:
     assert i2t.shape == (3,) and t2i.shape == (6,)
     assert ((i2t > 0) & (i2t < 1)).all() and ((t2i > 0) & (t2i < 1)).all()
     views = model.networks[0].view_similarity(image_embeds[0], text_embeds[0]).double()
-    _, expected = evidential.fused_opinion(evidential.softplus_evidence(views[:, 1:2, :], 0.1))
+    _, expected = evidential.fused_opinion(evidential.softplus_evidence(views[:, 1:2, :], 0.1, excess=True))
     assert i2t[1].item() == pytest.approx(expected.item(), rel=1e-5)
 
 
@@ -192,7 +226,7 @@ def test_ugncl_trains_with_two_views_and_reports_its_sets(tiny_data_dir, tmp_pat
     last = result["history"][-1]
     shares = [last[f"division/{name}_share"] for name in ugncl.SET_NAMES.values()]
     assert sum(shares) == pytest.approx(1.0)
-    # Eq. 8 on the raw u: cosine evidence is at least ~23 per candidate, u < 0.05 < p, all determined.
+    # Eq. 8 on a cosine head: even less its floor, evidence is at least ~22 per candidate, u < p, all determined.
     assert last["division/clean_share"] + last["division/noisy_share"] == pytest.approx(1.0)
     assert result["test"]["rsum"] > 0
     assert NCLConfig.from_pretrained(tmp_path / "best").image_views == 2
