@@ -69,15 +69,31 @@ def mae(probabilities: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return (probabilities - targets).abs().sum(dim=1)
 
 
-def ngce_mae(probabilities: torch.Tensor, targets: torch.Tensor, rho: float) -> torch.Tensor:
-    """NGCE + MAE per sample (the per-sample loss of Eq. 3 a division is fitted on), shape (N,)."""
-    return ngce(probabilities, targets, rho) + mae(probabilities, targets)
+ROBUST_TERMS = ("ngce+mae", "ngce", "mae")
+"""Which robust losses a per-sample loss sums: both (Eq. 3), NGCE alone or MAE alone (ablations)."""
+
+
+def ngce_mae(probabilities: torch.Tensor, targets: torch.Tensor, rho: float, terms: str = "ngce+mae") -> torch.Tensor:
+    """NGCE + MAE per sample (the per-sample loss of Eq. 3 a division is fitted on), shape (N,).
+
+    ``terms`` (one of :data:`ROBUST_TERMS`) keeps only NGCE ("ngce") or only MAE ("mae").
+    """
+    if terms not in ROBUST_TERMS:
+        raise ValueError(f"terms must be one of {ROBUST_TERMS}, got {terms!r}")
+    parts = terms.split("+")
+    loss = probabilities.new_zeros(len(probabilities))
+    if "ngce" in parts:
+        loss = loss + ngce(probabilities, targets, rho)
+    if "mae" in parts:
+        loss = loss + mae(probabilities, targets)
+    return loss
 
 
 def robust_clustering_loss(
-    probabilities: Sequence[torch.Tensor], targets: Sequence[torch.Tensor], rho: float
+    probabilities: Sequence[torch.Tensor], targets: Sequence[torch.Tensor], rho: float, terms: str = "ngce+mae"
 ) -> torch.Tensor:
-    """L_m of Eq. 3: the sum over modalities of the mean over samples of NGCE + MAE.
+    """L_m of Eq. 3: the sum over modalities of the mean over samples of NGCE + MAE (``terms`` as in
+    :func:`ngce_mae`).
 
     ``probabilities[i]`` and ``targets[i]`` are modality i's (N_i, K) tensors.
     """
@@ -86,8 +102,8 @@ def robust_clustering_loss(
             f"need one target tensor per modality, got {len(probabilities)} probability "
             f"and {len(targets)} target tensors"
         )
-    terms = (ngce_mae(p, y, rho).mean() for p, y in zip(probabilities, targets, strict=True))
-    return functools.reduce(operator.add, terms)
+    means = (ngce_mae(p, y, rho, terms).mean() for p, y in zip(probabilities, targets, strict=True))
+    return functools.reduce(operator.add, means)
 
 
 def mix_with_clean(

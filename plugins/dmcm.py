@@ -27,6 +27,7 @@ import torch
 from hfncl.beta_mixture import bmm_clean_probability, most_likely_clean
 from hfncl.hookspecs import hookimpl
 from hfncl.label_losses import (
+    ROBUST_TERMS,
     mix_with_clean,
     multimodal_contrastive_loss,
     ngce_mae,
@@ -76,7 +77,11 @@ def division_fields(config) -> dict[str, list[str]]:
 
 @dataclass(frozen=True)
 class DMCMOptions(MethodOptions, namespace="dmcm"):
-    """tau1 (Eq. 2), tau2 (Eq. 7), rho (Eq. 3), lambda (Eq. 6), beta (Eq. 8), r and delta (Sec. 3.2, Eq. 4-5)."""
+    """tau1 (Eq. 2), tau2 (Eq. 7), rho (Eq. 3), lambda (Eq. 6), beta (Eq. 8), r and delta (Sec. 3.2, Eq. 4-5).
+
+    ``robust_terms``: L_m of Eq. 3 as published ("ngce+mae"), or Table 3's ablations "ngce"
+    (DMCM w/o MAE) and "mae" (DMCM w/o NGCE); the per-sample loss of the division is that L_m's.
+    """
 
     tau1: float = option(1.0, exclusive_minimum=0)
     tau2: float = option(1.0, exclusive_minimum=0)
@@ -86,6 +91,7 @@ class DMCMOptions(MethodOptions, namespace="dmcm"):
     noise_rate: float | None = option(None, minimum=0, exclusive_maximum=1)
     threshold: float = option(0.5, minimum=0, maximum=1)
     bmm_max_iter: int = option(10, minimum=1)
+    robust_terms: str = option("ngce+mae", choices=ROBUST_TERMS)
 
 
 @hookimpl
@@ -98,13 +104,15 @@ def demo_settings() -> dict[str, Any]:
     return {"epochs": 30, "warmup_epochs": 5, "learning_rate": 1e-4, "options": {"dmcm.beta": 0.7}}
 
 
-def per_sample_losses(outputs: CategoryOutputs, labels: dict[str, torch.Tensor], tau1: float, rho: float) -> torch.Tensor:
-    """(B, m) NGCE + MAE of every sample of each modality against its one-hot label (Eq. 3's summands)."""
+def per_sample_losses(outputs: CategoryOutputs, labels: dict[str, torch.Tensor], opts: DMCMOptions) -> torch.Tensor:
+    """(B, m) NGCE + MAE (``opts.robust_terms``) of every sample of each modality against its one-hot
+    label (Eq. 3's summands)."""
     num_classes = outputs.prototypes.size(0)
     columns = []
     for modality in MODALITIES:
-        probabilities = prototype_probabilities(outputs.embeds(modality), outputs.prototypes, tau1)
-        columns.append(ngce_mae(probabilities, one_hot_targets(labels[modality], num_classes), rho))
+        probabilities = prototype_probabilities(outputs.embeds(modality), outputs.prototypes, opts.tau1)
+        targets = one_hot_targets(labels[modality], num_classes)
+        columns.append(ngce_mae(probabilities, targets, opts.rho, opts.robust_terms))
     return torch.stack(columns, dim=1)
 
 
@@ -152,17 +160,15 @@ def most_likely_clean_by_loss(clean_prob: torch.Tensor, losses: torch.Tensor, no
 
 @hookimpl
 def divide(trainer, epoch) -> Division:
-    tau1, rho = trainer.options_of(DMCMOptions).tau1, trainer.options_of(DMCMOptions).rho
+    opts = trainer.options_of(DMCMOptions)
 
     def statistic(batch) -> dict[str, torch.Tensor]:
         outputs = trainer.forward(0, batch, grad=False)
         labels = {m: trainer.gather(batch[f"{m}_label"]) for m in MODALITIES}
-        return {"loss": per_sample_losses(outputs, labels, tau1, rho)}
+        return {"loss": per_sample_losses(outputs, labels, opts)}
 
     losses = trainer.collect(statistic, description=f"epoch {epoch} BMM division")["loss"]
-    clean_prob, clean = divide_units(
-        losses, known_noise_rate(trainer), trainer.options_of(DMCMOptions).threshold, trainer.options_of(DMCMOptions).bmm_max_iter
-    )
+    clean_prob, clean = divide_units(losses, known_noise_rate(trainer), opts.threshold, opts.bmm_max_iter)
     return Division(clean_prob, clean, {"statistic": losses.t().reshape(-1)})
 
 
@@ -203,10 +209,10 @@ def rectify(trainer, batch, net, division) -> dict[str, Any]:
     return {"mixed": mixed, "targets": targets}
 
 
-def mixing_loss(outputs: CategoryOutputs, targets: dict[str, torch.Tensor], tau1: float, rho: float) -> torch.Tensor:
-    """L_m of Eq. 3 on ``outputs`` against per-modality (soft) targets."""
-    probabilities = [prototype_probabilities(outputs.embeds(m), outputs.prototypes, tau1) for m in MODALITIES]
-    return robust_clustering_loss(probabilities, [targets[m] for m in MODALITIES], rho)
+def mixing_loss(outputs: CategoryOutputs, targets: dict[str, torch.Tensor], opts: DMCMOptions) -> torch.Tensor:
+    """L_m of Eq. 3 (its terms ``opts.robust_terms``) on ``outputs`` against per-modality (soft) targets."""
+    probabilities = [prototype_probabilities(outputs.embeds(m), outputs.prototypes, opts.tau1) for m in MODALITIES]
+    return robust_clustering_loss(probabilities, [targets[m] for m in MODALITIES], opts.rho, opts.robust_terms)
 
 
 def _one_hot(trainer, batch, outputs: CategoryOutputs) -> dict[str, torch.Tensor]:
@@ -218,21 +224,19 @@ def _one_hot(trainer, batch, outputs: CategoryOutputs) -> dict[str, torch.Tensor
 @hookimpl
 def warmup_loss(trainer, batch, outputs, net) -> dict[str, torch.Tensor]:
     """L = L_m during warmup (Sec. 2.5)."""
-    tau1, rho = trainer.options_of(DMCMOptions).tau1, trainer.options_of(DMCMOptions).rho
-    return {"mixing_loss": mixing_loss(outputs, _one_hot(trainer, batch, outputs), tau1, rho)}
+    return {"mixing_loss": mixing_loss(outputs, _one_hot(trainer, batch, outputs), trainer.options_of(DMCMOptions))}
 
 
 @hookimpl
 def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
     """Eq. 8: beta L_m on the mixed batch (Eq. 3, 6) + (1 - beta) L_c on the loaded batch (Eq. 7)."""
-    beta = trainer.options_of(DMCMOptions).beta
-    tau1, rho = trainer.options_of(DMCMOptions).tau1, trainer.options_of(DMCMOptions).rho
+    opts = trainer.options_of(DMCMOptions)
     mixed_outputs = trainer.forward(net, targets["mixed"])
     gathered_targets = {m: trainer.gather(targets["targets"][m]) for m in MODALITIES}
-    contrastive = multimodal_contrastive_loss([outputs.embeds(m) for m in MODALITIES], trainer.options_of(DMCMOptions).tau2)
+    contrastive = multimodal_contrastive_loss([outputs.embeds(m) for m in MODALITIES], opts.tau2)
     return {
-        "mixing_loss": beta * mixing_loss(mixed_outputs, gathered_targets, tau1, rho),
-        "contrastive_loss": (1 - beta) * contrastive,
+        "mixing_loss": opts.beta * mixing_loss(mixed_outputs, gathered_targets, opts),
+        "contrastive_loss": (1 - opts.beta) * contrastive,
     }
 
 

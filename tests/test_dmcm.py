@@ -14,6 +14,7 @@ from hfncl.experiment import run_experiment
 from hfncl.tasks.labels import CategoryModelArguments, LabelDataArguments
 from hfncl.config import TrainConfig
 from hfncl.label_losses import multimodal_contrastive_loss
+from hfncl.options import OptionError
 from hfncl.types import CategoryOutputs
 from hfncl_plugins import dmcm, prototype_ce
 
@@ -115,10 +116,49 @@ def test_per_sample_losses_are_ngce_plus_mae_by_hand():
         ngce = (1 - p_label**rho) / ((1 - p_label**rho) + (1 - p_other**rho))
         return ngce + 2 * (1 - p_label)
 
-    got = dmcm.per_sample_losses(outputs, labels, tau1=1.0, rho=rho)
+    got = dmcm.per_sample_losses(outputs, labels, dmcm.DMCMOptions.read({"dmcm.rho": rho}))
     assert got.shape == (1, 2)
     assert got[0, 0].item() == pytest.approx(by_hand(p_hi, p_lo), rel=1e-6)
     assert got[0, 1].item() == pytest.approx(by_hand(p_lo, p_hi), rel=1e-6)
+
+
+def _ngce_and_mae_by_hand(p: list[float], y: list[float], rho: float) -> tuple[float, float]:
+    """Eq. 3's summands for one sample, written from the printed formula (soft targets allowed)."""
+    generalized = [(1 - pk**rho) / rho for pk in p]
+    ngce = sum(yk * gk for yk, gk in zip(y, generalized)) / (sum(y) * sum(generalized))
+    return ngce, sum(abs(pk - yk) for pk, yk in zip(p, y))
+
+
+@pytest.mark.parametrize(("terms", "keep"), [("ngce+mae", (1, 1)), ("ngce", (1, 0)), ("mae", (0, 1))])
+def test_table3_ablations_remove_exactly_one_term_of_eq3(terms, keep):
+    # Two samples per modality, K = 2, prototypes e0, e1, tau1 = 1: p = softmax of the embedding itself.
+    embeds = {"image": [[1.0, 0.0], [0.0, 1.0]], "text": [[0.0, 1.0], [0.5, 0.5]]}
+    targets = {"image": [[1.0, 0.0], [0.25, 0.75]], "text": [[0.0, 1.0], [1.0, 0.0]]}
+    outputs = CategoryOutputs(
+        torch.tensor(embeds["image"], dtype=torch.float64), torch.tensor(embeds["text"], dtype=torch.float64),
+        torch.eye(2, dtype=torch.float64), torch.tensor([0, 1]),
+    )
+    rho = 0.5
+    ngce_total = mae_total = 0.0
+    for modality in ("image", "text"):
+        for z, y in zip(embeds[modality], targets[modality]):
+            p = [math.exp(z[0]) / (math.exp(z[0]) + math.exp(z[1])), math.exp(z[1]) / (math.exp(z[0]) + math.exp(z[1]))]
+            ngce, mae = _ngce_and_mae_by_hand(p, y, rho)
+            ngce_total, mae_total = ngce_total + ngce / 2, mae_total + mae / 2  # mean over the 2 samples
+    opts = dmcm.DMCMOptions.read({"dmcm.rho": rho, "dmcm.robust_terms": terms})
+    got = dmcm.mixing_loss(outputs, {m: torch.tensor(t, dtype=torch.float64) for m, t in targets.items()}, opts)
+    assert got.item() == pytest.approx(keep[0] * ngce_total + keep[1] * mae_total, rel=1e-12)
+    # the division's per-sample loss drops the same term
+    labels = {"image": torch.tensor([0, 1]), "text": torch.tensor([1, 0])}
+    per_sample = dmcm.per_sample_losses(outputs, labels, opts)
+    p_text_1 = [0.5, 0.5]
+    ngce, mae = _ngce_and_mae_by_hand(p_text_1, [1.0, 0.0], rho)
+    assert per_sample[1, 1].item() == pytest.approx(keep[0] * ngce + keep[1] * mae, rel=1e-12)
+
+
+def test_robust_terms_option_names_the_choices():
+    with pytest.raises(OptionError, match=r"'dmcm.robust_terms' must be one of \('ngce\+mae', 'ngce', 'mae'\)"):
+        dmcm.DMCMOptions.read({"dmcm.robust_terms": "gce"})
 
 
 def test_prototype_cross_entropy_by_hand():

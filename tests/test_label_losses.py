@@ -66,6 +66,15 @@ def test_robust_clustering_loss_sums_modalities_and_averages_samples():
         robust_clustering_loss([P], [Y, Y], rho=1.0)
 
 
+def test_terms_keep_ngce_or_mae_alone():
+    # the per-sample values above: NGCE (0.25, 0.45), MAE (1.0, 1.8)
+    torch.testing.assert_close(ngce_mae(P, Y, 1.0, "ngce"), torch.tensor([0.25, 0.45], dtype=torch.float64))
+    torch.testing.assert_close(ngce_mae(P, Y, 1.0, "mae"), torch.tensor([1.0, 1.8], dtype=torch.float64))
+    assert robust_clustering_loss([P, P[:1]], [Y, Y[:1]], 1.0, "mae").item() == pytest.approx(1.4 + 1.0)
+    with pytest.raises(ValueError, match=r"terms must be one of \('ngce\+mae', 'ngce', 'mae'\), got 'gce'"):
+        ngce_mae(P, Y, 1.0, "gce")
+
+
 def test_losses_have_finite_gradients_through_the_prototypes():
     z = torch.randn(4, 3, generator=torch.Generator().manual_seed(0), requires_grad=True)
     prototypes = torch.randn(5, 3, generator=torch.Generator().manual_seed(1), requires_grad=True)

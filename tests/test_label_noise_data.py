@@ -93,8 +93,22 @@ def test_valid_size_moves_the_validation_boundary(tmp_path):
     path = _imgs_deep_file(tmp_path / "d.h5", _split_arrays(10, 3), _split_arrays(10, 3))
     data = load_labelled_dataset(path, label_base=1, valid_size=3)
     assert (data.valid.num_samples, data.test.num_samples) == (3, 7)
-    with pytest.raises(ValueError, match="valid_size must be in 1..9"):
+    with pytest.raises(ValueError, match=r"valid_size must be 0 \(no validation\) or in 1..9"):
         load_labelled_dataset(path, label_base=1, valid_size=10)
+
+
+def test_valid_size_zero_keeps_the_whole_462_sample_wikipedia_test_split(tmp_path):
+    """DMCM's Wikipedia protocol: all 462 test samples test, no validation split (Table 1 of the paper)."""
+    train, test = _split_arrays(40, 10), _split_arrays(462, 10)
+    path = _imgs_deep_file(tmp_path / "wiki.h5", train, test)
+    halved = load_labelled_dataset(path, label_base=1)
+    assert (halved.valid_rule, halved.valid.num_samples, halved.test.num_samples) == ("head of test", 231, 231)
+    full = load_labelled_dataset(path, label_base=1, valid_size=0)
+    assert (full.valid_rule, full.valid, full.train.num_samples, full.test.num_samples) == ("none", None, 40, 462)
+    np.testing.assert_array_equal(full.test.image_labels, test["lab"])
+    np.testing.assert_allclose(full.test.image_features, test["img"])
+    with pytest.raises(KeyError, match="no 'valid' split"):
+        full["valid"]
 
 
 def test_tr_te_mat_with_one_hot_labels_sparse_texts_and_its_own_validation_split(tmp_path):

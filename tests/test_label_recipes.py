@@ -36,6 +36,31 @@ def test_missing_feature_file_is_a_clear_error(tmp_path):
     assert "Traceback" not in completed.stderr
 
 
+def test_wikipedia_recipe_tests_the_last_epoch_on_all_462_test_samples(tmp_path):
+    """The paper's protocol: no validation split, the whole test split (462 for Wikipedia) tests."""
+    import h5py
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    path = tmp_path / "wiki.h5"
+    with h5py.File(path, "w") as handle:
+        for split, n in (("train", 60), ("test", 462)):
+            labels = np.arange(n) % 10
+            handle[f"{split}_imgs_deep"] = rng.normal(size=(n, 8)).astype(np.float32) + labels[:, None]
+            handle[f"{split}_texts"] = rng.normal(size=(n, 6)).astype(np.float32) + labels[:, None]
+            handle[f"{split}_imgs_labels"] = handle[f"{split}_texts_labels"] = labels + 1
+    completed = _recipe(
+        "dmcm_wiki.py", "--data-path", str(path), "--label-base", "1", "--noise-ratio", "0.2",
+        "--epochs", "2", "--warmup-epochs", "1", "--batch-size", "20", "--hidden-dim", "16", "--embed-dim", "8",
+        "--no-progress", "--no-plot-divisions", "--output-dir", str(tmp_path / "run"),
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    result = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert (result["best_epoch"], result["best_val_mean_map"]) == (-1, None)
+    assert not any(key.startswith("val/") for record in result["history"] for key in record)
+    assert not (tmp_path / "run" / "best").exists() and 0 < result["test"]["mean_map"] <= 1
+
+
 @pytest.mark.slow
 def test_pascal_sentence_features_train_to_a_useful_map(tmp_path):
     """Real features (two text encoders' views of Pascal-Sentence, 20 classes) at 40% symmetric noise."""

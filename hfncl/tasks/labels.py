@@ -4,7 +4,8 @@ Read the features (:func:`hfncl.data.load_labelled_dataset` or, for one unsplit 
 ``.npy`` files, :func:`hfncl.data.load_labelled_arrays`), corrupt the training labels of
 every modality (:func:`hfncl.data.inject_label_noise`, saved as ``OUTPUT_DIR/label_noise.json``)
 or read noisy labels from a file, train a :class:`hfncl.models.CategoryModel`, and report
-I2T / T2I mAP of the best checkpoint (by validation mean mAP) on the test split;
+I2T / T2I mAP of the best checkpoint (by validation mean mAP; without a validation split, the
+last epoch's model) on the test split;
 :data:`LABELS` is the :class:`hfncl.tasks.ExperimentTask` that
 :func:`hfncl.experiment.run_experiment` runs.
 """
@@ -57,7 +58,11 @@ class LabelDataArguments:
     label_base: int = field(default=0, metadata={"help": "Index of the first class in the files (1 for Wikipedia)."})
     num_classes: int | None = field(default=None, metadata={"help": "Number of classes (default: from the labels)."})
     valid_size: int | None = field(
-        default=None, metadata={"help": "Without a validation split: the first N test samples validate (default half)."}
+        default=None,
+        metadata={
+            "help": "Without a validation split in the files: the first N test samples validate (unset: half); 0: "
+            "no validation split at all, the whole test split tests the last epoch's model."
+        },
     )
     noise_ratio: float = field(default=0.0, metadata={"help": "Share of training labels corrupted per modality."})
     noise_kind: str = field(default="symmetric", metadata={"help": "symmetric or asymmetric (next class)."})
@@ -69,12 +74,12 @@ class LabelDataArguments:
 
     def __post_init__(self) -> None:
         arrays = (self.image_features, self.text_features, self.labels)
-        if (self.data_path is None) == all(a is None for a in arrays) or (
-            self.data_path is None and any(a is None for a in arrays)
-        ):
+        if self.data_path is not None and any(a is not None for a in arrays):
             raise ValueError(
                 "give either data_path, or all of image_features, text_features and labels (one unsplit set)"
             )
+        if self.valid_size is not None and self.valid_size < 0:
+            raise ValueError(f"valid_size must be >= 0 (0: no validation split), got {self.valid_size}")
         if not 0.0 <= self.noise_ratio < 1.0:
             raise ValueError(f"noise_ratio must be in [0, 1), got {self.noise_ratio}")
         if self.noise_kind not in LABEL_NOISE_KINDS:
@@ -133,7 +138,8 @@ class LabelData:
     Attributes:
         dataset: the splits as read, with clean labels.
         train: the training samples with their noisy labels.
-        val, test: the validation and test splits.
+        val, test: the validation split (``None``: no validation, the last epoch's model is tested) and the
+            test split.
         noise: the label noise of the training split.
         noise_rate: the rate the labels were corrupted with when the run generated the noise;
             ``None`` for noisy labels read from a file (their rate is not known to the methods).
@@ -141,7 +147,7 @@ class LabelData:
 
     dataset: LabelledDataset
     train: NoisyLabelledDataset
-    val: LabelledSplit
+    val: LabelledSplit | None
     test: LabelledSplit
     noise: LabelNoise
     noise_rate: float | None

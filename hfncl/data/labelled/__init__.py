@@ -34,7 +34,9 @@ literature):
 
 * a file with train and test splits: the first ``valid_size`` test samples (default
   half the test split, rounded down) become the validation split and the rest the test
-  split: MRL's rule (Wikipedia 231 of 462, XMediaNet 4000 of 8000);
+  split: MRL's rule (Wikipedia 231 of 462, XMediaNet 4000 of 8000); ``valid_size=0``:
+  no validation split (a file's own included), the whole test split tests and a run keeps
+  no best checkpoint (the last epoch's model is tested), as the DMCM paper's Wikipedia protocol;
 * one unsplit set (``arrays``): per class, in file order, the first
   ``round(n_c * f_train)`` samples train, the next ``round(n_c * f_valid)`` validate
   and the rest test, ``split_fractions=(f_train, f_valid, f_test)`` defaulting to
@@ -98,8 +100,9 @@ def _build(
             source,
         )
         for split, item in final.items()
+        if item is not None
     }
-    return LabelledDataset(splits["train"], splits["valid"], splits["test"], num_classes, layout, source, rule)
+    return LabelledDataset(splits["train"], splits.get("valid"), splits["test"], num_classes, layout, source, rule)
 
 
 def load_labelled_dataset(
@@ -119,7 +122,8 @@ def load_labelled_dataset(
     ``layout`` is found from the keys when not given. ``num_classes`` defaults to the
     one-hot width or the largest label + 1 over all splits; ``label_base`` is the first
     class's index in the file. Without a validation split in the file, the first
-    ``valid_size`` test samples validate (default half the test split). The features
+    ``valid_size`` test samples validate (default half the test split); ``valid_size=0``
+    reads no validation split at all. The features
     are converted once into Arrow datasets stored as ``feature_dtype`` under
     ``cache_dir`` (default ``$HFNCL_CACHE/labelled``), keyed by the files' paths, sizes
     and modification times and the options, and memory-mapped from there.

@@ -72,11 +72,12 @@ class LabelledDataset:
     """The train, validation and test splits of a labelled dataset and how they were read.
 
     ``valid_rule`` says where the validation split came from: ``"file"``,
-    ``"head of test"`` or ``"per-class file order"`` (see :mod:`hfncl.data.labelled`).
+    ``"head of test"`` or ``"per-class file order"``, or ``"none"`` where there is none
+    (``valid`` is ``None``; see :mod:`hfncl.data.labelled`).
     """
 
     train: LabelledSplit
-    valid: LabelledSplit
+    valid: LabelledSplit | None
     test: LabelledSplit
     num_classes: int
     layout: str
@@ -86,6 +87,8 @@ class LabelledDataset:
     def __getitem__(self, split: str) -> LabelledSplit:
         if split not in SPLITS:
             raise KeyError(f"split must be one of {SPLITS}, got {split!r}")
+        if getattr(self, split) is None:
+            raise KeyError(f"this dataset has no {split!r} split (valid_rule {self.valid_rule!r})")
         return getattr(self, split)
 
 

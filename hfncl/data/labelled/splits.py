@@ -1,5 +1,5 @@
 """The validation split where the files have none: the head of the test split, or per class in
-file order for one unsplit set (the rules of :mod:`hfncl.data.labelled`)."""
+file order for one unsplit set; or none at all (the rules of :mod:`hfncl.data.labelled`)."""
 
 from __future__ import annotations
 
@@ -25,16 +25,19 @@ def _stratified_rows(labels: np.ndarray, fractions: tuple[float, float, float]) 
 
 def _derive_splits(
     resolved: dict[str, _ResolvedSplit], valid_size: int | None, fractions: tuple[float, float, float]
-) -> tuple[dict[str, _ResolvedSplit], str]:
+) -> tuple[dict[str, _ResolvedSplit | None], str]:
+    if valid_size == 0 and "test" in resolved:
+        return {"train": resolved["train"], "valid": None, "test": resolved["test"]}, "none"
     if "valid" in resolved:
-        return resolved, "file"
+        return dict(resolved), "file"
     if "test" in resolved:
         test = resolved["test"]
         size = len(test.image_labels)
         valid_size = size // 2 if valid_size is None else valid_size
         if not 0 < valid_size < size:
             raise ValueError(
-                f"valid_size must be in 1..{size - 1} (the test split has {size} samples), got {valid_size}"
+                f"valid_size must be 0 (no validation) or in 1..{size - 1} (the test split has {size} samples), "
+                f"got {valid_size}"
             )
         return {
             "train": resolved["train"],
