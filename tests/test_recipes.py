@@ -57,6 +57,15 @@ def test_recipe_help_works():
     assert completed.returncode == 0 and "--noise-ratio" in completed.stdout and "--resume" in completed.stdout
 
 
+@pytest.mark.parametrize("name", ["gsc_cc152k", "ugncl_cc152k"])
+def test_every_recipe_s_help_shows_its_docstring(name):
+    completed = subprocess.run(
+        [sys.executable, str(REPO / "recipes" / f"{name}.py"), "--help"], capture_output=True, text=True, timeout=300
+    )
+    assert completed.returncode == 0 and f"recipes/{name}.py --data-dir" in completed.stdout
+    assert "--data-dir" in completed.stdout and "--similarity" in completed.stdout
+
+
 def test_missing_data_dir_is_a_clear_error(tmp_path):
     completed = _recipe("--data-dir", str(tmp_path / "nowhere"), "--output-dir", str(tmp_path / "out"))
     assert completed.returncode == 2
