@@ -10,6 +10,7 @@ reads the same way: the cache root (:func:`default_cache_root`) and an error on 
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -71,6 +72,20 @@ class TrainConfig:
         },
     )
     lr_decay_factor: float = field(default=0.1, metadata={"help": "Multiplier applied at each decay epoch."})
+    text_tower_lr_scale: float = field(
+        default=1.0,
+        metadata={
+            "help": "Learning-rate multiplier of a pretrained (transformer) text tower's encoder weights, its "
+            "projection head keeping the base rate (e.g. 0.1: BERT at a tenth of the rate)."
+        },
+    )
+    freeze_text_tower_epochs: int = field(
+        default=0,
+        metadata={
+            "help": "Epochs, from the first, in which a pretrained (transformer) text tower's encoder weights are not "
+            "updated (its projection head and the rest of the model train)."
+        },
+    )
     grad_clip: float = field(default=2.0, metadata={"help": "Gradient norm clip (0 disables)."})
     seed: int = field(default=0, metadata={"help": "Seeds initialisation, shuffling and everything random."})
     save_steps: int = field(
@@ -114,6 +129,15 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.batch_size must be >= 2 (a batch needs negatives), got {self.batch_size}")
         if self.log_with:
             check_trackers(self.log_with)
+        if not (math.isfinite(self.text_tower_lr_scale) and self.text_tower_lr_scale > 0):
+            raise ValueError(
+                f"TrainConfig.text_tower_lr_scale must be a finite number > 0, got {self.text_tower_lr_scale}"
+            )
+        if not 0 <= self.freeze_text_tower_epochs <= self.epochs:
+            raise ValueError(
+                f"TrainConfig.freeze_text_tower_epochs must be between 0 and epochs={self.epochs}, "
+                f"got {self.freeze_text_tower_epochs}"
+            )
         if not 0 <= self.warmup_epochs <= self.epochs:
             raise ValueError(
                 f"TrainConfig.warmup_epochs must be between 0 and epochs={self.epochs}, got {self.warmup_epochs}"

@@ -99,3 +99,85 @@ def test_a_train_step_override_keeps_the_terms_of_plugins_combined_with_it(tiny_
     trainer = noisy_trainer(tiny_data_dir, tiny_config(tmp_path, ["tcvse", "vsepp"], epochs=1, warmup_epochs=0))
     history = trainer.train()["history"]
     assert {"train/uce/net0", "train/uce/net1", "train/triplet_hardest/net0", "train/consistency"} <= set(history[-1])
+
+
+def _weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: parameter.detach().clone() for name, parameter in module.named_parameters()}
+
+
+def test_text_tower_lr_scale_and_freeze_act_on_the_pretrained_text_encoder_only(tiny_data_dir, tmp_path):
+    from test_towers import save_tiny_bert
+
+    from hfncl.data import read_captions
+    from hfncl.engine.callbacks import TrainerCallback
+    from hfncl.models import NCLConfig
+    from hfncl.tasks.pairs import prepare_data
+
+    words = sorted({w for s in ("train", "dev", "test") for c in read_captions(tiny_data_dir / f"{s}_caps.txt") for w in c.split()})
+    bert = save_tiny_bert(tmp_path / "bert", words)
+    data = prepare_data(DataArguments(data_dir=str(tiny_data_dir)), tmp_path / "run", tokenizer=str(bert))
+    model_config = NCLConfig(image_dim=data.image_dim, embed_dim=16, text_tower="transformer", text_tower_name=str(bert))
+    config = tiny_config(
+        tmp_path / "run", ["vsepp"], epochs=3, warmup_epochs=0, learning_rate=1e-3, lr_decay_epochs=[2],
+        text_tower_lr_scale=0.1, freeze_text_tower_epochs=1, plot_divisions=False,
+    )
+
+    class Snapshots(TrainerCallback):
+        """The text tower's encoder and head and the image encoder at every epoch's start and end, and the group lrs."""
+
+        def __init__(self) -> None:
+            self.taken: list[dict[str, dict[str, torch.Tensor]]] = []
+            self.lrs: list[list[float]] = []
+
+        def _take(self, trainer: Trainer) -> None:
+            network = trainer.model.networks[0]
+            self.taken.append(
+                {
+                    "encoder": _weights(network.text_encoder.model),
+                    "head": {"proj": network.text_encoder.proj_weight.detach().clone()},
+                    "image": _weights(network.image_encoder),
+                }
+            )
+
+        def on_epoch_begin(self, trainer: Trainer, epoch: int) -> None:
+            self._take(trainer)
+
+        def on_epoch_end(self, trainer: Trainer, record: dict, seconds: float) -> None:
+            self._take(trainer)
+            self.lrs.append([group["lr"] for group in trainer.optimizer.param_groups])
+
+    snapshots = Snapshots()
+    trainer = Trainer(config, model_config, data.train, data.val, callbacks=[snapshots])
+    encoder = trainer.model.networks[0].text_encoder.model
+    groups = trainer.optimizer.param_groups
+    assert [group["lr_scale"] for group in groups] == [1.0, 0.1]
+    assert {id(p) for p in groups[1]["params"]} == {id(p) for p in encoder.parameters()}
+    rest = {id(p) for p in groups[0]["params"]}
+    assert id(trainer.model.networks[0].text_encoder.proj_weight) in rest and not rest & {id(p) for p in encoder.parameters()}
+    assert len(rest) + len(groups[1]["params"]) == len(list(trainer.model.parameters()))
+    trainer.train()
+    # lr: 1e-3 and 1e-4 (BERT x0.1) in epochs 0 and 1, both x0.1 from epoch 2 on
+    assert [lr for epoch in snapshots.lrs for lr in epoch] == pytest.approx([1e-3, 1e-4, 1e-3, 1e-4, 1e-4, 1e-5])
+
+    def changed(part: str, epoch: int) -> bool:
+        before, after = snapshots.taken[2 * epoch][part], snapshots.taken[2 * epoch + 1][part]
+        return any(not torch.equal(before[name], after[name]) for name in before)
+
+    assert not changed("encoder", 0) and changed("head", 0) and changed("image", 0)  # frozen in the first epoch
+    assert changed("encoder", 1) and changed("encoder", 2)
+    # Adam's step count: the frozen epoch left the encoder's moments untouched (as if it needed no gradient)
+    state = trainer.optimizer.state
+    per_epoch = trainer.state.global_step // 3
+    head = trainer.model.networks[0].text_encoder.proj_weight
+    assert int(state[head]["step"]) == 3 * per_epoch
+    embeddings = encoder.embeddings.word_embeddings.weight
+    assert int(state[embeddings]["step"]) == 2 * per_epoch
+
+
+def test_text_tower_settings_without_a_pretrained_text_tower_are_refused(tiny_data_dir, tmp_path):
+    with pytest.raises(ValueError, match=r"text_tower_lr_scale \(0.1\) and freeze_text_tower_epochs \(0\) act on a pretrained text tower"):
+        noisy_trainer(tiny_data_dir, tiny_config(tmp_path, ["vsepp"], text_tower_lr_scale=0.1))
+    with pytest.raises(ValueError, match="TrainConfig.text_tower_lr_scale must be a finite number > 0, got 0.0"):
+        tiny_config(tmp_path, ["vsepp"], text_tower_lr_scale=0.0)
+    with pytest.raises(ValueError, match="TrainConfig.freeze_text_tower_epochs must be between 0 and epochs=3, got 4"):
+        tiny_config(tmp_path, ["vsepp"], freeze_text_tower_epochs=4)

@@ -16,6 +16,9 @@ way whatever the data are; a *task* supplies the parts that depend on them:
 ``clean_masks``    the hidden ground truth of the training set, by part; the parts'
                    concatenation, in order, is what a :class:`hfncl.types.Division`
                    covers and is judged against. For diagnostics only: never given to a plugin.
+``pretrained_text_parameters``
+                   the model's pretrained text-encoder weights, which the optimiser gives
+                   ``TrainConfig.text_tower_lr_scale`` and ``freeze_text_tower_epochs`` (may be empty).
 =================  =========================================================================
 
 :class:`PairTask` is image-caption pairs with noisy correspondence (:class:`NCLModel`,
@@ -64,6 +67,8 @@ class Task(Protocol):
 
     def clean_masks(self, train_data: Any) -> dict[str, np.ndarray]: ...
 
+    def pretrained_text_parameters(self, model: Any) -> list[torch.nn.Parameter]: ...
+
 
 class PairTask:
     """Image-caption pairs with noisy correspondence: :class:`NCLModel`, :class:`PairOutputs`, rSum.
@@ -84,6 +89,11 @@ class PairTask:
 
     def build_model(self, model_config: NCLConfig) -> NCLModel:
         return NCLModel(model_config)
+
+    def pretrained_text_parameters(self, model: NCLModel) -> list[torch.nn.Parameter]:
+        """The weights ``TrainConfig.text_tower_lr_scale`` and ``freeze_text_tower_epochs`` act on: every network's
+        pretrained text encoder (:meth:`NCLModel.pretrained_text_parameters`)."""
+        return model.pretrained_text_parameters()
 
     def collate(self, items: list[dict[str, Any]]) -> Batch:
         return collate_pairs(items)
@@ -169,6 +179,10 @@ class CategoryTask:
         if not isinstance(model_config, CategoryConfig):
             raise TypeError(f"label-noise training needs a CategoryConfig, got {type(model_config).__name__}")
         return CategoryModel(model_config)
+
+    def pretrained_text_parameters(self, model: CategoryModel) -> list[torch.nn.Parameter]:
+        """None: a category model maps precomputed features with MLPs."""
+        return []
 
     def collate(self, items: list[dict[str, Any]]) -> Batch:
         return collate_labelled(items)

@@ -128,7 +128,7 @@ class Trainer:
         self._true_clean = np.concatenate(list(self._hidden_masks.values()))
         optimizer_class = torch.optim.AdamW if config.optimizer == "adamw" else torch.optim.Adam
         self.optimizer = optimizer_class(
-            self.model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
+            self._parameter_groups(), lr=config.learning_rate, weight_decay=config.weight_decay
         )
         prepared = self.accelerator.prepare(*self.model.networks, self.optimizer)
         self.wrapped_networks, self.optimizer = list(prepared[:-1]), prepared[-1]
@@ -168,9 +168,17 @@ class Trainer:
             return self.task.outputs(self.model.networks[net], gathered, gather(batch["index"]))
 
     def optimize(self, loss: torch.Tensor, networks: list[int]) -> None:
-        """One optimiser step on ``loss`` for the given networks (clip, step, zero)."""
+        """One optimiser step on ``loss`` for the given networks (clip, step, zero).
+
+        In the first ``freeze_text_tower_epochs`` epochs the pretrained text encoder's gradients
+        are dropped before clipping, so the optimiser neither moves those weights nor updates
+        their moments (as if they did not require gradients).
+        """
         self.optimizer.zero_grad(set_to_none=True)
         self.accelerator.backward(loss)
+        if self.epoch < self.config.freeze_text_tower_epochs:
+            for parameter in self._pretrained_text:
+                parameter.grad = None
         self._clip(networks)
         self.optimizer.step()
 
@@ -583,10 +591,31 @@ class Trainer:
             if params:
                 self.accelerator.clip_grad_norm_(params, self.config.grad_clip)
 
+    def _parameter_groups(self) -> list[dict[str, Any]]:
+        """The optimiser's parameter groups: one for the whole model, or, with a text-tower lr scale or freeze, the
+        pretrained text encoder's weights in a group of their own whose ``lr_scale`` multiplies the rate.
+
+        Raises:
+            ValueError: a text-tower lr scale or freeze asked for where the model has no pretrained text encoder.
+        """
+        self._pretrained_text = self.task.pretrained_text_parameters(self.model)
+        scale, frozen = self.config.text_tower_lr_scale, self.config.freeze_text_tower_epochs
+        if scale == 1.0 and frozen == 0:
+            return [{"params": list(self.model.parameters()), "lr_scale": 1.0}]
+        if not self._pretrained_text:
+            raise ValueError(
+                f"TrainConfig.text_tower_lr_scale ({scale}) and freeze_text_tower_epochs ({frozen}) act on a "
+                "pretrained text tower, and this model has none (give --text_tower a BERT-family or CLIP text encoder)"
+            )
+        text = {id(parameter) for parameter in self._pretrained_text}
+        rest = [parameter for parameter in self.model.parameters() if id(parameter) not in text]
+        return [{"params": rest, "lr_scale": 1.0}, {"params": self._pretrained_text, "lr_scale": scale}]
+
     def _set_learning_rate(self, epoch: int) -> None:
+        """Every group's rate: the base rate, decayed at each of ``lr_decay_epochs`` reached, times its ``lr_scale``."""
         decays = sum(epoch >= e for e in self.config.lr_decay_epochs)
         for group in self.optimizer.param_groups:
-            group["lr"] = self.config.learning_rate * self.config.lr_decay_factor**decays
+            group["lr"] = self.config.learning_rate * self.config.lr_decay_factor**decays * group.get("lr_scale", 1.0)
 
     # ------------------------------------------------------------------ the rest of the plugin view
     # (hfncl.trainer_view.TrainerView lists every member a plugin may use)

@@ -131,6 +131,17 @@ class NCLModel(HfnclPreTrainedModel):
             if isinstance(module, PretrainedTower):
                 module.set_trainable()
 
+    def pretrained_text_parameters(self) -> list[nn.Parameter]:
+        """The trainable weights of every network's pretrained text encoder (a transformer text tower without
+        its projection head into the joint space; with LoRA, its adapters); empty for a biGRU text tower."""
+        return [
+            parameter
+            for network in self.networks
+            if isinstance(network.text_encoder, PretrainedTower)
+            for parameter in network.text_encoder.model.parameters()
+            if parameter.requires_grad
+        ]
+
     def __init__(self, config: NCLConfig) -> None:
         super().__init__(config)
         self.networks = nn.ModuleList([MatchingNetwork(config) for _ in range(config.num_networks)])

@@ -143,7 +143,7 @@ class ModelArguments:
     )
     text_tower: str | None = field(
         default=None,
-        metadata={"help": "gru (default), or a Hub id / directory of a BERT-family or CLIP text encoder."},
+        metadata={"help": "gru (a biGRU, when unset), or a Hub id / directory of a BERT-family or CLIP text encoder."},
     )
     image_tower: str | None = field(
         default=None,
