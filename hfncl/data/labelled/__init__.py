@@ -36,7 +36,8 @@ literature):
   half the test split, rounded down) become the validation split and the rest the test
   split: MRL's rule (Wikipedia 231 of 462, XMediaNet 4000 of 8000); ``valid_size=0``:
   no validation split (a file's own included), the whole test split tests and a run keeps
-  no best checkpoint (the last epoch's model is tested), as the DMCM paper's Wikipedia protocol;
+  no best checkpoint (the last epoch's model is tested): a protocol without model selection
+  (all 462 Wikipedia test samples);
 * one unsplit set (``arrays``): per class, in file order, the first
   ``round(n_c * f_train)`` samples train, the next ``round(n_c * f_valid)`` validate
   and the rest test, ``split_fractions=(f_train, f_valid, f_test)`` defaulting to
