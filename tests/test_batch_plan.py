@@ -62,17 +62,22 @@ def loss(trainer, outputs):
 BATCH, LEAD_BATCHES, ODD = 32, 400 // 32, 70
 
 
+def install(name, source, directory, monkeypatch):
+    """Install ``source`` as plugin ``name`` (module ``hfncl_test_NAME``) beside the built-in plugins; return the module."""
+    module = f"hfncl_test_{name}"
+    (directory / f"{module}.py").write_text(textwrap.dedent(source))
+    monkeypatch.syspath_prepend(str(directory))
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    installed = plugins.installed_entry_points()
+    point = EntryPoint(name, module, plugins.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(plugins, "installed_entry_points", lambda: {**installed, name: point})
+    return importlib.import_module(module)
+
+
 @pytest.fixture
 def planner(tmp_path_factory, monkeypatch):
-    """The planning plugin, installed as ``planner`` beside the built-in plugins; its module (for ``SEEN``)."""
-    directory = tmp_path_factory.mktemp("planner")
-    (directory / "hfncl_test_planner.py").write_text(textwrap.dedent(PLANNER))
-    monkeypatch.syspath_prepend(str(directory))
-    monkeypatch.delitem(sys.modules, "hfncl_test_planner", raising=False)
-    installed = plugins.installed_entry_points()
-    point = EntryPoint("planner", "hfncl_test_planner", plugins.ENTRY_POINT_GROUP)
-    monkeypatch.setattr(plugins, "installed_entry_points", lambda: {**installed, "planner": point})
-    module = importlib.import_module("hfncl_test_planner")
+    """The planning plugin, installed as ``planner``; its module (for ``SEEN``)."""
+    module = install("planner", PLANNER, tmp_path_factory.mktemp("planner"), monkeypatch)
     module.SEEN.clear()
     return module
 
@@ -178,3 +183,12 @@ def test_a_run_killed_in_the_middle_of_a_planned_pass_resumes_to_the_same_batche
     ref_weights = load_file(str(tmp_path / "ref" / "best" / "model.safetensors"))
     run_weights = load_file(str(tmp_path / "run" / "best" / "model.safetensors"))
     assert all(torch.equal(ref_weights[k], run_weights[k]) for k in ref_weights)
+
+
+def test_a_plan_that_does_not_cover_the_training_set_is_refused_naming_the_part(tiny_data_dir, tmp_path, monkeypatch):
+    source = PLANNER.replace("BatchPlan({", "BatchPlan({'short': torch.ones(5, dtype=torch.bool), ")
+    install("short_planner", source, tmp_path, monkeypatch)
+    trainer = noisy_trainer(tiny_data_dir, tiny_config(tmp_path / "run", ["short_planner"], epochs=2))
+    with pytest.raises(plugins.PluginError, match="batch_plan's part 'short' masks 5 samples for 800"):
+        trainer.train()
+    assert trainer.state.history[0]["epoch"] == 0 and trainer.state.global_step == 800 // BATCH
