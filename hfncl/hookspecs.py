@@ -205,7 +205,9 @@ def loss(
 
     Every active plugin may contribute terms; the trainer sums all of them and logs
     each by name. Per-sample statistics for the next division can be stored here with
-    ``trainer.ledger.record(batch['index'], name, values)``.
+    ``trainer.ledger.record(batch['index'], name, values)``. Under a :func:`batch_plan`,
+    ``trainer.batch_part`` names the batch's part, and on a later part's batch no plugin
+    need answer (the batch then takes no step).
     """
 
 
