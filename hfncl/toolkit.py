@@ -1,4 +1,4 @@
-"""What several methods share around their equations: peers, ledger columns, a division's batch view, seeds, hooks.
+"""What several methods share around their equations: peers, ledger columns, batch views and plans, seeds, hooks.
 
 Plain functions over the trainer view (:mod:`hfncl.trainer_view`) and tensors; none of
 them knows a method. The shared equations live beside them in :mod:`hfncl.losses`,
