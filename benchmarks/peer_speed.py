@@ -29,8 +29,8 @@ children interleaved, ``--repeats`` times; the table gives medians and [min, max
   ``co_train.train`` of each network on its clean batches, each beside a cycling noisy
   batch; its clean share is fixed at 80% (the pairs of highest clean probability) so
   that random data does not decide how much it trains. hfncl's is NCR with its defaults
-  (one batch split into its clean and noisy parts; the division from the losses the
-  steps recorded), the second epoch after one warmup epoch.
+  (a full noisy batch beside each clean batch, as the official loop; the division from
+  the losses the steps recorded), the second epoch after one warmup epoch.
 
 The last line is ``ratios warmup_step=X pair_epoch=Y scoring=Z rss=W roofline=F`` for the
 first head and size measured (hfncl / official; roofline is hfncl's fraction).
@@ -153,7 +153,7 @@ def child_train(program: str, args: argparse.Namespace) -> dict[str, float]:
         def step() -> None:
             similarity = network.similarity(network.encode_image(images), network.encode_text(tokens, lengths))
             optimizer.zero_grad()
-            triplet_sum_negatives(similarity, 0.2).sum().backward()
+            (triplet_sum_negatives(similarity, 0.2).sum() / similarity.size(0)).backward()  # NCR's warmup_loss
             torch.nn.utils.clip_grad_norm_(model.parameters(), 2.0)
             optimizer.step()
 

@@ -14,13 +14,14 @@ Training, as the trainer runs it::
         warm = epoch < config.warmup_epochs
         if not warm: trainer.divisions = divide(trainer, epoch)
         for networks_of_pass in training_passes(config, networks):   (default: all jointly)
-            for batch:
+            plan = batch_plan(trainer, epoch, networks_of_pass)      (default: one shuffle of all)
+            for step of the plan: for batch of each part (trainer.batch_part names it):
                 train_step(trainer, batch, networks_of_pass)         (override, if any)
                 or, per network k of the pass:
                     targets = None if warm else rectify(trainer, batch, k, division_k)
                     outputs = trainer.forward(k, batch)
                     terms = warmup_loss(...) if warm else loss(...)  (all plugins, summed)
-                backward, clip, step
+                backward, clip, step                                 (one per part's batch)
             pass_end(trainer, epoch, networks_of_pass)
         epoch_end(trainer, epoch)
 
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
     from hfncl.models import NCLModel
     from hfncl.options import MethodOptions
     from hfncl.trainer_view import TrainerView
-    from hfncl.types import Batch, Division, PairOutputs
+    from hfncl.types import Batch, BatchPlan, Division, PairOutputs
 
 PROJECT = "hfncl"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -154,6 +155,24 @@ def training_passes(config: "TrainConfig", num_networks: int) -> list[list[int]]
 
 
 @hookspec(firstresult=True)
+def batch_plan(trainer: "TrainerView", epoch: int, networks: list[int]) -> "BatchPlan | None":
+    """Choose the batches of a pass over the training data from this epoch's division (first result).
+
+    Called at the start of each pass (after ``divide``, and again when a run resumes in
+    the pass's middle, so it must depend only on what a checkpoint keeps: the epoch, the
+    pass and ``trainer.divisions``). ``None`` keeps the default, one seeded shuffle of
+    every training sample. A :class:`hfncl.types.BatchPlan` names parts, each a mask of
+    samples: the pass is one shuffle of the first part, and every other part gives a
+    batch beside each of its batches, cycling through shuffles of its own (a method's
+    clean set with a batch of its noisy set beside each clean batch). Each part's batch
+    is a step of its own (rectify, forward, loss, optimiser step, in the order of the
+    parts), with ``trainer.batch_part`` naming the part; a later part's batch on which
+    no plugin returns a loss term takes no step. Its terms are logged as
+    ``NAME/PART`` (the first part's as ``NAME``).
+    """
+
+
+@hookspec(firstresult=True)
 def divide(trainer: "TrainerView", epoch: int) -> "list[Division] | Division | None":
     """Split the training set into clean and noisy pairs, once per epoch (first result).
 
@@ -186,7 +205,9 @@ def loss(
 
     Every active plugin may contribute terms; the trainer sums all of them and logs
     each by name. Per-sample statistics for the next division can be stored here with
-    ``trainer.ledger.record(batch['index'], name, values)``.
+    ``trainer.ledger.record(batch['index'], name, values)``. Under a :func:`batch_plan`,
+    ``trainer.batch_part`` names the batch's part, and on a later part's batch no plugin
+    need answer (the batch then takes no step).
     """
 
 

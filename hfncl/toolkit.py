@@ -1,4 +1,4 @@
-"""What several methods share around their equations: peers, ledger columns, a division's batch view, seeds, hooks.
+"""What several methods share around their equations: peers, ledger columns, batch views and plans, seeds, hooks.
 
 Plain functions over the trainer view (:mod:`hfncl.trainer_view`) and tensors; none of
 them knows a method. The shared equations live beside them in :mod:`hfncl.losses`,
@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from hfncl.hookspecs import hookimpl
+from hfncl.types import BatchPlan
 
 if TYPE_CHECKING:
     from hfncl.trainer_view import LedgerView, TrainerView
@@ -51,6 +52,16 @@ def batch_view(division: "Division", index: torch.Tensor, names: Iterable[str], 
     """The division's values of the samples ``index`` on ``device``: ``clean``, ``clean_prob`` or an extra, by name."""
     columns = {"clean": division.clean, "clean_prob": division.clean_prob, **division.extras}
     return {name: columns[name][index].to(device) for name in names}
+
+
+def division_plan(division: "Division", noisy: bool = True) -> BatchPlan:
+    """A ``batch_plan`` of a division: a pass over its clean set, with a batch of its noisy set beside each clean batch.
+
+    The parts are named ``"clean"`` (the lead: every clean sample once per pass) and, with
+    ``noisy``, ``"noisy"`` (cycling through shuffles of the noisy set), as co-training
+    methods that train each set with its own loss draw them (NCR's authors' loop).
+    """
+    return BatchPlan({"clean": division.clean, **({"noisy": ~division.clean} if noisy else {})})
 
 
 def epoch_seed(seed: int, epoch: int) -> int:

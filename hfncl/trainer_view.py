@@ -56,10 +56,12 @@ class TrainerView(Protocol):
     """The epoch being trained, from 0, warmup included."""
     in_warmup: bool
     """Whether this epoch is a warmup epoch (no division yet)."""
+    batch_part: str | None
+    """The part of the pass's ``BatchPlan`` the batch being trained comes from; ``None`` without a plan."""
 
     @property
     def global_step(self) -> int:
-        """Optimisation steps taken since the start of training, warmup included."""
+        """Training steps taken since the start of training, warmup included (with a batch plan, one per lead batch)."""
 
     @property
     def pass_index(self) -> int:

@@ -137,3 +137,36 @@ class Division:
         extras_prefix = f"{prefix}.extras."
         extras = {k[len(extras_prefix):]: v for k, v in tensors.items() if k.startswith(extras_prefix)}
         return cls(tensors[f"{prefix}.clean_prob"], tensors[f"{prefix}.clean"].bool(), extras)
+
+
+@dataclass
+class BatchPlan:
+    """How a pass over the training data draws its batches, when a method chooses them (the ``batch_plan`` hook).
+
+    ``parts`` maps a name to an (N,) boolean mask of the training samples (dataset positions,
+    ``trainer.num_train``) the part draws from; the order of the dict matters. The first part
+    *leads*: the pass is one seeded shuffle of it cut into batches of ``config.batch_size`` (the
+    last partial batch dropped; a part smaller than a batch is one batch), so every sample of it
+    is trained once. Every later part gives one batch beside each lead batch, of
+    ``config.batch_size`` samples (all of them when it has fewer), drawn from seeded shuffles of
+    its own, a new one each time it runs out (it cycles). An empty later part is left out; an
+    empty lead part makes a pass without steps. Each part's batch reaches the hooks on its own,
+    with ``trainer.batch_part`` naming the part.
+    """
+
+    parts: dict[str, torch.Tensor]
+
+    def __post_init__(self) -> None:
+        if not self.parts:
+            raise ValueError("BatchPlan.parts must name at least one part (its first part leads the pass)")
+        for name, mask in self.parts.items():
+            if not isinstance(name, str) or not name or "/" in name:
+                raise ValueError(f"BatchPlan.parts: a part's name must be a non-empty string without '/', got {name!r}")
+            if mask.dim() != 1 or mask.dtype != torch.bool:
+                got = f"{mask.dtype} {tuple(mask.shape)}"
+                raise ValueError(f"BatchPlan.parts[{name!r}] must be an (N,) boolean mask, got {got}")
+
+    @property
+    def lead(self) -> str:
+        """The name of the part whose one shuffle makes the pass."""
+        return next(iter(self.parts))

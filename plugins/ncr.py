@@ -6,9 +6,9 @@ per-sample L_w of its *peer* (co-divide, Eq. 1-3, Algorithm 1 lines 3-4); each b
 labels are rectified with the adaptive prediction P (co-rectify, Eq. 4-5) and recast as
 soft margins of a hardest-negative triplet loss (Eq. 6-7).
 
-Reading choices where the paper leaves room (Eq. 5's mean, the clean and noisy parts of one
-batch, when the noisy part joins, co-divide's losses from the steps) and measurements:
-``docs/methods/ncr.md``.
+Reading choices where the paper leaves room (Eq. 5's mean, a noisy batch beside each clean
+batch as the authors' loop draws it or the clean and noisy parts of one batch, when the noisy
+part joins, co-divide's losses from the steps) and measurements: ``docs/methods/ncr.md``.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from hfncl.division import fit_loss_mixture, threshold_division
 from hfncl.hookspecs import hookimpl
 from hfncl.losses import soft_margin, triplet_hardest_negative, triplet_sum_negatives
 from hfncl.options import MethodOptions, option
-from hfncl.toolkit import batch_index, batch_view, bibtex_citation, complete_columns, ledger_column, networks_in_turn, peer
-from hfncl.types import Division
+from hfncl.toolkit import batch_index, batch_view, bibtex_citation, complete_columns, division_plan, ledger_column, networks_in_turn, peer
+from hfncl.types import BatchPlan, Division
 
 NETWORKS = 2
-DIVISION_STATISTICS = ("pass", "steps")
+DIVISION_STATISTICS, NOISY_BATCHES = ("pass", "steps"), ("separate", "split")
 STEP_LOSS = "ncr.step_lw{}"
 
 
@@ -44,6 +44,7 @@ class NCROptions(MethodOptions, namespace="ncr"):
     co_rectify: bool = True
     noisy_part_start: float = option(0.5, minimum=0, maximum=1)
     division_statistics: str = option("steps", choices=DIVISION_STATISTICS)
+    noisy_batch: str = option("separate", choices=NOISY_BATCHES)
 
 
 @hookimpl
@@ -91,9 +92,20 @@ def record_step_loss(trainer, outputs, net: int, hinge_sums: torch.Tensor | None
 
 @hookimpl
 def warmup_loss(trainer, batch, outputs, net) -> dict[str, torch.Tensor]:
+    """L_w (Eq. 2) of the batch at the authors' scale: each pair's hinge terms averaged over the b columns, summed."""
     hinge_sums = triplet_sum_negatives(outputs.similarity, trainer.options_of(NCROptions).alpha)
     record_step_loss(trainer, outputs, net, hinge_sums)
-    return {"warmup_lw": hinge_sums.sum()}
+    return {"warmup_lw": hinge_sums.sum() / hinge_sums.numel()}
+
+
+@hookimpl
+def batch_plan(trainer, networks) -> BatchPlan | None:
+    """``ncr.noisy_batch = "separate"``: a pass over the clean set with a batch of the noisy set beside each clean batch.
+
+    The noisy batches are drawn before their part trains too, so that their steps record L_w for co-divide.
+    """
+    separate = trainer.options_of(NCROptions).noisy_batch == "separate"
+    return division_plan(trainer.divisions[networks[0]]) if separate and not trainer.in_warmup else None
 
 
 def adaptive_prediction(similarity: torch.Tensor, alpha: float, top_fraction: float = 0.1) -> torch.Tensor:
@@ -111,9 +123,7 @@ def adaptive_prediction(similarity: torch.Tensor, alpha: float, top_fraction: fl
     clamped = margin.clamp(min=0.0, max=alpha)
     top = max(1, int(round(top_fraction * b)))
     tau = clamped[margin.topk(top).indices].mean()
-    if tau <= 0:
-        return torch.zeros_like(clamped)
-    return (clamped / tau).clamp(max=1.0)
+    return (clamped / tau).clamp(max=1.0) if tau > 0 else torch.zeros_like(clamped)
 
 
 def rectified_labels(
@@ -141,9 +151,7 @@ def divide(trainer, epoch) -> list[Division]:
     divisions = []
     for net in range(NETWORKS):
         peer_loss = losses[peer(net, NETWORKS)]
-        clean_prob, mixture = fit_loss_mixture(
-            peer_loss, max_iter=settings.gmm_max_iter, reg_covar=settings.gmm_reg_covar, seed=trainer.config.seed + epoch
-        )
+        clean_prob, mixture = fit_loss_mixture(peer_loss, max_iter=settings.gmm_max_iter, reg_covar=settings.gmm_reg_covar, seed=trainer.config.seed + epoch)
         divisions.append(threshold_division(clean_prob, settings.threshold, statistic=peer_loss, mixture=mixture))
     return divisions
 
@@ -153,10 +161,8 @@ def pass_losses(trainer, epoch: int) -> list[torch.Tensor]:
     alpha = trainer.options_of(NCROptions).alpha
 
     def per_sample_loss(batch) -> dict[str, torch.Tensor]:
-        return {
-            f"loss{net}": per_sample_lw(triplet_sum_negatives(trainer.forward(net, batch, grad=False).similarity, alpha))
-            for net in range(NETWORKS)
-        }
+        similarities = [trainer.forward(net, batch, grad=False).similarity for net in range(NETWORKS)]
+        return {f"loss{net}": per_sample_lw(triplet_sum_negatives(similarity, alpha)) for net, similarity in enumerate(similarities)}
 
     losses = trainer.collect(per_sample_loss, description=f"epoch {epoch} co-divide")
     return [losses[f"loss{net}"] for net in range(NETWORKS)]
@@ -218,7 +224,7 @@ def rectify(trainer, batch, net, division) -> dict[str, torch.Tensor]:
     if not trainer.options_of(NCROptions).co_rectify:
         return {"dataset_clean": division.clean}
     targets = batch_view(division, batch_index(trainer, batch), ("clean", "clean_prob"), batch["index"].device)
-    if noisy_part_trains(trainer):
+    if noisy_part_trains(trainer) and trainer.batch_part != "clean":
         settings, peer_outputs = trainer.options_of(NCROptions), trainer.forward(peer(net, NETWORKS), batch, grad=False)
         targets["peer_prediction"] = _per_part(peer_outputs.similarity, targets["clean"], settings.alpha, settings.top_fraction)
     return targets
@@ -229,15 +235,16 @@ def co_divide_only_loss(similarity: torch.Tensor, clean: torch.Tensor, alpha: fl
     part = clean.nonzero().squeeze(1)
     if part.numel() < 2:
         return similarity.sum() * 0
-    margins = torch.full((part.numel(),), alpha, device=similarity.device)
-    return triplet_hardest_negative(similarity[part][:, part], margins).sum()
+    return triplet_hardest_negative(similarity[part][:, part], alpha).sum()
 
 
 @hookimpl
-def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
+def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor] | None:
     """Co-rectified labels (Eq. 4) as soft margins (Eq. 7) of L_soft (Eq. 6), hardest negatives within each part."""
     alpha = trainer.options_of(NCROptions).alpha
     record_step_loss(trainer, outputs, net)
+    if trainer.batch_part == "noisy" and not (trainer.options_of(NCROptions).co_rectify and noisy_part_trains(trainer)):
+        return None  # a noisy batch drawn before its part trains: its L_w is recorded, no step is taken
     if not trainer.options_of(NCROptions).co_rectify:
         clean = targets["dataset_clean"][outputs.index.cpu()].to(outputs.similarity.device)
         return {"soft_margin_triplet": co_divide_only_loss(outputs.similarity, clean, alpha)}

@@ -173,7 +173,8 @@ def test_hook_timer_times_a_training_run_and_its_limit_stops_it(tiny_data_dir, t
     from hfncl.profiling import HookLimitReached, HookTimer
 
     timer = HookTimer(["epoch_start", "divide", "epoch_end", "train_step"])
-    config = tiny_config(tmp_path / "full", ["ncr"], epochs=2, plot_divisions=False)
+    options = {"ncr.noisy_batch": "split"}  # every pass the same number of batches
+    config = tiny_config(tmp_path / "full", ["ncr"], epochs=2, plot_divisions=False, options=options)
     noisy_trainer(tiny_data_dir, config, callbacks=[timer]).train()
     assert len(timer.calls["epoch_start"]) == len(timer.calls["epoch_end"]) == 2 and len(timer.calls["divide"]) == 1
     assert len(timer.calls["train_step"]) == 2 * 2 * (800 // 32)  # epochs x NCR's passes x batches

@@ -47,7 +47,7 @@ def _hook(name: str) -> list[tuple]:
 
 def test_a_callback_receives_the_events_of_a_run_in_order(tiny_data_dir, tmp_path):
     recorder = Recorder()
-    config = tiny_config(tmp_path, ["ncr"], epochs=2, plot_divisions=False)
+    config = tiny_config(tmp_path, ["ncr"], epochs=2, plot_divisions=False, options={"ncr.noisy_batch": "split"})
     noisy_trainer(tiny_data_dir, config, callbacks=[recorder]).train()
 
     def epoch(number: int, warmup: bool) -> list[tuple]:
@@ -56,7 +56,7 @@ def test_a_callback_receives_the_events_of_a_run_in_order(tiny_data_dir, tmp_pat
             events += [*_hook("divide"), ("division", number, 2)]
         step = _hook("train_step") + (_hook("warmup_loss") if warmup else _hook("rectify") + _hook("loss"))
         for _ in range(2):  # NCR trains its two networks in turn, one pass each
-            events += step * BATCHES + _hook("pass_end")
+            events += _hook("batch_plan") + step * BATCHES + _hook("pass_end")
         return events + _hook("epoch_end") + [("epoch_end", number)]
 
     expected = [("train_begin",), *epoch(0, warmup=True), *epoch(1, warmup=False), ("train_end", 2)]

@@ -80,13 +80,14 @@ def test_run_experiment_reports_test_metrics_and_division(tiny_data_dir, tmp_pat
 
 
 def check_epoch_lines(out: str, err: str) -> None:
-    """The two epochs' lines of an NCR run (warmup, then divided), and no bar with progress off."""
+    """The two epochs' lines of an NCR run (warmup, then divided: clean batches and the noisy batches beside them), and no bar with progress off."""
     lines = [line for line in out.splitlines() if line.startswith("epoch ")]
     assert len(lines) == 2 and lines[0].startswith("epoch 1/2 warmup | loss ")
     number = r"\d+\.\d+"
     division = rf"AUC {number} P {number} R {number} clean \d+%"
     assert re.fullmatch(
-        rf"epoch 2/2 \| loss soft_margin_triplet/net0 {number} soft_margin_triplet/net1 {number} \| "
+        rf"epoch 2/2 \| loss soft_margin_triplet/net0 {number} soft_margin_triplet/net0/noisy {number} "
+        rf"soft_margin_triplet/net1 {number} soft_margin_triplet/net1/noisy {number} \| "
         rf"val i2t R@1/5/10 {number}/{number}/{number} t2i R@1/5/10 {number}/{number}/{number} rSum {number} \| "
         rf"division net0 {division} net1 {division} \| {number}s",
         lines[1],

@@ -53,7 +53,7 @@ def test_soft_margin_loss_takes_hardest_negatives_within_the_clean_and_noisy_par
     w = torch.tensor([0.9, 0.7, 0.2, 0.1])
     peer = torch.tensor([0.8, 0.4, 0.6, 0.0])
     options = {"ncr.alpha": 0.2, "ncr.division_statistics": "pass", "ncr.curve": 10.0, "ncr.top_fraction": 0.1, "ncr.co_rectify": True}
-    trainer = SimpleNamespace(options_of=lambda kind: kind.read(options))
+    trainer = SimpleNamespace(batch_part=None, options_of=lambda kind: kind.read(options))
     outputs = SimpleNamespace(similarity=similarity)
     targets = {"clean": clean, "clean_prob": w, "peer_prediction": peer}
     term = loss(trainer=trainer, batch={}, outputs=outputs, targets=targets, net=0)
@@ -85,7 +85,7 @@ def test_without_co_rectify_only_the_clean_part_trains_with_the_full_margin():
     clean = torch.tensor([True, False, True, False])
     torch.testing.assert_close(co_divide_only_loss(similarity, clean, 0.2), torch.tensor(1.0))
     options = {"ncr.alpha": 0.2, "ncr.division_statistics": "pass", "ncr.co_rectify": False}
-    trainer = SimpleNamespace(options_of=lambda kind: kind.read(options))
+    trainer = SimpleNamespace(batch_part=None, options_of=lambda kind: kind.read(options))
     division = SimpleNamespace(clean=torch.tensor([False, True, False, False, True, False, True]))
     targets = rectify(trainer=trainer, batch={}, net=0, division=division)
     outputs = SimpleNamespace(similarity=similarity, index=torch.tensor([4, 0, 6, 5]))  # dataset pairs of the batch
@@ -103,7 +103,7 @@ def test_a_batch_without_two_pairs_in_any_part_gives_a_zero_loss_that_still_back
     options = {"ncr.alpha": 0.2, "ncr.division_statistics": "pass", "ncr.curve": 10.0, "ncr.top_fraction": 0.1, "ncr.co_rectify": True}
     similarity = torch.tensor([[0.9, 0.1], [0.2, 0.8]], requires_grad=True)
     targets = {"clean": torch.tensor([True, False]), "clean_prob": torch.tensor([0.9, 0.1]), "peer_prediction": torch.zeros(2)}
-    term = loss(trainer=SimpleNamespace(options_of=lambda kind: kind.read(options)), batch={}, outputs=SimpleNamespace(similarity=similarity), targets=targets, net=0)
+    term = loss(trainer=SimpleNamespace(batch_part=None, options_of=lambda kind: kind.read(options)), batch={}, outputs=SimpleNamespace(similarity=similarity), targets=targets, net=0)
     assert term["soft_margin_triplet"].item() == 0 and term["soft_margin_triplet"].requires_grad
 
 
@@ -124,7 +124,7 @@ def test_the_noisy_part_joins_the_loss_from_the_start_epoch_on():
 
     def trainer_at(epoch):
         return SimpleNamespace(
-            options_of=lambda kind: kind.read(options), epoch=epoch, config=SimpleNamespace(epochs=10, warmup_epochs=4), forward=peer_forward,
+            batch_part=None, options_of=lambda kind: kind.read(options), epoch=epoch, config=SimpleNamespace(epochs=10, warmup_epochs=4), forward=peer_forward,
             gather=lambda tensor: tensor,
         )
 
@@ -203,3 +203,86 @@ def test_division_from_the_training_steps_uses_the_recorded_losses_and_runs_no_p
     for epoch in (7, 8, 9):
         divide(trainer=trainer, epoch=epoch)
     assert passes == ["epoch 3 co-divide", "epoch 8 co-divide"]
+
+
+def test_warmup_loss_has_the_authors_scale_each_pair_s_hinge_terms_averaged_over_the_batch_columns():
+    """Eq. 2 summed over the batch, each direction's hinge terms of a pair averaged over the b columns (the diagonal's 0 included).
+
+    By hand for S above, alpha 0.2: image queries [0.2 - S_ii + S_ij]_+ : row 0: 0.3 + 0.1, row 1: 0.3 + 0.5, row 2: 0 + 0.1;
+    caption queries [0.2 - S_ii + S_ji]_+ : column 0: 0 + 0, column 1: 0.6 + 0.3, column 2: 0.2 + 0.3. Sum 2.7, over b = 3 columns: 0.9.
+    """
+    from types import SimpleNamespace
+
+    from hfncl_plugins.ncr import warmup_loss
+
+    options = {"ncr.alpha": 0.2, "ncr.division_statistics": "pass"}
+    trainer = SimpleNamespace(batch_part=None, options_of=lambda kind: kind.read(options))
+    term = warmup_loss(trainer=trainer, batch={}, outputs=SimpleNamespace(similarity=S, index=torch.arange(3)), net=0)
+    torch.testing.assert_close(term["warmup_lw"], torch.tensor(0.9))
+    # a plain reference on a larger batch: the mean over columns of every hinge term, summed over pairs
+    generator = torch.Generator().manual_seed(0)
+    similarity = torch.rand(16, 16, generator=generator)
+    reference = 0.0
+    for i in range(16):
+        for j in range(16):
+            if j != i:
+                reference += max(0.0, 0.2 - similarity[i, i] + similarity[i, j]) / 16
+                reference += max(0.0, 0.2 - similarity[j, j] + similarity[i, j]) / 16
+    term = warmup_loss(trainer=trainer, batch={}, outputs=SimpleNamespace(similarity=similarity, index=torch.arange(16)), net=0)
+    torch.testing.assert_close(term["warmup_lw"], torch.tensor(float(reference)))
+
+
+def test_the_batch_plan_is_the_peer_division_s_clean_set_with_its_noisy_set_beside_unless_split():
+    from types import SimpleNamespace
+
+    from hfncl_plugins.ncr import batch_plan
+
+    divisions = [SimpleNamespace(clean=torch.tensor([True, False, True])), SimpleNamespace(clean=torch.tensor([False, True, True]))]
+
+    def trainer(noisy_batch, in_warmup=False):
+        options = {"ncr.noisy_batch": noisy_batch}
+        return SimpleNamespace(options_of=lambda kind: kind.read(options), in_warmup=in_warmup, divisions=divisions)
+
+    plan = batch_plan(trainer=trainer("separate"), networks=[1])
+    assert list(plan.parts) == ["clean", "noisy"]
+    assert plan.parts["clean"].tolist() == [False, True, True] and plan.parts["noisy"].tolist() == [True, False, False]
+    assert batch_plan(trainer=trainer("split"), networks=[1]) is None
+    assert batch_plan(trainer=trainer("separate", in_warmup=True), networks=[0]) is None
+
+
+def test_a_noisy_batch_takes_no_step_before_its_part_trains_or_without_co_rectify_but_records_its_losses():
+    from types import SimpleNamespace
+
+    from hfncl.engine.ledger import Ledger
+    from hfncl_plugins.ncr import loss
+
+    similarity = torch.tensor([[0.9, 0.8, 0.1], [0.2, 0.6, 0.3], [0.95, 0.1, 0.4]])
+    base = {"ncr.alpha": 0.2, "ncr.division_statistics": "steps", "ncr.noisy_part_start": 0.5}
+    targets = {"clean": torch.zeros(3, dtype=torch.bool), "clean_prob": torch.full((3,), 0.1), "peer_prediction": torch.zeros(3)}
+    for epoch, co_rectify, trains in ((5, True, False), (7, True, True), (7, False, False)):
+        options = dict(base, **{"ncr.co_rectify": co_rectify})
+        trainer = SimpleNamespace(
+            batch_part="noisy", options_of=lambda kind, options=options: kind.read(options), epoch=epoch,
+            config=SimpleNamespace(epochs=10, warmup_epochs=4), ledger=Ledger(6),
+        )
+        outputs = SimpleNamespace(similarity=similarity, index=torch.tensor([5, 0, 3]))
+        term = loss(trainer=trainer, batch={}, outputs=outputs, targets=targets if co_rectify else {"dataset_clean": torch.zeros(6, dtype=torch.bool)}, net=0)
+        assert (term is not None) == trains, (epoch, co_rectify)
+        assert not torch.isnan(trainer.ledger.get("ncr.step_lw0")[[5, 0, 3]]).any()
+
+
+def test_ncr_trains_with_a_separate_noisy_batch_and_with_the_split_batch(tiny_data_dir, tmp_path):
+    """Three epochs (one warmup): the noisy part joins in the last; ``separate`` logs its noisy batches' term apart."""
+    from conftest import noisy_trainer, tiny_config
+
+    runs = {}
+    for setting in ("separate", "split"):
+        config = tiny_config(tmp_path / setting, ["ncr"], plot_divisions=False, options={"ncr.noisy_batch": setting})
+        runs[setting] = noisy_trainer(tiny_data_dir, config).train()["history"]
+    separate, split = runs["separate"], runs["split"]
+    assert "train/soft_margin_triplet/net0/noisy" not in separate[1] and separate[2]["train/soft_margin_triplet/net0/noisy"] > 0
+    assert not any(key.endswith("/noisy") for record in split for key in record)
+    for history in (separate, split):
+        assert all(math.isfinite(record["val/rsum"]) for record in history)
+        # at the authors' scale a pair's two mean hinge terms are about 2 x 0.2 near the start (b - 1 times that summed)
+        assert history[0]["train/warmup_lw/net0"] < 2 * 32

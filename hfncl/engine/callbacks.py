@@ -21,7 +21,9 @@ if TYPE_CHECKING:
     from hfncl.engine.trainer import Trainer
     from hfncl.types import Division
 
-TRAINING_HOOKS = ("epoch_start", "divide", "rectify", "warmup_loss", "loss", "train_step", "pass_end", "epoch_end")
+TRAINING_HOOKS = (
+    "epoch_start", "divide", "batch_plan", "rectify", "warmup_loss", "loss", "train_step", "pass_end", "epoch_end"
+)
 """The plugin hooks whose calls in training the trainer reports with ``on_hook_begin`` / ``on_hook_end``."""
 
 
@@ -57,11 +59,12 @@ class TrainerCallback:
 
     In one epoch the events come in this order: ``on_epoch_begin``; ``on_hook_begin`` /
     ``on_hook_end`` around each call of a hook of :data:`TRAINING_HOOKS` (``epoch_start``,
-    ``divide``, then per step ``train_step`` and inside the default step ``rectify`` and
-    ``loss`` or ``warmup_loss``, ``pass_end`` after each pass, ``epoch_end``); after
-    ``divide``, ``on_division``; ``on_epoch_end``. ``on_train_begin`` comes before the first
-    epoch, ``on_train_end`` after the last. An exception raised by an event stops training
-    there (raised from ``on_hook_begin``: before the hook runs).
+    ``divide``, ``batch_plan`` at the start of each pass, then per step ``train_step`` and
+    inside the default step ``rectify`` and ``loss`` or ``warmup_loss``, ``pass_end`` after
+    each pass, ``epoch_end``); after ``divide``, ``on_division``; ``on_epoch_end``.
+    ``on_train_begin`` comes before the first epoch, ``on_train_end`` after the last. An
+    exception raised by an event stops training there (raised from ``on_hook_begin``:
+    before the hook runs).
     """
 
     def on_train_begin(self, trainer: Trainer) -> None:

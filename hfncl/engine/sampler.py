@@ -13,12 +13,22 @@ def local_slice(batch: np.ndarray, rank: int, world_size: int) -> np.ndarray:
     return np.array_split(batch, world_size)[rank]
 
 
+def shuffled_batches(samples: np.ndarray, batch_size: int, seed: int | None, drop_last: bool) -> list[np.ndarray]:
+    """``samples`` in a permutation drawn from ``seed`` (in order when ``None``), cut into global batches."""
+    order = samples if seed is None else samples[np.random.default_rng(seed).permutation(len(samples))]
+    batches = [order[i : i + batch_size] for i in range(0, len(samples), batch_size)]
+    if drop_last and batches and len(batches[-1]) < batch_size:
+        batches.pop()
+    return batches
+
+
 class GlobalBatchSampler(torch.utils.data.Sampler[list[int]]):
     """Yields this process's slice of each global batch of a seeded permutation.
 
     The order depends only on (seed, length, batch size), never on the number of
     processes, so one process and several see the same global batches; ``start_batch``
-    skips batches already trained before a resume.
+    skips batches already trained before a resume. ``subset`` (dataset positions) draws
+    from those samples only (default: all ``num_samples``).
     """
 
     def __init__(
@@ -31,27 +41,65 @@ class GlobalBatchSampler(torch.utils.data.Sampler[list[int]]):
         rank: int = 0,
         world_size: int = 1,
         start_batch: int = 0,
+        subset: np.ndarray | None = None,
     ) -> None:
-        if batch_size % world_size:
+        if batch_size % world_size and subset is None:
             raise ValueError(f"batch_size {batch_size} must be divisible by the number of processes {world_size}")
-        self.num_samples, self.batch_size, self.seed = num_samples, batch_size, seed
+        self.samples = np.arange(num_samples) if subset is None else np.asarray(subset)
+        self.batch_size, self.seed = batch_size, seed
         self.drop_last, self.rank, self.world_size, self.start_batch = drop_last, rank, world_size, start_batch
 
     def global_batches(self) -> list[np.ndarray]:
-        if self.seed is None:
-            order = np.arange(self.num_samples)
-        else:
-            order = np.random.default_rng(self.seed).permutation(self.num_samples)
-        batches = [order[i : i + self.batch_size] for i in range(0, self.num_samples, self.batch_size)]
-        if self.drop_last and batches and len(batches[-1]) < self.batch_size:
-            batches.pop()
-        return batches
+        return shuffled_batches(self.samples, self.batch_size, self.seed, self.drop_last)
 
     def __len__(self) -> int:
-        full, rest = divmod(self.num_samples, self.batch_size)
+        full, rest = divmod(len(self.samples), self.batch_size)
         total = full if self.drop_last or not rest else full + 1
         return max(total - self.start_batch, 0)
 
     def __iter__(self) -> Iterator[list[int]]:
         for batch in self.global_batches()[self.start_batch :]:
+            yield local_slice(batch, self.rank, self.world_size).tolist()
+
+
+class CyclingBatchSampler(torch.utils.data.Sampler[list[int]]):
+    """Yields this process's slice of ``num_batches`` global batches of ``subset``, reshuffled each time it runs out.
+
+    Cycle ``c`` is the permutation drawn from ``(seed, c)``, cut into full batches; batch ``s``
+    of the sequence is batch ``s mod k`` of cycle ``s div k`` (``k`` full batches per cycle), so
+    the sequence depends only on the seed and the subset, and ``start_batch`` resumes it anywhere.
+    """
+
+    def __init__(
+        self,
+        subset: np.ndarray,
+        batch_size: int,
+        *,
+        seed: int,
+        num_batches: int,
+        rank: int = 0,
+        world_size: int = 1,
+        start_batch: int = 0,
+    ) -> None:
+        if not 0 < batch_size <= len(subset):
+            raise ValueError(f"batch_size {batch_size} must be in 1..{len(subset)}, the size of the subset")
+        self.samples, self.batch_size, self.seed = np.asarray(subset), batch_size, seed
+        self.num_batches, self.rank, self.world_size, self.start_batch = num_batches, rank, world_size, start_batch
+
+    def global_batches(self) -> Iterator[np.ndarray]:
+        """The global batches from ``start_batch`` on."""
+        per_cycle = len(self.samples) // self.batch_size
+        cycle, batches = -1, []
+        for step in range(self.start_batch, self.num_batches):
+            if step // per_cycle != cycle:
+                cycle = step // per_cycle
+                seed = int(np.random.SeedSequence([self.seed, cycle]).generate_state(1)[0])
+                batches = shuffled_batches(self.samples, self.batch_size, seed, drop_last=True)
+            yield batches[step % per_cycle]
+
+    def __len__(self) -> int:
+        return max(self.num_batches - self.start_batch, 0)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for batch in self.global_batches():
             yield local_slice(batch, self.rank, self.world_size).tolist()

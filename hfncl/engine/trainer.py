@@ -19,7 +19,7 @@ import pickle
 import shutil
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ from hfncl.engine.callbacks import EpochLine, TrainerCallback, library_progress_
 from hfncl.engine.distributed import gather, world
 from hfncl.engine.ledger import Ledger
 from hfncl.engine.randomness import per_sample_uniform, purpose_key
-from hfncl.engine.sampler import GlobalBatchSampler
+from hfncl.engine.sampler import CyclingBatchSampler, GlobalBatchSampler
 from hfncl.engine.tasks import DATA_KINDS, PairTask, Task
 from hfncl.evaluation import division_quality, partition_report
 from hfncl.hub import RunRecord, save_trained_model
@@ -48,7 +48,7 @@ from hfncl.plugins import (
     check_division_fields,
     resolve_options,
 )
-from hfncl.types import Batch, Division
+from hfncl.types import Batch, BatchPlan, Division
 
 CHECKPOINT_PREFIX = "step-"
 
@@ -67,6 +67,24 @@ class TrainerState:
     epoch_loss_counts: dict[str, int] = field(default_factory=dict)
     epoch_steps: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
+
+
+class PassSteps:
+    """The steps of a pass: per step, ``(part, batch)`` for each part's loader, in order (``None``: no plan).
+
+    The first loader leads; the others yield exactly as many batches (the plan's later parts).
+    """
+
+    def __init__(self, loaders: dict[str | None, Any]) -> None:
+        self.loaders = loaders
+        self.lead = next(iter(loaders))
+
+    def __len__(self) -> int:
+        return len(self.loaders[self.lead])
+
+    def __iter__(self) -> Iterator[list[tuple[str | None, Batch]]]:
+        for batches in zip(*self.loaders.values(), strict=True):
+            yield list(zip(self.loaders, batches, strict=True))
 
 
 class Trainer:
@@ -138,6 +156,8 @@ class Trainer:
         self.state = TrainerState()
         self.epoch = 0
         self.in_warmup = True
+        self.batch_part: str | None = None
+        self._later_part = False  # the batch is a plan's later part: it may take no step
         self.output_dir = Path(config.output_dir)
         if config.log_with:
             name = config.run_name or self.output_dir.resolve().name
@@ -199,7 +219,8 @@ class Trainer:
         Returns the sum over ``networks`` of all terms (``warmup_loss`` in warmup, ``loss``
         after it) and each term's value by name (suffixed ``/netK`` with several networks).
         A ``train_step`` override starts from it so that plugins combined with the
-        overriding one keep contributing their terms.
+        overriding one keep contributing their terms. On the batch of a batch plan's later
+        part, where no plugin may answer, it returns a zero and no terms (no step to take).
         """
         logged: dict[str, float] = {}
         losses: list[torch.Tensor] = []
@@ -214,9 +235,12 @@ class Trainer:
             else:
                 answers = self._call_hook("loss", batch=inputs, outputs=outputs, targets=targets, net=net)
             terms = self._merge_terms(answers)
-            losses.append(functools.reduce(operator.add, terms.values()))
+            if terms:
+                losses.append(functools.reduce(operator.add, terms.values()))
             suffix = f"/net{net}" if self.num_networks > 1 else ""
             logged.update({f"{name}{suffix}": float(value.detach()) for name, value in terms.items()})
+        if not losses:
+            return torch.zeros((), device=self.accelerator.device), logged
         return functools.reduce(operator.add, losses), logged
 
     def collect(
@@ -293,19 +317,18 @@ class Trainer:
         sums, counts = self.state.epoch_loss_sums, self.state.epoch_loss_counts
         while self.state.pass_index < len(self.passes):
             networks = self.passes[self.state.pass_index]
-            loader = self._loader(
-                seed=self._pass_seed(epoch, self.state.pass_index),
-                drop_last=True,
-                batch_size=self.config.batch_size,
-                start_batch=self.state.batch_in_pass,
-            )
+            steps = self._pass_steps(epoch, networks)
             stage = "warmup" if self.in_warmup else f"networks {networks}"
             description = f"{'+'.join(self.config.plugins)} epoch {epoch} {stage}"
-            bar = self._progress(loader, description)
-            for batch in bar:
-                for name, value in self._step(batch, networks).items():
-                    sums[name] = sums.get(name, 0.0) + value
-                    counts[name] = counts.get(name, 0) + 1
+            bar = self._progress(steps, description)
+            for parts in bar:
+                for part, batch in parts:
+                    self.batch_part, self._later_part = part, part != steps.lead
+                    tail = f"/{part}" if self._later_part else ""
+                    for name, value in self._step(batch, networks).items():
+                        sums[name + tail] = sums.get(name + tail, 0.0) + value
+                        counts[name + tail] = counts.get(name + tail, 0) + 1
+                self.batch_part, self._later_part = None, False
                 self.state.epoch_steps += 1
                 bar.set_postfix(loss=f"{sum(sums.values()) / self.state.epoch_steps:.4f}", refresh=False)
                 self.state.batch_in_pass += 1
@@ -341,7 +364,8 @@ class Trainer:
         if overridden is not None:
             return dict(overridden)
         total, logged = self.compute_loss(batch, networks)
-        self.optimize(total, networks)
+        if logged:
+            self.optimize(total, networks)
         return logged
 
     def _merge_terms(self, answers: list[dict[str, torch.Tensor] | None]) -> dict[str, torch.Tensor]:
@@ -351,7 +375,7 @@ class Trainer:
                 if name in terms:
                     raise PluginError(f"Two active plugins return a loss term named {name!r}; rename one of them.")
                 terms[name] = value
-        if not terms:
+        if not terms and not self._later_part:
             stage = "warmup_loss" if self.in_warmup else "loss"
             raise PluginError(
                 f"No active plugin ({', '.join(self.config.plugins)}) returned a loss term from `{stage}` "
@@ -564,7 +588,48 @@ class Trainer:
     def _pass_seed(self, epoch: int, pass_index: int) -> int:
         return int(np.random.SeedSequence([self.config.seed, epoch, pass_index]).generate_state(1)[0])
 
-    def _loader(self, *, seed: int | None, drop_last: bool, batch_size: int, start_batch: int = 0):
+    def _pass_steps(self, epoch: int, networks: list[int]) -> PassSteps:
+        """The current pass's steps from ``batch_in_pass`` on: one shuffle of all, or the ``batch_plan`` parts."""
+        seed, start = self._pass_seed(epoch, self.state.pass_index), self.state.batch_in_pass
+        plan = self._call_hook("batch_plan", epoch=epoch, networks=networks)
+        if plan is None:
+            loader = self._loader(seed=seed, drop_last=True, batch_size=self.config.batch_size, start_batch=start)
+            return PassSteps({None: loader})
+        if not isinstance(plan, BatchPlan):
+            raise PluginError(f"batch_plan must return a hfncl.types.BatchPlan or None, got {type(plan).__name__}")
+        subsets = {}
+        for name, mask in plan.parts.items():
+            if mask.numel() != self.num_train:
+                raise PluginError(f"batch_plan's part {name!r} masks {mask.numel()} samples for {self.num_train}")
+            subsets[name] = mask.cpu().nonzero().squeeze(1).numpy()
+        lead = subsets.pop(plan.lead)
+        if not len(lead):
+            return PassSteps({plan.lead: []})
+        size = min(self.config.batch_size, len(lead))
+        num_batches = len(lead) // size
+        loaders: dict[str | None, Any] = {
+            plan.lead: self._loader(seed=seed, drop_last=True, batch_size=size, start_batch=start, subset=lead)
+        }
+        for position, (name, subset) in enumerate(subsets.items(), start=1):
+            if len(subset):
+                keys = [self.config.seed, epoch, self.state.pass_index, position]
+                part_seed = int(np.random.SeedSequence(keys).generate_state(1)[0])
+                sampler = CyclingBatchSampler(
+                    subset, min(self.config.batch_size, len(subset)), seed=part_seed, num_batches=num_batches,
+                    rank=self.rank, world_size=self.world_size, start_batch=start,
+                )
+                loaders[name] = self._data_loader(sampler)
+        return PassSteps(loaders)
+
+    def _loader(
+        self,
+        *,
+        seed: int | None,
+        drop_last: bool,
+        batch_size: int,
+        start_batch: int = 0,
+        subset: np.ndarray | None = None,
+    ) -> torch.utils.data.DataLoader:
         sampler = GlobalBatchSampler(
             self.num_train,
             batch_size,
@@ -573,7 +638,11 @@ class Trainer:
             rank=self.rank,
             world_size=self.world_size,
             start_batch=start_batch,
+            subset=subset,
         )
+        return self._data_loader(sampler)
+
+    def _data_loader(self, sampler: torch.utils.data.Sampler) -> torch.utils.data.DataLoader:
         return torch.utils.data.DataLoader(
             self.train_data, batch_sampler=sampler, collate_fn=self.task.collate, num_workers=self.config.num_workers
         )
