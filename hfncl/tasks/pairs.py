@@ -240,6 +240,7 @@ class PairData:
         val, test: the validation and test splits, encoded for retrieval.
         vocab: the SCAN word vocabulary, or the text tower's tokenizer.
         image_dim: size of a region feature; ``None`` when the image tower reads pixels.
+        image_regions: regions per image; ``None`` when the image tower reads pixels.
         image_processor: the pixel image tower's image processor; ``None`` for region features.
         noise_ratio: the share of training pairs the noise corrupts (:func:`effective_noise_ratio`).
     """
@@ -249,6 +250,7 @@ class PairData:
     test: RetrievalSplit
     vocab: Vocabulary | TokenizerVocabulary
     image_dim: int | None
+    image_regions: int | None
     image_processor: Any | None
     noise_ratio: float
 
@@ -283,12 +285,13 @@ def prepare_data(
     val: PairSplit
     test: PairSplit
     feature_dim: int | None
+    regions: int | None
     chosen = data_format(args.data_format, data_dir, args.train_split, image_processor)
     if chosen == "imagefolder" and image_processor is not None:  # data_format refuses images without one
         processor = image_processor_from_pretrained(image_processor)
         pixel_splits = load_pixel_splits(data_dir, names, processor)
         train, val, test = (pixel_splits[name] for name in names)
-        feature_dim = None
+        feature_dim = regions = None
     else:
         precomp_train = load_precomp_split(
             data_dir, args.train_split, feature_dtype=args.feature_dtype, expected_feature_dim=image_dim
@@ -322,6 +325,7 @@ def prepare_data(
         test=RetrievalSplit.from_precomp(test, vocab),
         vocab=vocab,
         image_dim=feature_dim,
+        image_regions=regions,
         image_processor=processor,
         noise_ratio=effective_noise_ratio(args, noisy),
     )
@@ -425,10 +429,12 @@ class PairExperiment:
         return prepare_data(args, output_dir, tokenizer=tokenizer, image_processor=pixels)
 
     def model_config(self, data: PairData, model_args: ModelArguments, plugins: list[str]) -> NCLConfig:
-        """The plugins' ``model_defaults`` under the explicit ``model_args``, fitted to the data's features and
-        vocabulary."""
-        image_dim: dict[str, Any] = {} if data.image_dim is None else {"image_dim": data.image_dim}
-        return NCLConfig(**image_dim, vocab_size=len(data.vocab), **model_fields(plugins, model_args))
+        """The plugins' ``model_defaults`` under the explicit ``model_args``, fitted to the data's features (their
+        size and regions per image) and vocabulary."""
+        image: dict[str, Any] = {} if data.image_dim is None else {"image_dim": data.image_dim}
+        if data.image_regions is not None:
+            image["image_regions"] = data.image_regions
+        return NCLConfig(**image, vocab_size=len(data.vocab), **model_fields(plugins, model_args))
 
     def model_settings(self, model_args: ModelArguments, plugins: list[str]) -> dict[str, Any]:
         """Every model field a run would use: NCLConfig's defaults under :meth:`model_config`'s fields."""
