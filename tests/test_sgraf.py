@@ -3,6 +3,7 @@ padding, chunked evaluation, checkpoints, ensembles and training with every meth
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -247,18 +248,18 @@ def _reference_sgr(head, nodes: list[torch.Tensor]) -> torch.Tensor:
 
 
 def _reference_saf_matrix(head, all_nodes: list[list[list[torch.Tensor]]], training: bool) -> torch.Tensor:
-    """SAF of every pair; BN with the statistics of every node of every pair in training, running ones otherwise."""
+    """SAF of every pair; BN in training with each caption's statistics over its nodes with every image (the
+    official loop over captions), running ones otherwise."""
     bn = head.norm
     raw = [[[_linear(head.attention, node)[0] for node in pair] for pair in row] for row in all_nodes]
-    if training:
-        values = torch.stack([t for row in raw for pair in row for t in pair])
-        mean, var = values.mean(), values.var(unbiased=False)
-    else:
-        mean, var = bn.running_mean[0], bn.running_var[0]
+    stats = []
+    for j in range(len(raw[0])):
+        values = torch.stack([t for row in raw for t in row[j]])
+        stats.append((values.mean(), values.var(unbiased=False)) if training else (bn.running_mean[0], bn.running_var[0]))
     rows = []
     for row_raw, row_nodes in zip(raw, all_nodes):
         scores = []
-        for pair_raw, nodes in zip(row_raw, row_nodes):
+        for (mean, var), pair_raw, nodes in zip(stats, row_raw, row_nodes):
             gates = [torch.sigmoid((t - mean) / torch.sqrt(var + bn.eps) * bn.weight[0] + bn.bias[0]) for t in pair_raw]
             filtered = _unit_t(sum(g / sum(gates) * node for g, node in zip(gates, nodes)))
             scores.append(torch.sigmoid(_linear(head.output, filtered))[0])
@@ -282,6 +283,7 @@ def test_similarity_and_gradients_match_a_per_pair_loop_reference(similarity, tr
     image_embeds = model.encode_image(images.double())[0].detach().requires_grad_(True)
     text_embeds = model.encode_text(captions, lengths)[0].detach().requires_grad_(True)
     weights = torch.randn(5, 7, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    saf_norm = copy.deepcopy(getattr(head, "norm", None))  # SAF's batch norm before the call moves its statistics
     got = head(image_embeds, text_embeds)
     inputs = [image_embeds, text_embeds, *head.parameters()]
     # SGR's key bias cancels in the edge softmax: its gradient is zero, and the fast path never reads it
@@ -309,6 +311,12 @@ def test_similarity_and_gradients_match_a_per_pair_loop_reference(similarity, tr
         expected = torch.stack([torch.stack([_reference_sgr(head, nodes) for nodes in row]) for row in all_nodes])
     else:
         expected = _reference_saf_matrix(head, all_nodes, training)
+        # the official loop normalises caption j's (images, 1, nodes) logits, moving the running statistics each time
+        with torch.no_grad():
+            for j in range(7):
+                saf_norm(torch.stack([torch.stack([_linear(head.attention, s)[0] for s in row[j]]) for row in all_nodes])[:, None])
+        for name in ("running_mean", "running_var", "num_batches_tracked"):
+            torch.testing.assert_close(getattr(head.norm, name), getattr(saf_norm, name), rtol=1e-9, atol=1e-12)
     expected_grads = torch.autograd.grad((expected * weights).sum(), inputs, allow_unused=True, materialize_grads=True)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-7)
     for name, g, e in zip(["images", "texts", *(n for n, _ in head.named_parameters())], got_grads, expected_grads):

@@ -46,10 +46,11 @@ Reading choices where the paper leaves room:
 - Padding (words past a caption's length, masked regions) takes part in nothing: it is
   left out of the normalisation over words, the softmax over regions, the pooling, the
   graph's edges and SAF's weights, so a caption scores the same however it is padded.
-- SAF's BN is a ``BatchNorm1d`` over the scalar scores W_f s_p of every valid node of
-  every pair scored at once. In training (``module.training``) those are the batch's
-  statistics, over every block of the K x K training batch; in evaluation the running
-  statistics make a pair's score independent of what is scored with it.
+- SAF's BN is a ``BatchNorm1d`` over the scalar scores W_f s_p of the valid nodes. In
+  training (``module.training``) each caption's scores with every image of the batch have
+  their own statistics, and the running statistics move once per caption, as in the official
+  code's loop over captions; in evaluation the running statistics make a pair's score
+  independent of what is scored with it.
 
 How it is computed (same values; measurements in ``benchmarks/README.md``): pairs are
 scored in memory-bounded blocks of captions of similar length, one side's work is done
@@ -408,27 +409,66 @@ class SAFHead(SimilarityHead):
     def score(self, nodes: torch.Tensor, node_mask: torch.Tensor) -> torch.Tensor:
         """(n, m, N, s) nodes, (m, N) mask -> (n, m) similarities in (0, 1).
 
-        The batch norm sees only the valid nodes' scores.
+        The batch norm sees only the valid nodes' scores: in training each caption's over the n images
+        (:meth:`_caption_norm`), in evaluation its running statistics.
         """
         valid, raw = self._raw(nodes, node_mask)
+        if self.training:
+            normed, (mean, var) = self._caption_norm(raw, valid)
+            self._track(mean, var)
+            return self._filter(nodes, valid, normed)
         return self._filter(nodes, valid, raw.masked_scatter(valid, self.norm(raw[valid].unsqueeze(1)).squeeze(1)))
 
     def score_blocks(self, images: _Side, texts: _Side, blocks: list[PairBlock]) -> torch.Tensor:
-        """As :meth:`SimilarityHead.score_blocks`; in training the batch norm's statistics are those of
-        every valid node of every block (the whole batch), as if the matrix were one block."""
+        """As :meth:`SimilarityHead.score_blocks`; in training each caption's batch-norm statistics are over
+        its nodes with every image, from all blocks of its caption group, and the running statistics move
+        once per caption in the captions' order, as the official code's loop over captions moves them."""
         if not self.training:
             return super().score_blocks(images, texts, blocks)
         parts = []
         for block in blocks:
             nodes, node_mask = self.block_nodes(images, texts, block)
             parts.append((nodes, *self._raw(nodes, node_mask)))
-        normed = self.norm(torch.cat([raw[valid] for _, valid, raw in parts]).unsqueeze(1)).squeeze(1)
-        sizes = [int(valid.sum()) for _, valid, _ in parts]
-        scores = [
-            self._filter(nodes, valid, raw.masked_scatter(valid, values))
-            for (nodes, valid, raw), values in zip(parts, normed.split(sizes), strict=True)
-        ]
-        return _assemble(blocks, scores)
+        groups: dict[int, list[int]] = {}
+        for index, block in enumerate(blocks):
+            groups.setdefault(block.group, []).append(index)
+        normed: dict[int, torch.Tensor] = {}
+        captions, means, variances = [], [], []
+        for indices in groups.values():
+            raw, valid = (torch.cat([parts[i][part] for i in indices]) for part in (2, 1))
+            values, (mean, var) = self._caption_norm(raw, valid)
+            normed |= dict(zip(indices, values.split([parts[i][0].size(0) for i in indices]), strict=True))
+            captions.append(blocks[indices[0]].captions)
+            means.append(mean)
+            variances.append(var)
+        order = torch.argsort(torch.cat(captions)).to(raw.device)
+        self._track(torch.cat(means)[order], torch.cat(variances)[order])
+        return _assemble(blocks, [self._filter(nodes, valid, normed[i]) for i, (nodes, valid, _) in enumerate(parts)])
+
+    def _caption_norm(
+        self, raw: torch.Tensor, valid: torch.Tensor
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Training batch norm of the (n, m, N) logits with each caption's statistics over its valid nodes with
+        all n images (the official code normalises each caption's (n, 1, N) scores on their own).
+
+        Returns the normalised logits and each caption's (m,) mean and unbiased variance (detached)."""
+        weights = valid.to(raw.dtype)
+        count = weights.sum(dim=(0, 2))
+        mean = (raw * weights).sum(dim=(0, 2)) / count
+        centred = raw - mean[:, None]
+        var = (centred.square() * weights).sum(dim=(0, 2)) / count
+        normed = centred / torch.sqrt(var[:, None] + self.norm.eps) * self.norm.weight + self.norm.bias
+        return normed, (mean.detach(), (var * count / (count - 1)).detach())
+
+    @torch.no_grad()
+    def _track(self, means: torch.Tensor, variances: torch.Tensor) -> None:
+        """Move the running statistics once per caption, in order: r <- (1 - mu) r + mu x for each caption's x."""
+        momentum = float(cast(float, self.norm.momentum))
+        steps = means.numel()
+        decay = momentum * (1 - momentum) ** torch.arange(steps - 1, -1, -1, dtype=means.dtype, device=means.device)
+        for running, values in ((self.norm.running_mean, means), (self.norm.running_var, variances)):
+            cast(torch.Tensor, running).mul_((1 - momentum) ** steps).add_((decay * values).sum())
+        cast(torch.Tensor, self.norm.num_batches_tracked).add_(steps)
 
     def _raw(self, nodes: torch.Tensor, node_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The (n, m, N) mask of valid nodes and their attention logits W_f s_p."""
