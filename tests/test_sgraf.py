@@ -36,6 +36,7 @@ from hfncl.models.sgraf import (
 )
 from hfncl.models.sgraf_kernels import CAPTION_GROUP, local_nodes, plan_blocks
 from hfncl.retrieval import Retriever
+from hfncl.tasks.pairs import PairExperiment
 from tests.conftest import tiny_config
 
 HEADS = ("sgr", "saf")
@@ -609,6 +610,19 @@ def test_layer_fields_default_to_the_official_code_for_sgr_and_saf_and_to_none_o
     assert NCLConfig(similarity="sgr").image_regions == 36
     vision = {"model_type": "clip_vision_model", "image_size": 224, "patch_size": 32}
     assert NCLConfig(similarity="sgr", image_tower="transformer", image_tower_config=vision).image_regions == 50
+
+
+def test_a_runs_settings_show_the_layer_fields_as_the_config_resolves_them():
+    settings = PairExperiment().model_settings
+    assert _layers_of(settings(ModelArguments(similarity="saf"), ["vsepp"])) == OFFICIAL_LAYERS
+    assert _layers_of(settings(ModelArguments(), ["vsepp"])) == PLAIN_LAYERS
+    chosen = settings(ModelArguments(similarity="sgr", pooling_batch_norm=False, word_dropout=0.1), ["vsepp"])
+    assert _layers_of(chosen) == OFFICIAL_LAYERS | {"pooling_batch_norm": False, "word_dropout": 0.1}
+    assert _layers(NCLConfig(**{k: v for k, v in chosen.items() if v is not None})) == _layers_of(chosen)
+
+
+def _layers_of(settings: dict[str, object]) -> dict[str, object]:
+    return {name: settings[name] for name in OFFICIAL_LAYERS}
 
 
 LEGACY = Path(__file__).parent / "legacy_sgraf"

@@ -153,11 +153,21 @@ def _tower_config(
     return resolve_tower_config(name, "text" if tower == "text" else "vision")
 
 
-def _given(value: Any, official: Any, use_official: bool) -> Any:
-    """``value`` when given; else ``official``, or its off value (0 / False) when ``use_official`` is false."""
-    if value is not None:
-        return value
-    return official if use_official else type(official)()
+def sgraf_layer_defaults(similarity: str, checkpoint_format: int = CHECKPOINT_FORMAT) -> dict[str, Any]:
+    """What :class:`NCLConfig` takes for its SGRAF layer fields left at None: the official SGRAF code's layers
+    with an SGR / SAF head, none of them with a cosine head or in a config of checkpoint format 1."""
+    official = similarity in ("sgr", "saf") and checkpoint_format >= 2
+    return {
+        "attention_negative_slope": OFFICIAL_SGRAF_NEGATIVE_SLOPE if official else 0.0,
+        "pooling_dropout": OFFICIAL_SGRAF_DROPOUT if official else 0.0,
+        "pooling_batch_norm": official,
+        "word_dropout": OFFICIAL_SGRAF_DROPOUT if official else 0.0,
+    }
+
+
+def _given(value: Any, default: Any) -> Any:
+    """``value`` when given (not None), else ``default``."""
+    return default if value is None else value
 
 
 def _image_positions(tower_config: dict[str, Any] | None) -> int:
@@ -324,11 +334,11 @@ class NCLConfig(HfnclConfig):
         self.sim_dim = sim_dim
         self.reasoning_steps = reasoning_steps
         self.attention_lambda = attention_lambda
-        official = similarity in ("sgr", "saf") and self.checkpoint_format >= 2
-        self.attention_negative_slope = _given(attention_negative_slope, OFFICIAL_SGRAF_NEGATIVE_SLOPE, official)
-        self.pooling_dropout = _given(pooling_dropout, OFFICIAL_SGRAF_DROPOUT, official)
-        self.pooling_batch_norm = _given(pooling_batch_norm, True, official)
-        self.word_dropout = _given(word_dropout, OFFICIAL_SGRAF_DROPOUT, official)
+        layers = sgraf_layer_defaults(similarity, self.checkpoint_format)
+        self.attention_negative_slope = _given(attention_negative_slope, layers["attention_negative_slope"])
+        self.pooling_dropout = _given(pooling_dropout, layers["pooling_dropout"])
+        self.pooling_batch_norm = _given(pooling_batch_norm, layers["pooling_batch_norm"])
+        self.word_dropout = _given(word_dropout, layers["word_dropout"])
         self.image_regions = _image_positions(self.image_tower_config) if image_regions is None else image_regions
         self.num_networks = num_networks
         self.check_values()

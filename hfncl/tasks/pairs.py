@@ -43,6 +43,7 @@ from hfncl.hub import DataDescription, save_text_vocabulary
 from hfncl.hub.card import CardTexts, plugin_names, register_card_texts
 from hfncl.hub.checkpoint import save_image_processor
 from hfncl.models import NCLConfig, NCLModel
+from hfncl.models.configuration import sgraf_layer_defaults
 from hfncl.models.towers import parameter_counts
 from hfncl.plugins import build_plugin_manager, plugin_model_defaults
 
@@ -140,6 +141,19 @@ class ModelArguments:
     reasoning_steps: int | None = field(default=None, metadata={"help": "SGR graph-reasoning steps (default 3)."})
     attention_lambda: float | None = field(
         default=None, metadata={"help": "SGR / SAF text-to-region attention temperature lambda (default 9)."}
+    )
+    attention_negative_slope: float | None = field(
+        default=None,
+        metadata={"help": "SGR / SAF attention LeakyReLU slope (default 0.1, the official code's; 0: ReLU)."},
+    )
+    pooling_batch_norm: bool | None = field(
+        default=None, metadata={"help": "SGR / SAF batch norms in the image self-attention (default true)."}
+    )
+    pooling_dropout: float | None = field(
+        default=None, metadata={"help": "SGR / SAF dropout in the self-attention poolings (default 0.4)."}
+    )
+    word_dropout: float | None = field(
+        default=None, metadata={"help": "Dropout on the GRU's word embeddings (default 0.4 with SGR / SAF, else 0)."}
     )
     text_tower: str | None = field(
         default=None,
@@ -437,10 +451,13 @@ class PairExperiment:
         return NCLConfig(**image, vocab_size=len(data.vocab), **model_fields(plugins, model_args))
 
     def model_settings(self, model_args: ModelArguments, plugins: list[str]) -> dict[str, Any]:
-        """Every model field a run would use: NCLConfig's defaults under :meth:`model_config`'s fields."""
+        """Every model field a run would use: NCLConfig's defaults under :meth:`model_config`'s fields (the
+        SGRAF layer fields left at None as NCLConfig resolves them for the similarity head)."""
         signature = inspect.signature(NCLConfig.__init__).parameters
         defaults = {f.name: signature[f.name].default for f in fields(ModelArguments) if f.name in signature}
-        return {**defaults, **model_fields(plugins, model_args)}
+        settings = {**defaults, **model_fields(plugins, model_args)}
+        layers = sgraf_layer_defaults(settings["similarity"])
+        return settings | {name: value for name, value in layers.items() if settings[name] is None}
 
     def trainer_task(self, args: DataArguments, data: PairData) -> PairTask:
         """The trainer's task, told the noise the run injected (``None`` for the data's own pairs: unknown)."""
