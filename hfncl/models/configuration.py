@@ -218,16 +218,19 @@ class NCLConfig(HfnclConfig):
         pooling_batch_norm: whether the image attention pooling batch-normalises its two
             projections, as the official code's ``VisualSA`` (a ``BatchNorm1d`` over the
             ``image_regions`` positions and one over the ``embed_dim`` features); SGR / SAF only.
-        image_regions: positions per image those batch norms expect: 36 precomp regions (a
-            training run sets the data's count), a vision tower's token count.
+        image_regions: positions per image those batch norms expect; None: 36 (precomp
+            regions; a training run sets the data's count), or a vision tower's patches and
+            class token.
         word_dropout: dropout rate on the GRU text tower's word embeddings (official SGRAF
             code: 0.4).
 
-            Left at None, these five take the official SGRAF code's layers with an SGR / SAF
-            head (slope 0.1, dropouts 0.4, batch norms on) and none of them with a cosine
-            head (0, 0, off); a config of checkpoint format 1, written before they existed,
-            takes none of them (ReLU, no dropout, no batch norm), as hfncl then built every
-            head, so an older checkpoint scores as it did.
+            Left at None, ``attention_negative_slope``, ``pooling_dropout``,
+            ``pooling_batch_norm`` and ``word_dropout`` take the official SGRAF code's layers
+            with an SGR / SAF head (slope 0.1, dropouts 0.4, batch norms on) and none of them
+            with a cosine head (0, 0, off); a config of checkpoint format 1, written before
+            they existed, takes none of them (ReLU, no dropout, no batch norm), as hfncl then
+            built every head, so an older checkpoint scores as it did
+            (:func:`sgraf_layer_defaults`).
         num_networks: number K of independently initialised networks (co-teaching
             methods train two); the model's similarity is their mean.
         plugins, plugin_versions, plugin_options, plugin_distributions, hfncl_version,
