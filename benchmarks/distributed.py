@@ -59,6 +59,7 @@ def worker(args: argparse.Namespace) -> None:
     data = prepare_data(DataArguments(data_dir=args.data_dir, noise_ratio=0.5), output_dir)
     model_config = NCLConfig(
         image_dim=data.image_dim,
+        image_regions=data.image_regions,
         vocab_size=len(data.vocab),
         **model_fields(config.plugins, QUICK_MODEL if args.quick else DEMO_MODEL),
     )

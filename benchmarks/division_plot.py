@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     model_config = NCLConfig(
         image_dim=data.image_dim,
+        image_regions=data.image_regions,
         vocab_size=len(data.vocab),
         **model_fields(config.plugins, QUICK_MODEL if args.quick else DEMO_MODEL),
     )

@@ -125,7 +125,10 @@ def measure(
     data = prepare_data(DataArguments(data_dir=str(data_dir), noise_ratio=run.noise_ratio), config.output_dir)
     model_args = SHAPES[shape][1]
     model_config = NCLConfig(
-        image_dim=data.image_dim, vocab_size=len(data.vocab), **model_fields(config.plugins, model_args)
+        image_dim=data.image_dim,
+        image_regions=data.image_regions,
+        vocab_size=len(data.vocab),
+        **model_fields(config.plugins, model_args),
     )
     accelerator = Accelerator(cpu=device == "cpu")
     timer = HookTimer(["epoch_start", "divide", "epoch_end", "train_step"])

@@ -253,9 +253,9 @@ def test_local_heads_score_each_image_view_on_its_own(batch, similarity) -> None
     """With W views an SGR / SAF head scores each view's regions alone; view_scores are its raw output,
     view_similarity their sigmoid, and one view scores as a one-view network with that view's weights."""
     images, captions, lengths = batch
-    heads = dict(similarity=similarity, sim_dim=6, reasoning_steps=2)
-    net = model(seed=3, image_views=2, **heads).networks[0]
-    single = model(seed=4, **heads).networks[0]
+    heads = dict(similarity=similarity, sim_dim=6, reasoning_steps=2, image_regions=R)
+    net = model(seed=3, image_views=2, **heads).networks[0].eval()  # no dropout draws
+    single = model(seed=4, **heads).networks[0].eval()
     image_embeds, text_embeds = net(images, captions, lengths)
     assert image_embeds.shape == (B, R, 2 * TINY["embed_dim"] + 1)
     scores = net.view_scores(image_embeds, text_embeds)

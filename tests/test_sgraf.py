@@ -3,10 +3,12 @@ padding, chunked evaluation, checkpoints, ensembles and training with every meth
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
 import socket
+from pathlib import Path
 
 import pytest
 import torch
@@ -34,6 +36,7 @@ from hfncl.models.sgraf import (
 )
 from hfncl.models.sgraf_kernels import CAPTION_GROUP, local_nodes, plan_blocks
 from hfncl.retrieval import Retriever
+from hfncl.tasks.pairs import PairExperiment
 from tests.conftest import tiny_config
 
 HEADS = ("sgr", "saf")
@@ -43,7 +46,7 @@ def _model(similarity: str, seed: int = 0, **overrides) -> NCLModel:
     torch.manual_seed(seed)
     fields = {
         "image_dim": 6, "embed_dim": 8, "word_dim": 5, "vocab_size": 20, "similarity": similarity, "sim_dim": 6,
-        "reasoning_steps": 2,
+        "reasoning_steps": 2, "image_regions": 4,
     }
     return NCLModel(NCLConfig(**(fields | overrides)))
 
@@ -59,13 +62,22 @@ def _inputs(seed: int = 1, images: int = 5, captions: int = 6, regions: int = 4,
 
 
 def _set_running_stats(model: NCLModel) -> None:
-    """Non-trivial batch-norm statistics, so that eval-mode SAF tests exercise them."""
+    """Non-trivial batch-norm statistics and affine maps, so that eval-mode tests exercise them."""
+    generator = torch.Generator().manual_seed(8)
     for network in model.networks:
         if isinstance(network.head, SAFHead):
             network.head.norm.running_mean.fill_(0.3)
             network.head.norm.running_var.fill_(2.0)
             network.head.norm.weight.data.fill_(1.5)
             network.head.norm.bias.data.fill_(-0.2)
+        pool = network.head.image_pool
+        for norm in (pool.local_norm, pool.query_norm):
+            if norm is not None:
+                size = norm.num_features
+                norm.running_mean.copy_(0.2 * torch.randn(size, generator=generator))
+                norm.running_var.copy_(0.5 + torch.rand(size, generator=generator))
+                norm.weight.data.copy_(1.0 + 0.3 * torch.randn(size, generator=generator))
+                norm.bias.data.copy_(0.1 * torch.randn(size, generator=generator))
 
 
 # ----------------------------------------------------------------- independent per-pair reference
@@ -77,13 +89,30 @@ def _unit(x: torch.Tensor) -> torch.Tensor:
     return x / math.sqrt(float((x * x).sum()))
 
 
+def _eval_norm(norm, value: torch.Tensor, channel: int | None = None) -> torch.Tensor:
+    """BatchNorm1d with running statistics: of channel ``channel`` for all of ``value``, else one per entry."""
+    if norm is None:
+        return value
+    pick = slice(None) if channel is None else channel
+    scale = norm.weight[pick] / torch.sqrt(norm.running_var[pick] + norm.eps)
+    return (value - norm.running_mean[pick]) * scale + norm.bias[pick]
+
+
 def _pool(pool, vectors: list[torch.Tensor]) -> torch.Tensor:
+    """Eval mode (no dropout): VisualSA / TextSA of one item, batch norms with running statistics."""
     query = sum(vectors) / len(vectors)
-    gate = torch.tanh(_linear(pool.query_proj, query))
-    logits = [float(_linear(pool.score, torch.tanh(_linear(pool.local_proj, v)) * gate)) for v in vectors]
+    gate = torch.tanh(_eval_norm(pool.query_norm, _linear(pool.query_proj, query)))
+    logits = [
+        float(_linear(pool.score, torch.tanh(_eval_norm(pool.local_norm, _linear(pool.local_proj, v), r)) * gate))
+        for r, v in enumerate(vectors)
+    ]
     top = max(logits)
     weights = [math.exp(z - top) for z in logits]
     return _unit(sum(w / sum(weights) * v for w, v in zip(weights, vectors)))
+
+
+def _leaky(c: float, slope: float) -> float:
+    return c if c > 0 else slope * c
 
 
 def _reference_pair(head, image: torch.Tensor, caption: torch.Tensor, words: int) -> float:
@@ -94,9 +123,9 @@ def _reference_pair(head, image: torch.Tensor, caption: torch.Tensor, words: int
     for y in tokens:
         logits = []
         for x in regions:
-            positives = [max(float(x @ w), 0.0) for w in tokens]
+            positives = [_leaky(float(x @ w), head.negative_slope) for w in tokens]
             norm = math.sqrt(sum(p * p for p in positives))
-            logits.append(head.smooth * (max(float(x @ y), 0.0) / norm if norm > 0 else 0.0))
+            logits.append(head.smooth * (_leaky(float(x @ y), head.negative_slope) / norm if norm > 0 else 0.0))
         top = max(logits)
         alpha = [math.exp(z - top) for z in logits]
         attended = _unit(sum(a / sum(alpha) * x for a, x in zip(alpha, regions)))
@@ -145,23 +174,64 @@ def _unit_t(x: torch.Tensor) -> torch.Tensor:
     return x / torch.sqrt((x * x).sum())
 
 
-def _pool_t(pool, vectors: list[torch.Tensor]) -> torch.Tensor:
+def _fixed_mask(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A dropout mask (rate 0.4, kept entries scaled by 1 / 0.6) fixed by the tensor's shape."""
+    generator = torch.Generator().manual_seed(hash(tuple(shape)) % 2**31)
+    return (torch.rand(shape, generator=generator) >= 0.4).to(dtype) / 0.6
+
+
+class _FixedDropout(torch.nn.Module):
+    """Dropout whose mask is :func:`_fixed_mask` of the input's shape, so a reference can apply the same."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * _fixed_mask(tuple(x.shape), x.dtype) if self.training else x
+
+
+def _pool_stats(pool, sides: list[list[torch.Tensor]], training: bool) -> tuple | None:
+    """Per-item queries' and per-position locals' batch-norm (mean, var) over the batch of items (image side),
+    in training the batch's (biased variance), else the running ones; None without batch norm."""
+    if pool.local_norm is None:
+        return None
+    if not training:
+        return (pool.query_norm.running_mean, pool.query_norm.running_var,
+                pool.local_norm.running_mean, pool.local_norm.running_var)
+    queries = torch.stack([_linear(pool.query_proj, sum(v) / len(v)) for v in sides])  # (B, d)
+    locals_ = torch.stack([torch.stack([_linear(pool.local_proj, x) for x in v]) for v in sides])  # (B, R, d)
+    return (queries.mean(0), queries.var(0, unbiased=False),
+            locals_.mean(dim=(0, 2)), locals_.var(dim=(0, 2), unbiased=False))
+
+
+def _pool_t(pool, vectors: list[torch.Tensor], stats: tuple | None, masks: tuple | None) -> torch.Tensor:
+    """VisualSA / TextSA of one item: BN (given statistics) -> tanh -> dropout (given masks) on both projections."""
     query = sum(vectors) / len(vectors)
-    gate = torch.tanh(_linear(pool.query_proj, query))
-    logits = torch.stack([_linear(pool.score, torch.tanh(_linear(pool.local_proj, v)) * gate)[0] for v in vectors])
+    gate, hidden = _linear(pool.query_proj, query), [_linear(pool.local_proj, v) for v in vectors]
+    if stats is not None:
+        q_mean, q_var, l_mean, l_var = stats
+        qn, ln = pool.query_norm, pool.local_norm
+        gate = (gate - q_mean) / torch.sqrt(q_var + qn.eps) * qn.weight + qn.bias
+        hidden = [
+            (h - l_mean[r]) / torch.sqrt(l_var[r] + ln.eps) * ln.weight[r] + ln.bias[r] for r, h in enumerate(hidden)
+        ]
+    gate, hidden = torch.tanh(gate), [torch.tanh(h) for h in hidden]
+    if masks is not None:
+        gate, hidden = gate * masks[1], [h * masks[0][r] for r, h in enumerate(hidden)]
+    logits = torch.stack([_linear(pool.score, h * gate)[0] for h in hidden])
     return _unit_t(sum(w * v for w, v in zip(torch.softmax(logits, dim=0), vectors)))
 
 
-def _reference_nodes(head, image: torch.Tensor, caption: torch.Tensor, words: int) -> list[torch.Tensor]:
-    """Differentiable nodes [s^g, s^l_1, ..., s^l_L] of one pair, one word and one region at a time (Eq. 2-5)."""
+def _reference_nodes(head, image: torch.Tensor, caption: torch.Tensor, words: int, pools: tuple) -> list[torch.Tensor]:
+    """Differentiable nodes [s^g, s^l_1, ..., s^l_L] of one pair, one word and one region at a time (Eq. 2-5).
+
+    ``pools``: the pair's global image and text features, from :func:`_pool_t`."""
     regions = [_unit_t(r) for r in image]
     tokens = [_unit_t(w) for w in caption[:words]]
-    nodes = [_unit_t(_linear(head.global_sim.transform, (_pool_t(head.image_pool, regions) - _pool_t(head.text_pool, tokens)) ** 2))]
+    nodes = [_unit_t(_linear(head.global_sim.transform, (pools[0] - pools[1]) ** 2))]
+    slope = head.negative_slope
     for y in tokens:
         logits = []
         for x in regions:
-            norm = torch.linalg.vector_norm(torch.stack([torch.clamp(x @ w, min=0.0) for w in tokens])).clamp_min(1e-8)
-            logits.append(head.smooth * torch.clamp(x @ y, min=0.0) / norm)
+            norm = torch.linalg.vector_norm(torch.stack([torch.nn.functional.leaky_relu(x @ w, slope) for w in tokens]))
+            logits.append(head.smooth * torch.nn.functional.leaky_relu(x @ y, slope) / norm.clamp_min(1e-8))
         alpha = torch.softmax(torch.stack(logits), dim=0)
         attended = _unit_t(sum(a * x for a, x in zip(alpha, regions)))
         nodes.append(_unit_t(_linear(head.local_sim.transform, (attended - y) ** 2)))
@@ -179,18 +249,18 @@ def _reference_sgr(head, nodes: list[torch.Tensor]) -> torch.Tensor:
 
 
 def _reference_saf_matrix(head, all_nodes: list[list[list[torch.Tensor]]], training: bool) -> torch.Tensor:
-    """SAF of every pair; BN with the statistics of every node of every pair in training, running ones otherwise."""
+    """SAF of every pair; BN in training with each caption's statistics over its nodes with every image (the
+    official loop over captions), running ones otherwise."""
     bn = head.norm
     raw = [[[_linear(head.attention, node)[0] for node in pair] for pair in row] for row in all_nodes]
-    if training:
-        values = torch.stack([t for row in raw for pair in row for t in pair])
-        mean, var = values.mean(), values.var(unbiased=False)
-    else:
-        mean, var = bn.running_mean[0], bn.running_var[0]
+    stats = []
+    for j in range(len(raw[0])):
+        values = torch.stack([t for row in raw for t in row[j]])
+        stats.append((values.mean(), values.var(unbiased=False)) if training else (bn.running_mean[0], bn.running_var[0]))
     rows = []
     for row_raw, row_nodes in zip(raw, all_nodes):
         scores = []
-        for pair_raw, nodes in zip(row_raw, row_nodes):
+        for (mean, var), pair_raw, nodes in zip(stats, row_raw, row_nodes):
             gates = [torch.sigmoid((t - mean) / torch.sqrt(var + bn.eps) * bn.weight[0] + bn.bias[0]) for t in pair_raw]
             filtered = _unit_t(sum(g / sum(gates) * node for g, node in zip(gates, nodes)))
             scores.append(torch.sigmoid(_linear(head.output, filtered))[0])
@@ -201,26 +271,53 @@ def _reference_saf_matrix(head, all_nodes: list[list[list[torch.Tensor]]], train
 @pytest.mark.parametrize("similarity", HEADS)
 @pytest.mark.parametrize("training", [False, True])
 def test_similarity_and_gradients_match_a_per_pair_loop_reference(similarity, training):
-    """The block scorer against loops over pairs, words and regions: values and every gradient to 1e-5."""
+    """The block scorer against loops over pairs, words and regions: values and every gradient to 1e-5.
+
+    The official layers: LeakyReLU(0.1) attention, the image pooling's batch norms (the batch's statistics
+    in training), dropout in both poolings (in training a mask fixed by the tensor's shape, applied by both)."""
     model = _model(similarity).double().train(training)
     _set_running_stats(model)
     head = model.networks[0].head
     head.block_bytes = 2000  # several blocks, several caption groups' worth of rows
+    head.image_pool.dropout = head.text_pool.dropout = _FixedDropout().train(training)
     images, captions, lengths = _inputs(captions=7)
     image_embeds = model.encode_image(images.double())[0].detach().requires_grad_(True)
     text_embeds = model.encode_text(captions, lengths)[0].detach().requires_grad_(True)
     weights = torch.randn(5, 7, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    saf_norm = copy.deepcopy(getattr(head, "norm", None))  # SAF's batch norm before the call moves its statistics
     got = head(image_embeds, text_embeds)
     inputs = [image_embeds, text_embeds, *head.parameters()]
     # SGR's key bias cancels in the edge softmax: its gradient is zero, and the fast path never reads it
     got_grads = torch.autograd.grad((got * weights).sum(), inputs, allow_unused=True, materialize_grads=True)
 
     states_i, states_t = image_embeds[..., :-1], text_embeds[..., :-1]
-    all_nodes = [[_reference_nodes(head, states_i[i], states_t[j], int(lengths[j])) for j in range(7)] for i in range(5)]
+    image_units = [[_unit_t(r) for r in item] for item in states_i]
+    text_units = [[_unit_t(w) for w in item[: int(lengths[j])]] for j, item in enumerate(states_t)]
+    stats = _pool_stats(head.image_pool, image_units, training)
+
+    def masks(local_shape: tuple[int, ...], item: int) -> tuple | None:
+        """The fixed dropout masks of one item's local (T, d) and query (d,) features; None in eval mode."""
+        if not training:
+            return None
+        query_shape = (local_shape[0], local_shape[2])
+        return _fixed_mask(local_shape, torch.float64)[item], _fixed_mask(query_shape, torch.float64)[item]
+
+    image_glob = [_pool_t(head.image_pool, v, stats, masks((5, 4, 8), i)) for i, v in enumerate(image_units)]
+    text_glob = [_pool_t(head.text_pool, v, None, masks((7, 7, 8), j)) for j, v in enumerate(text_units)]
+    all_nodes = [
+        [_reference_nodes(head, states_i[i], states_t[j], int(lengths[j]), (image_glob[i], text_glob[j])) for j in range(7)]
+        for i in range(5)
+    ]
     if similarity == "sgr":
         expected = torch.stack([torch.stack([_reference_sgr(head, nodes) for nodes in row]) for row in all_nodes])
     else:
         expected = _reference_saf_matrix(head, all_nodes, training)
+        # the official loop normalises caption j's (images, 1, nodes) logits, moving the running statistics each time
+        with torch.no_grad():
+            for j in range(7):
+                saf_norm(torch.stack([torch.stack([_linear(head.attention, s)[0] for s in row[j]]) for row in all_nodes])[:, None])
+        for name in ("running_mean", "running_var", "num_batches_tracked"):
+            torch.testing.assert_close(getattr(head.norm, name), getattr(saf_norm, name), rtol=1e-9, atol=1e-12)
     expected_grads = torch.autograd.grad((expected * weights).sum(), inputs, allow_unused=True, materialize_grads=True)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-7)
     for name, g, e in zip(["images", "texts", *(n for n, _ in head.named_parameters())], got_grads, expected_grads):
@@ -239,6 +336,61 @@ def test_text_to_region_attention_by_hand():
         a1 = math.exp(9 * c1[word]) / (math.exp(9 * c1[word]) + math.exp(9 * c2[word]))
         expected = torch.tensor([a1, 1 - a1], dtype=torch.float64)
         torch.testing.assert_close(alpha[0, 0, word], expected)
+
+
+def test_leaky_text_to_region_attention_by_hand():
+    """Slope 0.1 (the official LeakyReLU(0.1)): region 2's negative cosine with word 2 counts as 0.1 x -0.8."""
+    regions = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]], dtype=torch.float64)
+    words = torch.tensor([[[1.0, 0.0], [0.6, -0.8]]], dtype=torch.float64)
+    mask = torch.ones(1, 2, dtype=torch.bool)
+    alpha = region_attention(regions, mask, words, mask, 9.0, negative_slope=0.1)
+    # region 1: c = (1, 0.6) / sqrt(1.36); region 2: c = (0, -0.08) / 0.08 = (0, -1) (ReLU: (0, 0))
+    c1 = (1 / math.sqrt(1.36), 0.6 / math.sqrt(1.36))
+    c2 = (0.0, -1.0)
+    for word in range(2):
+        a1 = math.exp(9 * c1[word]) / (math.exp(9 * c1[word]) + math.exp(9 * c2[word]))
+        torch.testing.assert_close(alpha[0, 0, word], torch.tensor([a1, 1 - a1], dtype=torch.float64))
+    relu = region_attention(regions, mask, words, mask, 9.0)
+    assert not torch.allclose(relu[0, 0, 1], alpha[0, 0, 1])
+
+
+def _official_sgraf_parameters(
+    module: str, vocab: int, word: int, embed: int, sim: int, image: int, regions: int, steps: int
+) -> int:
+    """Trainable parameters of the official NCR code's SGRAF (``NCR/model.py``), layer by layer."""
+    def linear(fan_in: int, fan_out: int) -> int:
+        return fan_in * fan_out + fan_out
+
+    def batch_norm(features: int) -> int:
+        return 2 * features
+
+    gru_direction = 3 * (word * embed + embed * embed + 2 * embed)  # weight_ih, weight_hh, bias_ih, bias_hh
+    image_encoder = linear(image, embed)  # EncoderImage.fc
+    text_encoder = vocab * word + 2 * gru_direction  # EncoderText: embed, bidirectional cap_rnn
+    # VisualSA: embedding_local (Linear, BatchNorm1d(36)), embedding_global (Linear, BatchNorm1d(embed)), common
+    visual_sa = linear(embed, embed) + batch_norm(regions) + linear(embed, embed) + batch_norm(embed) + linear(embed, 1)
+    text_sa = 2 * linear(embed, embed) + linear(embed, 1)  # TextSA: no batch norm
+    # sim_tranloc_w, sim_tranglo_w, sim_eval_w
+    similarity = visual_sa + text_sa + 2 * linear(embed, sim) + linear(sim, 1)
+    if module == "sgr":
+        similarity += steps * 3 * linear(sim, sim)  # GraphReasoning: query, key, sim_graph
+    else:
+        similarity += linear(sim, 1) + batch_norm(1)  # AttentionFiltration: attn_sim_w, bn
+    return image_encoder + text_encoder + similarity
+
+
+@pytest.mark.parametrize("similarity", HEADS)
+def test_parameter_count_is_the_official_models_at_its_dimensions(similarity):
+    """Embed 1024, sim 256, words 300, features 2048, 36 regions, 3 steps: hfncl's trainable parameters are the
+    official model's; without the pooling batch norm 2 x 36 + 2 x 1024 fewer (584 at embed 256)."""
+    dims = dict(image_dim=2048, embed_dim=1024, word_dim=300, vocab_size=50, sim_dim=256, reasoning_steps=3)
+    model = NCLModel(NCLConfig(similarity=similarity, **dims))
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert trainable == _official_sgraf_parameters(similarity, 50, 300, 1024, 256, 2048, 36, 3)
+    small = dict(dims, embed_dim=256, sim_dim=64)
+    plain = NCLModel(NCLConfig(similarity=similarity, pooling_batch_norm=False, **small))
+    official = _official_sgraf_parameters(similarity, 50, 300, 256, 64, 2048, 36, 3)
+    assert sum(p.numel() for p in plain.parameters()) == official - 584
 
 
 # ----------------------------------------------------------------- shapes and batch behaviour
@@ -260,7 +412,9 @@ def test_shapes_and_range(similarity):
 @pytest.mark.parametrize("similarity", HEADS)
 @pytest.mark.parametrize("training", [False, True])
 def test_permuting_images_and_captions_permutes_the_similarity_matrix(similarity, training):
-    model = _model(similarity).train(training)
+    """Batch statistics (the image pooling's and SAF's batch norms) do not depend on the order; dropout off,
+    as its masks are drawn per position."""
+    model = _model(similarity, pooling_dropout=0.0, word_dropout=0.0).train(training)
     _set_running_stats(model)
     images, captions, lengths = _inputs()
     image_embeds, text_embeds = model.encode_image(images), model.encode_text(captions, lengths)
@@ -283,8 +437,10 @@ def test_block_budgets_give_the_same_similarities(similarity, training, block_by
     image_embeds, text_embeds = model.encode_image(images)[0], model.encode_text(captions, lengths)[0]
     with torch.no_grad():
         head.block_bytes = 2**30
+        torch.manual_seed(4)  # the same dropout masks in both calls: they are drawn before the blocks
         whole = head(image_embeds, text_embeds)
         head.block_bytes = block_bytes
+        torch.manual_seed(4)
         torch.testing.assert_close(head(image_embeds, text_embeds), whole, rtol=1e-5, atol=1e-6)
     head.block_bytes = 0
     with pytest.raises(ValueError, match="block_bytes must be a positive integer"):
@@ -352,13 +508,19 @@ def test_a_pairs_similarity_does_not_depend_on_the_rest_of_the_batch(similarity)
             torch.testing.assert_close(model.similarity(image_embeds[:, i : i + 1], own)[0, 0], full[i, j], rtol=1e-5, atol=1e-6)
 
 
-def test_sgr_in_training_mode_is_also_batch_independent():
-    """SGR has no batch statistics: one pair scores the same alone or in the K x K batch while training."""
-    model = _model("sgr").train()
+def test_sgr_without_the_pooling_batch_norm_is_batch_independent_in_training():
+    """SGR without the image pooling's batch norm (and dropout) has no batch statistics: one pair scores the
+    same alone or in the K x K batch while training; with it (the official layers) the batch's statistics count."""
+    model = _model("sgr", pooling_batch_norm=False, pooling_dropout=0.0, word_dropout=0.0).train()
     images, captions, lengths = _inputs()
     image_embeds, text_embeds = model.encode_image(images), model.encode_text(captions, lengths)
     full = model.similarity(image_embeds, text_embeds)
     torch.testing.assert_close(model.similarity(image_embeds[:, 3:4], text_embeds[:, 2:3])[0, 0], full[3, 2])
+    official = _model("sgr", pooling_dropout=0.0, word_dropout=0.0).train()
+    image_embeds, text_embeds = official.encode_image(images), official.encode_text(captions, lengths)
+    full = official.similarity(image_embeds, text_embeds)
+    fewer = official.similarity(image_embeds[:, 1:4], text_embeds[:, 2:3])[2, 0]
+    assert not torch.allclose(fewer, full[3, 2], rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.parametrize("similarity", HEADS)
@@ -396,13 +558,98 @@ def test_pack_and_join_batches():
 
 def test_all_padding_items_are_refused():
     head = _model("sgr").networks[0].head.eval()
-    image = pack_local(torch.randn(1, 2, 8), None)
+    image = pack_local(torch.randn(1, 4, 8), None)
     empty = pack_local(torch.randn(1, 2, 8), torch.zeros(1, 2, dtype=torch.bool))
     with pytest.raises(ValueError, match="at least one valid position"):
         head(image, empty)
 
 
+def test_word_dropout_drops_word_embeddings_before_the_gru_in_training():
+    encoder = _model("sgr").networks[0].text_encoder
+    assert encoder.dropout.p == 0.4
+    _, captions, lengths = _inputs()
+    torch.manual_seed(6)
+    got, mask = encoder.local(captions, lengths)
+    torch.manual_seed(6)
+    words = torch.nn.functional.dropout(encoder.embed(captions), 0.4, training=True)
+    for j in range(len(captions)):
+        states, _ = encoder.rnn(words[j : j + 1, : int(lengths[j])])
+        fwd, bwd = states.chunk(2, dim=-1)
+        torch.testing.assert_close(got[j : j + 1, : int(lengths[j])], (fwd + bwd) / 2, rtol=1e-5, atol=1e-6)
+    encoder.eval()
+    plain, _ = encoder.local(captions, lengths)
+    states, _ = encoder.rnn(encoder.embed(captions[:1]))
+    torch.testing.assert_close(plain[:1], sum(states.chunk(2, dim=-1)) / 2, rtol=1e-5, atol=1e-6)
+
+
+def test_image_pooling_refuses_another_region_count():
+    model = _model("sgr").eval()
+    with pytest.raises(ValueError, match=r"NCLConfig\.image_regions = 4 positions per image, got images of 3"):
+        model.similarity(model.encode_image(torch.randn(2, 3, 6)), model.encode_text(*_inputs()[1:]))
+
+
 # ----------------------------------------------------------------- config
+OFFICIAL_LAYERS = {
+    "attention_negative_slope": 0.1, "pooling_dropout": 0.4, "pooling_batch_norm": True, "word_dropout": 0.4
+}
+PLAIN_LAYERS = {
+    "attention_negative_slope": 0.0, "pooling_dropout": 0.0, "pooling_batch_norm": False, "word_dropout": 0.0
+}
+
+
+def _layers(config: NCLConfig) -> dict[str, object]:
+    return {name: getattr(config, name) for name in OFFICIAL_LAYERS}
+
+
+def test_layer_fields_default_to_the_official_code_for_sgr_and_saf_and_to_none_otherwise():
+    assert _layers(NCLConfig(similarity="sgr")) == _layers(NCLConfig(similarity="saf")) == OFFICIAL_LAYERS
+    assert _layers(NCLConfig(similarity="cosine")) == PLAIN_LAYERS
+    # a config of checkpoint format 1 predates the fields: its head had none of these layers
+    assert _layers(NCLConfig(similarity="sgr", checkpoint_format=1)) == PLAIN_LAYERS
+    assert NCLConfig(similarity="sgr", checkpoint_format=1, word_dropout=0.2).word_dropout == 0.2
+    assert NCLConfig(similarity="sgr").image_regions == 36
+    vision = {"model_type": "clip_vision_model", "image_size": 224, "patch_size": 32}
+    assert NCLConfig(similarity="sgr", image_tower="transformer", image_tower_config=vision).image_regions == 50
+
+
+def test_a_runs_settings_show_the_layer_fields_as_the_config_resolves_them():
+    settings = PairExperiment().model_settings
+    assert _layers_of(settings(ModelArguments(similarity="saf"), ["vsepp"])) == OFFICIAL_LAYERS
+    assert _layers_of(settings(ModelArguments(), ["vsepp"])) == PLAIN_LAYERS
+    chosen = settings(ModelArguments(similarity="sgr", pooling_batch_norm=False, word_dropout=0.1), ["vsepp"])
+    assert _layers_of(chosen) == OFFICIAL_LAYERS | {"pooling_batch_norm": False, "word_dropout": 0.1}
+    assert _layers(NCLConfig(**{k: v for k, v in chosen.items() if v is not None})) == _layers_of(chosen)
+
+
+def _layers_of(settings: dict[str, object]) -> dict[str, object]:
+    return {name: settings[name] for name in OFFICIAL_LAYERS}
+
+
+LEGACY = Path(__file__).parent / "legacy_sgraf"
+"""Tiny SGR / SAF checkpoints saved by hfncl 6803011 (checkpoint format 1, before the official layers), and the
+scores that hfncl gave them in eval mode (``scores.json``: the inputs and the (3, 4) similarity matrices)."""
+
+
+@pytest.mark.parametrize("similarity", HEADS)
+def test_a_checkpoint_saved_before_the_official_layers_scores_as_it_did(similarity, tmp_path):
+    record = json.loads((LEGACY / "scores.json").read_text())
+    images, captions, lengths = (torch.tensor(record[key]) for key in ("images", "captions", "lengths"))
+    model = NCLModel.from_pretrained(LEGACY / similarity)
+    assert _layers(model.config) == PLAIN_LAYERS and model.networks[0].head.image_pool.local_norm is None
+    expected = torch.tensor(record["scores"][similarity])
+
+    def scores(loaded: NCLModel) -> torch.Tensor:
+        with torch.no_grad():
+            return loaded.similarity(loaded.encode_image(images), loaded.encode_text(captions, lengths))
+
+    torch.testing.assert_close(scores(model), expected)
+    model.save_pretrained(tmp_path)  # written again in the current format, the plain layers now explicit
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["checkpoint_format"] == 2 and {k: saved[k] for k in PLAIN_LAYERS} == PLAIN_LAYERS
+    torch.testing.assert_close(scores(NCLModel.from_pretrained(tmp_path)), expected)
+
+
+
 @pytest.mark.parametrize(
     "field,value,message",
     [
@@ -410,6 +657,11 @@ def test_all_padding_items_are_refused():
         ("reasoning_steps", 1.5, r"NCLConfig\.reasoning_steps must be a positive integer"),
         ("attention_lambda", -9.0, r"NCLConfig\.attention_lambda must be a positive finite number"),
         ("attention_lambda", float("nan"), r"NCLConfig\.attention_lambda must be a positive finite number"),
+        ("attention_negative_slope", -0.1, r"NCLConfig\.attention_negative_slope must be a number in \[0, 1\)"),
+        ("pooling_dropout", 1.0, r"NCLConfig\.pooling_dropout must be a number in \[0, 1\), got 1\.0"),
+        ("word_dropout", "0.4", r"NCLConfig\.word_dropout must be a number in \[0, 1\)"),
+        ("pooling_batch_norm", 1, r"NCLConfig\.pooling_batch_norm must be True or False, got 1"),
+        ("image_regions", 0, r"NCLConfig\.image_regions must be a positive integer, got 0"),
     ],
 )
 def test_invalid_head_fields_raise(field, value, message):
@@ -421,6 +673,13 @@ def test_head_hyper_parameters_reach_the_modules():
     model = _model("sgr", sim_dim=7, reasoning_steps=4, attention_lambda=5.0)
     head = model.networks[0].head
     assert len(head.steps) == 4 and head.smooth == 5.0 and head.output.in_features == 7
+    assert head.negative_slope == 0.1 and head.image_pool.dropout.p == head.text_pool.dropout.p == 0.4
+    assert head.image_pool.local_norm.num_features == 4 and head.image_pool.query_norm.num_features == 8
+    assert head.text_pool.local_norm is None and head.text_pool.query_norm is None
+    plain = _model("saf", attention_negative_slope=0.0, pooling_dropout=0.1, pooling_batch_norm=False, word_dropout=0.2)
+    head = plain.networks[0].head
+    assert head.negative_slope == 0.0 and head.image_pool.dropout.p == 0.1 and head.image_pool.local_norm is None
+    assert plain.networks[0].text_encoder.dropout.p == 0.2
     assert _model("cosine").networks[0].head is None
     assert ModelArguments(similarity="saf", sim_dim=16).explicit() == {"similarity": "saf", "sim_dim": 16}
 

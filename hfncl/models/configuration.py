@@ -11,12 +11,27 @@ from transformers import PretrainedConfig
 from hfncl.hub.record import IncompatibleCheckpointError
 from hfncl.models.towers import resolve_tower_config
 
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = 2
 """Version of the checkpoint layout (config fields, weight names) this hfncl writes and reads.
 
 Bumped only by a change that would make an older hfncl misread a checkpoint; a config of
 a newer format is refused with :class:`IncompatibleCheckpointError` instead of misread.
+
+1. The first layout.
+2. SGR / SAF heads with the official SGRAF code's layers (LeakyReLU(0.1) attention, the image
+   pooling's batch norms, dropout 0.4; :class:`NCLConfig`'s ``word_dropout``,
+   ``pooling_dropout``, ``pooling_batch_norm``, ``attention_negative_slope``,
+   ``image_regions``). A format-1 config reads those fields as the layers of its time.
 """
+
+OFFICIAL_SGRAF_DROPOUT = 0.4
+"""Dropout rate of the official SGRAF code on the word embeddings and in the attention poolings."""
+
+OFFICIAL_SGRAF_NEGATIVE_SLOPE = 0.1
+"""Slope of the official SGRAF code's ``LeakyReLU`` in the text-to-region attention."""
+
+PRECOMP_REGIONS = 36
+"""Regions per image of the bottom-up attention (precomp) features."""
 
 
 def installed_hfncl_version() -> str:
@@ -120,7 +135,7 @@ LORA_TOWERS = ("text", "image")
 SIMILARITIES = ("cosine", "sgr", "saf")
 _POSITIVE_INTS = (
     "image_dim", "embed_dim", "word_dim", "vocab_size", "text_layers", "num_networks", "image_views", "sim_dim",
-    "reasoning_steps",
+    "reasoning_steps", "image_regions",
 )
 
 
@@ -136,6 +151,31 @@ def _tower_config(
             f"{tower}_tower_config is given"
         )
     return resolve_tower_config(name, "text" if tower == "text" else "vision")
+
+
+def sgraf_layer_defaults(similarity: str, checkpoint_format: int = CHECKPOINT_FORMAT) -> dict[str, Any]:
+    """What :class:`NCLConfig` takes for its SGRAF layer fields left at None: the official SGRAF code's layers
+    with an SGR / SAF head, none of them with a cosine head or in a config of checkpoint format 1."""
+    official = similarity in ("sgr", "saf") and checkpoint_format >= 2
+    return {
+        "attention_negative_slope": OFFICIAL_SGRAF_NEGATIVE_SLOPE if official else 0.0,
+        "pooling_dropout": OFFICIAL_SGRAF_DROPOUT if official else 0.0,
+        "pooling_batch_norm": official,
+        "word_dropout": OFFICIAL_SGRAF_DROPOUT if official else 0.0,
+    }
+
+
+def _given(value: Any, default: Any) -> Any:
+    """``value`` when given (not None), else ``default``."""
+    return default if value is None else value
+
+
+def _image_positions(tower_config: dict[str, Any] | None) -> int:
+    """Positions per image: 36 precomp regions, or a ViT's patches and class token (its ``image_size``,
+    ``patch_size``)."""
+    if tower_config is None or "image_size" not in tower_config or "patch_size" not in tower_config:
+        return PRECOMP_REGIONS
+    return (int(tower_config["image_size"]) // int(tower_config["patch_size"])) ** 2 + 1
 
 
 class NCLConfig(HfnclConfig):
@@ -170,6 +210,27 @@ class NCLConfig(HfnclConfig):
         reasoning_steps: graph-reasoning steps of the SGR head (3 in the paper); SGR only.
         attention_lambda: inverse temperature lambda of SGRAF's text-to-region attention
             softmax (9 in the paper); SGR / SAF only.
+        attention_negative_slope: slope a of the rectifier max(c, a c) of the text-to-region
+            cosines (:func:`hfncl.models.sgraf.region_attention`): 0 is the paper's ReLU, 0.1 the
+            official SGRAF code's ``LeakyReLU(0.1)``; SGR / SAF only.
+        pooling_dropout: dropout rate on the tanh features of SGRAF's image and text attention
+            poolings (:class:`hfncl.models.sgraf.AttentionPooling`; official code: 0.4); SGR / SAF only.
+        pooling_batch_norm: whether the image attention pooling batch-normalises its two
+            projections, as the official code's ``VisualSA`` (a ``BatchNorm1d`` over the
+            ``image_regions`` positions and one over the ``embed_dim`` features); SGR / SAF only.
+        image_regions: positions per image those batch norms expect; None: 36 (precomp
+            regions; a training run sets the data's count), or a vision tower's patches and
+            class token.
+        word_dropout: dropout rate on the GRU text tower's word embeddings (official SGRAF
+            code: 0.4).
+
+            Left at None, ``attention_negative_slope``, ``pooling_dropout``,
+            ``pooling_batch_norm`` and ``word_dropout`` take the official SGRAF code's layers
+            with an SGR / SAF head (slope 0.1, dropouts 0.4, batch norms on) and none of them
+            with a cosine head (0, 0, off); a config of checkpoint format 1, written before
+            they existed, takes none of them (ReLU, no dropout, no batch norm), as hfncl then
+            built every head, so an older checkpoint scores as it did
+            (:func:`sgraf_layer_defaults`).
         num_networks: number K of independently initialised networks (co-teaching
             methods train two); the model's similarity is their mean.
         plugins, plugin_versions, plugin_options, plugin_distributions, hfncl_version,
@@ -222,6 +283,11 @@ class NCLConfig(HfnclConfig):
         sim_dim: int = 256,
         reasoning_steps: int = 3,
         attention_lambda: float = 9.0,
+        attention_negative_slope: float | None = None,
+        pooling_dropout: float | None = None,
+        pooling_batch_norm: bool | None = None,
+        image_regions: int | None = None,
+        word_dropout: float | None = None,
         num_networks: int = 1,
         plugins: list[str] | None = None,
         plugin_versions: dict[str, str] | None = None,
@@ -271,6 +337,12 @@ class NCLConfig(HfnclConfig):
         self.sim_dim = sim_dim
         self.reasoning_steps = reasoning_steps
         self.attention_lambda = attention_lambda
+        layers = sgraf_layer_defaults(similarity, self.checkpoint_format)
+        self.attention_negative_slope = _given(attention_negative_slope, layers["attention_negative_slope"])
+        self.pooling_dropout = _given(pooling_dropout, layers["pooling_dropout"])
+        self.pooling_batch_norm = _given(pooling_batch_norm, layers["pooling_batch_norm"])
+        self.word_dropout = _given(word_dropout, layers["word_dropout"])
+        self.image_regions = _image_positions(self.image_tower_config) if image_regions is None else image_regions
         self.num_networks = num_networks
         self.check_values()
         super().__init__(**kwargs)
@@ -294,6 +366,12 @@ class NCLConfig(HfnclConfig):
         lam = self.attention_lambda
         if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not math.isfinite(lam) or lam <= 0:
             raise ValueError(f"NCLConfig.attention_lambda must be a positive finite number, got {lam!r}")
+        for name in ("attention_negative_slope", "pooling_dropout", "word_dropout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+                raise ValueError(f"NCLConfig.{name} must be a number in [0, 1), got {value!r}")
+        if not isinstance(self.pooling_batch_norm, bool):
+            raise ValueError(f"NCLConfig.pooling_batch_norm must be True or False, got {self.pooling_batch_norm!r}")
         self._check_towers()
         self.check_provenance()
 

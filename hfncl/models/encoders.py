@@ -125,7 +125,8 @@ class RegionImageEncoder(nn.Module):
 class GRUTextEncoder(nn.Module):
     """Token ids -> one caption embedding with a (bi)GRU over word embeddings (SCAN / VSE++).
 
-    The word embeddings are read by a GRU; with ``bidirectional=True`` the forward and
+    The word embeddings, after dropout with rate ``dropout`` (SGRAF's official ``EncoderText``:
+    0.4), are read by a GRU; with ``bidirectional=True`` the forward and
     backward hidden states are averaged at every position (SCAN: ``(fwd + bwd) / 2``).
     The hidden states of the valid positions are pooled (mean, or max as TcVSE's
     max-pooled word features) and L2-normalised.
@@ -137,6 +138,7 @@ class GRUTextEncoder(nn.Module):
         num_layers: stacked GRU layers.
         bidirectional: read captions in both directions and average the two.
         pooling: ``"mean"`` or ``"max"`` over the valid positions.
+        dropout: dropout rate on the word embeddings (0: none).
     """
 
     def __init__(
@@ -147,6 +149,7 @@ class GRUTextEncoder(nn.Module):
         num_layers: int = 1,
         bidirectional: bool = True,
         pooling: str = "mean",
+        dropout: float = 0.0,
     ) -> None:
         super().__init__()
         if pooling not in POOLINGS:
@@ -154,6 +157,7 @@ class GRUTextEncoder(nn.Module):
         self.pooling = pooling
         self.bidirectional = bidirectional
         self.embed = nn.Embedding(vocab_size, word_dim, padding_idx=0)
+        self.dropout = nn.Dropout(dropout)
         self.rnn = nn.GRU(word_dim, embed_dim, num_layers, batch_first=True, bidirectional=bidirectional)
         self.init_weights()
 
@@ -186,7 +190,8 @@ class GRUTextEncoder(nn.Module):
             averaged), mask (B, T) true at the positions of real words.
         """
         lengths = lengths.to(device="cpu", dtype=torch.long)
-        packed = pack_padded_sequence(self.embed(captions), lengths, batch_first=True, enforce_sorted=False)
+        words = self.dropout(self.embed(captions))
+        packed = pack_padded_sequence(words, lengths, batch_first=True, enforce_sorted=False)
         hidden, _ = pad_packed_sequence(self.rnn(packed)[0], batch_first=True)
         if self.bidirectional:
             fwd, bwd = hidden.chunk(2, dim=-1)

@@ -42,9 +42,7 @@ class MatchingNetwork(nn.Module):
         self.views = config.image_views
         self.image_encoder = build_image_encoder(config)
         self.text_encoder = build_text_encoder(config)
-        self.head = build_similarity_head(
-            config.similarity, config.embed_dim, config.sim_dim, config.attention_lambda, config.reasoning_steps
-        )
+        self.head = build_similarity_head(config)
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         """Region features (B, R, D) -> image embeddings (B, W * embed_dim): W unit-norm views, concatenated.

@@ -12,7 +12,8 @@ through *similarity representations*, vectors of ``sim_dim`` (256) dimensions:
   g = l2norm(sum_i alpha_i x_i) (:class:`AttentionPooling`). The global similarity
   node is s^g = s(g_image, g_text; W_g) (Eq. 5).
 - **Local similarity** of word j (Sec. 3.2, Eq. 2-3): text-to-region attention
-  c_ij = x_i^T y_j of region i and word j, c^_ij = [c_ij]_+ / sqrt(sum_j [c_ij]_+^2)
+  c_ij = x_i^T y_j of region i and word j, c^_ij = [c_ij]_a / sqrt(sum_j [c_ij]_a^2)
+  with the rectifier [c]_a = max(c, a c)
   (normalised over the caption's words), alpha_ij = softmax_i(lambda c^_ij) with the
   smoothing temperature lambda = 9, the attended region vector a_j = sum_i alpha_ij x_i
   and the node s_j^l = s(a_j, y_j; W_l) (:func:`region_attention`,
@@ -25,6 +26,18 @@ through *similarity representations*, vectors of ``sim_dim`` (256) dimensions:
   beta_p = sigma(BN(W_f s_p)) / sum_q sigma(BN(W_f s_q)), s_f = sum_p beta_p s_p,
   S = sigmoid(W_o l2norm(s_f)).
 
+The official SGRAF code (as NCR releases it, ``NCR/model.py``) adds layers the paper does not
+print; :class:`~hfncl.models.NCLConfig` builds them by default for SGR / SAF (each a field; a
+checkpoint of format 1 keeps the plain layers it was trained with):
+
+- the rectifier's slope a = 0.1 (``LeakyReLU(0.1)``; the paper's [c]_+ is a = 0;
+  ``attention_negative_slope``);
+- in the image pooling (``VisualSA``) a ``BatchNorm1d`` after each projection, before the
+  tanh: over the 36 region positions for W_l x_i and over the d features for W_g mean(x)
+  (``pooling_batch_norm``, ``image_regions``); in training their statistics are the batch's;
+- dropout 0.4 after each tanh of both poolings (``pooling_dropout``) and on the text
+  tower's word embeddings (``word_dropout``, :class:`~hfncl.models.encoders.GRUTextEncoder`).
+
 Reading choices where the paper leaves room:
 
 - The attended vector a_j is L2-normalised before s(a_j, y_j) so that both arguments are
@@ -33,10 +46,11 @@ Reading choices where the paper leaves room:
 - Padding (words past a caption's length, masked regions) takes part in nothing: it is
   left out of the normalisation over words, the softmax over regions, the pooling, the
   graph's edges and SAF's weights, so a caption scores the same however it is padded.
-- SAF's BN is a ``BatchNorm1d`` over the scalar scores W_f s_p of every valid node of
-  every pair scored at once. In training (``module.training``) those are the batch's
-  statistics, over every block of the K x K training batch; in evaluation the running
-  statistics make a pair's score independent of what is scored with it.
+- SAF's BN is a ``BatchNorm1d`` over the scalar scores W_f s_p of the valid nodes. In
+  training (``module.training``) each caption's scores with every image of the batch have
+  their own statistics, and the running statistics move once per caption, as in the official
+  code's loop over captions; in evaluation the running statistics make a pair's score
+  independent of what is scored with it.
 
 How it is computed (same values; measurements in ``benchmarks/README.md``): pairs are
 scored in memory-bounded blocks of captions of similar length, one side's work is done
@@ -55,7 +69,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 import torch
 import torch.nn.functional as F
@@ -108,21 +122,37 @@ def concat_packed(parts: Sequence[torch.Tensor], dim: int = 0) -> torch.Tensor:
 class AttentionPooling(nn.Module):
     """Global feature of a set of unit-norm local features by self-attention (SGRAF Sec. 3.1).
 
-    h_i = tanh(W_l x_i) * tanh(W_g q) with the masked mean q of the x_i as the query;
-    alpha = softmax over the valid i of w^T h_i; result l2norm(sum_i alpha_i x_i).
+    h_i = D(tanh(N_l(W_l x_i))) * D(tanh(N_g(W_g q))) with the masked mean q of the x_i as the
+    query; alpha = softmax over the valid i of w^T h_i; result l2norm(sum_i alpha_i x_i).
+    D is dropout with rate ``dropout``. N_l and N_g are the identity, or with ``regions`` set
+    (the image side of the official SGRAF, ``VisualSA``) batch norms: N_l a ``BatchNorm1d``
+    over the ``regions`` positions (each position's statistics over the batch and the d
+    features), N_g a ``BatchNorm1d`` over the d features of the query.
     """
 
-    def __init__(self, embed_dim: int) -> None:
+    def __init__(self, embed_dim: int, dropout: float = 0.0, regions: int | None = None) -> None:
         super().__init__()
         self.local_proj = nn.Linear(embed_dim, embed_dim)
         self.query_proj = nn.Linear(embed_dim, embed_dim)
         self.score = nn.Linear(embed_dim, 1)
+        self.dropout = nn.Dropout(dropout)
+        self.regions = regions
+        self.local_norm = None if regions is None else nn.BatchNorm1d(regions)
+        self.query_norm = None if regions is None else nn.BatchNorm1d(embed_dim)
 
     def forward(self, local: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """(B, T, d) unit-norm local features, (B, T) mask -> (B, d) unit-norm global features."""
         weights = mask.unsqueeze(-1).to(local.dtype)
         query = (local * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1.0)
-        hidden = torch.tanh(self.local_proj(local)) * torch.tanh(self.query_proj(query)).unsqueeze(1)
+        hidden, gate = self.local_proj(local), self.query_proj(query)
+        if self.local_norm is not None and self.query_norm is not None:
+            if local.size(1) != self.regions:
+                raise ValueError(
+                    f"the SGR / SAF image pooling batch-normalises NCLConfig.image_regions = {self.regions} "
+                    f"positions per image, got images of {local.size(1)}"
+                )
+            hidden, gate = self.local_norm(hidden), self.query_norm(gate)
+        hidden = self.dropout(torch.tanh(hidden)) * self.dropout(torch.tanh(gate)).unsqueeze(1)
         logits = self.score(hidden).squeeze(-1).masked_fill(~mask, float("-inf"))
         alpha = logits.softmax(dim=1)
         return l2norm((alpha.unsqueeze(-1) * local).sum(dim=1))
@@ -146,6 +176,7 @@ def region_attention(
     words: torch.Tensor,
     word_mask: torch.Tensor,
     smooth: float,
+    negative_slope: float = 0.0,
 ) -> torch.Tensor:
     """Text-to-region attention weights of every word of every caption for every image (SGRAF Eq. 2-3).
 
@@ -155,14 +186,16 @@ def region_attention(
         words: (m, L, d) unit-norm word features y_j of m captions.
         word_mask: (m, L) valid words.
         smooth: the inverse temperature lambda of the softmax over regions.
+        negative_slope: slope a of the rectifier [c]_a = max(c, a c): 0 is the paper's ReLU
+            [c]_+, 0.1 the official code's ``LeakyReLU(0.1)``.
 
     Returns:
         (n, m, L, R): alpha_ij = softmax_i(lambda c^_ij) with c_ij = x_i^T y_j and
-        c^_ij = [c_ij]_+ / sqrt(sum_{valid j} [c_ij]_+^2). The attended region vector is
+        c^_ij = [c_ij]_a / sqrt(sum_{valid j} [c_ij]_a^2). The attended region vector is
         sum_i alpha_ij x_i (:func:`~hfncl.models.sgraf_kernels.local_nodes` forms it).
     """
     cosine = torch.einsum("nrd,mld->nmlr", regions, words)
-    positive = cosine.clamp_min(0.0) * word_mask[None, :, :, None].to(cosine.dtype)
+    positive = F.leaky_relu(cosine, negative_slope) * word_mask[None, :, :, None].to(cosine.dtype)
     normalised = positive / positive.norm(dim=2, keepdim=True).clamp_min(_EPS)
     logits = (smooth * normalised).masked_fill(~region_mask[:, None, None, :], float("-inf"))
     return logits.softmax(dim=-1)
@@ -197,17 +230,30 @@ class SimilarityHead(nn.Module, ABC):
         sim_dim: size of a similarity representation (256 in SGRAF).
         smooth: lambda of the text-to-region attention (9 in SGRAF).
         block_bytes: memory budget of a block's largest tensor.
+        negative_slope: slope of the attention's rectifier (:func:`region_attention`).
+        dropout: dropout rate inside both attention poolings (:class:`AttentionPooling`).
+        image_regions: positions per image of the image pooling's batch norms; None: no batch norm.
     """
 
     logits: bool = False
     """Whether :meth:`score` returns the raw score W_o s (an unbounded logit) instead of its sigmoid."""
 
-    def __init__(self, embed_dim: int, sim_dim: int, smooth: float, block_bytes: int = DEFAULT_BLOCK_BYTES) -> None:
+    def __init__(
+        self,
+        embed_dim: int,
+        sim_dim: int,
+        smooth: float,
+        block_bytes: int = DEFAULT_BLOCK_BYTES,
+        negative_slope: float = 0.0,
+        dropout: float = 0.0,
+        image_regions: int | None = None,
+    ) -> None:
         super().__init__()
         self.smooth = smooth
         self.block_bytes = block_bytes
-        self.image_pool = AttentionPooling(embed_dim)
-        self.text_pool = AttentionPooling(embed_dim)
+        self.negative_slope = negative_slope
+        self.image_pool = AttentionPooling(embed_dim, dropout, image_regions)
+        self.text_pool = AttentionPooling(embed_dim, dropout)
         self.global_sim = SimilarityRepresentation(embed_dim, sim_dim)
         self.local_sim = SimilarityRepresentation(embed_dim, sim_dim)
 
@@ -216,7 +262,7 @@ class SimilarityHead(nn.Module, ABC):
 
         Node 0 is the global similarity s^g, node 1 + j the local similarity of word j.
         """
-        alpha = region_attention(images.local, images.mask, texts.local, texts.mask, self.smooth)
+        alpha = region_attention(images.local, images.mask, texts.local, texts.mask, self.smooth, self.negative_slope)
         transform = self.local_sim.transform
         local = local_nodes(alpha, images.local, texts.local, transform.weight, transform.bias)
         glob = self.global_sim(images.glob.unsqueeze(1), texts.glob.unsqueeze(0))
@@ -322,10 +368,8 @@ class GraphReasoningStep(nn.Module):
 class SGRHead(SimilarityHead):
     """Similarity Graph Reasoning: ``steps`` reasoning steps, then sigmoid(W_o s^g) (SGRAF Sec. 3.3)."""
 
-    def __init__(
-        self, embed_dim: int, sim_dim: int, smooth: float, steps: int, block_bytes: int = DEFAULT_BLOCK_BYTES
-    ) -> None:
-        super().__init__(embed_dim, sim_dim, smooth, block_bytes)
+    def __init__(self, embed_dim: int, sim_dim: int, smooth: float, steps: int, **layers: Any) -> None:
+        super().__init__(embed_dim, sim_dim, smooth, **layers)
         self.steps = nn.ModuleList([GraphReasoningStep(sim_dim) for _ in range(steps)])
         self.output = nn.Linear(sim_dim, 1)
 
@@ -356,8 +400,8 @@ class SGRHead(SimilarityHead):
 class SAFHead(SimilarityHead):
     """Similarity Attention Filtration: BN-normalised sigmoid weights over the nodes (SGRAF Sec. 3.4, Eq. 8)."""
 
-    def __init__(self, embed_dim: int, sim_dim: int, smooth: float, block_bytes: int = DEFAULT_BLOCK_BYTES) -> None:
-        super().__init__(embed_dim, sim_dim, smooth, block_bytes)
+    def __init__(self, embed_dim: int, sim_dim: int, smooth: float, **layers: Any) -> None:
+        super().__init__(embed_dim, sim_dim, smooth, **layers)
         self.attention = nn.Linear(sim_dim, 1)
         self.norm = nn.BatchNorm1d(1)
         self.output = nn.Linear(sim_dim, 1)
@@ -365,27 +409,66 @@ class SAFHead(SimilarityHead):
     def score(self, nodes: torch.Tensor, node_mask: torch.Tensor) -> torch.Tensor:
         """(n, m, N, s) nodes, (m, N) mask -> (n, m) similarities in (0, 1).
 
-        The batch norm sees only the valid nodes' scores.
+        The batch norm sees only the valid nodes' scores: in training each caption's over the n images
+        (:meth:`_caption_norm`), in evaluation its running statistics.
         """
         valid, raw = self._raw(nodes, node_mask)
+        if self.training:
+            normed, (mean, var) = self._caption_norm(raw, valid)
+            self._track(mean, var)
+            return self._filter(nodes, valid, normed)
         return self._filter(nodes, valid, raw.masked_scatter(valid, self.norm(raw[valid].unsqueeze(1)).squeeze(1)))
 
     def score_blocks(self, images: _Side, texts: _Side, blocks: list[PairBlock]) -> torch.Tensor:
-        """As :meth:`SimilarityHead.score_blocks`; in training the batch norm's statistics are those of
-        every valid node of every block (the whole batch), as if the matrix were one block."""
+        """As :meth:`SimilarityHead.score_blocks`; in training each caption's batch-norm statistics are over
+        its nodes with every image, from all blocks of its caption group, and the running statistics move
+        once per caption in the captions' order, as the official code's loop over captions moves them."""
         if not self.training:
             return super().score_blocks(images, texts, blocks)
         parts = []
         for block in blocks:
             nodes, node_mask = self.block_nodes(images, texts, block)
             parts.append((nodes, *self._raw(nodes, node_mask)))
-        normed = self.norm(torch.cat([raw[valid] for _, valid, raw in parts]).unsqueeze(1)).squeeze(1)
-        sizes = [int(valid.sum()) for _, valid, _ in parts]
-        scores = [
-            self._filter(nodes, valid, raw.masked_scatter(valid, values))
-            for (nodes, valid, raw), values in zip(parts, normed.split(sizes), strict=True)
-        ]
-        return _assemble(blocks, scores)
+        groups: dict[int, list[int]] = {}
+        for index, block in enumerate(blocks):
+            groups.setdefault(block.group, []).append(index)
+        normed: dict[int, torch.Tensor] = {}
+        captions, means, variances = [], [], []
+        for indices in groups.values():
+            raw, valid = (torch.cat([parts[i][part] for i in indices]) for part in (2, 1))
+            values, (mean, var) = self._caption_norm(raw, valid)
+            normed |= dict(zip(indices, values.split([parts[i][0].size(0) for i in indices]), strict=True))
+            captions.append(blocks[indices[0]].captions)
+            means.append(mean)
+            variances.append(var)
+        order = torch.argsort(torch.cat(captions)).to(raw.device)
+        self._track(torch.cat(means)[order], torch.cat(variances)[order])
+        return _assemble(blocks, [self._filter(nodes, valid, normed[i]) for i, (nodes, valid, _) in enumerate(parts)])
+
+    def _caption_norm(
+        self, raw: torch.Tensor, valid: torch.Tensor
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Training batch norm of the (n, m, N) logits with each caption's statistics over its valid nodes with
+        all n images (the official code normalises each caption's (n, 1, N) scores on their own).
+
+        Returns the normalised logits and each caption's (m,) mean and unbiased variance (detached)."""
+        weights = valid.to(raw.dtype)
+        count = weights.sum(dim=(0, 2))
+        mean = (raw * weights).sum(dim=(0, 2)) / count
+        centred = raw - mean[:, None]
+        var = (centred.square() * weights).sum(dim=(0, 2)) / count
+        normed = centred / torch.sqrt(var[:, None] + self.norm.eps) * self.norm.weight + self.norm.bias
+        return normed, (mean.detach(), (var * count / (count - 1)).detach())
+
+    @torch.no_grad()
+    def _track(self, means: torch.Tensor, variances: torch.Tensor) -> None:
+        """Move the running statistics once per caption, in order: r <- (1 - mu) r + mu x for each caption's x."""
+        momentum = float(cast(float, self.norm.momentum))
+        steps = means.numel()
+        decay = momentum * (1 - momentum) ** torch.arange(steps - 1, -1, -1, dtype=means.dtype, device=means.device)
+        for running, values in ((self.norm.running_mean, means), (self.norm.running_var, variances)):
+            cast(torch.Tensor, running).mul_((1 - momentum) ** steps).add_((decay * values).sum())
+        cast(torch.Tensor, self.norm.num_batches_tracked).add_(steps)
 
     def _raw(self, nodes: torch.Tensor, node_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The (n, m, N) mask of valid nodes and their attention logits W_f s_p."""
@@ -400,14 +483,22 @@ class SAFHead(SimilarityHead):
         return raw if self.logits else torch.sigmoid(raw)
 
 
-def build_similarity_head(
-    similarity: str, embed_dim: int, sim_dim: int, smooth: float, steps: int
-) -> SimilarityHead | None:
-    """The head of ``NCLConfig.similarity``: :class:`SGRHead`, :class:`SAFHead`, or None for ``"cosine"``."""
-    if similarity == "sgr":
-        return SGRHead(embed_dim, sim_dim, smooth, steps)
-    if similarity == "saf":
-        return SAFHead(embed_dim, sim_dim, smooth)
-    if similarity == "cosine":
+def build_similarity_head(config: Any) -> SimilarityHead | None:
+    """The head of an :class:`~hfncl.models.NCLConfig`: :class:`SGRHead`, :class:`SAFHead`, or None for cosine.
+
+    The head's layers follow the config's ``attention_negative_slope``, ``pooling_dropout`` and
+    ``pooling_batch_norm`` (over ``image_regions`` positions).
+    """
+    layers: dict[str, Any] = {
+        "negative_slope": config.attention_negative_slope,
+        "dropout": config.pooling_dropout,
+        "image_regions": config.image_regions if config.pooling_batch_norm else None,
+    }
+    dims = (config.embed_dim, config.sim_dim, config.attention_lambda)
+    if config.similarity == "sgr":
+        return SGRHead(*dims, config.reasoning_steps, **layers)
+    if config.similarity == "saf":
+        return SAFHead(*dims, **layers)
+    if config.similarity == "cosine":
         return None
-    raise ValueError(f"similarity must be 'cosine' or one of {LOCAL_SIMILARITIES}, got {similarity!r}")
+    raise ValueError(f"similarity must be 'cosine' or one of {LOCAL_SIMILARITIES}, got {config.similarity!r}")

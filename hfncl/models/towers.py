@@ -307,6 +307,7 @@ def build_text_encoder(config: Any) -> GRUTextEncoder | TransformerTextEncoder:
         config.text_layers,
         config.bidirectional,
         config.text_pooling,
+        config.word_dropout,
     )
 
 

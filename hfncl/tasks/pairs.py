@@ -43,6 +43,7 @@ from hfncl.hub import DataDescription, save_text_vocabulary
 from hfncl.hub.card import CardTexts, plugin_names, register_card_texts
 from hfncl.hub.checkpoint import save_image_processor
 from hfncl.models import NCLConfig, NCLModel
+from hfncl.models.configuration import sgraf_layer_defaults
 from hfncl.models.towers import parameter_counts
 from hfncl.plugins import build_plugin_manager, plugin_model_defaults
 
@@ -140,6 +141,19 @@ class ModelArguments:
     reasoning_steps: int | None = field(default=None, metadata={"help": "SGR graph-reasoning steps (default 3)."})
     attention_lambda: float | None = field(
         default=None, metadata={"help": "SGR / SAF text-to-region attention temperature lambda (default 9)."}
+    )
+    attention_negative_slope: float | None = field(
+        default=None,
+        metadata={"help": "SGR / SAF attention LeakyReLU slope (default 0.1, the official code's; 0: ReLU)."},
+    )
+    pooling_batch_norm: bool | None = field(
+        default=None, metadata={"help": "SGR / SAF batch norms in the image self-attention (default true)."}
+    )
+    pooling_dropout: float | None = field(
+        default=None, metadata={"help": "SGR / SAF dropout in the self-attention poolings (default 0.4)."}
+    )
+    word_dropout: float | None = field(
+        default=None, metadata={"help": "Dropout on the GRU's word embeddings (default 0.4 with SGR / SAF, else 0)."}
     )
     text_tower: str | None = field(
         default=None,
@@ -240,6 +254,7 @@ class PairData:
         val, test: the validation and test splits, encoded for retrieval.
         vocab: the SCAN word vocabulary, or the text tower's tokenizer.
         image_dim: size of a region feature; ``None`` when the image tower reads pixels.
+        image_regions: regions per image; ``None`` when the image tower reads pixels.
         image_processor: the pixel image tower's image processor; ``None`` for region features.
         noise_ratio: the share of training pairs the noise corrupts (:func:`effective_noise_ratio`).
     """
@@ -249,6 +264,7 @@ class PairData:
     test: RetrievalSplit
     vocab: Vocabulary | TokenizerVocabulary
     image_dim: int | None
+    image_regions: int | None
     image_processor: Any | None
     noise_ratio: float
 
@@ -283,12 +299,13 @@ def prepare_data(
     val: PairSplit
     test: PairSplit
     feature_dim: int | None
+    regions: int | None
     chosen = data_format(args.data_format, data_dir, args.train_split, image_processor)
     if chosen == "imagefolder" and image_processor is not None:  # data_format refuses images without one
         processor = image_processor_from_pretrained(image_processor)
         pixel_splits = load_pixel_splits(data_dir, names, processor)
         train, val, test = (pixel_splits[name] for name in names)
-        feature_dim = None
+        feature_dim = regions = None
     else:
         precomp_train = load_precomp_split(
             data_dir, args.train_split, feature_dtype=args.feature_dtype, expected_feature_dim=image_dim
@@ -322,6 +339,7 @@ def prepare_data(
         test=RetrievalSplit.from_precomp(test, vocab),
         vocab=vocab,
         image_dim=feature_dim,
+        image_regions=regions,
         image_processor=processor,
         noise_ratio=effective_noise_ratio(args, noisy),
     )
@@ -425,16 +443,21 @@ class PairExperiment:
         return prepare_data(args, output_dir, tokenizer=tokenizer, image_processor=pixels)
 
     def model_config(self, data: PairData, model_args: ModelArguments, plugins: list[str]) -> NCLConfig:
-        """The plugins' ``model_defaults`` under the explicit ``model_args``, fitted to the data's features and
-        vocabulary."""
-        image_dim: dict[str, Any] = {} if data.image_dim is None else {"image_dim": data.image_dim}
-        return NCLConfig(**image_dim, vocab_size=len(data.vocab), **model_fields(plugins, model_args))
+        """The plugins' ``model_defaults`` under the explicit ``model_args``, fitted to the data's features (their
+        size and regions per image) and vocabulary."""
+        image: dict[str, Any] = {} if data.image_dim is None else {"image_dim": data.image_dim}
+        if data.image_regions is not None:
+            image["image_regions"] = data.image_regions
+        return NCLConfig(**image, vocab_size=len(data.vocab), **model_fields(plugins, model_args))
 
     def model_settings(self, model_args: ModelArguments, plugins: list[str]) -> dict[str, Any]:
-        """Every model field a run would use: NCLConfig's defaults under :meth:`model_config`'s fields."""
+        """Every model field a run would use: NCLConfig's defaults under :meth:`model_config`'s fields (the
+        SGRAF layer fields left at None as NCLConfig resolves them for the similarity head)."""
         signature = inspect.signature(NCLConfig.__init__).parameters
         defaults = {f.name: signature[f.name].default for f in fields(ModelArguments) if f.name in signature}
-        return {**defaults, **model_fields(plugins, model_args)}
+        settings = {**defaults, **model_fields(plugins, model_args)}
+        layers = sgraf_layer_defaults(settings["similarity"])
+        return settings | {name: value for name, value in layers.items() if settings[name] is None}
 
     def trainer_task(self, args: DataArguments, data: PairData) -> PairTask:
         """The trainer's task, told the noise the run injected (``None`` for the data's own pairs: unknown)."""
