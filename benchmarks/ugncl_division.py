@@ -35,6 +35,8 @@ from hfncl.tasks import PAIRS
 
 SETS = ("clean", "noisy", "hard_clean", "hard_noisy")
 SGR_MODEL = dataclasses.replace(PAIRS.demo_model, similarity="sgr", sim_dim=64, reasoning_steps=3, image_views=2)
+PLAIN_LAYERS = dict(attention_negative_slope=0.0, pooling_batch_norm=False, pooling_dropout=0.0, word_dropout=0.0)
+"""The paper's plain SGR head: ReLU attention, no batch norm, no dropout (``--plain-head``)."""
 
 
 def run_variant(output: Path, args: argparse.Namespace, evidence: str, xi1: float) -> dict:
@@ -48,10 +50,11 @@ def run_variant(output: Path, args: argparse.Namespace, evidence: str, xi1: floa
         "options": {"ugncl.evidence": evidence, "ugncl.xi1": xi1},
     }
     run = DemoRun("ugncl", args.noise_ratio, settings)
-    run_dir = output / f"{evidence}-xi1_{xi1:g}"
+    run_dir = output / f"{evidence}-xi1_{xi1:g}{'-plain' if args.plain_head else ''}"
     data_dir = PAIRS.demo_data(output, DEMO_SIZES[args.size], 0)
     config = demo_train_config(run, run_dir, seed=0, progress=False)
-    result = run_experiment(PAIRS.demo_arguments(data_dir, args.noise_ratio, 0), config, SGR_MODEL)
+    model = dataclasses.replace(SGR_MODEL, **PLAIN_LAYERS) if args.plain_head else SGR_MODEL
+    result = run_experiment(PAIRS.demo_arguments(data_dir, args.noise_ratio, 0), config, model)
     history = result["history"]
     return {
         "evidence": evidence,
@@ -96,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup-epochs", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=5e-4)
+    parser.add_argument(
+        "--plain-head", action="store_true", help="The paper's plain head instead of the official code's layers."
+    )
     args = parser.parse_args(argv)
     quiet()
     output = Path(args.output_dir)
@@ -105,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(run_variant(output, args, evidence, xi1))
             (output / "ugncl_division.json").write_text(json.dumps(rows, indent=1, default=float))
     header = (
-        f"UGNCL on SGR (two image views), {args.size} generated benchmark, {args.noise_ratio:.0%} noise, "
+        f"UGNCL on {'the plain' if args.plain_head else 'the official layers of'} SGR (two image views), "
+        f"{args.size} generated benchmark, {args.noise_ratio:.0%} noise, "
         f"{args.warmup_epochs} warmup + {args.epochs - args.warmup_epochs} epochs, batch {args.batch_size}, "
         f"Adam {args.learning_rate:g}, seed 0; {machine()}"
     )
