@@ -102,7 +102,8 @@ def warmup_loss(trainer, batch, outputs, net) -> dict[str, torch.Tensor]:
 def batch_plan(trainer, networks) -> BatchPlan | None:
     """``ncr.noisy_batch = "separate"``: a pass over the clean set with a batch of the noisy set beside each clean batch.
 
-    The noisy batches are drawn before their part trains too, so that their steps record L_w for co-divide.
+    The noisy batches are drawn before their part trains too (their steps record L_w; co-divide after a
+    co-training epoch runs a pass all the same, :func:`recorded_losses`).
     """
     separate = trainer.options_of(NCROptions).noisy_batch == "separate"
     return division_plan(trainer.divisions[networks[0]]) if separate and not trainer.in_warmup else None
@@ -115,14 +116,12 @@ def adaptive_prediction(similarity: torch.Tensor, alpha: float, top_fraction: fl
     with Theta clamping to [0, alpha] and tau the mean of Theta(s) over the top
     ``top_fraction`` of pairs by s.
     """
-    b = similarity.size(0)
-    positive = similarity.diagonal()
+    b, positive = similarity.size(0), similarity.diagonal()
     negatives_of_image = (similarity.sum(dim=1) - positive) / (b - 1)
     negatives_of_text = (similarity.sum(dim=0) - positive) / (b - 1)
     margin = positive - (negatives_of_image + negatives_of_text) / 2
     clamped = margin.clamp(min=0.0, max=alpha)
-    top = max(1, int(round(top_fraction * b)))
-    tau = clamped[margin.topk(top).indices].mean()
+    tau = clamped[margin.topk(max(1, int(round(top_fraction * b)))).indices].mean()
     return (clamped / tau).clamp(max=1.0) if tau > 0 else torch.zeros_like(clamped)
 
 
@@ -172,9 +171,14 @@ def recorded_losses(trainer, epoch: int) -> list[torch.Tensor] | None:
     """The per-sample L_w recorded during the previous epoch's steps (``"steps"``), or ``None`` to run the pass.
 
     Also ``None`` right after the epoch in which the noisy part first trained: the
-    networks change fast within it, and the losses recorded along it mix two regimes.
+    networks change fast within it, and the losses recorded along it mix two regimes; and
+    after a co-training epoch with the separate noisy batch, whose pass over the clean set
+    draws only as many noisy batches as clean ones, leaving the other noisy pairs' records
+    epochs old (the authors' loop divides after a pass, ``eval_train``, every epoch).
     """
-    if trainer.options_of(NCROptions).division_statistics != "steps" or epoch == noisy_part_start_epoch(trainer) + 1:
+    settings = trainer.options_of(NCROptions)
+    stale = settings.noisy_batch == "separate" and epoch > trainer.config.warmup_epochs
+    if settings.division_statistics != "steps" or stale or epoch == noisy_part_start_epoch(trainer) + 1:
         return None
     return complete_columns(trainer.ledger, [STEP_LOSS.format(net) for net in range(NETWORKS)])
 

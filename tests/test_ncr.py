@@ -158,7 +158,7 @@ def test_division_from_the_training_steps_uses_the_recorded_losses_and_runs_no_p
 
     options = {
         "ncr.alpha": 0.2, "ncr.division_statistics": "steps", "ncr.threshold": 0.5, "ncr.gmm_max_iter": 10,
-        "ncr.gmm_reg_covar": 5e-4, "ncr.noisy_part_start": 0.5,
+        "ncr.gmm_reg_covar": 5e-4, "ncr.noisy_part_start": 0.5, "ncr.noisy_batch": "split",
     }
     passes = []
     pass_losses = {"loss0": torch.rand(6), "loss1": torch.rand(6)}
@@ -203,6 +203,32 @@ def test_division_from_the_training_steps_uses_the_recorded_losses_and_runs_no_p
     for epoch in (7, 8, 9):
         divide(trainer=trainer, epoch=epoch)
     assert passes == ["epoch 3 co-divide", "epoch 8 co-divide"]
+
+
+def test_with_the_separate_noisy_batch_co_divide_runs_a_pass_after_every_co_training_epoch():
+    """The separate batch's pass over the clean set leaves most noisy pairs untrained, so their recorded L_w is stale:
+    after warmup (every pair trained) the steps' records serve; after a co-training epoch a pass runs, as eval_train."""
+    from types import SimpleNamespace
+
+    from hfncl.engine.ledger import Ledger
+    from hfncl_plugins.ncr import divide
+
+    pass_losses = {"loss0": torch.rand(6), "loss1": torch.rand(6)}
+    for setting, expected in (("separate", ["epoch 5 co-divide", "epoch 6 co-divide"]), ("split", ["epoch 5 co-divide"])):
+        options = {"ncr.division_statistics": "steps", "ncr.noisy_batch": setting, "ncr.noisy_part_start": 0.0}
+        passes: list[str] = []
+        trainer = SimpleNamespace(
+            options_of=lambda kind, options=options: kind.read(options),
+            ledger=Ledger(6),
+            num_train=6,
+            config=SimpleNamespace(seed=0, epochs=10, warmup_epochs=4),
+            collect=lambda statistic, description, passes=passes: passes.append(description) or pass_losses,
+        )
+        for net in (0, 1):
+            trainer.ledger.record(torch.arange(6), f"ncr.step_lw{net}", torch.rand(6))
+        for epoch in (4, 5, 6):  # 4: right after warmup; the noisy part joins in epoch 4, so 5 is a pass anyway
+            divide(trainer=trainer, epoch=epoch)
+        assert passes == expected, setting
 
 
 def test_warmup_loss_has_the_authors_scale_each_pair_s_hinge_terms_averaged_over_the_batch_columns():
