@@ -195,6 +195,14 @@ def region_attention(
         sum_i alpha_ij x_i (:func:`~hfncl.models.sgraf_kernels.local_nodes` forms it).
     """
     cosine = torch.einsum("nrd,mld->nmlr", regions, words)
+    return attention_weights(cosine, region_mask, word_mask, smooth, negative_slope)
+
+
+def attention_weights(
+    cosine: torch.Tensor, region_mask: torch.Tensor, word_mask: torch.Tensor, smooth: float, negative_slope: float
+) -> torch.Tensor:
+    """:func:`region_attention` from the (n, m, L, R) cosines c_ij: softmax_i(lambda c^_ij) over the valid regions,
+    c^_ij = [c_ij]_a / sqrt(sum_{valid j} [c_ij]_a^2) (SGRAF Eq. 2-3; SCAN's text-to-image attention)."""
     positive = F.leaky_relu(cosine, negative_slope) * word_mask[None, :, :, None].to(cosine.dtype)
     normalised = positive / positive.norm(dim=2, keepdim=True).clamp_min(_EPS)
     logits = (smooth * normalised).masked_fill(~region_mask[:, None, None, :], float("-inf"))
@@ -272,6 +280,11 @@ class SimilarityHead(nn.Module, ABC):
     @abstractmethod
     def score(self, nodes: torch.Tensor, node_mask: torch.Tensor) -> torch.Tensor:
         """(n, m, 1 + L, sim_dim) similarity nodes and their (m, 1 + L) mask -> (n, m) similarities."""
+
+    @staticmethod
+    def squash(scores: torch.Tensor) -> torch.Tensor:
+        """Similarities in (0, 1) of raw scores W_o s (``logits``): their sigmoid."""
+        return torch.sigmoid(scores)
 
     @staticmethod
     def join(parts: Sequence[torch.Tensor], dim: int = 0) -> torch.Tensor:
