@@ -156,7 +156,7 @@ def _tower_config(
 
 def sgraf_layer_defaults(similarity: str, checkpoint_format: int = CHECKPOINT_FORMAT) -> dict[str, Any]:
     """What :class:`NCLConfig` takes for its SGRAF layer fields left at None: the official SGRAF code's layers
-    with an SGR / SAF head, none of them with a cosine head or in a config of checkpoint format 1."""
+    with an SGR / SAF head, none of them with a cosine or SCAN head or in a config of checkpoint format 1."""
     official = similarity in ("sgr", "saf") and checkpoint_format >= 2
     return {
         "attention_negative_slope": OFFICIAL_SGRAF_NEGATIVE_SLOPE if official else 0.0,
@@ -217,7 +217,7 @@ class NCLConfig(HfnclConfig):
         scan_lse_lambda: lambda_2 of the SCAN LogSumExp pooling (6 in SCAN); SCAN only.
         attention_negative_slope: slope a of the rectifier max(c, a c) of the text-to-region
             cosines (:func:`hfncl.models.sgraf.region_attention`): 0 is the paper's ReLU, 0.1 the
-            official SGRAF code's ``LeakyReLU(0.1)``; SGR / SAF only.
+            official SGRAF code's ``LeakyReLU(0.1)``; SGR / SAF, and SCAN's clipping (default 0 there).
         pooling_dropout: dropout rate on the tanh features of SGRAF's image and text attention
             poolings (:class:`hfncl.models.sgraf.AttentionPooling`; official code: 0.4); SGR / SAF only.
         pooling_batch_norm: whether the image attention pooling batch-normalises its two
