@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from hfncl.models.configuration import SCAN_POOLINGS
-from hfncl.models.sgraf import _assemble, _valid_length, attention_weights, concat_packed, l2norm, unpack_local
+from hfncl.models.sgraf import assemble, attention_weights, concat_packed, l2norm, unpack_local, valid_length
 from hfncl.models.sgraf_kernels import DEFAULT_BLOCK_BYTES, PairBlock, plan_blocks
 
 _EPS = 1e-8
@@ -90,15 +90,15 @@ class ScanHead(nn.Module):
         words, word_mask = unpack_local(text_embeds)
         if not bool(region_mask.any(dim=1).all()) or not bool(word_mask.any(dim=1).all()):
             raise ValueError("every image and caption needs at least one valid position (an all-padding item came)")
-        length = int(_valid_length(region_mask).max().item())
+        length = int(valid_length(region_mask).max().item())
         regions, region_mask = l2norm(regions[:, :length]), region_mask[:, :length]
         words = l2norm(words)
         gram = regions @ regions.transpose(1, 2)
         blocks, order = plan_blocks(
-            regions.size(0), _valid_length(word_mask), length, words.element_size(), self.block_bytes
+            regions.size(0), valid_length(word_mask), length, words.element_size(), self.block_bytes
         )
         scores = [self._block(regions, region_mask, gram, words, word_mask, block) for block in blocks]
-        columns = _assemble(blocks, scores)
+        columns = assemble(blocks, scores)
         return columns[:, torch.argsort(order).to(columns.device)]
 
     def _block(

@@ -296,9 +296,9 @@ class SimilarityHead(nn.Module, ABC):
         """Similarity (n, m) of every image (n, R, d + 1) with every caption (m, L, d + 1), packed."""
         images = self._encode_side(image_embeds, self.image_pool)
         texts = self._encode_side(text_embeds, self.text_pool)
-        images = images.take(slice(None), int(_valid_length(images.mask).max().item()))
+        images = images.take(slice(None), int(valid_length(images.mask).max().item()))
         blocks, order = plan_blocks(
-            image_embeds.size(0), _valid_length(texts.mask), texts.local.size(-1),
+            image_embeds.size(0), valid_length(texts.mask), texts.local.size(-1),
             texts.local.element_size(), self.block_bytes,
         )
         columns = self.score_blocks(images, texts, blocks)
@@ -306,7 +306,7 @@ class SimilarityHead(nn.Module, ABC):
 
     def score_blocks(self, images: _Side, texts: _Side, blocks: list[PairBlock]) -> torch.Tensor:
         """Scores of the blocks, as the (n, m) matrix with its columns in the blocks' caption order."""
-        return _assemble(blocks, [self.score(*self.block_nodes(images, texts, block)) for block in blocks])
+        return assemble(blocks, [self.score(*self.block_nodes(images, texts, block)) for block in blocks])
 
     def block_nodes(self, images: _Side, texts: _Side, block: PairBlock) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`nodes` of one block: its image rows against its captions, cut to their length."""
@@ -323,7 +323,7 @@ class SimilarityHead(nn.Module, ABC):
         return _Side(local, mask, pool(local, mask))
 
 
-def _assemble(blocks: list[PairBlock], scores: list[torch.Tensor]) -> torch.Tensor:
+def assemble(blocks: list[PairBlock], scores: list[torch.Tensor]) -> torch.Tensor:
     """Block scores (rows, captions) -> the (n, m) matrix: rows stacked within a caption group, groups side by side."""
     groups: dict[int, list[torch.Tensor]] = {}
     for block, score in zip(blocks, scores, strict=True):
@@ -331,7 +331,7 @@ def _assemble(blocks: list[PairBlock], scores: list[torch.Tensor]) -> torch.Tens
     return torch.cat([torch.cat(rows) for rows in groups.values()], dim=1)
 
 
-def _valid_length(mask: torch.Tensor) -> torch.Tensor:
+def valid_length(mask: torch.Tensor) -> torch.Tensor:
     """(B, T) mask -> (B,) one past each item's last valid position."""
     positions = torch.arange(1, mask.size(1) + 1, device=mask.device)
     return (mask * positions).amax(dim=1)
@@ -393,7 +393,7 @@ class SGRHead(SimilarityHead):
     def score_blocks(self, images: _Side, texts: _Side, blocks: list[PairBlock]) -> torch.Tensor:
         """As :meth:`SimilarityHead.score_blocks`, with every step's edge map formed once for all blocks."""
         maps = self._edge_maps()
-        return _assemble(blocks, [self._reason(*self.block_nodes(images, texts, block), maps) for block in blocks])
+        return assemble(blocks, [self._reason(*self.block_nodes(images, texts, block), maps) for block in blocks])
 
     def _edge_maps(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         return [cast(GraphReasoningStep, step).edge_map() for step in self.steps]
@@ -456,7 +456,7 @@ class SAFHead(SimilarityHead):
             variances.append(var)
         order = torch.argsort(torch.cat(captions)).to(raw.device)
         self._track(torch.cat(means)[order], torch.cat(variances)[order])
-        return _assemble(blocks, [self._filter(nodes, valid, normed[i]) for i, (nodes, valid, _) in enumerate(parts)])
+        return assemble(blocks, [self._filter(nodes, valid, normed[i]) for i, (nodes, valid, _) in enumerate(parts)])
 
     def _caption_norm(
         self, raw: torch.Tensor, valid: torch.Tensor
