@@ -136,7 +136,7 @@ class Retriever:
     def encode_texts(self, texts: Sequence[str]) -> torch.Tensor:
         """Captions -> caption embeddings of every network (K, M, d), tokenised with the checkpoint's vocabulary.
 
-        With an SGR / SAF head the embeddings are packed local features (K, M, T, d + 1).
+        With an SGR / SAF / SCAN head the embeddings are packed local features (K, M, T, d + 1).
         """
         if self.vocab is None:
             raise ValueError("encode_texts needs the vocabulary the model was trained with (Retriever(vocab=...))")

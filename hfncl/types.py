@@ -40,7 +40,7 @@ class PairOutputs:
     captions, and pair ``i`` is the diagonal entry. ``view_similarity`` (W, B, B) holds
     it per image view (``NCLConfig.image_views``); ``similarity`` is its mean. ``view_scores`` (W, B, B)
     are the unbounded scores the view similarities squash (an SGR / SAF head's raw output before its
-    sigmoid; a cosine head's cosine, the similarity itself). Under data parallelism the tensors
+    sigmoid; a cosine head's cosine and a SCAN head's score, the similarity itself). Under data parallelism the tensors
     cover the *global* batch (gathered from every process, with gradients), so a loss
     computed from them is the same on every rank and equals the single-process loss.
     """

@@ -26,7 +26,7 @@ MICRO_DATA = SyntheticConfig(
     num_train=16, num_dev=8, num_test=8, num_concepts=8, num_regions=6, feature_dim=8, seed=2
 )
 MICRO_LOCAL_MODELS = {
-    name: ModelArguments(embed_dim=8, word_dim=8, similarity=name, sim_dim=8, reasoning_steps=1) for name in ("sgr", "saf")
+    name: ModelArguments(embed_dim=8, word_dim=8, similarity=name, sim_dim=8, reasoning_steps=1) for name in ("sgr", "saf", "scan")
 }
 
 

@@ -1,4 +1,5 @@
-"""NCR and UGNCL divide and train for an epoch on the paper heads, SGR and SAF (tiny shapes).
+"""NCR and UGNCL divide and train for an epoch on the paper heads, SGR and SAF, and NCR on SCAN's
+head (NCR-SCAN, NCR Sec. 4.5.1) (tiny shapes).
 
 GSC's counterpart is in ``test_gsc.py``. UGNCL runs with its two image views (``image_views = 2``):
 the head scores each view's local features, and UGNCL's evidence reads the head's raw score.
@@ -29,5 +30,18 @@ def test_method_divides_and_trains_an_epoch_on_the_paper_head(micro_data_dir, tm
     )
     [trained] = result["history"]
     assert math.isfinite(trained[f"train/{term}"])
+    assert any(key.startswith("division") and key.endswith("auc") for key in trained)
+    assert 0.0 < result["test"]["rsum"] <= 600.0
+
+
+def test_ncr_divides_and_trains_an_epoch_on_the_scan_head(micro_data_dir, tmp_path):
+    """NCR-SCAN: the soft-margin loss reads SCAN's score as it is; the division and evaluation score pairs in blocks."""
+    result = run_experiment(
+        DataArguments(data_dir=str(micro_data_dir), noise_ratio=0.4),
+        tiny_config(tmp_path, ["ncr"], epochs=1, warmup_epochs=0, lr_decay_epochs=[], batch_size=16),
+        MICRO_LOCAL_MODELS["scan"],
+    )
+    [trained] = result["history"]
+    assert math.isfinite(trained["train/soft_margin_triplet/net0"])
     assert any(key.startswith("division") and key.endswith("auc") for key in trained)
     assert 0.0 < result["test"]["rsum"] <= 600.0

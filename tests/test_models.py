@@ -188,7 +188,7 @@ def test_weight_missing_from_checkpoint_gets_scan_init(tmp_path: Path):
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("similarity", "dot", r"NCLConfig\.similarity must be one of \('cosine', 'sgr', 'saf'\), got 'dot'"),
+        ("similarity", "dot", r"NCLConfig\.similarity must be one of \('cosine', 'sgr', 'saf', 'scan'\), got 'dot'"),
         ("image_pooling", "sum", r"NCLConfig\.image_pooling must be one of \('mean', 'max'\)"),
         ("embed_dim", 0, r"NCLConfig\.embed_dim must be a positive integer, got 0"),
         ("num_networks", -1, r"NCLConfig\.num_networks must be a positive integer"),

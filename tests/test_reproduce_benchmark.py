@@ -24,6 +24,7 @@ def test_every_recipe_line_of_the_doc_gives_its_numbers(reproduce):
     assert numbers["gsc_cc152k"] == {None: 375.1} and numbers["ugncl_cc152k"] == {None: 373.1}
     assert numbers["tcvse_coco"] == {0.0: 526.3} and numbers["tcvse_f30k_bert"] == {0.0: 523.7}
     assert numbers["vsepp_f30k"] == {} and numbers["dmcm_wiki"] == {}  # mAP, no rSum
+    assert numbers["ncr_scan_f30k"] == {}  # NCR-SCAN: a plot only
 
 
 def test_a_line_in_no_known_form_is_refused(reproduce, tmp_path):

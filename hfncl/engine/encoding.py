@@ -50,7 +50,7 @@ def encode_split(
     model, split: RetrievalSplit, *, batch_size: int, device: torch.device | str = "cpu", progress: bool = False
 ):
     """(K, N, d) image and (K, N*k, d) caption embeddings of every network of ``model`` (packed local
-    features (K, N, R, d + 1) and (K, N*k, T, d + 1) for SGR / SAF heads, T the longest caption);
+    features (K, N, R, d + 1) and (K, N*k, T, d + 1) for SGR / SAF / SCAN heads, T the longest caption);
     ``progress`` shows a bar over the batches."""
     was_training = model.training
     model.eval()
@@ -184,7 +184,7 @@ def _scored_once(
 ) -> Callable[[slice], torch.Tensor]:
     """``score_rows`` computing every row once, when the (N, N * k) float32 matrix fits :data:`SCORE_CACHE_BYTES`.
 
-    The metrics visit every row block twice (and once more per fold); an SGR / SAF head
+    The metrics visit every row block twice (and once more per fold); an SGR / SAF / SCAN head
     costs far more per pair than the matrix costs to keep, so the matrix is scored on the
     first request, in blocks of ``chunk_size`` rows, and sliced afterwards. A larger
     matrix is streamed as before: every request scores its rows. ``progress`` shows a bar over the blocks.

@@ -132,7 +132,8 @@ TRANSFORMER_POOLINGS = ("mean", "max", "pooler")
 TEXT_TOWERS = ("gru", "transformer")
 IMAGE_TOWERS = ("regions", "transformer")
 LORA_TOWERS = ("text", "image")
-SIMILARITIES = ("cosine", "sgr", "saf")
+SIMILARITIES = ("cosine", "sgr", "saf", "scan")
+SCAN_POOLINGS = ("lse", "avg")
 _POSITIVE_INTS = (
     "image_dim", "embed_dim", "word_dim", "vocab_size", "text_layers", "num_networks", "image_views", "sim_dim",
     "reasoning_steps", "image_regions",
@@ -155,7 +156,7 @@ def _tower_config(
 
 def sgraf_layer_defaults(similarity: str, checkpoint_format: int = CHECKPOINT_FORMAT) -> dict[str, Any]:
     """What :class:`NCLConfig` takes for its SGRAF layer fields left at None: the official SGRAF code's layers
-    with an SGR / SAF head, none of them with a cosine head or in a config of checkpoint format 1."""
+    with an SGR / SAF head, none of them with a cosine or SCAN head or in a config of checkpoint format 1."""
     official = similarity in ("sgr", "saf") and checkpoint_format >= 2
     return {
         "attention_negative_slope": OFFICIAL_SGRAF_NEGATIVE_SLOPE if official else 0.0,
@@ -205,14 +206,18 @@ class NCLConfig(HfnclConfig):
             unit-norm embeddings), ``"sgr"`` or ``"saf"`` (SGRAF's similarity graph reasoning
             or attention filtration over local and global similarity representations,
             :mod:`hfncl.models.sgraf`; with W image views the head scores each view's local
-            features on its own).
+            features on its own), or ``"scan"`` (SCAN's text-to-image stacked cross attention over
+            the local features, :mod:`hfncl.models.scan`; NCR-SCAN).
         sim_dim: size of SGRAF's similarity representations (256 in the paper); SGR / SAF only.
         reasoning_steps: graph-reasoning steps of the SGR head (3 in the paper); SGR only.
         attention_lambda: inverse temperature lambda of SGRAF's text-to-region attention
-            softmax (9 in the paper); SGR / SAF only.
+            softmax (9 in the paper); SGR / SAF / SCAN (SCAN's lambda_1).
+        scan_pooling: how the SCAN head pools its word relevances: ``"lse"`` (LogSumExp, SCAN
+            Eq. 5) or ``"avg"`` (average, Eq. 6); SCAN only.
+        scan_lse_lambda: lambda_2 of the SCAN LogSumExp pooling (6 in SCAN); SCAN only.
         attention_negative_slope: slope a of the rectifier max(c, a c) of the text-to-region
             cosines (:func:`hfncl.models.sgraf.region_attention`): 0 is the paper's ReLU, 0.1 the
-            official SGRAF code's ``LeakyReLU(0.1)``; SGR / SAF only.
+            official SGRAF code's ``LeakyReLU(0.1)``; SGR / SAF, and SCAN's clipping (default 0 there).
         pooling_dropout: dropout rate on the tanh features of SGRAF's image and text attention
             poolings (:class:`hfncl.models.sgraf.AttentionPooling`; official code: 0.4); SGR / SAF only.
         pooling_batch_norm: whether the image attention pooling batch-normalises its two
@@ -283,6 +288,8 @@ class NCLConfig(HfnclConfig):
         sim_dim: int = 256,
         reasoning_steps: int = 3,
         attention_lambda: float = 9.0,
+        scan_pooling: str = "lse",
+        scan_lse_lambda: float = 6.0,
         attention_negative_slope: float | None = None,
         pooling_dropout: float | None = None,
         pooling_batch_norm: bool | None = None,
@@ -337,6 +344,8 @@ class NCLConfig(HfnclConfig):
         self.sim_dim = sim_dim
         self.reasoning_steps = reasoning_steps
         self.attention_lambda = attention_lambda
+        self.scan_pooling = scan_pooling
+        self.scan_lse_lambda = scan_lse_lambda
         layers = sgraf_layer_defaults(similarity, self.checkpoint_format)
         self.attention_negative_slope = _given(attention_negative_slope, layers["attention_negative_slope"])
         self.pooling_dropout = _given(pooling_dropout, layers["pooling_dropout"])
@@ -366,6 +375,11 @@ class NCLConfig(HfnclConfig):
         lam = self.attention_lambda
         if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not math.isfinite(lam) or lam <= 0:
             raise ValueError(f"NCLConfig.attention_lambda must be a positive finite number, got {lam!r}")
+        if self.scan_pooling not in SCAN_POOLINGS:
+            raise ValueError(f"NCLConfig.scan_pooling must be one of {SCAN_POOLINGS}, got {self.scan_pooling!r}")
+        lse = self.scan_lse_lambda
+        if isinstance(lse, bool) or not isinstance(lse, (int, float)) or not math.isfinite(lse) or lse <= 0:
+            raise ValueError(f"NCLConfig.scan_lse_lambda must be a positive finite number, got {lse!r}")
         for name in ("attention_negative_slope", "pooling_dropout", "word_dropout"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:

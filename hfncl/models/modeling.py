@@ -18,6 +18,7 @@ from torch import nn
 from hfncl.models.configuration import NCLConfig
 from hfncl.models.encoders import init_word_embedding, init_xavier_linear
 from hfncl.models.loading import HfnclPreTrainedModel
+from hfncl.models.scan import build_scan_head
 from hfncl.models.sgraf import build_similarity_head, pack_local
 from hfncl.models.towers import PretrainedTower, build_image_encoder, build_text_encoder
 
@@ -27,7 +28,8 @@ class MatchingNetwork(nn.Module):
 
     With ``config.similarity == "cosine"`` the embeddings are the towers' pooled unit-norm
     vectors and the similarity is their dot product. With ``"sgr"`` or ``"saf"`` (SGRAF,
-    :mod:`hfncl.models.sgraf`) the embeddings are the towers' local features, packed as
+    :mod:`hfncl.models.sgraf`) or ``"scan"`` (SCAN's text-to-image attention, :mod:`hfncl.models.scan`)
+    the embeddings are the towers' local features, packed as
     (B, T, d + 1) with a validity flag (:func:`hfncl.models.sgraf.pack_local`), and the
     similarity is the head's, scored for each of the W image views on its own (the views'
     local features sit side by side in the packed image tensor).
@@ -42,7 +44,7 @@ class MatchingNetwork(nn.Module):
         self.views = config.image_views
         self.image_encoder = build_image_encoder(config)
         self.text_encoder = build_text_encoder(config)
-        self.head = build_similarity_head(config)
+        self.head = build_scan_head(config) if config.similarity == "scan" else build_similarity_head(config)
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         """Region features (B, R, D) -> image embeddings (B, W * embed_dim): W unit-norm views, concatenated.
@@ -96,8 +98,9 @@ class MatchingNetwork(nn.Module):
         return views @ text_embeds.t()
 
     def squash(self, scores: torch.Tensor) -> torch.Tensor:
-        """Similarities of :meth:`view_scores`' scores: the sigmoid of an SGR / SAF head's, a cosine as it is."""
-        return scores if self.head is None else torch.sigmoid(scores)
+        """Similarities of :meth:`view_scores`' scores: the sigmoid of an SGR / SAF head's, a cosine or a SCAN
+        score as it is (the head's ``squash``)."""
+        return scores if self.head is None else self.head.squash(scores)
 
     def view_similarity(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:
         """Similarity of every image view with every caption, (W, n, m): :meth:`squash` of :meth:`view_scores`."""

@@ -195,6 +195,14 @@ def region_attention(
         sum_i alpha_ij x_i (:func:`~hfncl.models.sgraf_kernels.local_nodes` forms it).
     """
     cosine = torch.einsum("nrd,mld->nmlr", regions, words)
+    return attention_weights(cosine, region_mask, word_mask, smooth, negative_slope)
+
+
+def attention_weights(
+    cosine: torch.Tensor, region_mask: torch.Tensor, word_mask: torch.Tensor, smooth: float, negative_slope: float
+) -> torch.Tensor:
+    """:func:`region_attention` from the (n, m, L, R) cosines c_ij: softmax_i(lambda c^_ij) over the valid regions,
+    c^_ij = [c_ij]_a / sqrt(sum_{valid j} [c_ij]_a^2) (SGRAF Eq. 2-3; SCAN's text-to-image attention)."""
     positive = F.leaky_relu(cosine, negative_slope) * word_mask[None, :, :, None].to(cosine.dtype)
     normalised = positive / positive.norm(dim=2, keepdim=True).clamp_min(_EPS)
     logits = (smooth * normalised).masked_fill(~region_mask[:, None, None, :], float("-inf"))
@@ -274,6 +282,11 @@ class SimilarityHead(nn.Module, ABC):
         """(n, m, 1 + L, sim_dim) similarity nodes and their (m, 1 + L) mask -> (n, m) similarities."""
 
     @staticmethod
+    def squash(scores: torch.Tensor) -> torch.Tensor:
+        """Similarities in (0, 1) of raw scores W_o s (``logits``): their sigmoid."""
+        return torch.sigmoid(scores)
+
+    @staticmethod
     def join(parts: Sequence[torch.Tensor], dim: int = 0) -> torch.Tensor:
         """Concatenate packed local features of several batches along ``dim``
         (:func:`concat_packed`: the shorter ones zero-padded, which marks the added positions as padding)."""
@@ -283,9 +296,9 @@ class SimilarityHead(nn.Module, ABC):
         """Similarity (n, m) of every image (n, R, d + 1) with every caption (m, L, d + 1), packed."""
         images = self._encode_side(image_embeds, self.image_pool)
         texts = self._encode_side(text_embeds, self.text_pool)
-        images = images.take(slice(None), int(_valid_length(images.mask).max().item()))
+        images = images.take(slice(None), int(valid_length(images.mask).max().item()))
         blocks, order = plan_blocks(
-            image_embeds.size(0), _valid_length(texts.mask), texts.local.size(-1),
+            image_embeds.size(0), valid_length(texts.mask), texts.local.size(-1),
             texts.local.element_size(), self.block_bytes,
         )
         columns = self.score_blocks(images, texts, blocks)
@@ -293,7 +306,7 @@ class SimilarityHead(nn.Module, ABC):
 
     def score_blocks(self, images: _Side, texts: _Side, blocks: list[PairBlock]) -> torch.Tensor:
         """Scores of the blocks, as the (n, m) matrix with its columns in the blocks' caption order."""
-        return _assemble(blocks, [self.score(*self.block_nodes(images, texts, block)) for block in blocks])
+        return assemble(blocks, [self.score(*self.block_nodes(images, texts, block)) for block in blocks])
 
     def block_nodes(self, images: _Side, texts: _Side, block: PairBlock) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`nodes` of one block: its image rows against its captions, cut to their length."""
@@ -310,7 +323,7 @@ class SimilarityHead(nn.Module, ABC):
         return _Side(local, mask, pool(local, mask))
 
 
-def _assemble(blocks: list[PairBlock], scores: list[torch.Tensor]) -> torch.Tensor:
+def assemble(blocks: list[PairBlock], scores: list[torch.Tensor]) -> torch.Tensor:
     """Block scores (rows, captions) -> the (n, m) matrix: rows stacked within a caption group, groups side by side."""
     groups: dict[int, list[torch.Tensor]] = {}
     for block, score in zip(blocks, scores, strict=True):
@@ -318,7 +331,7 @@ def _assemble(blocks: list[PairBlock], scores: list[torch.Tensor]) -> torch.Tens
     return torch.cat([torch.cat(rows) for rows in groups.values()], dim=1)
 
 
-def _valid_length(mask: torch.Tensor) -> torch.Tensor:
+def valid_length(mask: torch.Tensor) -> torch.Tensor:
     """(B, T) mask -> (B,) one past each item's last valid position."""
     positions = torch.arange(1, mask.size(1) + 1, device=mask.device)
     return (mask * positions).amax(dim=1)
@@ -380,7 +393,7 @@ class SGRHead(SimilarityHead):
     def score_blocks(self, images: _Side, texts: _Side, blocks: list[PairBlock]) -> torch.Tensor:
         """As :meth:`SimilarityHead.score_blocks`, with every step's edge map formed once for all blocks."""
         maps = self._edge_maps()
-        return _assemble(blocks, [self._reason(*self.block_nodes(images, texts, block), maps) for block in blocks])
+        return assemble(blocks, [self._reason(*self.block_nodes(images, texts, block), maps) for block in blocks])
 
     def _edge_maps(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         return [cast(GraphReasoningStep, step).edge_map() for step in self.steps]
@@ -443,7 +456,7 @@ class SAFHead(SimilarityHead):
             variances.append(var)
         order = torch.argsort(torch.cat(captions)).to(raw.device)
         self._track(torch.cat(means)[order], torch.cat(variances)[order])
-        return _assemble(blocks, [self._filter(nodes, valid, normed[i]) for i, (nodes, valid, _) in enumerate(parts)])
+        return assemble(blocks, [self._filter(nodes, valid, normed[i]) for i, (nodes, valid, _) in enumerate(parts)])
 
     def _caption_norm(
         self, raw: torch.Tensor, valid: torch.Tensor

@@ -133,15 +133,20 @@ class ModelArguments:
     image_views: int | None = field(default=None, metadata={"help": "Image views W (default 1)."})
     text_pooling: str | None = field(default=None, metadata={"help": "Pooling over words: mean or max."})
     similarity: str | None = field(
-        default=None, metadata={"help": "Similarity head: cosine (default), sgr or saf (SGRAF, on local features)."}
+        default=None,
+        metadata={"help": "Similarity head: cosine (default), sgr or saf (SGRAF), scan (SCAN t2i attention)."},
     )
     sim_dim: int | None = field(
         default=None, metadata={"help": "SGR / SAF similarity representation size (default 256)."}
     )
     reasoning_steps: int | None = field(default=None, metadata={"help": "SGR graph-reasoning steps (default 3)."})
     attention_lambda: float | None = field(
-        default=None, metadata={"help": "SGR / SAF text-to-region attention temperature lambda (default 9)."}
+        default=None, metadata={"help": "SGR / SAF / SCAN text-to-region attention temperature lambda (default 9)."}
     )
+    scan_pooling: str | None = field(
+        default=None, metadata={"help": "SCAN pooling of the word relevances: lse (default) or avg."}
+    )
+    scan_lse_lambda: float | None = field(default=None, metadata={"help": "SCAN LogSumExp lambda_2 (default 6)."})
     attention_negative_slope: float | None = field(
         default=None,
         metadata={"help": "SGR / SAF attention LeakyReLU slope (default 0.1, the official code's; 0: ReLU)."},
