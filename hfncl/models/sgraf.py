@@ -53,7 +53,8 @@ Reading choices where the paper leaves room:
   independent of what is scored with it.
 
 How it is computed (same values; measurements in ``benchmarks/README.md``): pairs are
-scored in memory-bounded blocks of captions of similar length, one side's work is done
+scored in memory-bounded blocks of captions of similar length (each side's blocks are parts
+of one split, so backward gathers its gradient once per caption group), one side's work is done
 once per item, the local nodes keep only the attention weights for backward
 (:mod:`hfncl.models.sgraf_kernels`), SGR folds W_out^T W_in into one matrix and its last
 step updates only the node that is read.
@@ -68,7 +69,7 @@ the new positions as padding.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple, cast
 
 import torch
@@ -221,6 +222,14 @@ class _Side(NamedTuple):
         positions = slice(None, length)
         return _Side(self.local[items, positions], self.mask[items, positions], self.glob[items])
 
+    def split(self, sizes: list[int]) -> list["_Side"]:
+        """Consecutive parts of ``sizes`` items (one autograd node gathers their gradients, where slicing
+        would give each part a gradient of the whole side)."""
+        if len(sizes) == 1:
+            return [self]
+        parts = (tensor.split(sizes) for tensor in self)
+        return [_Side(*part) for part in zip(*parts, strict=True)]
+
 
 class SimilarityHead(nn.Module, ABC):
     """Similarity nodes of SGRAF (global + one per word) and a scalar score from them.
@@ -301,17 +310,30 @@ class SimilarityHead(nn.Module, ABC):
             image_embeds.size(0), valid_length(texts.mask), texts.local.size(-1),
             texts.local.element_size(), self.block_bytes,
         )
-        columns = self.score_blocks(images, texts, blocks)
+        columns = self.score_blocks(images, texts.take(order.to(texts.local.device)), blocks)
         return columns[:, torch.argsort(order).to(columns.device)]
 
     def score_blocks(self, images: _Side, texts: _Side, blocks: list[PairBlock]) -> torch.Tensor:
-        """Scores of the blocks, as the (n, m) matrix with its columns in the blocks' caption order."""
-        return assemble(blocks, [self.score(*self.block_nodes(images, texts, block)) for block in blocks])
+        """Scores of the blocks, as the (n, m) matrix with its columns in the blocks' caption order
+        (``texts``: the captions in that order)."""
+        return assemble(blocks, [self.score(*nodes) for nodes in self.block_nodes(images, texts, blocks)])
 
-    def block_nodes(self, images: _Side, texts: _Side, block: PairBlock) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`nodes` of one block: its image rows against its captions, cut to their length."""
-        group = texts.take(block.captions.to(texts.local.device), block.length)
-        return self.nodes(images.take(block.rows), group)
+    def block_nodes(
+        self, images: _Side, texts: _Side, blocks: list[PairBlock]
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """:meth:`nodes` of each block in turn: its image rows against its captions, cut to their length.
+
+        ``texts`` are in the blocks' caption order; each caption group and each group's image rows are
+        parts of one split, so backward gathers a side's gradient once per group, not once per block."""
+        groups: dict[int, list[PairBlock]] = {}
+        for block in blocks:
+            groups.setdefault(block.group, []).append(block)
+        text_parts = texts.split([len(group[0].captions) for group in groups.values()])
+        for group, captions in zip(groups.values(), text_parts, strict=True):
+            captions = captions.take(slice(None), group[0].length)
+            rows = images.split([block.rows.stop - block.rows.start for block in group])
+            for block_images in rows:
+                yield self.nodes(block_images, captions)
 
     @staticmethod
     def _encode_side(packed: torch.Tensor, pool: AttentionPooling) -> _Side:
@@ -393,7 +415,7 @@ class SGRHead(SimilarityHead):
     def score_blocks(self, images: _Side, texts: _Side, blocks: list[PairBlock]) -> torch.Tensor:
         """As :meth:`SimilarityHead.score_blocks`, with every step's edge map formed once for all blocks."""
         maps = self._edge_maps()
-        return assemble(blocks, [self._reason(*self.block_nodes(images, texts, block), maps) for block in blocks])
+        return assemble(blocks, [self._reason(*nodes, maps) for nodes in self.block_nodes(images, texts, blocks)])
 
     def _edge_maps(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         return [cast(GraphReasoningStep, step).edge_map() for step in self.steps]
@@ -438,10 +460,7 @@ class SAFHead(SimilarityHead):
         once per caption in the captions' order, as the official code's loop over captions moves them."""
         if not self.training:
             return super().score_blocks(images, texts, blocks)
-        parts = []
-        for block in blocks:
-            nodes, node_mask = self.block_nodes(images, texts, block)
-            parts.append((nodes, *self._raw(nodes, node_mask)))
+        parts = [(nodes, *self._raw(nodes, node_mask)) for nodes, node_mask in self.block_nodes(images, texts, blocks)]
         groups: dict[int, list[int]] = {}
         for index, block in enumerate(blocks):
             groups.setdefault(block.group, []).append(index)
