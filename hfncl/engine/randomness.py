@@ -21,6 +21,11 @@ def purpose_key(purpose: str) -> int:
     return zlib.crc32(purpose.encode("utf-8"))
 
 
+def derived_seed(*keys: int) -> int:
+    """A 32-bit seed of its own for the stream named by ``keys`` (the run's seed, epoch, pass, ...)."""
+    return int(np.random.SeedSequence(list(keys)).generate_state(1)[0])
+
+
 def sample_seed(stream: Sequence[int], index: int) -> int:
     """A 63-bit seed for one sample from the stream (seed, epoch, ...) and its dataset index."""
     words = np.random.SeedSequence([*stream, index]).generate_state(2, dtype=np.uint32)

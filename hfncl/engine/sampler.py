@@ -7,6 +7,8 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
+from hfncl.engine.randomness import derived_seed
+
 
 def local_slice(batch: np.ndarray, rank: int, world_size: int) -> np.ndarray:
     """The contiguous part of a global batch that process ``rank`` handles."""
@@ -93,7 +95,7 @@ class CyclingBatchSampler(torch.utils.data.Sampler[list[int]]):
         for step in range(self.start_batch, self.num_batches):
             if step // per_cycle != cycle:
                 cycle = step // per_cycle
-                seed = int(np.random.SeedSequence([self.seed, cycle]).generate_state(1)[0])
+                seed = derived_seed(self.seed, cycle)
                 batches = shuffled_batches(self.samples, self.batch_size, seed, drop_last=True)
             yield batches[step % per_cycle]
 

@@ -34,7 +34,7 @@ from hfncl.config import LATEST, TrainConfig, one_line
 from hfncl.engine.callbacks import EpochLine, TrainerCallback, library_progress_bars, progress_bar
 from hfncl.engine.distributed import gather, world
 from hfncl.engine.ledger import Ledger
-from hfncl.engine.randomness import per_sample_uniform, purpose_key
+from hfncl.engine.randomness import derived_seed, per_sample_uniform, purpose_key
 from hfncl.engine.sampler import CyclingBatchSampler, GlobalBatchSampler
 from hfncl.engine.tasks import DATA_KINDS, PairTask, Task
 from hfncl.evaluation import division_quality, partition_report
@@ -585,12 +585,9 @@ class Trainer:
         if not flat or any(not 0 <= net < self.num_networks for net in flat):
             raise PluginError(f"training_passes {self.passes} must name networks in 0..{self.num_networks - 1}")
 
-    def _pass_seed(self, epoch: int, pass_index: int) -> int:
-        return int(np.random.SeedSequence([self.config.seed, epoch, pass_index]).generate_state(1)[0])
-
     def _pass_steps(self, epoch: int, networks: list[int]) -> PassSteps:
         """The current pass's steps from ``batch_in_pass`` on: one shuffle of all, or the ``batch_plan`` parts."""
-        seed, start = self._pass_seed(epoch, self.state.pass_index), self.state.batch_in_pass
+        seed, start = derived_seed(self.config.seed, epoch, self.state.pass_index), self.state.batch_in_pass
         plan = self._call_hook("batch_plan", epoch=epoch, networks=networks)
         if plan is None:
             loader = self._loader(seed=seed, drop_last=True, batch_size=self.config.batch_size, start_batch=start)
@@ -612,8 +609,7 @@ class Trainer:
         }
         for position, (name, subset) in enumerate(subsets.items(), start=1):
             if len(subset):
-                keys = [self.config.seed, epoch, self.state.pass_index, position]
-                part_seed = int(np.random.SeedSequence(keys).generate_state(1)[0])
+                part_seed = derived_seed(self.config.seed, epoch, self.state.pass_index, position)
                 sampler = CyclingBatchSampler(
                     subset, min(self.config.batch_size, len(subset)), seed=part_seed, num_batches=num_batches,
                     rank=self.rank, world_size=self.world_size, start_batch=start,
