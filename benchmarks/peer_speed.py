@@ -21,7 +21,11 @@ children interleaved, ``--repeats`` times; the table gives medians and [min, max
   hfncl's evaluation scorer (``model.similarity`` in eval mode, the block scorer).
 - **Roofline**: the matrix-multiply FLOPs of each step (``torch.utils.flop_counter``,
   forward and backward) over the step's CPU seconds, as a fraction of this CPU's
-  measured fp32 matmul throughput (2048 x 2048, same threads).
+  measured matmul throughput (2048 x 2048, same threads) in the step's precision.
+- ``--mixed-precision no bf16``: hfncl is measured in each precision (a row each, against
+  the same official runs); in bf16 its step, scoring and epoch run under bf16 autocast
+  (``TrainConfig.mixed_precision``; scores stay float32) and its roofline is against the bf16
+  matmul throughput. The official code runs in float32 as it ships.
 - **NCR epoch** (first case only): CPU seconds per training pair of one co-training
   epoch, both networks, the division and the noisy part included, on one generated
   precomp data set (``--epoch-images`` x 5 captions, 20% noise). The official one is
@@ -33,7 +37,8 @@ children interleaved, ``--repeats`` times; the table gives medians and [min, max
   the losses the steps recorded), the second epoch after one warmup epoch.
 
 The last line is ``ratios warmup_step=X pair_epoch=Y scoring=Z rss=W roofline=F`` for the
-first head and size measured (hfncl / official; roofline is hfncl's fraction).
+first head and size measured (hfncl in float32 / official; roofline is hfncl's fraction), after
+a ``ratios bf16 ...`` line when bf16 is measured too.
 """
 
 from __future__ import annotations
@@ -124,6 +129,13 @@ def _matmul_flops(step) -> int:
     return counter.get_total_flops()
 
 
+def _autocast(args: argparse.Namespace):
+    """hfncl's autocast context of ``--mixed-precision`` (a no-op for ``no``)."""
+    import torch
+
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.mixed_precision == "bf16")
+
+
 def _timed(step, repeats: int = 1) -> dict[str, float]:
     step()  # untimed: allocator and caches warm
     wall, cpu = time.perf_counter(), _cpu_seconds()
@@ -151,7 +163,8 @@ def child_train(program: str, args: argparse.Namespace) -> dict[str, float]:
         optimizer = torch.optim.Adam(model.parameters(), lr=2e-4)
 
         def step() -> None:
-            similarity = network.similarity(network.encode_image(images), network.encode_text(tokens, lengths))
+            with _autocast(args):
+                similarity = network.similarity(network.encode_image(images), network.encode_text(tokens, lengths))
             optimizer.zero_grad()
             (triplet_sum_negatives(similarity, 0.2).sum() / similarity.size(0)).backward()  # NCR's warmup_loss
             torch.nn.utils.clip_grad_norm_(model.parameters(), 2.0)
@@ -185,7 +198,7 @@ def child_score(program: str, args: argparse.Namespace) -> dict[str, float]:
         image_embeds, text_embeds = pack_local(regions, None)[None], pack_local(words, mask)[None]
 
         def score() -> None:
-            with torch.no_grad():
+            with torch.no_grad(), _autocast(args):
                 model.similarity(image_embeds, text_embeds)
 
     wall, cpu = time.perf_counter(), _cpu_seconds()
@@ -309,12 +322,13 @@ def _hfncl_epoch(args: argparse.Namespace, data_dir: Path) -> dict[str, float]:
     config = TrainConfig(
         plugins=["ncr"], output_dir=str(output_dir), epochs=2, warmup_epochs=1, batch_size=BATCH, learning_rate=2e-4,
         lr_decay_epochs=[], progress=False, overwrite_output_dir=True, plot_divisions=False,
+        mixed_precision=args.mixed_precision,
     )
     data = prepare_data(DataArguments(data_dir=str(data_dir), noise_ratio=EPOCH_NOISE), output_dir)
     model = ModelArguments(embed_dim=args.embed_dim, word_dim=WORD_DIM, similarity=args.head, sim_dim=args.sim_dim)
     model_config = NCLConfig(image_dim=IMAGE_DIM, vocab_size=len(data.vocab), **model_fields(["ncr"], model))
     clock = _EpochClock()
-    Trainer(config, model_config, data.train, None, accelerator=Accelerator(cpu=True), callbacks=[clock]).train()
+    Trainer(config, model_config, data.train, None, accelerator=Accelerator(cpu=True, mixed_precision=args.mixed_precision), callbacks=[clock]).train()
     return {"epoch_cpu": clock.epoch_cpu, "division_cpu": clock.division_cpu}
 
 
@@ -329,11 +343,11 @@ def child_epoch(program: str, args: argparse.Namespace) -> dict[str, float]:
     }
 
 
-def child_matmul() -> dict[str, float]:
-    """This CPU's fp32 matmul throughput (GFLOP/s) on 2048 x 2048 matrices, median of five."""
+def child_matmul(dtype: str = "float32") -> dict[str, float]:
+    """This CPU's matmul throughput (GFLOP/s) in ``dtype`` on 2048 x 2048 matrices, median of five."""
     import torch
 
-    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    a, b = torch.randn(2048, 2048, dtype=getattr(torch, dtype)), torch.randn(2048, 2048, dtype=getattr(torch, dtype))
     a @ b
     seconds = []
     for _ in range(5):
@@ -366,71 +380,88 @@ def _cell(runs: list[dict[str, float]], key: str, digits: int = 2) -> str:
     return f"{middle:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
-def measure(args: argparse.Namespace) -> tuple[str, str]:
-    """Every measurement, interleaved; the markdown report and the ratios line."""
-    throughput = _run_child(args, "matmul", "hfncl", "sgr", "256/64")["gflops"]
-    rows, ratios = [], None
+def _variants(args: argparse.Namespace) -> list[str]:
+    """hfncl's measured precisions, float32 last (its ratios line is the report's last)."""
+    return sorted(args.mixed_precision, key=lambda precision: precision == "no")
+
+
+def _ratio(runs: dict[str, list[dict[str, float]]], program: str, key: str) -> float:
+    return _median(runs[program], key)[0] / _median(runs["official"], key)[0]
+
+
+def measure(args: argparse.Namespace) -> tuple[str, list[str]]:
+    """Every measurement, interleaved; the markdown report and a ratios line per hfncl precision."""
+    variants = _variants(args)
+    programs = ["official"] + [f"hfncl:{precision}" for precision in variants]
+    throughput = {program: _run_child(args, "matmul", program, "sgr", "256/64")["gflops"] for program in programs}
+    rows, ratios = [], {}
     for head, dims in args.cases:
-        train = {"official": [], "hfncl": []}
-        score = {"official": [], "hfncl": []}
-        for _ in range(args.repeats):
-            for program in ("official", "hfncl"):
-                train[program].append(_run_child(args, "train", program, head, dims))
-        for _ in range(args.scoring_repeats):
-            for program in ("official", "hfncl"):
-                score[program].append(_run_child(args, "score", program, head, dims))
-        epoch = {"official": [], "hfncl": []}
-        for _ in range(args.epoch_repeats if (head, dims) == args.cases[0] else 0):
-            for program in ("official", "hfncl"):
-                epoch[program].append(_run_child(args, "epoch", program, head, dims))
-        step_ratio = _median(train["hfncl"], "cpu")[0] / _median(train["official"], "cpu")[0]
-        score_ratio = _median(score["hfncl"], "cpu")[0] / _median(score["official"], "cpu")[0]
-        rss_ratio = _median(train["hfncl"], "peak_mib")[0] / _median(train["official"], "peak_mib")[0]
+        first = (head, dims) == args.cases[0]
+        train: dict[str, list[dict[str, float]]] = {program: [] for program in programs}
+        score: dict[str, list[dict[str, float]]] = {program: [] for program in programs}
+        epoch: dict[str, list[dict[str, float]]] = {program: [] for program in programs}
+        for kind, runs, repeats in (
+            ("train", train, args.repeats),
+            ("score", score, args.scoring_repeats),
+            ("epoch", epoch, args.epoch_repeats if first else 0),
+        ):
+            for _ in range(repeats):
+                for program in programs:
+                    runs[program].append(_run_child(args, kind, program, head, dims))
         roofline = {
-            program: train[program][0]["flops"] / _median(train[program], "cpu")[0] / (throughput * 1e9)
-            for program in train
+            program: train[program][0]["flops"] / _median(train[program], "cpu")[0] / (throughput[program] * 1e9)
+            for program in programs
         }
-        epoch_ratio = (
-            _median(epoch["hfncl"], "pair_epoch")[0] / _median(epoch["official"], "pair_epoch")[0] if epoch["hfncl"] else None
-        )
-        epoch_cells = (
-            f"{_cell(epoch['official'], 'pair_epoch', 3)} | {_cell(epoch['hfncl'], 'pair_epoch', 3)} | {epoch_ratio:.2f} | "
-            f"{_median(epoch['official'], 'division_per_pair')[0]:.3f} / {_median(epoch['hfncl'], 'division_per_pair')[0]:.3f}"
-            if epoch_ratio is not None
-            else "- | - | - | -"
-        )
-        rows.append(
-            f"| {head.upper()} {dims} | {_cell(train['official'], 'cpu')} | {_cell(train['hfncl'], 'cpu')} | "
-            f"{step_ratio:.2f} | {train['official'][0]['flops'] / 1e12:.2f} / {train['hfncl'][0]['flops'] / 1e12:.2f} | "
-            f"{roofline['official']:.2f} / {roofline['hfncl']:.2f} | {_cell(score['official'], 'cpu', 1)} | "
-            f"{_cell(score['hfncl'], 'cpu', 1)} | {score_ratio:.2f} | {_median(train['official'], 'peak_mib')[0]:.0f} / "
-            f"{_median(train['hfncl'], 'peak_mib')[0]:.0f} | {rss_ratio:.2f} | {epoch_cells} |"
-        )
-        if ratios is None:
-            ratios = (
-                f"ratios warmup_step={step_ratio:.2f} "
-                f"pair_epoch={'n/a' if epoch_ratio is None else f'{epoch_ratio:.2f}'} scoring={score_ratio:.2f} rss={rss_ratio:.2f} "
-                f"roofline={roofline['hfncl']:.2f}"
+        for precision, program in zip(variants, programs[1:], strict=True):
+            step_ratio, score_ratio = _ratio(train, program, "cpu"), _ratio(score, program, "cpu")
+            rss_ratio = _ratio(train, program, "peak_mib")
+            epoch_ratio = _ratio(epoch, program, "pair_epoch") if epoch[program] else None
+            epoch_cells = (
+                f"{_cell(epoch['official'], 'pair_epoch', 3)} | {_cell(epoch[program], 'pair_epoch', 3)} | "
+                f"{epoch_ratio:.2f} | {_median(epoch['official'], 'division_per_pair')[0]:.3f} / "
+                f"{_median(epoch[program], 'division_per_pair')[0]:.3f}"
+                if epoch_ratio is not None
+                else "- | - | - | -"
             )
+            rows.append(
+                f"| {head.upper()} {dims} | {'fp32' if precision == 'no' else precision} | "
+                f"{_cell(train['official'], 'cpu')} | {_cell(train[program], 'cpu')} | {step_ratio:.2f} | "
+                f"{train['official'][0]['flops'] / 1e12:.2f} / {train[program][0]['flops'] / 1e12:.2f} | "
+                f"{roofline['official']:.2f} / {roofline[program]:.2f} | {_cell(score['official'], 'cpu', 1)} | "
+                f"{_cell(score[program], 'cpu', 1)} | {score_ratio:.2f} | {_median(train['official'], 'peak_mib')[0]:.0f} / "
+                f"{_median(train[program], 'peak_mib')[0]:.0f} | {rss_ratio:.2f} | {epoch_cells} |"
+            )
+            if first:
+                ratios[precision] = (
+                    f"ratios{'' if precision == 'no' else ' ' + precision} warmup_step={step_ratio:.2f} "
+                    f"pair_epoch={'n/a' if epoch_ratio is None else f'{epoch_ratio:.2f}'} scoring={score_ratio:.2f} "
+                    f"rss={rss_ratio:.2f} roofline={roofline[program]:.2f}"
+                )
     import torch
 
+    speeds = ", ".join(
+        f"{throughput[program]:.0f} GFLOP/s in {'fp32' if program in ('official', 'hfncl:no') else 'bf16'}"
+        for program in programs[:1] + [p for p in programs[1:] if p != "hfncl:no"]
+    )
     header = [
         f"Official NCR code vs hfncl on the CPU ({args.threads} torch thread(s), torch {torch.__version__}, "
-        f"fp32 matmul {throughput:.0f} GFLOP/s on 2048 x 2048). Warmup step: one network, batch of {BATCH}, "
-        f"CPU seconds (user + sys), median [min, max] of {args.repeats} interleaved runs. Scoring: "
+        f"matmul on 2048 x 2048: {speeds}). The official code runs in fp32 as it ships; hfncl in the precision "
+        "column (bf16: under bf16 autocast, TrainConfig.mixed_precision, scores float32). Warmup step: one network, "
+        f"batch of {BATCH}, CPU seconds (user + sys), median [min, max] of {args.repeats} interleaved runs. Scoring: "
         f"{args.scoring_images} x {args.scoring_images * CAPTIONS_PER_IMAGE} from embeddings, "
-        f"{args.scoring_repeats} run(s). Peak RSS of the training-step process. NCR epoch (first case only): "
+        f"{args.scoring_repeats} run(s). Peak RSS of the training-step process. Roofline: matmul FLOPs per CPU "
+        "second over the matmul throughput in the step's precision. NCR epoch (first case only): "
         f"{args.epoch_images} images x {CAPTIONS_PER_IMAGE} captions at {EPOCH_NOISE:.0%} noise, CPU seconds per "
         f"pair of one co-training epoch with both networks, the division and the noisy part, "
         f"{args.epoch_repeats} run(s); its division column is that epoch's division stage per pair.",
         "",
-        "| head dims | official step s | hfncl step s | hfncl / official | matmul TFLOP per step (official / hfncl) | "
-        "roofline fraction (official / hfncl) | official scoring s | hfncl scoring s | hfncl / official | "
-        "peak RSS MiB (official / hfncl) | hfncl / official | official epoch s/pair | hfncl epoch s/pair | "
-        "hfncl / official | division s/pair (official / hfncl) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| head dims | hfncl precision | official step s | hfncl step s | hfncl / official | matmul TFLOP per step "
+        "(official / hfncl) | roofline fraction (official / hfncl) | official scoring s | hfncl scoring s | "
+        "hfncl / official | peak RSS MiB (official / hfncl) | hfncl / official | official epoch s/pair | "
+        "hfncl epoch s/pair | hfncl / official | division s/pair (official / hfncl) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    return "\n".join(header + rows) + "\n", ratios
+    return "\n".join(header + rows) + "\n", [ratios[precision] for precision in variants if precision in ratios]
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -448,9 +479,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--epoch-images", type=int, default=128,
                         help="Images (x 5 captions) of the NCR-epoch measurement's training set.")
     parser.add_argument("--epoch-repeats", type=int, default=1, help="Interleaved runs of the NCR epoch (0: none).")
+    parser.add_argument("--mixed-precision", nargs="+", choices=("no", "bf16"), default=["no"],
+                        help="hfncl's precisions (TrainConfig.mixed_precision), a row each; the official code runs in fp32.")
     parser.add_argument("--work-dir", default="runs/peer_speed", help="Generated data and the hfncl runs' outputs.")
     parser.add_argument("--child", choices=("train", "score", "matmul", "epoch"), help=argparse.SUPPRESS)
-    parser.add_argument("--program", choices=("official", "hfncl"), help=argparse.SUPPRESS)
+    parser.add_argument("--program", choices=("official", "hfncl:no", "hfncl:bf16"), help=argparse.SUPPRESS)
     parser.add_argument("--head", choices=("sgr", "saf"), help=argparse.SUPPRESS)
     parser.add_argument("--dims", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -470,15 +503,20 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+        args.program, _, precision = args.program.partition(":")
+        args.mixed_precision = precision or "no"
         children = {"train": child_train, "score": child_score, "epoch": child_epoch}
-        result = child_matmul() if args.child == "matmul" else children[args.child](args.program, args)
+        if args.child == "matmul":
+            result = child_matmul("bfloat16" if args.mixed_precision == "bf16" else "float32")
+        else:
+            result = children[args.child](args.program, args)
         print(json.dumps(result))
         return 0
     report, ratios = measure(args)
     if args.output:
-        Path(args.output).write_text(report + "\n" + ratios + "\n")
+        Path(args.output).write_text(report + "\n" + "\n".join(ratios) + "\n")
     print(report)
-    print(ratios)
+    print("\n".join(ratios))
     return 0
 
 

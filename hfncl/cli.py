@@ -258,6 +258,10 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--folds", type=int, default=1, help="Also average over this many folds (MS-COCO: 5 x 1K).")
     parser.add_argument("--batch-size", type=int, default=256, help="Encoding batch size.")
     parser.add_argument("--device", default="cpu", help="Where to run the models (default: cpu).")
+    parser.add_argument(
+        "--mixed-precision", choices=("no", "bf16", "fp16"), default="no",
+        help="Encode and score under autocast in this dtype (scores stay float32; bf16 also on CPUs).",
+    )
     parser.add_argument("--no-progress", action="store_true", help="Hide the progress bars.")
 
 
@@ -268,6 +272,8 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
 )
 def evaluate_command(args: argparse.Namespace) -> int:
     """Print the metrics of ``args.checkpoints`` on ``args.split`` as JSON."""
+    import torch
+
     from hfncl.data import DataFormatError
     from hfncl.engine.encoding import RetrievalSplit, evaluate_ensemble
     from hfncl.hub import IncompatibleCheckpointError, load_text_vocabulary
@@ -284,15 +290,17 @@ def evaluate_command(args: argparse.Namespace) -> int:
             for name, model in zip(args.checkpoints, models, strict=True)
         ]
         hooks = [build_plugin_manager(m.config.plugins).hook if m.config.plugins else None for m in models]
-        metrics = evaluate_ensemble(
-            models,
-            splits,
-            batch_size=args.batch_size,
-            device=args.device,
-            folds=args.folds,
-            hooks=hooks,
-            progress=not args.no_progress,
-        )
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.mixed_precision)
+        with torch.autocast(torch.device(args.device).type, dtype=dtype, enabled=dtype is not None):
+            metrics = evaluate_ensemble(
+                models,
+                splits,
+                batch_size=args.batch_size,
+                device=args.device,
+                folds=args.folds,
+                hooks=hooks,
+                progress=not args.no_progress,
+            )
     except (DataFormatError, IncompatibleCheckpointError, OSError, ValueError) as error:
         print(f"hfncl: error: {error}", file=sys.stderr)
         return 1

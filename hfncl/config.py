@@ -92,7 +92,13 @@ class TrainConfig:
         default=0, metadata={"help": "Also checkpoint every N optimiser steps (0: epoch ends only)."}
     )
     num_workers: int = field(default=0, metadata={"help": "DataLoader worker processes."})
-    mixed_precision: str = field(default="no", metadata={"help": "no, fp16 or bf16 (Accelerate)."})
+    mixed_precision: str = field(
+        default="no",
+        metadata={
+            "help": "no, fp16 or bf16 (Accelerate): autocast of the encoders, similarity heads and evaluation; "
+            "scores stay float32; bf16 also on CPUs."
+        },
+    )
     log_with: list[str] = field(
         default_factory=list,
         metadata={"help": "Accelerate trackers (tensorboard, wandb, ...).", "aliases": ["--report_to"]},

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 from accelerate import Accelerator
+from accelerate.state import AcceleratorState
 from accelerate.utils import set_seed
 from safetensors.torch import load_file, save_file
 
@@ -51,6 +52,21 @@ from hfncl.plugins import (
 from hfncl.types import Batch, BatchPlan, Division
 
 CHECKPOINT_PREFIX = "step-"
+
+
+def _accelerator(config: TrainConfig) -> Accelerator:
+    """The run's accelerator, in ``config.mixed_precision``.
+
+    Accelerate keeps one precision per process; a run after one in another precision in the same
+    process (a benchmark comparing them, a test suite) resets that shared state first, as
+    transformers' ``TrainingArguments`` does, keeping the process group.
+    """
+    shared = AcceleratorState._shared_state
+    if shared and shared.get("_mixed_precision", config.mixed_precision) != config.mixed_precision:
+        AcceleratorState._reset_state()
+    return Accelerator(
+        mixed_precision=config.mixed_precision, log_with=config.log_with or None, project_dir=config.output_dir
+    )
 
 
 @dataclass
@@ -124,9 +140,7 @@ class Trainer:
                 f"TrainConfig.batch_size {config.batch_size} exceeds the {len(train_data)} training samples: "
                 "every epoch would take zero optimisation steps; lower batch_size"
             )
-        self.accelerator = accelerator or Accelerator(
-            mixed_precision=config.mixed_precision, log_with=config.log_with or None, project_dir=config.output_dir
-        )
+        self.accelerator = accelerator or _accelerator(config)
         set_seed(config.seed)
         check_agreement(manager, config.plugins, "num_networks", config=config)
         self.num_networks = int(self.hook.num_networks(config=config) or 1)
@@ -178,12 +192,12 @@ class Trainer:
         """Network ``net`` on ``batch``, gathered into the global batch of every process.
 
         The outputs are the task's dataclass: :class:`hfncl.types.PairOutputs` for pairs,
-        :class:`hfncl.types.CategoryOutputs` for category-labelled samples.
+        :class:`hfncl.types.CategoryOutputs` for category-labelled samples. The encoders and the
+        similarity head run under the accelerator's autocast (``mixed_precision``); scores are float32.
         """
         module = self.wrapped_networks[net] if grad else self.model.networks[net]
         with torch.set_grad_enabled(grad), self.accelerator.autocast():
             encoded = self.task.encode(module, batch)
-        with torch.set_grad_enabled(grad):
             gathered = tuple(gather(tensor.float()) for tensor in encoded)
             return self.task.outputs(self.model.networks[net], gathered, gather(batch["index"]))
 
@@ -425,15 +439,17 @@ class Trainer:
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, split: Any) -> dict[str, float]:
-        """The task's metrics on an evaluation split (pairs: R@1/5/10, rSum, medr, meanr; labels: mAP)."""
-        return self.task.evaluate(
-            self.model,
-            split,
-            batch_size=self.config.eval_batch_size,
-            device=self.accelerator.device,
-            hook=self.hook,
-            progress=self._show_progress,
-        )
+        """The task's metrics on an evaluation split (pairs: R@1/5/10, rSum, medr, meanr; labels: mAP), under the
+        autocast of ``mixed_precision`` as training runs."""
+        with self.accelerator.autocast():
+            return self.task.evaluate(
+                self.model,
+                split,
+                batch_size=self.config.eval_batch_size,
+                device=self.accelerator.device,
+                hook=self.hook,
+                progress=self._show_progress,
+            )
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> Path:

@@ -81,6 +81,7 @@ class MatchingNetwork(nn.Module):
     def view_scores(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:
         """Unbounded score of every image view with every caption: (n, W * d), (m, d) -> (W, n, m).
 
+        Scores are float32 under autocast too (rounded ones would tie in a ranking).
         A cosine head's score is the cosine (the dot product of the unit-norm embeddings). An
         SGR / SAF head's is its raw output W_o s before the sigmoid, for each view's local
         features (packed (n, R, W * d + 1): the views side by side, one validity flag) against
@@ -95,7 +96,9 @@ class MatchingNetwork(nn.Module):
             finally:
                 self.head.logits = False
         views = image_embeds.unflatten(-1, (self.views, -1)).transpose(0, 1)
-        return views @ text_embeds.t()
+        with torch.autocast(image_embeds.device.type, enabled=False):
+            dtype = torch.promote_types(text_embeds.dtype, torch.float32)
+            return views.to(dtype) @ text_embeds.to(dtype).t()
 
     def squash(self, scores: torch.Tensor) -> torch.Tensor:
         """Similarities of :meth:`view_scores`' scores: the sigmoid of an SGR / SAF head's, a cosine or a SCAN

@@ -85,7 +85,15 @@ class ScanHead(nn.Module):
         return scores
 
     def forward(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:
-        """S(I, T) (n, m) of every image (n, R, d + 1) with every caption (m, L, d + 1), both packed."""
+        """S(I, T) (n, m) of every image (n, R, d + 1) with every caption (m, L, d + 1), both packed.
+
+        In float32 under autocast too: S is an average or log-sum-exp of per-word relevances whose
+        bf16 / fp16 rounding would make captions tie in a ranking, and the head is cheap."""
+        with torch.autocast(image_embeds.device.type, enabled=False):
+            dtype = torch.promote_types(text_embeds.dtype, torch.float32)
+            return self._scores(image_embeds.to(dtype), text_embeds.to(dtype))
+
+    def _scores(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:
         regions, region_mask = unpack_local(image_embeds)
         words, word_mask = unpack_local(text_embeds)
         if not bool(region_mask.any(dim=1).all()) or not bool(word_mask.any(dim=1).all()):

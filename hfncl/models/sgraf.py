@@ -204,9 +204,12 @@ def attention_weights(
 ) -> torch.Tensor:
     """:func:`region_attention` from the (n, m, L, R) cosines c_ij: softmax_i(lambda c^_ij) over the valid regions,
     c^_ij = [c_ij]_a / sqrt(sum_{valid j} [c_ij]_a^2) (SGRAF Eq. 2-3; SCAN's text-to-image attention)."""
-    positive = F.leaky_relu(cosine, negative_slope) * word_mask[None, :, :, None].to(cosine.dtype)
-    normalised = positive / positive.norm(dim=2, keepdim=True).clamp_min(_EPS)
-    logits = (smooth * normalised).masked_fill(~region_mask[:, None, None, :], float("-inf"))
+    positive = F.leaky_relu(cosine, negative_slope)
+    if not bool(word_mask.all()):  # a block's captions all have its length: no padding to clear
+        positive = positive * word_mask[None, :, :, None].to(cosine.dtype)
+    logits = positive * (smooth / positive.norm(dim=2, keepdim=True).clamp_min(_EPS))
+    if not bool(region_mask.all()):
+        logits = logits.masked_fill(~region_mask[:, None, None, :], float("-inf"))
     return logits.softmax(dim=-1)
 
 
@@ -294,6 +297,19 @@ class SimilarityHead(nn.Module, ABC):
     def squash(scores: torch.Tensor) -> torch.Tensor:
         """Similarities in (0, 1) of raw scores W_o s (``logits``): their sigmoid."""
         return torch.sigmoid(scores)
+
+    def readout(self, representation: torch.Tensor) -> torch.Tensor:
+        """The score of a final similarity representation s (..., sim_dim): W_o s, or sigmoid(W_o s) unless
+        ``logits`` (Eq. 9).
+
+        In the layer's own precision (float32) always: under autocast the reasoning before it runs in
+        bf16 / fp16, but a score rounded to 8 or 11 significant bits would tie with its neighbours in
+        a ranking of thousands.
+        """
+        output = cast(nn.Linear, self.output)
+        with torch.autocast(representation.device.type, enabled=False):
+            raw = output(representation.to(output.weight.dtype)).squeeze(-1)
+        return raw if self.logits else torch.sigmoid(raw)
 
     @staticmethod
     def join(parts: Sequence[torch.Tensor], dim: int = 0) -> torch.Tensor:
@@ -428,8 +444,7 @@ class SGRHead(SimilarityHead):
         steps = [cast(GraphReasoningStep, step) for step in self.steps]
         for step, edge_map in zip(steps[:-1], maps[:-1], strict=True):
             nodes = step(nodes, node_mask, edge_map)
-        raw = self.output(steps[-1].first_node(nodes, node_mask, maps[-1])).squeeze(-1)
-        return raw if self.logits else torch.sigmoid(raw)
+        return self.readout(steps[-1].first_node(nodes, node_mask, maps[-1]))
 
 
 class SAFHead(SimilarityHead):
@@ -503,16 +518,16 @@ class SAFHead(SimilarityHead):
         cast(torch.Tensor, self.norm.num_batches_tracked).add_(steps)
 
     def _raw(self, nodes: torch.Tensor, node_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The (n, m, N) mask of valid nodes and their attention logits W_f s_p."""
-        return node_mask.unsqueeze(0).expand(nodes.shape[:3]), self.attention(nodes).squeeze(-1)
+        """The (n, m, N) mask of valid nodes and their attention logits W_f s_p (in the batch norm's
+        precision: its statistics and the filtration weights stay float32 under autocast)."""
+        logits = self.attention(nodes).squeeze(-1).to(self.norm.weight.dtype)
+        return node_mask.unsqueeze(0).expand(nodes.shape[:3]), logits
 
     def _filter(self, nodes: torch.Tensor, valid: torch.Tensor, normed: torch.Tensor) -> torch.Tensor:
         """beta_p = sigma(BN(W_f s_p)) / sum_q sigma(BN(W_f s_q)), S = sigmoid(W_o l2norm(sum_p beta_p s_p))."""
         gate = torch.sigmoid(normed) * valid.to(nodes.dtype)
         weights = gate / gate.sum(dim=-1, keepdim=True)
-        filtered = l2norm((weights.unsqueeze(-1) * nodes).sum(dim=2))
-        raw = self.output(filtered).squeeze(-1)
-        return raw if self.logits else torch.sigmoid(raw)
+        return self.readout(l2norm((weights.unsqueeze(-1) * nodes).sum(dim=2)))
 
 
 def build_similarity_head(config: Any) -> SimilarityHead | None:

@@ -142,5 +142,13 @@ def local_nodes(
     Returns:
         l2norm(W (l2norm(sum_i alpha_ij x_i) - y_j)^2 + b), the square element-wise; same values
         and gradients as the plain expression, with a fraction of its memory and passes.
+        Under autocast (``mixed_precision`` bf16 / fp16) the whole function runs in the autocast
+        dtype, its products and the element-wise work between them alike; the gradients reach
+        the float32 inputs through the casts.
     """
+    device = alpha.device.type
+    if torch.is_autocast_enabled(device):
+        dtype = torch.get_autocast_dtype(device)
+        with torch.autocast(device, enabled=False):
+            return _LocalNodes.apply(*(tensor.to(dtype) for tensor in (alpha, regions, words, weight, bias)))
     return _LocalNodes.apply(alpha, regions, words, weight, bias)
