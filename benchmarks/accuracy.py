@@ -7,7 +7,8 @@
 Methods: every installed plugin that learns from image-caption pairs and declares
 ``demo_settings`` (the demo's selection), or those named with ``--methods``; each trains
 alone with its demo settings (epochs, warmup, options), or the ``--settings`` given instead
-(which also trains a named method that declares none), and the demo's optimiser. Noise:
+(which also trains a named method that declares none, and whose schedule the references
+follow), and the demo's optimiser. Noise:
 the NCR protocol (re-pair a share of the training captions) at each ratio of ``--ratios``.
 A seed seeds both the noise split and the training; the data itself is fixed.
 
@@ -133,12 +134,20 @@ def jobs(args: argparse.Namespace, data_dir: Path) -> list[Job]:
             out += [Job(run.plugin, run, seed, noisy) for run in method_runs(args.methods, ratio, args.settings)]
             if ratio == 0.0 or args.no_references:
                 continue
-            reference = method_runs([args.oracle_method], ratio)[0]
+            reference = reference_run(args, ratio)
             vocab = str(training_vocabulary(data_dir))
             for row, split in ((ORACLE, oracle_split(data_dir, ratio, seed)), (HALF_DATA, half_data_split(data_dir, ratio))):
                 clean = DataArguments(data_dir=str(data_dir), train_split=split, vocab_file=vocab, noise_seed=seed)
                 out.append(Job(row, reference, seed, clean))
     return out
+
+
+def reference_run(args: argparse.Namespace, ratio: float) -> DemoRun:
+    """The oracle's and the half-data control's run: ``--oracle-method`` with its demo settings, their schedule
+    replaced by that of ``--settings`` (epochs, learning rate, batch, decay; not a method's warmup or options)."""
+    reference = method_runs([args.oracle_method], ratio)[0]
+    schedule = {key: value for key, value in (args.settings or {}).items() if key not in ("options", "warmup_epochs")}
+    return DemoRun(reference.plugin, ratio, {**reference.settings, **schedule})
 
 
 def train(job: Job, output_dir: Path, quick: bool, progress: bool, resume: bool, report_only: bool = False) -> dict[str, Any] | None:
@@ -263,7 +272,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--methods", nargs="+", default=None, help="Methods (default: the demo's selection).")
     parser.add_argument("--settings", type=json.loads, default=None,
                         help="JSON training settings (epochs, warmup_epochs, options) replacing the demo settings "
-                        "of the --methods, e.g. for a method that declares none.")
+                        "of the --methods, e.g. for a method that declares none; their schedule (all but "
+                        "warmup_epochs and options) also trains the oracle and the half-data control.")
     parser.add_argument("--ratios", type=float, nargs="+", default=[0.0, 0.2, 0.5, 0.7], help="Noise ratios.")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="Seeds of noise and training.")
     parser.add_argument("--captions-file", default=str(DEFAULT_CAPTIONS), help="Flickr8k captions.txt for the proxy.")

@@ -1,6 +1,7 @@
 """Mixed precision on the CPU: NCR on an SGR head trained in float32 and under bf16 autocast, side by side.
 
     python benchmarks/mixed_precision.py --output-dir runs/mixed_precision      # 2 runs, ~25 min on 2 cores
+    python benchmarks/mixed_precision.py --quick                                 # tiny: checks the script
 
 Trains NCR (two networks, the official SGR layers at the demo's joint space 256, words 64, sim 64,
 3 reasoning steps) on the small generated benchmark (800 training images x 5 captions) at
@@ -87,7 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=5e-4)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="Tiny benchmark, 2 epochs: checks the script in a minute.")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.size, args.epochs, args.warmup_epochs = "tiny", 2, 1
     quiet()
     output = Path(args.output_dir)
     data_dir = PAIRS.demo_data(output, DEMO_SIZES[args.size], 0)

@@ -340,3 +340,14 @@ def test_share_of_oracle_pairs_each_run_with_the_oracle_of_its_ratio_and_seed():
     shares = accuracy.oracle_shares(rows)
     assert shares[("ncr", 0.5)] == [0.75, 0.9] and shares[("oracle", 0.5)] == [1.0, 1.0]
     assert ("ncr", 0.0) not in shares
+
+
+def test_the_references_follow_the_schedule_of_the_settings_not_a_methods_warmup_or_options():
+    accuracy = benchmark_module("accuracy")
+    demo = accuracy.reference_run(accuracy.parse_args(["--benchmark", "proxy"]), 0.5)
+    assert demo.plugin == "vsepp" and demo.settings == {"epochs": 10}
+    settings = '{"epochs": 20, "warmup_epochs": 2, "lr_decay_epochs": [], "options": {"gsc.beta": 0.5}}'
+    args = accuracy.parse_args(["--benchmark", "proxy", "--methods", "gsc", "--settings", settings])
+    longer = accuracy.reference_run(args, 0.7)
+    assert longer.plugin == "vsepp" and longer.noise_ratio == 0.7
+    assert longer.settings == {"epochs": 20, "lr_decay_epochs": []}
