@@ -104,11 +104,14 @@ def warmup_loss(trainer, batch, outputs, net) -> dict[str, torch.Tensor]:
 def batch_plan(trainer, networks) -> BatchPlan | None:
     """``ncr.noisy_batch = "separate"``: a pass over the clean set with a batch of the noisy set beside each clean batch.
 
-    The noisy batches are drawn before their part trains too (their steps record L_w; co-divide after a
-    co-training epoch runs a pass all the same, :func:`recorded_losses`).
+    The noisy batches come only once their part trains (``ncr.noisy_part_start``, with co-rectify): before, a
+    noisy batch would take no step, and co-divide after a co-training epoch runs a pass all the same
+    (:func:`recorded_losses`), so its forward pass would be wasted.
     """
-    separate = trainer.options_of(NCROptions).noisy_batch == "separate"
-    return division_plan(trainer.divisions[networks[0]]) if separate and not trainer.in_warmup else None
+    settings = trainer.options_of(NCROptions)
+    if settings.noisy_batch != "separate" or trainer.in_warmup:
+        return None
+    return division_plan(trainer.divisions[networks[0]], noisy=settings.co_rectify and noisy_part_trains(trainer))
 
 
 def adaptive_prediction(similarity: torch.Tensor, alpha: float, top_fraction: float = 0.1) -> torch.Tensor:
@@ -249,8 +252,6 @@ def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor] | Non
     """Co-rectified labels (Eq. 4) as soft margins (Eq. 7) of L_soft (Eq. 6), hardest negatives within each part."""
     alpha = trainer.options_of(NCROptions).alpha
     record_step_loss(trainer, outputs, net)
-    if trainer.batch_part == "noisy" and not (trainer.options_of(NCROptions).co_rectify and noisy_part_trains(trainer)):
-        return None  # a noisy batch drawn before its part trains: its L_w is recorded, no step is taken
     if not trainer.options_of(NCROptions).co_rectify:
         clean = targets["dataset_clean"][outputs.index.cpu()].to(outputs.similarity.device)
         return {"soft_margin_triplet": co_divide_only_loss(outputs.similarity, clean, alpha)}

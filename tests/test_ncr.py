@@ -265,36 +265,23 @@ def test_the_batch_plan_is_the_peer_division_s_clean_set_with_its_noisy_set_besi
 
     divisions = [SimpleNamespace(clean=torch.tensor([True, False, True])), SimpleNamespace(clean=torch.tensor([False, True, True]))]
 
-    def trainer(noisy_batch, in_warmup=False):
-        options = {"ncr.noisy_batch": noisy_batch}
-        return SimpleNamespace(options_of=lambda kind: kind.read(options), in_warmup=in_warmup, divisions=divisions)
+    def trainer(noisy_batch, in_warmup=False, epoch=8, co_rectify=True):
+        options = {"ncr.noisy_batch": noisy_batch, "ncr.noisy_part_start": 0.5, "ncr.co_rectify": co_rectify}
+        return SimpleNamespace(
+            options_of=lambda kind: kind.read(options), in_warmup=in_warmup, divisions=divisions, epoch=epoch,
+            config=SimpleNamespace(epochs=10, warmup_epochs=4),
+        )
 
     plan = batch_plan(trainer=trainer("separate"), networks=[1])
     assert list(plan.parts) == ["clean", "noisy"]
     assert plan.parts["clean"].tolist() == [False, True, True] and plan.parts["noisy"].tolist() == [True, False, False]
     assert batch_plan(trainer=trainer("split"), networks=[1]) is None
     assert batch_plan(trainer=trainer("separate", in_warmup=True), networks=[0]) is None
-
-
-def test_a_noisy_batch_takes_no_step_before_its_part_trains_or_without_co_rectify_but_records_its_losses():
-    from types import SimpleNamespace
-
-    from hfncl.engine.ledger import Ledger
-    from hfncl_plugins.ncr import loss
-
-    similarity = torch.tensor([[0.9, 0.8, 0.1], [0.2, 0.6, 0.3], [0.95, 0.1, 0.4]])
-    base = {"ncr.alpha": 0.2, "ncr.division_statistics": "steps", "ncr.noisy_part_start": 0.5}
-    targets = {"clean": torch.zeros(3, dtype=torch.bool), "clean_prob": torch.full((3,), 0.1), "peer_prediction": torch.zeros(3)}
-    for epoch, co_rectify, trains in ((5, True, False), (7, True, True), (7, False, False)):
-        options = dict(base, **{"ncr.co_rectify": co_rectify})
-        trainer = SimpleNamespace(
-            batch_part="noisy", options_of=lambda kind, options=options: kind.read(options), epoch=epoch,
-            config=SimpleNamespace(epochs=10, warmup_epochs=4), ledger=Ledger(6),
-        )
-        outputs = SimpleNamespace(similarity=similarity, index=torch.tensor([5, 0, 3]))
-        term = loss(trainer=trainer, batch={}, outputs=outputs, targets=targets if co_rectify else {"dataset_clean": torch.zeros(6, dtype=torch.bool)}, net=0)
-        assert (term is not None) == trains, (epoch, co_rectify)
-        assert not torch.isnan(trainer.ledger.get("ncr.step_lw0")[[5, 0, 3]]).any()
+    # no noisy batch while it would take no step: before its part trains (epoch 4 + 3 here), or without co-rectify
+    for idle in (trainer("separate", epoch=6), trainer("separate", co_rectify=False)):
+        plan = batch_plan(trainer=idle, networks=[1])
+        assert list(plan.parts) == ["clean"] and plan.parts["clean"].tolist() == [False, True, True]
+    assert list(batch_plan(trainer=trainer("separate", epoch=7), networks=[1]).parts) == ["clean", "noisy"]
 
 
 def test_ncr_trains_with_a_separate_noisy_batch_and_with_the_split_batch(tiny_data_dir, tmp_path):
