@@ -84,6 +84,12 @@ LOCAL_SIMILARITIES = ("sgr", "saf")
 _EPS = 1e-8
 
 
+def full_precision(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in float32 at least: under autocast the heads' softmaxes and normalisations run in full precision,
+    as CUDA's autocast keeps them (the CPU's would run them in bf16), and only the products in bf16 / fp16."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 def l2norm(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """``x`` scaled to unit L2 norm along ``dim`` (zero vectors stay zero)."""
     return x / x.norm(dim=dim, keepdim=True).clamp_min(_EPS)
@@ -155,7 +161,7 @@ class AttentionPooling(nn.Module):
             hidden, gate = self.local_norm(hidden), self.query_norm(gate)
         hidden = self.dropout(torch.tanh(hidden)) * self.dropout(torch.tanh(gate)).unsqueeze(1)
         logits = self.score(hidden).squeeze(-1).masked_fill(~mask, float("-inf"))
-        alpha = logits.softmax(dim=1)
+        alpha = full_precision(logits).softmax(dim=1)
         return l2norm((alpha.unsqueeze(-1) * local).sum(dim=1))
 
 
@@ -204,7 +210,7 @@ def attention_weights(
 ) -> torch.Tensor:
     """:func:`region_attention` from the (n, m, L, R) cosines c_ij: softmax_i(lambda c^_ij) over the valid regions,
     c^_ij = [c_ij]_a / sqrt(sum_{valid j} [c_ij]_a^2) (SGRAF Eq. 2-3; SCAN's text-to-image attention)."""
-    positive = F.leaky_relu(cosine, negative_slope)
+    positive = F.leaky_relu(full_precision(cosine), negative_slope)
     if not bool(word_mask.all()):  # a block's captions all have its length: no padding to clear
         positive = positive * word_mask[None, :, :, None].to(cosine.dtype)
     logits = positive * (smooth / positive.norm(dim=2, keepdim=True).clamp_min(_EPS))
@@ -403,7 +409,7 @@ class GraphReasoningStep(nn.Module):
         ``edge_map``: :meth:`edge_map`'s value when the caller formed it already.
         """
         edges = F.linear(nodes, *(edge_map or self.edge_map())) @ nodes.transpose(-1, -2)
-        edges = edges.masked_fill(~node_mask[None, :, None, :], float("-inf")).softmax(dim=-1)
+        edges = full_precision(edges).masked_fill(~node_mask[None, :, None, :], float("-inf")).softmax(dim=-1)
         return torch.relu(self.update(edges @ nodes))
 
     def first_node(
@@ -412,7 +418,7 @@ class GraphReasoningStep(nn.Module):
         """The updated node 0 only, (n, m, s): what the last step must give SGR's output."""
         queries = F.linear(nodes[:, :, 0], *(edge_map or self.edge_map()))
         edges = torch.einsum("nms,nmqs->nmq", queries, nodes)
-        edges = edges.masked_fill(~node_mask[None], float("-inf")).softmax(dim=-1)
+        edges = full_precision(edges).masked_fill(~node_mask[None], float("-inf")).softmax(dim=-1)
         return torch.relu(self.update(torch.einsum("nmq,nmqs->nms", edges, nodes)))
 
 
