@@ -393,7 +393,9 @@ def measure(args: argparse.Namespace) -> tuple[str, list[str]]:
     """Every measurement, interleaved; the markdown report and a ratios line per hfncl precision."""
     variants = _variants(args)
     programs = ["official"] + [f"hfncl:{precision}" for precision in variants]
-    throughput = {program: _run_child(args, "matmul", program, "sgr", "256/64")["gflops"] for program in programs}
+    fp32 = _run_child(args, "matmul", "official", "sgr", "256/64")["gflops"]
+    bf16 = _run_child(args, "matmul", "hfncl:bf16", "sgr", "256/64")["gflops"] if "bf16" in variants else None
+    throughput = {program: bf16 if program == "hfncl:bf16" else fp32 for program in programs}
     rows, ratios = [], {}
     for head, dims in args.cases:
         first = (head, dims) == args.cases[0]
