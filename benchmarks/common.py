@@ -77,3 +77,15 @@ def write_report(path: Path, text: str) -> None:
     print(text)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text + "\n")
+
+
+def constant_lr_schedule(args: Any) -> dict[str, Any]:
+    """Training settings of a script's ``--epochs``, ``--warmup-epochs``, ``--batch-size`` and ``--learning-rate``,
+    without lr decay (the SGR-head scripts' schedule)."""
+    return {
+        "epochs": args.epochs,
+        "warmup_epochs": args.warmup_epochs,
+        "batch_size": args.batch_size,
+        "learning_rate": args.learning_rate,
+        "lr_decay_epochs": [],
+    }

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 import torch
-from common import machine, quiet, write_report
+from common import constant_lr_schedule, machine, quiet, write_report
 
 from hfncl.data import load_precomp_split
 from hfncl.demo import DEMO_SIZES, DemoRun, demo_train_config
@@ -43,14 +43,7 @@ PRECISIONS = ("no", "bf16")
 
 def train(output: Path, data_dir: Path, args: argparse.Namespace, precision: str) -> dict:
     """One NCR-SGR run in ``precision``: test rSum, last division AUC, validation rSum by epoch, CPU seconds."""
-    settings = {
-        "epochs": args.epochs,
-        "warmup_epochs": args.warmup_epochs,
-        "batch_size": args.batch_size,
-        "learning_rate": args.learning_rate,
-        "lr_decay_epochs": [],
-        "mixed_precision": precision,
-    }
+    settings = constant_lr_schedule(args) | {"mixed_precision": precision}
     run_dir = output / f"ncr-sgr-{precision}"
     config = demo_train_config(DemoRun("ncr", args.noise_ratio, settings), run_dir, seed=args.seed, progress=False)
     start = time.process_time()

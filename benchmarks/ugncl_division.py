@@ -27,7 +27,7 @@ import json
 import sys
 from pathlib import Path
 
-from common import machine, quiet, write_report
+from common import constant_lr_schedule, machine, quiet, write_report
 
 from hfncl.demo import DEMO_SIZES, DemoRun, demo_train_config
 from hfncl.experiment import run_experiment
@@ -41,14 +41,7 @@ PLAIN_LAYERS = dict(attention_negative_slope=0.0, pooling_batch_norm=False, pool
 
 def run_variant(output: Path, args: argparse.Namespace, evidence: str, xi1: float) -> dict:
     """Train UGNCL-SGR with one evidence reading and xi1; the sets' shares and AUC per epoch, test rSum."""
-    settings = {
-        "epochs": args.epochs,
-        "warmup_epochs": args.warmup_epochs,
-        "batch_size": args.batch_size,
-        "learning_rate": args.learning_rate,
-        "lr_decay_epochs": [],
-        "options": {"ugncl.evidence": evidence, "ugncl.xi1": xi1},
-    }
+    settings = constant_lr_schedule(args) | {"options": {"ugncl.evidence": evidence, "ugncl.xi1": xi1}}
     run = DemoRun("ugncl", args.noise_ratio, settings)
     run_dir = output / f"{evidence}-xi1_{xi1:g}{'-plain' if args.plain_head else ''}"
     data_dir = PAIRS.demo_data(output, DEMO_SIZES[args.size], 0)
