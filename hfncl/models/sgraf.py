@@ -212,7 +212,7 @@ def attention_weights(
     c^_ij = [c_ij]_a / sqrt(sum_{valid j} [c_ij]_a^2) (SGRAF Eq. 2-3; SCAN's text-to-image attention)."""
     positive = F.leaky_relu(full_precision(cosine), negative_slope)
     if not bool(word_mask.all()):  # a block's captions all have its length: no padding to clear
-        positive = positive * word_mask[None, :, :, None].to(cosine.dtype)
+        positive = positive * word_mask[None, :, :, None].to(positive.dtype)
     logits = positive * (smooth / positive.norm(dim=2, keepdim=True).clamp_min(_EPS))
     if not bool(region_mask.all()):
         logits = logits.masked_fill(~region_mask[:, None, None, :], float("-inf"))
