@@ -19,7 +19,7 @@ from hfncl.models.configuration import NCLConfig
 from hfncl.models.encoders import init_word_embedding, init_xavier_linear
 from hfncl.models.loading import HfnclPreTrainedModel
 from hfncl.models.scan import build_scan_head
-from hfncl.models.sgraf import build_similarity_head, pack_local
+from hfncl.models.sgraf import build_similarity_head, full_precision, pack_local
 from hfncl.models.towers import PretrainedTower, build_image_encoder, build_text_encoder
 
 
@@ -97,8 +97,7 @@ class MatchingNetwork(nn.Module):
                 self.head.logits = False
         views = image_embeds.unflatten(-1, (self.views, -1)).transpose(0, 1)
         with torch.autocast(image_embeds.device.type, enabled=False):
-            dtype = torch.promote_types(text_embeds.dtype, torch.float32)
-            return views.to(dtype) @ text_embeds.to(dtype).t()
+            return full_precision(views) @ full_precision(text_embeds).t()
 
     def squash(self, scores: torch.Tensor) -> torch.Tensor:
         """Similarities of :meth:`view_scores`' scores: the sigmoid of an SGR / SAF head's, a cosine or a SCAN

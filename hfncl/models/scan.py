@@ -37,7 +37,15 @@ import torch
 from torch import nn
 
 from hfncl.models.configuration import SCAN_POOLINGS
-from hfncl.models.sgraf import assemble, attention_weights, concat_packed, l2norm, unpack_local, valid_length
+from hfncl.models.sgraf import (
+    assemble,
+    attention_weights,
+    concat_packed,
+    full_precision,
+    l2norm,
+    unpack_local,
+    valid_length,
+)
 from hfncl.models.sgraf_kernels import DEFAULT_BLOCK_BYTES, PairBlock, plan_blocks
 
 _EPS = 1e-8
@@ -90,8 +98,7 @@ class ScanHead(nn.Module):
         In float32 under autocast too: S is an average or log-sum-exp of per-word relevances whose
         bf16 / fp16 rounding would make captions tie in a ranking, and the head is cheap."""
         with torch.autocast(image_embeds.device.type, enabled=False):
-            dtype = torch.promote_types(text_embeds.dtype, torch.float32)
-            return self._scores(image_embeds.to(dtype), text_embeds.to(dtype))
+            return self._scores(full_precision(image_embeds), full_precision(text_embeds))
 
     def _scores(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:
         regions, region_mask = unpack_local(image_embeds)

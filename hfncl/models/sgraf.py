@@ -85,8 +85,9 @@ _EPS = 1e-8
 
 
 def full_precision(x: torch.Tensor) -> torch.Tensor:
-    """``x`` in float32 at least: under autocast the heads' softmaxes and normalisations run in full precision,
-    as CUDA's autocast keeps them (the CPU's would run them in bf16), and only the products in bf16 / fp16."""
+    """``x`` in float32 at least (float64 stays). Under autocast the heads' softmaxes, normalisations and scores
+    run in full precision, as CUDA's autocast keeps softmaxes (the CPU's would run them in bf16); only the
+    products run in bf16 / fp16."""
     return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
