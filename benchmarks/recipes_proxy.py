@@ -35,8 +35,11 @@ folder (``results.json``, ``train.log``), which ``--resume`` reuses.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
+import runpy
 import subprocess
 import sys
 import time
@@ -75,13 +78,19 @@ class RecipeRun:
 
 
 def recipe_settings(recipe: str) -> dict[str, Any]:
-    """A recipe's effective settings (``--print-config``: data, training, model, options)."""
-    done = subprocess.run(
-        [sys.executable, str(RECIPES / f"{recipe}.py"), "--print-config"], capture_output=True, text=True, cwd=REPO
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"recipes/{recipe}.py --print-config failed: {done.stderr.strip().splitlines()[-1:]}")
-    return json.loads(done.stdout)
+    """A recipe's effective settings (its ``--print-config``: data, training, model, options), read in this process."""
+    printed = io.StringIO()
+    argv = sys.argv
+    sys.argv = [str(RECIPES / f"{recipe}.py"), "--print-config"]
+    try:
+        with contextlib.redirect_stdout(printed):
+            runpy.run_path(sys.argv[0], run_name="__main__")
+    except SystemExit as exit:
+        if exit.code:
+            raise RuntimeError(f"recipes/{recipe}.py --print-config exited with {exit.code}") from None
+    finally:
+        sys.argv = argv
+    return json.loads(printed.getvalue())
 
 
 def image_text_recipes(settings: dict[str, dict[str, Any]], methods: list[str]) -> list[str]:
