@@ -13,11 +13,26 @@ from sklearn.mixture import GaussianMixture
 from hfncl.types import Division
 
 
-def min_max_normalise(values: torch.Tensor | np.ndarray) -> np.ndarray:
-    """Scale values to [0, 1]; a constant vector maps to zeros."""
+def min_max_normalise(values: torch.Tensor | np.ndarray, clip_quantile: float = 0.0) -> np.ndarray:
+    """Scale values to [0, 1]; a constant vector maps to zeros.
+
+    With ``clip_quantile`` q > 0 the q- and (1 - q)-quantiles map to 0 and 1 and the values
+    beyond them are clipped there, so that a few outlying losses cannot squeeze the bulk of
+    them into a sliver of [0, 1] (``docs/methods/ncr.md``, calibration on real text).
+    """
+    if not 0.0 <= clip_quantile < 0.5:
+        raise ValueError(f"clip_quantile must lie in [0, 0.5), got {clip_quantile}")
     array = np.asarray(torch.as_tensor(values).detach().cpu().double())
-    span = array.max() - array.min()
-    return (array - array.min()) / span if span > 0 else np.zeros_like(array)
+    low, high = _scale_ends(array, clip_quantile)
+    return np.clip((array - low) / (high - low), 0.0, 1.0) if high > low else np.zeros_like(array)
+
+
+def _scale_ends(array: np.ndarray, clip_quantile: float) -> tuple[float, float]:
+    """The values that :func:`min_max_normalise` maps to 0 and 1."""
+    if clip_quantile > 0:
+        low, high = np.quantile(array, [clip_quantile, 1.0 - clip_quantile])
+        return float(low), float(high)
+    return float(array.min()), float(array.max())
 
 
 def gmm_clean_probability(
@@ -27,15 +42,18 @@ def gmm_clean_probability(
     tol: float = 1e-2,
     reg_covar: float = 5e-4,
     seed: int = 0,
+    clip_quantile: float = 0.0,
 ) -> torch.Tensor:
     """Posterior of the low-mean component of a two-component 1-D GMM on min-max normalised losses.
 
     The memorization effect makes clean pairs the low-loss mode (NCR Sec. 3.1, Eq. 3):
     w_i = p(k | l_i) with k the component of smaller mean. Defaults are the reference
-    implementation's (max_iter 10, tol 1e-2, reg_covar 5e-4); ``seed`` makes the EM
-    initialisation repeatable. Fitted with scikit-learn's GaussianMixture.
+    implementation's (max_iter 10, tol 1e-2, reg_covar 5e-4, plain min-max scaling);
+    ``clip_quantile`` scales between the losses' quantiles instead (:func:`min_max_normalise`);
+    ``seed`` makes the EM initialisation repeatable. Fitted with scikit-learn's GaussianMixture.
     """
-    return fit_loss_mixture(losses, max_iter=max_iter, tol=tol, reg_covar=reg_covar, seed=seed)[0]
+    settings = {"max_iter": max_iter, "tol": tol, "reg_covar": reg_covar, "clip_quantile": clip_quantile}
+    return fit_loss_mixture(losses, seed=seed, **settings)[0]
 
 
 def fit_loss_mixture(
@@ -45,23 +63,29 @@ def fit_loss_mixture(
     tol: float = 1e-2,
     reg_covar: float = 5e-4,
     seed: int = 0,
+    clip_quantile: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`gmm_clean_probability` and the mixture it fitted.
 
     Returns the (N,) clean probabilities and a (2, 3) float tensor with one row per
     component, the low-mean (clean) component first: weight, mean and standard
-    deviation, on the min-max normalised scale of the losses (``Division.extras["mixture"]``).
+    deviation, on the plain min-max normalised scale of the losses (``Division.extras["mixture"]``;
+    a fit on quantile-clipped losses is mapped back to it, so plots draw it over the same axis).
     """
-    normalised = min_max_normalise(losses).reshape(-1, 1)
+    normalised = min_max_normalise(losses, clip_quantile).reshape(-1, 1)
     if normalised.shape[0] < 2:
         raise ValueError(f"A two-component mixture needs at least 2 losses, got {normalised.shape[0]}")
     mixture = GaussianMixture(n_components=2, max_iter=max_iter, tol=tol, reg_covar=reg_covar, random_state=seed)
     mixture.fit(normalised)
     order = np.argsort(mixture.means_.ravel())
     posterior = mixture.predict_proba(normalised)[:, order[0]]
-    parameters = np.stack(
-        [mixture.weights_[order], mixture.means_.ravel()[order], np.sqrt(mixture.covariances_.ravel()[order])], axis=1
-    )
+    means, deviations = mixture.means_.ravel()[order], np.sqrt(mixture.covariances_.ravel()[order])
+    array = np.asarray(torch.as_tensor(losses).detach().cpu().double())
+    (low, high), (lowest, highest) = _scale_ends(array, clip_quantile), _scale_ends(array, 0.0)
+    if highest > lowest:
+        stretch = (high - low) / (highest - lowest)
+        means, deviations = means * stretch + (low - lowest) / (highest - lowest), deviations * stretch
+    parameters = np.stack([mixture.weights_[order], means, deviations], axis=1)
     return torch.as_tensor(posterior, dtype=torch.float32), torch.as_tensor(parameters, dtype=torch.float32)
 
 

@@ -41,6 +41,7 @@ class NCROptions(MethodOptions, namespace="ncr"):
     top_fraction: float = option(0.1, exclusive_minimum=0, maximum=1)
     gmm_max_iter: int = option(10, minimum=1)
     gmm_reg_covar: float = option(5e-4, exclusive_minimum=0)
+    gmm_clip_quantile: float = option(0.0, minimum=0, exclusive_maximum=0.5)
     co_rectify: bool = True
     noisy_part_start: float = option(0.5, minimum=0, maximum=1)
     division_statistics: str = option("steps", choices=DIVISION_STATISTICS)
@@ -155,7 +156,8 @@ def divide(trainer, epoch) -> list[Division]:
     divisions = []
     for net in range(NETWORKS):
         peer_loss = losses[peer(net, NETWORKS)]
-        clean_prob, mixture = fit_loss_mixture(peer_loss, max_iter=settings.gmm_max_iter, reg_covar=settings.gmm_reg_covar, seed=trainer.config.seed + epoch)
+        gmm = {"max_iter": settings.gmm_max_iter, "reg_covar": settings.gmm_reg_covar, "clip_quantile": settings.gmm_clip_quantile}
+        clean_prob, mixture = fit_loss_mixture(peer_loss, seed=trainer.config.seed + epoch, **gmm)
         divisions.append(threshold_division(clean_prob, settings.threshold, statistic=peer_loss, mixture=mixture))
     return divisions
 
@@ -240,11 +242,10 @@ def rectify(trainer, batch, net, division) -> dict[str, torch.Tensor]:
 
 
 def co_divide_only_loss(similarity: torch.Tensor, clean: torch.Tensor, alpha: float) -> torch.Tensor:
-    """Table 4's ablation without co-rectify: L_soft (Eq. 6) with margin alpha (y = 1) on the clean part only."""
-    part = clean.nonzero().squeeze(1)
-    if part.numel() < 2:
-        return similarity.sum() * 0
-    return triplet_hardest_negative(similarity[part][:, part], alpha).sum()
+    """Table 4's ablation without co-rectify: L_soft (Eq. 6) with margin alpha (y = 1) on the clean part only (zero,
+    in the graph, when it has fewer than two pairs)."""
+    parts = _parts(clean, with_noisy=False)
+    return sum((triplet_hardest_negative(similarity[part][:, part], alpha).sum() for part in parts), similarity.sum() * 0)
 
 
 @hookimpl
@@ -256,13 +257,12 @@ def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor] | Non
         clean = targets["dataset_clean"][outputs.index.cpu()].to(outputs.similarity.device)
         return {"soft_margin_triplet": co_divide_only_loss(outputs.similarity, clean, alpha)}
     clean = targets["clean"]
-    with_noisy = "peer_prediction" in targets
-    peer_prediction = targets["peer_prediction"] if with_noisy else torch.zeros_like(targets["clean_prob"])
+    peer_prediction = targets.get("peer_prediction", torch.zeros_like(targets["clean_prob"]))
     own_prediction = _per_part(outputs.similarity.detach(), clean, alpha, trainer.options_of(NCROptions).top_fraction)
     labels = rectified_labels(targets["clean_prob"], clean, own_prediction, peer_prediction)
     margins = soft_margin(labels, alpha, trainer.options_of(NCROptions).curve)
     total = outputs.similarity.sum() * 0  # stays in the graph when no part has two pairs (a tiny last batch)
-    for part in _parts(clean, with_noisy):
+    for part in _parts(clean, with_noisy="peer_prediction" in targets):
         total = total + triplet_hardest_negative(outputs.similarity[part][:, part], margins[part]).sum()
     return {"soft_margin_triplet": total}
 

@@ -5,7 +5,9 @@ import torch
 from scipy.stats import norm
 from sklearn.mixture import GaussianMixture
 
-from hfncl.division import gmm_clean_probability, min_max_normalise, threshold_division
+import pytest
+
+from hfncl.division import fit_loss_mixture, gmm_clean_probability, min_max_normalise, threshold_division
 
 
 def _bimodal(seed=0):
@@ -18,6 +20,30 @@ def _bimodal(seed=0):
 def test_min_max_normalise():
     np.testing.assert_allclose(min_max_normalise(torch.tensor([2.0, 4.0, 3.0])), [0.0, 1.0, 0.5])
     np.testing.assert_allclose(min_max_normalise(np.ones(3)), np.zeros(3))
+
+
+def test_quantile_clipped_scaling_maps_the_quantiles_to_0_and_1():
+    values = np.arange(101.0)  # numpy's linear quantiles of 0..100: the 10% and 90% quantiles are 10 and 90
+    np.testing.assert_allclose(
+        min_max_normalise(values, clip_quantile=0.1)[[0, 10, 50, 90, 100]], [0.0, 0.0, 0.5, 1.0, 1.0]
+    )
+    with pytest.raises(ValueError, match=r"clip_quantile must lie in \[0, 0.5\), got 0.5"):
+        min_max_normalise(values, clip_quantile=0.5)
+
+
+def test_a_few_outlying_losses_break_the_plain_scaling_and_not_the_clipped_one():
+    """Five losses 20x beyond the bulk squeeze it into 2% of [0, 1], where reg_covar (SD 0.022) swamps both
+    components; clipping at the 1% quantiles restores the two modes (NCR on real text: docs/methods/ncr.md)."""
+    rng = np.random.default_rng(0)
+    losses = np.concatenate([rng.normal(1.0, 0.1, 500), rng.normal(2.0, 0.1, 500), [40.0, 41.0, 42.0, 43.0, 44.0]])
+    truth = np.arange(len(losses)) < 500
+    plain = fit_loss_mixture(losses, seed=0)[0].numpy() > 0.5
+    clipped, mixture = fit_loss_mixture(losses, seed=0, clip_quantile=0.01)
+    assert ((clipped.numpy() > 0.5) == truth).mean() == 1.0 and (plain == truth).mean() < 0.6
+    # the mixture is reported on the plain min-max axis: the clean mode's mean near (1 - min) / (max - min)
+    low, high = losses.min(), losses.max()
+    np.testing.assert_allclose(mixture[:, 1].numpy(), [(1.0 - low) / (high - low), (2.0 - low) / (high - low)], atol=2e-3)
+    np.testing.assert_allclose(mixture[:, 2].numpy(), [0.1 / (high - low)] * 2, rtol=0.15)
 
 
 def test_posterior_of_low_mean_component_matches_scipy_density():

@@ -203,6 +203,12 @@ def test_division_from_the_training_steps_uses_the_recorded_losses_and_runs_no_p
     for epoch in (7, 8, 9):
         divide(trainer=trainer, epoch=epoch)
     assert passes == ["epoch 3 co-divide", "epoch 8 co-divide"]
+    # ncr.gmm_clip_quantile scales the peer's losses between their quantiles before the GMM
+    options["ncr.gmm_clip_quantile"] = 0.2
+    peer_loss = trainer.ledger.get("ncr.step_lw1")
+    expected, _ = fit_loss_mixture(peer_loss, max_iter=10, reg_covar=5e-4, seed=9, clip_quantile=0.2)
+    torch.testing.assert_close(divide(trainer=trainer, epoch=9)[0].clean_prob, expected)
+    assert not torch.equal(expected, fit_loss_mixture(peer_loss, max_iter=10, reg_covar=5e-4, seed=9)[0])
 
 
 def test_with_the_separate_noisy_batch_co_divide_runs_a_pass_after_every_co_training_epoch():
