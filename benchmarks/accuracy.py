@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common import machine, mean_spread, method_runs, quiet, write_report
+from common import machine, mean_spread, method_runs, pyplot, quiet, write_report
 from oracle import half_data_split, oracle_split, training_vocabulary
 
 from hfncl.data.proxy import ProxyConfig, build_caption_proxy, default_encoder_dir
@@ -227,13 +227,9 @@ def markdown(rows: list[dict[str, Any]], header: str) -> str:
 
 def plot_curves(rows: list[dict[str, Any]], path: Path) -> Path | None:
     """Validation rSum and network A's division AUC by epoch, a column per noise ratio (seed means); ``None`` without matplotlib."""
-    try:
-        import matplotlib
-    except ModuleNotFoundError:
+    plt = pyplot()
+    if plt is None:
         return None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     ratios = sorted({r["noise_ratio"] for r in rows})
     figure, axes = plt.subplots(2, len(ratios), figsize=(4.2 * len(ratios), 6.4), squeeze=False)
     for column, ratio in enumerate(ratios):

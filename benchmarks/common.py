@@ -72,6 +72,18 @@ def mean_spread(values: list[float], digits: int = 1) -> str:
     return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
+def pyplot() -> Any | None:
+    """``matplotlib.pyplot`` on the file-only Agg backend, or ``None`` when matplotlib is not installed."""
+    try:
+        import matplotlib
+    except ModuleNotFoundError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def write_report(path: Path, text: str) -> None:
     """Print ``text`` and write it to ``path``."""
     print(text)

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common import correspondence_methods, machine, quiet, write_report
+from common import correspondence_methods, machine, pyplot, quiet, write_report
 
 from hfncl.data.proxy import ProxyConfig, build_caption_proxy, default_encoder_dir
 from hfncl.plots import save_png
@@ -251,13 +251,9 @@ def markdown(rows: list[dict[str, Any]], header: str) -> str:
 
 def plot_curves(rows: list[dict[str, Any]], path: Path) -> Path | None:
     """Validation rSum and network A's division AUC by epoch, a line per run; ``None`` without matplotlib."""
-    try:
-        import matplotlib
-    except ModuleNotFoundError:
+    plt = pyplot()
+    if plt is None:
         return None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     for row in rows:
         for axis, key in ((left, "val_rsum_by_epoch"), (right, "auc_by_epoch")):
