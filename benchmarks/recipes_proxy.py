@@ -29,7 +29,8 @@ division's ROC-AUC by epoch and its last precision / recall against the hidden n
 the shares of named division sets (UGNCL's four), test rSum and its difference from the
 ``vsepp_f30k`` row. Writes ``recipes_proxy.md``, ``recipes_proxy_curves.png`` (validation rSum
 and division AUC by epoch) and ``recipes_proxy.json`` to ``--output-dir``; each run keeps its
-folder (``results.json``, ``train.log``), which ``--resume`` reuses.
+folder (``results.json``, ``train.log``), which ``--resume`` reuses; ``--report-only`` tables the finished
+runs and trains nothing.
 """
 
 from __future__ import annotations
@@ -146,8 +147,11 @@ def plan(settings: dict[str, dict[str, Any]], args: argparse.Namespace, text_tow
     ]
 
 
-def train(run: RecipeRun, data_dir: Path, output_dir: Path, resume: bool) -> dict[str, Any]:
-    """Run the recipe in a child process as a user would; its ``results.json`` and the wall time.
+def train(
+    run: RecipeRun, data_dir: Path, output_dir: Path, resume: bool, report_only: bool = False
+) -> dict[str, Any] | None:
+    """Run the recipe in a child process as a user would; its ``results.json`` and the wall time (with
+    ``report_only``, ``None`` for a run that has not finished: nothing trains).
 
     Raises:
         RuntimeError: the recipe exited with an error (the last lines of its log name it).
@@ -155,8 +159,10 @@ def train(run: RecipeRun, data_dir: Path, output_dir: Path, resume: bool) -> dic
     run_dir = output_dir / run.name
     results = run_dir / "results.json"
     timing = run_dir / "seconds.json"
-    if resume and results.is_file() and timing.is_file():
+    if (resume or report_only) and results.is_file() and timing.is_file():
         return {"results": json.loads(results.read_text()), **json.loads(timing.read_text())}
+    if report_only:
+        return None
     run_dir.mkdir(parents=True, exist_ok=True)
     config_file = run_dir / "reduced.json"
     config_file.write_text(json.dumps({**run.config, "data_dir": str(data_dir), "output_dir": str(run_dir)}, indent=1))
@@ -280,6 +286,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--captions-file", default=str(DEFAULT_CAPTIONS), help="Flickr8k captions.txt.")
     parser.add_argument("--output-dir", default="runs/bench_recipes_proxy", help="Where data, runs and tables go.")
     parser.add_argument("--resume", action="store_true", help="Reuse the runs that finished before.")
+    parser.add_argument("--report-only", action="store_true", help="Train nothing: the table of the finished runs.")
     parser.add_argument("--quick", action="store_true", help="Tiny proxy and widths, 1 epoch after warmup.")
     args = parser.parse_args(argv)
     if args.quick:
@@ -314,7 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     config = QUICK_PROXY if args.quick else PROXY
     data_dir = build_caption_proxy(captions, output_dir / "data", encoder, config)
     runs = sorted(plan(settings, args, str(encoder)), key=lambda run: run.name != REFERENCE)
-    outcomes = [(run, train(run, data_dir, output_dir, args.resume)) for run in runs]
+    outcomes = [
+        (run, outcome) for run in runs if (outcome := train(run, data_dir, output_dir, args.resume, args.report_only))
+    ]
     reference = next((o["results"]["test"]["rsum"] for run, o in outcomes if REFERENCE in run.recipes), None)
     rows = [row_of(run, outcome, reference) for run, outcome in outcomes]
     width = "the recipes' widths" if args.paper_width else ", ".join(f"{k} {v}" for k, v in (QUICK_WIDTH if args.quick else REDUCED_WIDTH).items())
@@ -324,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.seed}; {args.epochs} epochs after at most {args.warmup_epochs} of warmup, no lr decay, {width}; "
         f"{sum(r['seconds'] for r in rows) / 60:.1f} min in all; {machine()}"
     )
+    if len(rows) < len(runs):
+        header += f"; {len(runs) - len(rows)} of the {len(runs)} runs not finished (not shown)"
     write_report(output_dir / "recipes_proxy.md", markdown(rows, header))
     plot_curves(rows, output_dir / "recipes_proxy_curves.png")
     (output_dir / "recipes_proxy.json").write_text(json.dumps({"machine": machine(), "rows": rows}, indent=1, default=float))

@@ -72,3 +72,14 @@ def test_a_failing_recipe_is_named_with_the_end_of_its_log(recipes_proxy, tmp_pa
     run = recipes_proxy.RecipeRun(("vsepp_f30k",), {"epochs": 1})
     with pytest.raises(RuntimeError, match=r"recipes/vsepp_f30k.py exited with 2: .*not_there"):
         recipes_proxy.train(run, tmp_path / "not_there", tmp_path / "runs", resume=False)
+
+
+def test_report_only_trains_nothing_and_reads_finished_runs(recipes_proxy, tmp_path):
+    run = recipes_proxy.RecipeRun(("vsepp_f30k",), {"epochs": 1})
+    assert recipes_proxy.train(run, tmp_path / "data", tmp_path, resume=False, report_only=True) is None
+    assert not (tmp_path / "vsepp_f30k").exists()
+    (tmp_path / "vsepp_f30k").mkdir()
+    (tmp_path / "vsepp_f30k" / "results.json").write_text('{"test": {"rsum": 80.0}, "history": []}')
+    (tmp_path / "vsepp_f30k" / "seconds.json").write_text('{"seconds": 12.0}')
+    outcome = recipes_proxy.train(run, tmp_path / "data", tmp_path, resume=False, report_only=True)
+    assert outcome == {"results": {"test": {"rsum": 80.0}, "history": []}, "seconds": 12.0}
