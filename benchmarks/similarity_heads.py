@@ -21,6 +21,11 @@ words):
    5000 / eval_rows x (measured time) (evaluation scores an expensive head's matrix
    once), and the table says so.
 
+With ``--compile`` the training step runs the head through ``torch.compile`` (inductor), and the
+table adds the first step's seconds (the compilation) and the first step at captions three
+words longer (a recompilation when a new padded length arrives); evaluation stays eager.
+``--heads`` measures some heads only.
+
 Peak memory is the process's peak resident set size (``ru_maxrss``), reported in full
 and as the increase over the process after building the model and before the measured
 work. Writes a markdown table to ``--output`` and prints it.
@@ -73,20 +78,26 @@ def measure_training(args: argparse.Namespace, head: str) -> dict[str, float]:
     """Median seconds of forward + backward of one batch, and the peak memory."""
     model = _model(args, head).train()
     network = model.networks[0]
+    if args.compile and network.head is not None:
+        network.head = torch.compile(network.head)
     images = torch.randn(args.batch_size, args.regions, args.image_dim, generator=torch.Generator().manual_seed(2))
     captions, lengths = _captions(args.batch_size, args.caption_length)
     baseline = _peak_mib()
-    times = []
-    for step in range(args.repeats + 1):
+
+    def step(captions: torch.Tensor, lengths: torch.Tensor) -> float:
         start = time.perf_counter()
         image_embeds, text_embeds = network(images, captions, lengths)
         similarity = network.view_similarity(image_embeds, text_embeds).mean(dim=0)
         (similarity.sum() - 2 * similarity.diagonal().sum()).backward()
         network.zero_grad(set_to_none=True)
-        if step:
-            times.append(time.perf_counter() - start)
-    times.sort()
-    return {"seconds": times[len(times) // 2], "peak_mib": _peak_mib(), "increase_mib": _peak_mib() - baseline}
+        return time.perf_counter() - start
+
+    first = step(captions, lengths)
+    times = sorted(step(captions, lengths) for _ in range(args.repeats))
+    result = {"seconds": times[len(times) // 2], "first_seconds": first}
+    if args.compile:
+        result["new_length_seconds"] = step(*_captions(args.batch_size, args.caption_length + 3))
+    return {**result, "peak_mib": _peak_mib(), "increase_mib": _peak_mib() - baseline}
 
 
 @torch.no_grad()
@@ -139,9 +150,11 @@ def _run_child(kind: str, head: str, argv: list[str]) -> dict[str, float]:
 
 def table(args: argparse.Namespace, results: dict[str, dict[str, dict[str, float]]]) -> str:
     """The markdown report of every head's measurements."""
+    compiled = " | first step s (compile) | first step at +3 words s" if args.compile else ""
     lines = [
         (
-            f"Similarity heads on the CPU ({torch.get_num_threads()} threads, torch {torch.__version__}): "
+            f"Similarity heads on the CPU ({torch.get_num_threads()} threads, torch {torch.__version__}"
+            f"{', heads through torch.compile in training' if args.compile else ''}): "
             f"{args.regions} regions x {args.image_dim}-d features, {args.embed_dim}-d joint space, "
             f"{args.sim_dim}-d similarity representations, captions of {args.caption_length} words, "
             f"SGR / SAF blocks of at most {args.block_mb} MiB."
@@ -149,11 +162,11 @@ def table(args: argparse.Namespace, results: dict[str, dict[str, dict[str, float
         "",
         (
             f"| head | fwd+bwd s / batch of {args.batch_size} | training peak MiB (+ over model) | "
-            "5K x 25K eval s | eval peak MiB (+ over embeddings) | embeddings MiB | eval measured on |"
+            f"5K x 25K eval s | eval peak MiB (+ over embeddings) | embeddings MiB | eval measured on |{compiled}"
         ),
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|" + "---|" * compiled.count("|"),
     ]
-    for head in HEADS:
+    for head in args.heads:
         train, evaluation = results[head]["train"], results[head]["eval"]
         full = evaluation["rows"] == EVAL_IMAGES
         eval_time = f"{evaluation['full_seconds']:.1f}" if full else f"~{evaluation['full_seconds']:.0f} (extrapolated)"
@@ -164,6 +177,7 @@ def table(args: argparse.Namespace, results: dict[str, dict[str, dict[str, float
             f"| {head} | {train['seconds']:.3f} | {train['peak_mib']:.0f} (+{train['increase_mib']:.0f}) | {eval_time} | "
             f"{evaluation['peak_mib']:.0f} (+{evaluation['increase_mib']:.0f}) | {evaluation['embeddings_mib']:.0f} | "
             f"{measured} |"
+            + (f" {train['first_seconds']:.1f} | {train['new_length_seconds']:.1f} |" if args.compile else "")
         )
     lines += [
         "",
@@ -188,6 +202,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="Timed training steps (after one untimed).")
     parser.add_argument("--eval-rows", type=int, default=2, help="Image rows SGR / SAF score against all captions.")
     parser.add_argument("--block-mb", type=int, default=256, help="Memory budget of an SGR / SAF pair block.")
+    parser.add_argument("--heads", nargs="+", choices=HEADS, default=list(HEADS), help="Heads to measure (default: all).")
+    parser.add_argument("--compile", action="store_true", help="Train through torch.compile (inductor); eval stays eager.")
     parser.add_argument("--child", choices=("train", "eval"), help=argparse.SUPPRESS)
     parser.add_argument("--child-head", choices=HEADS, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -200,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         measure = measure_training if args.child == "train" else measure_evaluation
         print(json.dumps(measure(args, args.child_head)))
         return 0
-    results = {head: {kind: _run_child(kind, head, argv) for kind in ("train", "eval")} for head in HEADS}
+    results = {head: {kind: _run_child(kind, head, argv) for kind in ("train", "eval")} for head in args.heads}
     report = table(args, results)
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(report)
