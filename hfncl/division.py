@@ -52,8 +52,9 @@ def gmm_clean_probability(
     ``clip_quantile`` scales between the losses' quantiles instead (:func:`min_max_normalise`);
     ``seed`` makes the EM initialisation repeatable. Fitted with scikit-learn's GaussianMixture.
     """
-    settings = {"max_iter": max_iter, "tol": tol, "reg_covar": reg_covar, "clip_quantile": clip_quantile}
-    return fit_loss_mixture(losses, seed=seed, **settings)[0]
+    return fit_loss_mixture(
+        losses, max_iter=max_iter, tol=tol, reg_covar=reg_covar, seed=seed, clip_quantile=clip_quantile
+    )[0]
 
 
 def fit_loss_mixture(
