@@ -20,15 +20,19 @@ def min_max_normalise(values: torch.Tensor | np.ndarray, clip_quantile: float = 
     beyond them are clipped there, so that a few outlying losses cannot squeeze the bulk of
     them into a sliver of [0, 1] (``docs/methods/ncr.md``, calibration on real text).
     """
-    if not 0.0 <= clip_quantile < 0.5:
-        raise ValueError(f"clip_quantile must lie in [0, 0.5), got {clip_quantile}")
     array = np.asarray(torch.as_tensor(values).detach().cpu().double())
-    low, high = _scale_ends(array, clip_quantile)
+    return _scaled(array, *_scale_ends(array, clip_quantile))
+
+
+def _scaled(array: np.ndarray, low: float, high: float) -> np.ndarray:
+    """``array`` with ``low`` and ``high`` mapped to 0 and 1, clipped there (zeros when they coincide)."""
     return np.clip((array - low) / (high - low), 0.0, 1.0) if high > low else np.zeros_like(array)
 
 
 def _scale_ends(array: np.ndarray, clip_quantile: float) -> tuple[float, float]:
     """The values that :func:`min_max_normalise` maps to 0 and 1."""
+    if not 0.0 <= clip_quantile < 0.5:
+        raise ValueError(f"clip_quantile must lie in [0, 0.5), got {clip_quantile}")
     if clip_quantile > 0:
         low, high = np.quantile(array, [clip_quantile, 1.0 - clip_quantile])
         return float(low), float(high)
@@ -73,7 +77,9 @@ def fit_loss_mixture(
     deviation, on the plain min-max normalised scale of the losses (``Division.extras["mixture"]``;
     a fit on quantile-clipped losses is mapped back to it, so plots draw it over the same axis).
     """
-    normalised = min_max_normalise(losses, clip_quantile).reshape(-1, 1)
+    array = np.asarray(torch.as_tensor(losses).detach().cpu().double())
+    (low, high), (lowest, highest) = _scale_ends(array, clip_quantile), _scale_ends(array, 0.0)
+    normalised = _scaled(array, low, high).reshape(-1, 1)
     if normalised.shape[0] < 2:
         raise ValueError(f"A two-component mixture needs at least 2 losses, got {normalised.shape[0]}")
     mixture = GaussianMixture(n_components=2, max_iter=max_iter, tol=tol, reg_covar=reg_covar, random_state=seed)
@@ -81,8 +87,6 @@ def fit_loss_mixture(
     order = np.argsort(mixture.means_.ravel())
     posterior = mixture.predict_proba(normalised)[:, order[0]]
     means, deviations = mixture.means_.ravel()[order], np.sqrt(mixture.covariances_.ravel()[order])
-    array = np.asarray(torch.as_tensor(losses).detach().cpu().double())
-    (low, high), (lowest, highest) = _scale_ends(array, clip_quantile), _scale_ends(array, 0.0)
     if highest > lowest:
         stretch = (high - low) / (highest - lowest)
         means, deviations = means * stretch + (low - lowest) / (highest - lowest), deviations * stretch
