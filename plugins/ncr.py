@@ -244,8 +244,12 @@ def rectify(trainer, batch, net, division) -> dict[str, torch.Tensor]:
 def co_divide_only_loss(similarity: torch.Tensor, clean: torch.Tensor, alpha: float) -> torch.Tensor:
     """Table 4's ablation without co-rectify: L_soft (Eq. 6) with margin alpha (y = 1) on the clean part only (zero,
     in the graph, when it has fewer than two pairs)."""
-    parts = _parts(clean, with_noisy=False)
-    return sum((triplet_hardest_negative(similarity[part][:, part], alpha).sum() for part in parts), similarity.sum() * 0)
+    return _loss_over_parts(similarity, _parts(clean, with_noisy=False), torch.full(clean.shape, alpha).to(similarity))
+
+
+def _loss_over_parts(similarity: torch.Tensor, parts: list[torch.Tensor], margins: torch.Tensor) -> torch.Tensor:
+    """Eq. 6 with per-pair ``margins``, hardest negatives within each part, summed (zero, in the graph, without parts)."""
+    return sum((triplet_hardest_negative(similarity[p][:, p], margins[p]).sum() for p in parts), similarity.sum() * 0)
 
 
 @hookimpl
@@ -261,10 +265,7 @@ def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor] | Non
     own_prediction = _per_part(outputs.similarity.detach(), clean, alpha, trainer.options_of(NCROptions).top_fraction)
     labels = rectified_labels(targets["clean_prob"], clean, own_prediction, peer_prediction)
     margins = soft_margin(labels, alpha, trainer.options_of(NCROptions).curve)
-    total = outputs.similarity.sum() * 0  # stays in the graph when no part has two pairs (a tiny last batch)
-    for part in _parts(clean, with_noisy="peer_prediction" in targets):
-        total = total + triplet_hardest_negative(outputs.similarity[part][:, part], margins[part]).sum()
-    return {"soft_margin_triplet": total}
+    return {"soft_margin_triplet": _loss_over_parts(outputs.similarity, _parts(clean, "peer_prediction" in targets), margins)}
 
 
 citation = bibtex_citation(Path(__file__).with_name("bibtex") / "ncr.bib")
