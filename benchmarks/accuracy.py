@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -51,16 +50,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common import machine, mean_spread, method_runs, pyplot, quiet, write_report
+from common import DEFAULT_CAPTIONS, machine, mean_spread, method_runs, proxy_sources, pyplot, quiet, write_report
 from oracle import half_data_split, oracle_split, training_vocabulary
 
-from hfncl.data.proxy import ProxyConfig, build_caption_proxy, default_encoder_dir
+from hfncl.data.proxy import ProxyConfig, build_caption_proxy
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.demo import DEMO_SIZES, DemoRun, _division_of_network_a, demo_train_config, shortened_settings
 from hfncl.experiment import DataArguments, ModelArguments, run_experiment
-from hfncl.tasks.pairs import DEMO_MODEL
 from hfncl.integrity import atomic_write_text
 from hfncl.plots import save_png
+from hfncl.tasks.pairs import DEMO_MODEL
 
 GENERATED = DEMO_SIZES["small"]
 QUICK_GENERATED = SyntheticConfig(num_train=80, num_dev=20, num_test=40, num_concepts=16, feature_dim=16)
@@ -68,8 +67,6 @@ PROXY = ProxyConfig()
 QUICK_PROXY = ProxyConfig(num_test=50, num_dev=30, max_images=200)
 QUICK_MODEL = ModelArguments(embed_dim=32, word_dim=16)
 QUICK_EPOCHS = 2
-SHARED_DATA = Path(os.environ.get("HFNCL_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
-DEFAULT_CAPTIONS = SHARED_DATA / "flickr8k" / "captions.txt"
 COLUMNS = (("rSum", "rsum"), ("i2t R@1", "i2t_r1"), ("t2i R@1", "t2i_r1"))
 ORACLE = "oracle"
 HALF_DATA = "half data"
@@ -96,13 +93,10 @@ def prepare_benchmark(name: str, args: argparse.Namespace, output_dir: Path) -> 
             f"generated benchmark ({config.num_train} train images x {config.captions_per_image} captions, "
             f"{config.num_test} test images)"
         )
-    captions = Path(args.captions_file)
-    if not captions.is_file():
-        return None, f"proxy skipped: the captions file {captions} is not there (shared data absent)"
-    try:
-        encoder = default_encoder_dir()
-    except ModuleNotFoundError as error:
-        return None, f"proxy skipped: {error}"
+    sources = proxy_sources(args.captions_file)
+    if isinstance(sources, str):
+        return None, f"proxy skipped: {sources}"
+    captions, encoder = sources
     config = QUICK_PROXY if args.quick else PROXY
     directory = build_caption_proxy(captions, output_dir / "data_proxy", encoder, config)
     return directory, (

@@ -13,8 +13,23 @@ import datasets
 import torch
 import transformers
 
+from hfncl.data.proxy import default_encoder_dir
 from hfncl.demo import DemoRun, demo_runs
 from hfncl.plugins import build_plugin_manager, installed_entry_points
+
+SHARED_DATA = Path(os.environ.get("HFNCL_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+DEFAULT_CAPTIONS = SHARED_DATA / "flickr8k" / "captions.txt"
+
+
+def proxy_sources(captions_file: str | Path) -> tuple[Path, Path] | str:
+    """The captions file and the MiniLM folder a real-text proxy is built from, or why it cannot be built."""
+    captions = Path(captions_file)
+    if not captions.is_file():
+        return f"the captions file {captions} is not there (shared data absent)"
+    try:
+        return captions, default_encoder_dir()
+    except ModuleNotFoundError as error:
+        return str(error)
 
 
 def machine(device: str = "cpu") -> str:

@@ -39,7 +39,6 @@ import argparse
 import contextlib
 import io
 import json
-import os
 import runpy
 import subprocess
 import sys
@@ -48,15 +47,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common import correspondence_methods, machine, pyplot, quiet, write_report
+from common import DEFAULT_CAPTIONS, correspondence_methods, machine, proxy_sources, pyplot, quiet, write_report
 
-from hfncl.data.proxy import ProxyConfig, build_caption_proxy, default_encoder_dir
+from hfncl.data.proxy import ProxyConfig, build_caption_proxy
 from hfncl.plots import save_png
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = REPO / "recipes"
-SHARED_DATA = Path(os.environ.get("HFNCL_SHARED_DATA", REPO.parent / "shared" / "data"))
-DEFAULT_CAPTIONS = SHARED_DATA / "flickr8k" / "captions.txt"
 PROXY = ProxyConfig(num_test=200, num_dev=100, max_images=1300)
 QUICK_PROXY = ProxyConfig(num_test=30, num_dev=20, max_images=130)
 REDUCED_WIDTH = {"embed_dim": 256, "sim_dim": 64}
@@ -301,15 +298,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     quiet()
-    captions = Path(args.captions_file)
-    if not captions.is_file():
-        print(f"skipped: the captions file {captions} is not there (shared data absent)")
+    sources = proxy_sources(args.captions_file)
+    if isinstance(sources, str):
+        print(f"skipped: {sources}")
         return 0
-    try:
-        encoder = default_encoder_dir()
-    except ModuleNotFoundError as error:
-        print(f"skipped: {error}")
-        return 0
+    captions, encoder = sources
     names = args.recipes or sorted(path.stem for path in RECIPES.glob("*.py"))
     unknown = [name for name in names if not (RECIPES / f"{name}.py").is_file()]
     if unknown:
