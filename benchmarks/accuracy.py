@@ -326,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         write_report(output_dir / f"accuracy_{name}.md", markdown(rows, header))
         plot_curves(rows, output_dir / f"accuracy_{name}_curves.png")
         report["benchmarks"][name] = {"description": description, "minutes": minutes, "runs": rows}
+    output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "accuracy.json").write_text(json.dumps(report, indent=1, default=float))
     return 0
 
