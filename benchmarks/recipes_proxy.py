@@ -148,7 +148,8 @@ def train(
     run: RecipeRun, data_dir: Path, output_dir: Path, resume: bool, report_only: bool = False
 ) -> dict[str, Any] | None:
     """Run the recipe in a child process as a user would; its ``results.json`` and the wall time (with
-    ``report_only``, ``None`` for a run that has not finished: nothing trains).
+    ``report_only``, ``None`` for a run that has not finished: nothing trains). A run killed before it
+    finished continues from its latest checkpoint with ``resume`` and starts again without it.
 
     Raises:
         RuntimeError: the recipe exited with an error (the last lines of its log name it).
@@ -161,11 +162,15 @@ def train(
     if report_only:
         return None
     run_dir.mkdir(parents=True, exist_ok=True)
+    settings = {**run.config, "data_dir": str(data_dir), "output_dir": str(run_dir)}
+    continues = resume and (run_dir / "checkpoints").is_dir()
+    if (run_dir / "checkpoints").is_dir():
+        settings |= {"resume_from_checkpoint": "latest"} if continues else {"overwrite_output_dir": True}
     config_file = run_dir / "reduced.json"
-    config_file.write_text(json.dumps({**run.config, "data_dir": str(data_dir), "output_dir": str(run_dir)}, indent=1))
+    config_file.write_text(json.dumps(settings, indent=1))
     command = [sys.executable, str(RECIPES / f"{run.name}.py"), "--config", str(config_file)]
     started = time.perf_counter()
-    with (run_dir / "train.log").open("w") as log:
+    with (run_dir / "train.log").open("a" if continues else "w") as log:
         done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
     seconds = time.perf_counter() - started
     if done.returncode != 0:

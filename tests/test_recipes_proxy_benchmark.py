@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import benchmark_module
 
@@ -83,3 +85,17 @@ def test_report_only_trains_nothing_and_reads_finished_runs(recipes_proxy, tmp_p
     (tmp_path / "vsepp_f30k" / "seconds.json").write_text('{"seconds": 12.0}')
     outcome = recipes_proxy.train(run, tmp_path / "data", tmp_path, resume=False, report_only=True)
     assert outcome == {"results": {"test": {"rsum": 80.0}, "history": []}, "seconds": 12.0}
+
+
+@pytest.mark.parametrize(
+    ("resume", "expected"), [(True, {"resume_from_checkpoint": "latest"}), (False, {"overwrite_output_dir": True})]
+)
+def test_a_killed_run_continues_from_its_checkpoint_with_resume(recipes_proxy, tmp_path, resume, expected):
+    run = recipes_proxy.RecipeRun(("vsepp_f30k",), {"epochs": 1})
+    (tmp_path / "runs" / "vsepp_f30k" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "runs" / "vsepp_f30k" / "train.log").write_text("epoch 1/3 | before the kill\n")
+    with pytest.raises(RuntimeError, match="not_there"):
+        recipes_proxy.train(run, tmp_path / "not_there", tmp_path / "runs", resume=resume)
+    saved = json.loads((tmp_path / "runs" / "vsepp_f30k" / "reduced.json").read_text())
+    assert {key: saved[key] for key in expected} == expected
+    assert ("before the kill" in (tmp_path / "runs" / "vsepp_f30k" / "train.log").read_text()) is resume
