@@ -15,7 +15,7 @@ from hfncl.experiment import DataArguments, run_experiment
 from hfncl.plugins import PluginError
 
 
-def test_killed_mid_epoch_resumes_to_the_same_result(tiny_data_dir, tmp_path, monkeypatch):
+def test_killed_mid_epoch_resumes_to_the_same_result(tiny_data_dir, tmp_path, monkeypatch, capsys):
     reference = noisy_trainer(tiny_data_dir, tiny_config(tmp_path / "ref", ["ncr"], save_steps=3))
     expected = reference.train()
 
@@ -35,7 +35,9 @@ def test_killed_mid_epoch_resumes_to_the_same_result(tiny_data_dir, tmp_path, mo
     monkeypatch.setattr(Trainer, "_step", original_step)
 
     resumed = noisy_trainer(tiny_data_dir, tiny_config(tmp_path / "run", ["ncr"], save_steps=3, resume=True))
+    capsys.readouterr()
     result = resumed.train()
+    assert re.search(r"^resumed at step 15: epoch \d+/\d+, batch \d+ of its pass 1$", capsys.readouterr().out, re.M)
     assert resumed.state.global_step == reference.state.global_step
     assert json.dumps(result["history"], sort_keys=True) == json.dumps(expected["history"], sort_keys=True)
     ref_weights = load_file(str(tmp_path / "ref" / "best" / "model.safetensors"))

@@ -94,7 +94,14 @@ class TrainerCallback:
 
 
 class EpochLine(TrainerCallback):
-    """Print one line per epoch on the main process (see :func:`format_epoch_line`)."""
+    """Print one line per epoch on the main process (see :func:`format_epoch_line`), and where a resumed run
+    continues from."""
+
+    def on_train_begin(self, trainer: Trainer) -> None:
+        state = trainer.state
+        if trainer.accelerator.is_main_process and state.global_step > 0:
+            within = f", batch {state.batch_in_pass} of its pass {state.pass_index + 1}" if state.batch_in_pass else ""
+            tqdm.write(f"resumed at step {state.global_step}: epoch {state.epoch + 1}/{trainer.config.epochs}{within}")
 
     def on_epoch_end(self, trainer: Trainer, record: dict[str, Any], seconds: float) -> None:
         if trainer.accelerator.is_main_process:
