@@ -36,9 +36,16 @@ children interleaved, ``--repeats`` times; the table gives medians and [min, max
   (a full noisy batch beside each clean batch, as the official loop; the division from
   the losses the steps recorded), the second epoch after one warmup epoch.
 
-The last line is ``ratios warmup_step=X pair_epoch=Y scoring=Z rss=W roofline=F`` for the
-first head and size measured (hfncl in float32 / official; roofline is hfncl's fraction), after
-a ``ratios bf16 ...`` line when bf16 is measured too.
+- **Floor**: hfncl's matmul FLOPs (of the step; of the scoring pass, counted on its first
+  5 and 10 images and extended to all) at the full matmul throughput of its precision, over the official
+  time: the lowest hfncl / official ratio those FLOPs allow on this CPU, whatever the code
+  around them. A target below the floor needs fewer FLOPs or a faster precision, not
+  faster code.
+
+The report ends with ``floors warmup_step=X scoring=Y`` and, last,
+``ratios warmup_step=X pair_epoch=Y scoring=Z rss=W roofline=F`` for the first head and size
+measured (hfncl in float32 / official; roofline is hfncl's fraction), each after its
+``bf16`` line when bf16 is measured too.
 """
 
 from __future__ import annotations
@@ -57,6 +64,7 @@ from pathlib import Path
 BATCH, REGIONS, IMAGE_DIM, WORD_DIM, VOCAB = 128, 36, 2048, 300, 8000
 CAPTIONS_PER_IMAGE = 5
 EPOCH_NOISE = 0.2
+FLOP_COUNT_IMAGES = 10
 
 
 def _cpu_seconds() -> float:
@@ -177,7 +185,8 @@ def child_train(program: str, args: argparse.Namespace) -> dict[str, float]:
 
 
 def child_score(program: str, args: argparse.Namespace) -> dict[str, float]:
-    """Seconds to score ``scoring_images`` x 5 captions from embeddings (no untimed run: one pass is the job)."""
+    """Seconds to score ``scoring_images`` x 5 captions from embeddings (no untimed run: one pass is the job), and
+    the pass's matmul FLOPs, counted on its first images (:func:`_scaled_flops`)."""
     import torch
 
     regions, words, lengths = embeddings(args.scoring_images, args.embed_dim)
@@ -188,22 +197,36 @@ def child_score(program: str, args: argparse.Namespace) -> dict[str, float]:
         model, opt = _peer_model(args.peer_dir, args.head, args.embed_dim, args.sim_dim)
         model.val_start()
 
-        def score() -> None:
-            shard_attn_scores(model, regions.numpy(), words.numpy(), lengths.tolist(), opt, shard_size=1000)
+        def score(images: int) -> None:
+            shard_attn_scores(model, regions[:images].numpy(), words.numpy(), lengths.tolist(), opt, shard_size=1000)
     else:
         from hfncl.models.sgraf import pack_local
 
         model = _hfncl_model(args.head, args.embed_dim, args.sim_dim).eval()
         mask = torch.arange(words.size(1))[None, :] < lengths[:, None]
-        image_embeds, text_embeds = pack_local(regions, None)[None], pack_local(words, mask)[None]
+        text_embeds = pack_local(words, mask)[None]
 
-        def score() -> None:
+        def score(images: int) -> None:
             with torch.no_grad(), _autocast(args):
-                model.similarity(image_embeds, text_embeds)
+                model.similarity(pack_local(regions[:images], None)[None], text_embeds)
 
     wall, cpu = time.perf_counter(), _cpu_seconds()
-    score()
-    return {"wall": time.perf_counter() - wall, "cpu": _cpu_seconds() - cpu, "peak_mib": _peak_mib()}
+    score(len(regions))
+    result = {"wall": time.perf_counter() - wall, "cpu": _cpu_seconds() - cpu, "peak_mib": _peak_mib()}
+    result["flops"] = _scaled_flops(score, len(regions))
+    return result
+
+
+def _scaled_flops(score, images: int) -> float:
+    """The matmul FLOPs of ``score(images)``, from counts on FLOP_COUNT_IMAGES / 2 and FLOP_COUNT_IMAGES images:
+    a pass's FLOPs are a fixed part (once per caption) and a part per image, so two counts give both."""
+    half = min(FLOP_COUNT_IMAGES // 2, images)
+    fewer = _matmul_flops(lambda: score(half))
+    if images == half:
+        return fewer
+    counted = min(2 * half, images)
+    more = _matmul_flops(lambda: score(counted))
+    return more + (more - fewer) / (counted - half) * (images - counted)
 
 
 def write_epoch_data(directory: Path, images: int, seed: int = 2) -> Path:
@@ -397,7 +420,7 @@ def measure(args: argparse.Namespace) -> tuple[str, list[str]]:
     bf16 = _run_child(args, "matmul", "hfncl:bf16", "sgr", "256/64")["gflops"] if "bf16" in variants else None
     throughput = {program: bf16 if program == "hfncl:bf16" else fp32 for program in programs}
     speeds = f"{fp32:.0f} GFLOP/s in fp32" + ("" if bf16 is None else f", {bf16:.0f} GFLOP/s in bf16")
-    rows, ratios = [], {}
+    rows, bounds, ratios, floors = [], [], {}, {}
     for head, dims in args.cases:
         first = (head, dims) == args.cases[0]
         train: dict[str, list[dict[str, float]]] = {program: [] for program in programs}
@@ -413,6 +436,10 @@ def measure(args: argparse.Namespace) -> tuple[str, list[str]]:
                     runs[program].append(_run_child(args, kind, program, head, dims))
         roofline = {
             program: train[program][0]["flops"] / _median(train[program], "cpu")[0] / (throughput[program] * 1e9)
+            for program in programs
+        }
+        scoring_roofline = {
+            program: score[program][0]["flops"] / _median(score[program], "cpu")[0] / (throughput[program] * 1e9)
             for program in programs
         }
         for precision, program in zip(variants, programs[1:], strict=True):
@@ -434,7 +461,22 @@ def measure(args: argparse.Namespace) -> tuple[str, list[str]]:
                 f"{_cell(score[program], 'cpu', 1)} | {score_ratio:.2f} | {_median(train['official'], 'peak_mib')[0]:.0f} / "
                 f"{_median(train[program], 'peak_mib')[0]:.0f} | {rss_ratio:.2f} | {epoch_cells} |"
             )
+            floor_step, floor_score = (
+                runs[program][0]["flops"] / (throughput[program] * 1e9) / _median(runs["official"], "cpu")[0]
+                for runs in (train, score)
+            )
+            bounds.append(
+                f"| {head.upper()} {dims} | {'fp32' if precision == 'no' else precision} | "
+                f"{roofline['official']:.2f} / {roofline[program]:.2f} | {floor_step:.2f} | {step_ratio:.2f} | "
+                f"{score['official'][0]['flops'] / 1e12:.2f} / {score[program][0]['flops'] / 1e12:.2f} | "
+                f"{scoring_roofline['official']:.2f} / {scoring_roofline[program]:.2f} | {floor_score:.2f} | "
+                f"{score_ratio:.2f} |"
+            )
             if first:
+                floors[precision] = (
+                    f"floors{'' if precision == 'no' else ' ' + precision} warmup_step={floor_step:.2f} "
+                    f"scoring={floor_score:.2f}"
+                )
                 ratios[precision] = (
                     f"ratios{'' if precision == 'no' else ' ' + precision} warmup_step={step_ratio:.2f} "
                     f"pair_epoch={'n/a' if epoch_ratio is None else f'{epoch_ratio:.2f}'} scoring={score_ratio:.2f} "
@@ -460,7 +502,20 @@ def measure(args: argparse.Namespace) -> tuple[str, list[str]]:
         "hfncl epoch s/pair | hfncl / official | division s/pair (official / hfncl) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    return "\n".join(header + rows) + "\n", [ratios[precision] for precision in variants if precision in ratios]
+    what_the_cpu_allows = [
+        "",
+        "What this CPU allows: the floor is hfncl's matmul FLOPs at the full matmul throughput of its precision, over "
+        "the official time, the lowest hfncl / official ratio those FLOPs can reach; scoring FLOPs counted on "
+        f"{FLOP_COUNT_IMAGES // 2} and {FLOP_COUNT_IMAGES} images and extended to all.",
+        "",
+        "| head dims | hfncl precision | step roofline (official / hfncl) | step floor | step hfncl / official | "
+        "scoring TFLOP (official / hfncl) | scoring roofline (official / hfncl) | scoring floor | "
+        "scoring hfncl / official |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    lines = [floors[precision] for precision in variants if precision in floors]
+    lines += [ratios[precision] for precision in variants if precision in ratios]
+    return "\n".join(header + rows + what_the_cpu_allows + bounds) + "\n", lines
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

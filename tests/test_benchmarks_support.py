@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import time
 
 import numpy as np
@@ -287,6 +288,26 @@ def test_peer_speed_refuses_a_folder_without_the_official_code_and_builds_its_da
     regions, words, caption_lengths = peer_speed.embeddings(3, 8)
     assert regions.shape == (3, 36, 8) and words.shape[0] == 15 == len(caption_lengths)
     assert bool((words.norm(dim=-1) > 0).sum(dim=1).eq(caption_lengths).all())
+
+
+def test_peer_speed_scoring_flops_scale_from_the_counted_images_to_the_whole_pass():
+    """hfncl's scoring child times the whole pass and counts its matmul FLOPs on the first images only: the
+    extended count (a part per caption, a part per image) equals the count of the whole pass."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from hfncl.models.sgraf import pack_local
+
+    peer_speed = benchmark_module("peer_speed")
+    images = 2 * peer_speed.FLOP_COUNT_IMAGES + 3
+    args = argparse.Namespace(scoring_images=images, embed_dim=16, sim_dim=8, head="sgr", mixed_precision="no")
+    result = peer_speed.child_score("hfncl", args)
+    regions, words, lengths = peer_speed.embeddings(images, 16)
+    model = peer_speed._hfncl_model("sgr", 16, 8).eval()
+    mask = torch.arange(words.size(1))[None, :] < lengths[:, None]
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model.similarity(pack_local(regions, None)[None], pack_local(words, mask)[None])
+    assert result["flops"] == pytest.approx(counter.get_total_flops(), rel=1e-9)
+    assert result["cpu"] > 0 and result["peak_mib"] > 0
 
 
 def test_peer_speed_epoch_data_gives_both_programs_the_same_pairs_and_lengths(tmp_path):
