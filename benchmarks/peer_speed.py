@@ -21,7 +21,8 @@ children interleaved, ``--repeats`` times; the table gives medians and [min, max
   hfncl's evaluation scorer (``model.similarity`` in eval mode, the block scorer).
 - **Roofline**: the matrix-multiply FLOPs of each step (``torch.utils.flop_counter``,
   forward and backward) over the step's CPU seconds, as a fraction of this CPU's
-  measured matmul throughput (2048 x 2048, same threads) in the step's precision.
+  measured matmul throughput (2048 x 2048, same threads, the best of five in CPU seconds) in
+  the step's precision.
 - ``--mixed-precision no bf16``: hfncl is measured in each precision (a row each, against
   the same official runs); in bf16 its step, scoring and epoch run under bf16 autocast
   (``TrainConfig.mixed_precision``; scores stay float32) and its roofline is against the bf16
@@ -367,17 +368,18 @@ def child_epoch(program: str, args: argparse.Namespace) -> dict[str, float]:
 
 
 def child_matmul(dtype: str = "float32") -> dict[str, float]:
-    """This CPU's matmul throughput (GFLOP/s) in ``dtype`` on 2048 x 2048 matrices, median of five."""
+    """This CPU's matmul throughput (GFLOP/s) in ``dtype`` on 2048 x 2048 matrices: the best of five, in CPU seconds
+    as the steps are timed, so that other work on the machine (which stretches wall time) does not lower it."""
     import torch
 
     a, b = torch.randn(2048, 2048, dtype=getattr(torch, dtype)), torch.randn(2048, 2048, dtype=getattr(torch, dtype))
     a @ b
     seconds = []
     for _ in range(5):
-        start = time.perf_counter()
+        start = _cpu_seconds()
         a @ b
-        seconds.append(time.perf_counter() - start)
-    return {"gflops": 2 * 2048**3 / statistics.median(seconds) / 1e9}
+        seconds.append(_cpu_seconds() - start)
+    return {"gflops": 2 * 2048**3 / min(seconds) / 1e9}
 
 
 def _run_child(args: argparse.Namespace, kind: str, program: str, head: str, dims: str) -> dict[str, float]:
