@@ -21,9 +21,9 @@ TINY_ARGS = ["--epochs", "2", "--warmup-epochs", "1", "--batch-size", "32", "--e
 TINY_ARGS += ["--embed-dim", "32", "--word-dim", "16", "--noise-ratio", "0.4", "--no-progress", "--similarity", "cosine"]
 
 
-def _launch(processes: int, data_dir: Path, output_dir: Path) -> dict:
+def _launch(processes: int, data_dir: Path, output_dir: Path, recipe: str = "ncr_f30k") -> dict:
     mode = ["--multi_gpu"] if processes > 1 else ["--cpu"]
-    command = ACCELERATE + mode + ["--num_processes", str(processes), str(REPO / "recipes" / "ncr_f30k.py")]
+    command = ACCELERATE + mode + ["--num_processes", str(processes), str(REPO / "recipes" / f"{recipe}.py")]
     command += ["--data-dir", str(data_dir), "--output-dir", str(output_dir), *TINY_ARGS]
     environment = dict(os.environ, **CPU_ONLY, OMP_NUM_THREADS="1")
     completed = subprocess.run(command, capture_output=True, text=True, timeout=600, env=environment)
@@ -32,9 +32,11 @@ def _launch(processes: int, data_dir: Path, output_dir: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_two_processes_give_the_division_and_metrics_of_one(tiny_data_dir, tmp_path):
-    one = _launch(1, tiny_data_dir, tmp_path / "one")
-    two = _launch(2, tiny_data_dir, tmp_path / "two")
+@pytest.mark.parametrize("recipe", ["ncr_f30k", "coteaching_f30k"])
+def test_two_processes_give_the_division_and_metrics_of_one(tiny_data_dir, tmp_path, recipe):
+    """NCR's division and rectified labels, and Co-teaching's small-loss selection, read the global batch."""
+    one = _launch(1, tiny_data_dir, tmp_path / "one", recipe)
+    two = _launch(2, tiny_data_dir, tmp_path / "two", recipe)
     assert (one["num_processes"], two["num_processes"]) == (1, 2)
     assert one["test"] == two["test"]
     for epoch_one, epoch_two in zip(one["history"], two["history"], strict=True):
