@@ -436,15 +436,15 @@ def measure(args: argparse.Namespace) -> tuple[str, list[str]]:
             for _ in range(repeats):
                 for program in programs:
                     runs[program].append(_run_child(args, kind, program, head, dims))
-        roofline = {
-            program: train[program][0]["flops"] / _median(train[program], "cpu")[0] / (throughput[program] * 1e9)
-            for program in programs
-        }
-        scoring_roofline = {
-            program: score[program][0]["flops"] / _median(score[program], "cpu")[0] / (throughput[program] * 1e9)
-            for program in programs
-        }
+        roofline, scoring_roofline = (
+            {
+                program: runs[program][0]["flops"] / _median(runs[program], "cpu")[0] / (throughput[program] * 1e9)
+                for program in programs
+            }
+            for runs in (train, score)
+        )
         for precision, program in zip(variants, programs[1:], strict=True):
+            shown, suffix = ("fp32", "") if precision == "no" else (precision, f" {precision}")
             step_ratio, score_ratio = _ratio(train, program, "cpu"), _ratio(score, program, "cpu")
             rss_ratio = _ratio(train, program, "peak_mib")
             epoch_ratio = _ratio(epoch, program, "pair_epoch") if epoch[program] else None
@@ -456,7 +456,7 @@ def measure(args: argparse.Namespace) -> tuple[str, list[str]]:
                 else "- | - | - | -"
             )
             rows.append(
-                f"| {head.upper()} {dims} | {'fp32' if precision == 'no' else precision} | "
+                f"| {head.upper()} {dims} | {shown} | "
                 f"{_cell(train['official'], 'cpu')} | {_cell(train[program], 'cpu')} | {step_ratio:.2f} | "
                 f"{train['official'][0]['flops'] / 1e12:.2f} / {train[program][0]['flops'] / 1e12:.2f} | "
                 f"{roofline['official']:.2f} / {roofline[program]:.2f} | {_cell(score['official'], 'cpu', 1)} | "
@@ -468,19 +468,16 @@ def measure(args: argparse.Namespace) -> tuple[str, list[str]]:
                 for runs in (train, score)
             )
             bounds.append(
-                f"| {head.upper()} {dims} | {'fp32' if precision == 'no' else precision} | "
+                f"| {head.upper()} {dims} | {shown} | "
                 f"{roofline['official']:.2f} / {roofline[program]:.2f} | {floor_step:.2f} | {step_ratio:.2f} | "
                 f"{score['official'][0]['flops'] / 1e12:.2f} / {score[program][0]['flops'] / 1e12:.2f} | "
                 f"{scoring_roofline['official']:.2f} / {scoring_roofline[program]:.2f} | {floor_score:.2f} | "
                 f"{score_ratio:.2f} |"
             )
             if first:
-                floors[precision] = (
-                    f"floors{'' if precision == 'no' else ' ' + precision} warmup_step={floor_step:.2f} "
-                    f"scoring={floor_score:.2f}"
-                )
+                floors[precision] = f"floors{suffix} warmup_step={floor_step:.2f} scoring={floor_score:.2f}"
                 ratios[precision] = (
-                    f"ratios{'' if precision == 'no' else ' ' + precision} warmup_step={step_ratio:.2f} "
+                    f"ratios{suffix} warmup_step={step_ratio:.2f} "
                     f"pair_epoch={'n/a' if epoch_ratio is None else f'{epoch_ratio:.2f}'} scoring={score_ratio:.2f} "
                     f"rss={rss_ratio:.2f} roofline={roofline[program]:.2f}"
                 )

@@ -163,8 +163,9 @@ def train(
         return None
     run_dir.mkdir(parents=True, exist_ok=True)
     settings = {**run.config, "data_dir": str(data_dir), "output_dir": str(run_dir)}
-    continues = resume and (run_dir / "checkpoints").is_dir()
-    if (run_dir / "checkpoints").is_dir():
+    killed_before = (run_dir / "checkpoints").is_dir()
+    continues = resume and killed_before
+    if killed_before:
         settings |= {"resume_from_checkpoint": "latest"} if continues else {"overwrite_output_dir": True}
     config_file = run_dir / "reduced.json"
     config_file.write_text(json.dumps(settings, indent=1))
