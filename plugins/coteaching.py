@@ -8,10 +8,12 @@ R(T) = 1 - tau min(T / T_k, 1) (step 8), T counted in epochs from 0.
 
 The per-pair loss is VSE++'s hinge triplet on the hardest negatives of the batch (``"hardest"``,
 the field's base loss) or NCR's L_w summed over all negatives (``"sum"``); a kept pair is an anchor,
-every pair of the batch stays a negative. Han et al. set tau to the known noise rate
-(``coteaching.forget_rate``); by default it is estimated each epoch as the noisy share of a
-two-component GMM on each network's per-pair losses of the previous epoch, recorded by its steps
-(the division the run reports is that GMM's). Measurements: ``docs/methods/coteaching.md``.
+every pair of the batch stays a negative. Han et al. set tau to the known noise rate: by default
+tau is the rate the run injected (``trainer.noise_rate``), or ``coteaching.forget_rate`` when set.
+Where the rate is unknown (the data's own pairs), or with ``coteaching.estimate_forget_rate``, tau is
+estimated each epoch as the noisy share of a two-component GMM on each network's per-pair losses of
+the previous epoch, recorded by its steps. The division the run reports is that GMM's either way.
+Measurements: ``docs/methods/coteaching.md``.
 """
 
 from __future__ import annotations
@@ -37,9 +39,11 @@ STEP_LOSS = "coteaching.loss{}"
 
 @dataclass(frozen=True)
 class CoTeachingOptions(MethodOptions, namespace="coteaching"):
-    """tau (``forget_rate``; ``None``: estimated each epoch), T_k (``gradual_epochs``), the margin and per-pair loss."""
+    """tau (``forget_rate``; ``None``: the run's noise rate if known, else estimated; ``estimate_forget_rate``:
+    estimated even when the rate is known), T_k (``gradual_epochs``), the margin and per-pair loss."""
 
     forget_rate: float | None = option(None, minimum=0, exclusive_maximum=1)
+    estimate_forget_rate: bool = option(False)
     gradual_epochs: int = option(10, minimum=1)
     margin: float = option(0.2, minimum=0)
     loss: str = option("hardest", choices=tuple(LOSSES))
@@ -107,10 +111,13 @@ def divide(trainer, epoch) -> list[Division] | None:
 
 
 def forget_rate(trainer, net: int) -> float:
-    """tau: ``coteaching.forget_rate``, else the noisy share the GMM of network ``net`` estimates (0 before any)."""
-    fixed = trainer.options_of(CoTeachingOptions).forget_rate
-    if fixed is not None:
-        return float(fixed)
+    """tau: ``coteaching.forget_rate``, else the run's known noise rate (unless ``coteaching.estimate_forget_rate``),
+    else the noisy share the GMM of network ``net`` estimates (0 before any)."""
+    settings = trainer.options_of(CoTeachingOptions)
+    if settings.forget_rate is not None:
+        return float(settings.forget_rate)
+    if trainer.noise_rate is not None and not settings.estimate_forget_rate:
+        return float(trainer.noise_rate)
     division = trainer.divisions[net]
     return 0.0 if division is None else float(1.0 - division.clean_prob.mean())
 

@@ -35,11 +35,13 @@ class _Ledger(dict):
         self[name] = (index, values)
 
 
-def _stub_trainer(similarities, epoch, options=None, divisions=(None, None)):
-    """What rectify and loss read of the trainer: options, the epoch, divisions, forward and the ledger."""
+def _stub_trainer(similarities, epoch, options=None, divisions=(None, None), noise_rate=None):
+    """What rectify and loss read of the trainer: options, the epoch, divisions, the known noise rate, forward and
+    the ledger."""
     settings = CoTeachingOptions.read(options or {})
     return SimpleNamespace(
         options_of=lambda _: settings,
+        noise_rate=noise_rate,
         epoch=epoch,
         divisions=list(divisions),
         ledger=_Ledger(),
@@ -78,18 +80,30 @@ def test_each_network_learns_from_the_pairs_its_peer_finds_small_loss():
         assert recorded.tolist() == pytest.approx([_vsepp_pair_loss(similarities[net], i) for i in range(8)], rel=1e-6)
 
 
-def test_forget_rate_is_the_option_or_the_gmm_s_noisy_share():
+def test_forget_rate_is_the_option_the_known_noise_rate_or_the_gmm_s_noisy_share():
     division = Division(clean_prob=torch.tensor([0.9, 0.7, 0.2, 0.0]), clean=torch.tensor([True, True, False, False]))
-    estimated = _stub_trainer([None, None], epoch=3, divisions=(None, division))
+    unknown = _stub_trainer([None, None], epoch=3, divisions=(None, division))
+    assert coteaching.forget_rate(unknown, 1) == pytest.approx(1 - 0.45)
+    assert coteaching.forget_rate(unknown, 0) == 0.0  # no division yet: keep every pair
+    known = _stub_trainer([None, None], epoch=3, divisions=(None, division), noise_rate=0.6)
+    assert coteaching.forget_rate(known, 0) == coteaching.forget_rate(known, 1) == 0.6  # Han et al.'s tau
+    estimated = _stub_trainer(
+        [None, None], epoch=3, options={"coteaching.estimate_forget_rate": True}, divisions=(None, division),
+        noise_rate=0.6,
+    )
     assert coteaching.forget_rate(estimated, 1) == pytest.approx(1 - 0.45)
-    assert coteaching.forget_rate(estimated, 0) == 0.0  # no division yet: keep every pair
-    fixed = _stub_trainer([None, None], epoch=3, options={"coteaching.forget_rate": 0.3}, divisions=(None, division))
+    fixed = _stub_trainer(
+        [None, None], epoch=3, options={"coteaching.forget_rate": 0.3}, divisions=(None, division), noise_rate=0.6
+    )
     assert coteaching.forget_rate(fixed, 1) == 0.3
 
 
-def test_a_bad_forget_rate_is_refused_by_name(tiny_data_dir, tmp_path):
-    with pytest.raises(Exception, match="coteaching.forget_rate"):
-        noisy_trainer(tiny_data_dir, tiny_config(tmp_path, ["coteaching"], options={"coteaching.forget_rate": 1.0}))
+@pytest.mark.parametrize(
+    ("name", "value"), [("coteaching.forget_rate", 1.0), ("coteaching.estimate_forget_rate", "yes")]
+)
+def test_a_bad_option_is_refused_by_name(tiny_data_dir, tmp_path, name, value):
+    with pytest.raises(Exception, match=name):
+        noisy_trainer(tiny_data_dir, tiny_config(tmp_path, ["coteaching"], options={name: value}))
 
 
 def test_coteaching_trains_and_its_gmm_finds_the_noise(tiny_data_dir, tmp_path):
