@@ -6,9 +6,9 @@ learns from D_g and g from D_f (steps 6-7), so that each network's mistakes are 
 other. The kept share falls from all pairs to 1 - tau over the first T_k epochs,
 R(T) = 1 - tau min(T / T_k, 1) (step 8), T counted in epochs from 0.
 
-The per-pair loss is VSE++'s hinge triplet on the hardest negatives of the batch (``"hardest"``,
-the field's base loss) or NCR's L_w summed over all negatives (``"sum"``); a kept pair is an anchor,
-every pair of the batch stays a negative. Han et al. set tau to the known noise rate: by default
+The per-pair loss is NCR's L_w, the hinge triplet summed over all negatives of the batch (``"sum"``,
+the default: it ranks the noise where hardest negatives collapse), or VSE++'s hinge on the hardest
+negatives (``"hardest"``); a kept pair is an anchor, every pair of the batch stays a negative. Han et al. set tau to the known noise rate: by default
 tau is the rate the run injected (``trainer.noise_rate``), or ``coteaching.forget_rate`` when set.
 Where the rate is unknown (the data's own pairs), or with ``coteaching.estimate_forget_rate``, tau is
 estimated each epoch as the noisy share of a two-component GMM on each network's per-pair losses of
@@ -46,7 +46,7 @@ class CoTeachingOptions(MethodOptions, namespace="coteaching"):
     estimate_forget_rate: bool = option(False)
     gradual_epochs: int = option(10, minimum=1)
     margin: float = option(0.2, minimum=0)
-    loss: str = option("hardest", choices=tuple(LOSSES))
+    loss: str = option("sum", choices=tuple(LOSSES))
 
 
 @hookimpl

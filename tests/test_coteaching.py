@@ -57,27 +57,37 @@ def _vsepp_pair_loss(similarity, i, margin=0.2):
     return max(0.0, margin - positive + row) + max(0.0, margin - positive + column)
 
 
-def test_each_network_learns_from_the_pairs_its_peer_finds_small_loss():
-    """Algorithm 1 steps 4-7 against a loop: network 0's loss sums its own VSE++ losses over the
+def _sum_pair_loss(similarity, i, margin=0.2):
+    """NCR's L_w of pair i: the hinge summed over every negative of the row and of the column."""
+    positive = float(similarity[i, i])
+    return sum(
+        max(0.0, margin - positive + float(similarity[i, j])) + max(0.0, margin - positive + float(similarity[j, i]))
+        for j in range(len(similarity))
+        if j != i
+    )
+
+
+@pytest.mark.parametrize(("loss", "pair_loss"), [("hardest", _vsepp_pair_loss), ("sum", _sum_pair_loss)])
+def test_each_network_learns_from_the_pairs_its_peer_finds_small_loss(loss, pair_loss):
+    """Algorithm 1 steps 4-7 against a loop: network 0's loss sums its own per-pair losses over the
     ceil(R(T) b) pairs with the smallest losses under network 1, and the other way round."""
     generator = torch.Generator().manual_seed(0)
     similarities = [torch.rand(8, 8, generator=generator) for _ in range(2)]
-    trainer = _stub_trainer(
-        similarities, epoch=1, options={"coteaching.forget_rate": 0.5, "coteaching.gradual_epochs": 2}
-    )
+    options = {"coteaching.forget_rate": 0.5, "coteaching.gradual_epochs": 2, "coteaching.loss": loss}
+    trainer = _stub_trainer(similarities, epoch=1, options=options)
     batch = {"index": torch.arange(8)}
     share = 1 - 0.5 * 1 / 2
     for net, peer in ((0, 1), (1, 0)):
-        peer_losses = [_vsepp_pair_loss(similarities[peer], i) for i in range(8)]
+        peer_losses = [pair_loss(similarities[peer], i) for i in range(8)]
         kept = sorted(range(8), key=lambda i: (peer_losses[i], i))[: math.ceil(share * 8)]
-        expected = sum(_vsepp_pair_loss(similarities[net], i) for i in kept)
+        expected = sum(pair_loss(similarities[net], i) for i in kept)
         targets = coteaching.rectify(trainer, batch, net, None)
         assert sorted(targets["keep"].nonzero().squeeze(1).tolist()) == sorted(kept)
         outputs = trainer.forward(net, batch)
         terms = coteaching.loss(trainer, batch, outputs, targets, net)
         assert float(terms["small_loss_triplet"]) == pytest.approx(expected, rel=1e-6)
         index, recorded = trainer.ledger[f"coteaching.loss{net}"]
-        assert recorded.tolist() == pytest.approx([_vsepp_pair_loss(similarities[net], i) for i in range(8)], rel=1e-6)
+        assert recorded.tolist() == pytest.approx([pair_loss(similarities[net], i) for i in range(8)], rel=1e-6)
 
 
 def test_forget_rate_is_the_option_the_known_noise_rate_or_the_gmm_s_noisy_share():
