@@ -8,8 +8,9 @@ R(T) = 1 - tau min(T / T_k, 1) (step 8), T counted in epochs from 0.
 
 The per-pair loss is NCR's L_w, the hinge triplet summed over all negatives of the batch (``"sum"``,
 the default: it ranks the noise where hardest negatives collapse), or VSE++'s hinge on the hardest
-negatives (``"hardest"``); a kept pair is an anchor, every pair of the batch stays a negative. Han et al. set tau to the known noise rate: by default
-tau is the rate the run injected (``trainer.noise_rate``), or ``coteaching.forget_rate`` when set.
+negatives (``"hardest"``); a kept pair is an anchor, every pair of the batch stays a negative.
+Han et al. set tau to the known noise rate: by default tau is the rate the run injected
+(``trainer.noise_rate``), or ``coteaching.forget_rate`` when set.
 Where the rate is unknown (the data's own pairs), or with ``coteaching.estimate_forget_rate``, tau is
 estimated each epoch as the noisy share of a two-component GMM on each network's per-pair losses of
 the previous epoch, recorded by its steps. The division the run reports is that GMM's either way.
