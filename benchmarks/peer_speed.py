@@ -1,4 +1,4 @@
-"""SGR / SAF side by side with the official NCR code on the CPU: step time, scoring time, memory, roofline.
+"""SGR / SAF side by side with the official NCR code on the CPU or CUDA: step time, scoring time, memory, roofline.
 
     bash ../shared/tools/ncr_peer.sh NCR_GIT_DIR /tmp/peer 5      # a CPU-runnable copy of the official code
     python benchmarks/peer_speed.py --peer-dir /tmp/peer/NCR [--quick] [--output benchmarks/peer_speed.md]
@@ -27,6 +27,13 @@ children interleaved, ``--repeats`` times; the table gives medians and [min, max
   the same official runs); in bf16 its step, scoring and epoch run under bf16 autocast
   (``TrainConfig.mixed_precision``; scores stay float32) and its roofline is against the bf16
   matmul throughput. The official code runs in float32 as it ships.
+- ``--device cuda``: both programs on the GPU (the official code moves itself to any GPU it
+  sees; on the CPU the children see none). Seconds are wall seconds after
+  ``torch.cuda.synchronize()``, a training step the mean of 10 after 3 untimed ones; memory is
+  the peak of ``torch.cuda.max_memory_allocated``; the matmul reference is 8192 x 8192 in
+  torch's default float32 (no TF32). ``--block-mib`` sets hfncl's pair-block budget (the heads
+  default to 32 MiB on the CPU and 1 GiB on CUDA). Each child prints its result and seconds to
+  stderr as it ends.
 - **NCR epoch** (first case only): CPU seconds per training pair of one co-training
   epoch, both networks, the division and the noisy part included, on one generated
   precomp data set (``--epoch-images`` x 5 captions, 20% noise). The official one is
@@ -66,6 +73,7 @@ BATCH, REGIONS, IMAGE_DIM, WORD_DIM, VOCAB = 128, 36, 2048, 300, 8000
 CAPTIONS_PER_IMAGE = 5
 EPOCH_NOISE = 0.2
 FLOP_COUNT_IMAGES = 10
+CUDA_WARM_STEPS, CUDA_TIMED_STEPS = 3, 10
 
 
 def _cpu_seconds() -> float:
@@ -73,7 +81,23 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _peak_mib() -> float:
+def _seconds(device: str) -> float:
+    """The clock work is timed on: CPU seconds (user + sys) on the CPU; on CUDA wall seconds once the queued kernels
+    have run."""
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+        return time.perf_counter()
+    return _cpu_seconds()
+
+
+def _peak_mib(device: str) -> float:
+    """The process's peak memory: resident set on the CPU, tensors allocated on the GPU on CUDA."""
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.max_memory_allocated() / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
@@ -120,14 +144,24 @@ def _peer_model(peer_dir: str, head: str, embed_dim: int, sim_dim: int):
     return peer.SGRAF(opt), opt
 
 
-def _hfncl_model(head: str, embed_dim: int, sim_dim: int):
+def _hfncl_model(args: argparse.Namespace):
     from hfncl.models import NCLConfig, NCLModel
 
     config = NCLConfig(
-        image_dim=IMAGE_DIM, embed_dim=embed_dim, word_dim=WORD_DIM, vocab_size=VOCAB, similarity=head, sim_dim=sim_dim,
-        num_networks=1,
+        image_dim=IMAGE_DIM, embed_dim=args.embed_dim, word_dim=WORD_DIM, vocab_size=VOCAB, similarity=args.head,
+        sim_dim=args.sim_dim, num_networks=1,
     )
-    return NCLModel(config)
+    model = NCLModel(config).to(args.device)
+    if args.block_mib is not None:
+        for module in model.modules():
+            if hasattr(module, "block_bytes"):
+                module.block_bytes = args.block_mib * 2**20
+    return model
+
+
+def _on_device(device: str, *tensors):
+    """The tensors on ``device``, as the trainer moves each batch: inside the timed work, as the official code does."""
+    return [tensor.to(device, non_blocking=True) for tensor in tensors]
 
 
 def _matmul_flops(step) -> int:
@@ -142,15 +176,19 @@ def _autocast(args: argparse.Namespace):
     """hfncl's autocast context of ``--mixed-precision`` (a no-op for ``no``)."""
     import torch
 
-    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.mixed_precision == "bf16")
+    return torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.mixed_precision == "bf16")
 
 
-def _timed(step, repeats: int = 1) -> dict[str, float]:
-    step()  # untimed: allocator and caches warm
-    wall, cpu = time.perf_counter(), _cpu_seconds()
+def _timed(step, device: str) -> dict[str, float]:
+    """Seconds per call of ``step`` on ``device``'s clock: one call after an untimed one on the CPU; on CUDA the
+    mean of CUDA_TIMED_STEPS after CUDA_WARM_STEPS (kernel selection and the caching allocator settle)."""
+    warm, repeats = (CUDA_WARM_STEPS, CUDA_TIMED_STEPS) if device == "cuda" else (1, 1)
+    for _ in range(warm):
+        step()
+    start = _seconds(device)
     for _ in range(repeats):
         step()
-    return {"wall": (time.perf_counter() - wall) / repeats, "cpu": (_cpu_seconds() - cpu) / repeats}
+    return {"seconds": (_seconds(device) - start) / repeats}
 
 
 def child_train(program: str, args: argparse.Namespace) -> dict[str, float]:
@@ -163,24 +201,25 @@ def child_train(program: str, args: argparse.Namespace) -> dict[str, float]:
         model.train_start()
 
         def step() -> None:
-            model.train(images, tokens, lengths.tolist(), mode="warmup")
+            model.train(images, tokens, lengths.tolist(), mode="warmup")  # moves the batch to CUDA when there is one
     else:
         from hfncl.losses import triplet_sum_negatives
 
-        model = _hfncl_model(args.head, args.embed_dim, args.sim_dim).train()
+        model = _hfncl_model(args).train()
         network = model.networks[0]
         optimizer = torch.optim.Adam(model.parameters(), lr=2e-4)
 
         def step() -> None:
+            on_device = _on_device(args.device, images, tokens, lengths)
             with _autocast(args):
-                similarity = network.similarity(network.encode_image(images), network.encode_text(tokens, lengths))
+                similarity = network.similarity(network.encode_image(on_device[0]), network.encode_text(*on_device[1:]))
             optimizer.zero_grad()
             (triplet_sum_negatives(similarity, 0.2).sum() / similarity.size(0)).backward()  # NCR's warmup_loss
             torch.nn.utils.clip_grad_norm_(model.parameters(), 2.0)
             optimizer.step()
 
-    result = _timed(step)
-    result["peak_mib"] = _peak_mib()
+    result = _timed(step, args.device)
+    result["peak_mib"] = _peak_mib(args.device)
     result["flops"] = _matmul_flops(step)
     return result
 
@@ -197,23 +236,28 @@ def child_score(program: str, args: argparse.Namespace) -> dict[str, float]:
 
         model, opt = _peer_model(args.peer_dir, args.head, args.embed_dim, args.sim_dim)
         model.val_start()
+        if args.device == "cuda":  # the shard's .cuda() that ncr_peer.sh takes out for the CPU
+            forward_sim = model.forward_sim
+            model.forward_sim = lambda im, ca, lens: forward_sim(im.cuda(), ca.cuda(), lens)
 
         def score(images: int) -> None:
             shard_attn_scores(model, regions[:images].numpy(), words.numpy(), lengths.tolist(), opt, shard_size=1000)
     else:
         from hfncl.models.sgraf import pack_local
 
-        model = _hfncl_model(args.head, args.embed_dim, args.sim_dim).eval()
+        model = _hfncl_model(args).eval()
         mask = torch.arange(words.size(1))[None, :] < lengths[:, None]
         text_embeds = pack_local(words, mask)[None]
 
         def score(images: int) -> None:
+            image_embeds = pack_local(regions[:images], None)[None]
+            image_embeds, caption_embeds = _on_device(args.device, image_embeds, text_embeds)
             with torch.no_grad(), _autocast(args):
-                model.similarity(pack_local(regions[:images], None)[None], text_embeds)
+                model.similarity(image_embeds, caption_embeds).cpu()
 
-    wall, cpu = time.perf_counter(), _cpu_seconds()
+    start = _seconds(args.device)
     score(len(regions))
-    result = {"wall": time.perf_counter() - wall, "cpu": _cpu_seconds() - cpu, "peak_mib": _peak_mib()}
+    result = {"seconds": _seconds(args.device) - start, "peak_mib": _peak_mib(args.device)}
     result["flops"] = _scaled_flops(score, len(regions))
     return result
 
@@ -285,11 +329,11 @@ def _official_epoch(args: argparse.Namespace, data_dir: Path, pairs: int) -> dic
     opt = networks[0][1]
     opt.soft_margin, opt.num_epochs, opt.log_step = "exponential", 2, 10**9
     batches = _official_batches(data_dir, list(range(pairs)))
-    started = _cpu_seconds()
+    started = _seconds(args.device)
     probabilities = co_train.eval_train(
         opt, networks[0][0], networks[1][0], batches, pairs, [[], []], np.ones(pairs), epoch=1
     )[:2]
-    division = _cpu_seconds() - started
+    division = _seconds(args.device) - started
     for (net, _), (peer, _), probability in zip(networks, networks[::-1], probabilities[::-1], strict=True):
         ranked = np.argsort(-probability, kind="stable").tolist()
         clean_count = round(pairs * (1 - EPOCH_NOISE))
@@ -303,14 +347,15 @@ def _official_epoch(args: argparse.Namespace, data_dir: Path, pairs: int) -> dic
             for images, tokens, lengths, ids in _official_batches(data_dir, ranked[clean_count:])
         ]
         co_train.train(opt, net, peer, labeled, unlabeled, epoch=1)
-    return {"epoch_cpu": _cpu_seconds() - started, "division_cpu": division}
+    return {"epoch": _seconds(args.device) - started, "division": division}
 
 
 class _EpochClock:
-    """Trainer callback: CPU seconds of the last epoch and of its ``divide`` hook."""
+    """Trainer callback: seconds (:func:`_seconds`) of the last epoch and of its ``divide`` hook."""
 
-    def __init__(self) -> None:
-        self.epoch_cpu = self.division_cpu = 0.0
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.epoch = self.division = 0.0
         self._epoch = self._divide = 0.0
 
     def __getattr__(self, name: str):
@@ -319,18 +364,18 @@ class _EpochClock:
         raise AttributeError(name)
 
     def on_epoch_begin(self, trainer, epoch: int) -> None:
-        self._epoch = _cpu_seconds()
+        self._epoch = _seconds(self.device)
 
     def on_hook_begin(self, trainer, name: str) -> None:
         if name == "divide":
-            self._divide = _cpu_seconds()
+            self._divide = _seconds(self.device)
 
     def on_hook_end(self, trainer, name: str) -> None:
         if name == "divide":
-            self.division_cpu = _cpu_seconds() - self._divide
+            self.division = _seconds(self.device) - self._divide
 
     def on_epoch_end(self, trainer, record, seconds: float) -> None:
-        self.epoch_cpu = _cpu_seconds() - self._epoch
+        self.epoch = _seconds(self.device) - self._epoch
 
 
 def _hfncl_epoch(args: argparse.Namespace, data_dir: Path) -> dict[str, float]:
@@ -351,48 +396,59 @@ def _hfncl_epoch(args: argparse.Namespace, data_dir: Path) -> dict[str, float]:
     data = prepare_data(DataArguments(data_dir=str(data_dir), noise_ratio=EPOCH_NOISE), output_dir)
     model = ModelArguments(embed_dim=args.embed_dim, word_dim=WORD_DIM, similarity=args.head, sim_dim=args.sim_dim)
     model_config = NCLConfig(image_dim=IMAGE_DIM, vocab_size=len(data.vocab), **model_fields(["ncr"], model))
-    clock = _EpochClock()
-    Trainer(config, model_config, data.train, None, accelerator=Accelerator(cpu=True, mixed_precision=args.mixed_precision), callbacks=[clock]).train()
-    return {"epoch_cpu": clock.epoch_cpu, "division_cpu": clock.division_cpu}
+    clock = _EpochClock(args.device)
+    accelerator = Accelerator(cpu=args.device == "cpu", mixed_precision=args.mixed_precision)
+    Trainer(config, model_config, data.train, None, accelerator=accelerator, callbacks=[clock]).train()
+    return {"epoch": clock.epoch, "division": clock.division}
 
 
 def child_epoch(program: str, args: argparse.Namespace) -> dict[str, float]:
-    """CPU seconds per training pair of one NCR co-training epoch (both networks and the division)."""
+    """Seconds (:func:`_seconds`) per training pair of one NCR co-training epoch (both networks and the division)."""
     data_dir = write_epoch_data(Path(args.work_dir) / f"epoch-data-{args.epoch_images}", args.epoch_images)
     pairs = args.epoch_images * CAPTIONS_PER_IMAGE
     result = _official_epoch(args, data_dir, pairs) if program == "official" else _hfncl_epoch(args, data_dir)
     return {
-        "pair_epoch": result["epoch_cpu"] / pairs, "division_per_pair": result["division_cpu"] / pairs,
-        "peak_mib": _peak_mib(),
+        "pair_epoch": result["epoch"] / pairs, "division_per_pair": result["division"] / pairs,
+        "peak_mib": _peak_mib(args.device),
     }
 
 
-def child_matmul(dtype: str = "float32") -> dict[str, float]:
-    """This CPU's matmul throughput (GFLOP/s) in ``dtype`` on 2048 x 2048 matrices: the best of five, in CPU seconds
-    as the steps are timed, so that other work on the machine (which stretches wall time) does not lower it."""
+def child_matmul(device: str, dtype: str = "float32") -> dict[str, float]:
+    """The device's matmul throughput (GFLOP/s) in ``dtype``: the best of five products, on the clock the steps are
+    timed on (:func:`_seconds`; on the CPU in CPU seconds, so that other work on the machine, which stretches wall
+    time, does not lower it). 2048 x 2048 on the CPU, 8192 x 8192 on CUDA (torch's default float32 precision:
+    no TF32, as both programs run)."""
     import torch
 
-    a, b = torch.randn(2048, 2048, dtype=getattr(torch, dtype)), torch.randn(2048, 2048, dtype=getattr(torch, dtype))
+    size = 8192 if device == "cuda" else 2048
+    a, b = (torch.randn(size, size, dtype=getattr(torch, dtype), device=device) for _ in range(2))
     a @ b
     seconds = []
     for _ in range(5):
-        start = _cpu_seconds()
+        start = _seconds(device)
         a @ b
-        seconds.append(_cpu_seconds() - start)
-    return {"gflops": 2 * 2048**3 / min(seconds) / 1e9}
+        seconds.append(_seconds(device) - start)
+    return {"gflops": 2 * size**3 / min(seconds) / 1e9}
 
 
 def _run_child(args: argparse.Namespace, kind: str, program: str, head: str, dims: str) -> dict[str, float]:
     env = os.environ | {"OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
+    if args.device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""  # the official code moves itself to any GPU it sees
     command = [
         sys.executable, __file__, "--peer-dir", args.peer_dir, "--threads", str(args.threads),
         "--scoring-images", str(args.scoring_images), "--child", kind, "--program", program, "--head", head, "--dims", dims,
-        "--work-dir", args.work_dir, "--epoch-images", str(args.epoch_images),
+        "--work-dir", args.work_dir, "--epoch-images", str(args.epoch_images), "--device", args.device,
+        *(["--block-mib", str(args.block_mib)] if args.block_mib is not None else []),
     ]
+    started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"{program} {kind} {head} {dims} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    seconds = time.perf_counter() - started
+    print(f"{kind} {program} {head} {dims}: {result} ({seconds:.0f} s)", file=sys.stderr, flush=True)
+    return result
 
 
 def _median(runs: list[dict[str, float]], key: str) -> tuple[float, float, float]:
@@ -438,14 +494,14 @@ def measure(args: argparse.Namespace) -> tuple[str, list[str]]:
                     runs[program].append(_run_child(args, kind, program, head, dims))
         roofline, scoring_roofline = (
             {
-                program: runs[program][0]["flops"] / _median(runs[program], "cpu")[0] / (throughput[program] * 1e9)
+                program: runs[program][0]["flops"] / _median(runs[program], "seconds")[0] / (throughput[program] * 1e9)
                 for program in programs
             }
             for runs in (train, score)
         )
         for precision, program in zip(variants, programs[1:], strict=True):
             shown, suffix = ("fp32", "") if precision == "no" else (precision, f" {precision}")
-            step_ratio, score_ratio = _ratio(train, program, "cpu"), _ratio(score, program, "cpu")
+            step_ratio, score_ratio = _ratio(train, program, "seconds"), _ratio(score, program, "seconds")
             rss_ratio = _ratio(train, program, "peak_mib")
             epoch_ratio = _ratio(epoch, program, "pair_epoch") if epoch[program] else None
             epoch_cells = (
@@ -457,14 +513,14 @@ def measure(args: argparse.Namespace) -> tuple[str, list[str]]:
             )
             rows.append(
                 f"| {head.upper()} {dims} | {shown} | "
-                f"{_cell(train['official'], 'cpu')} | {_cell(train[program], 'cpu')} | {step_ratio:.2f} | "
+                f"{_cell(train['official'], 'seconds')} | {_cell(train[program], 'seconds')} | {step_ratio:.2f} | "
                 f"{train['official'][0]['flops'] / 1e12:.2f} / {train[program][0]['flops'] / 1e12:.2f} | "
-                f"{roofline['official']:.2f} / {roofline[program]:.2f} | {_cell(score['official'], 'cpu', 1)} | "
-                f"{_cell(score[program], 'cpu', 1)} | {score_ratio:.2f} | {_median(train['official'], 'peak_mib')[0]:.0f} / "
+                f"{roofline['official']:.2f} / {roofline[program]:.2f} | {_cell(score['official'], 'seconds', 1)} | "
+                f"{_cell(score[program], 'seconds', 1)} | {score_ratio:.2f} | {_median(train['official'], 'peak_mib')[0]:.0f} / "
                 f"{_median(train[program], 'peak_mib')[0]:.0f} | {rss_ratio:.2f} | {epoch_cells} |"
             )
             floor_step, floor_score = (
-                runs[program][0]["flops"] / (throughput[program] * 1e9) / _median(runs["official"], "cpu")[0]
+                runs[program][0]["flops"] / (throughput[program] * 1e9) / _median(runs["official"], "seconds")[0]
                 for runs in (train, score)
             )
             bounds.append(
@@ -483,27 +539,37 @@ def measure(args: argparse.Namespace) -> tuple[str, list[str]]:
                 )
     import torch
 
+    if args.device == "cuda":
+        where = f"on CUDA ({torch.cuda.get_device_name()}, torch {torch.__version__}, matmul on 8192 x 8192: {speeds})"
+        clock = (f"wall seconds after torch.cuda.synchronize(), the mean of {CUDA_TIMED_STEPS} steps after "
+                 f"{CUDA_WARM_STEPS} untimed ones per run")
+        memory, memory_column = "Peak GPU memory allocated (torch.cuda.max_memory_allocated)", "peak GPU MiB"
+    else:
+        where = (f"on the CPU ({args.threads} torch thread(s), torch {torch.__version__}, "
+                 f"matmul on 2048 x 2048: {speeds})")
+        clock, memory, memory_column = "CPU seconds (user + sys)", "Peak RSS", "peak RSS MiB"
+    blocks = "" if args.block_mib is None else f" hfncl's heads score in pair blocks of {args.block_mib} MiB."
     header = [
-        f"Official NCR code vs hfncl on the CPU ({args.threads} torch thread(s), torch {torch.__version__}, "
-        f"matmul on 2048 x 2048: {speeds}). The official code runs in fp32 as it ships; hfncl in the precision "
+        f"Official NCR code vs hfncl {where}. The official code runs in fp32 as it ships; hfncl in the precision "
         "column (bf16: under bf16 autocast, TrainConfig.mixed_precision, scores float32). Warmup step: one network, "
-        f"batch of {BATCH}, CPU seconds (user + sys), median [min, max] of {args.repeats} interleaved runs. Scoring: "
+        f"batch of {BATCH}, {clock}, median [min, max] of {args.repeats} interleaved runs. Scoring: "
         f"{args.scoring_images} x {args.scoring_images * CAPTIONS_PER_IMAGE} from embeddings, "
-        f"{args.scoring_repeats} run(s). Peak RSS of the training-step process. Roofline: matmul FLOPs per CPU "
+        f"{args.scoring_repeats} run(s). {memory} of the training-step process. Roofline: matmul FLOPs per "
         "second over the matmul throughput in the step's precision. NCR epoch (first case only): "
-        f"{args.epoch_images} images x {CAPTIONS_PER_IMAGE} captions at {EPOCH_NOISE:.0%} noise, CPU seconds per "
+        f"{args.epoch_images} images x {CAPTIONS_PER_IMAGE} captions at {EPOCH_NOISE:.0%} noise, seconds per "
         f"pair of one co-training epoch with both networks, the division and the noisy part, "
-        f"{args.epoch_repeats} run(s); its division column is that epoch's division stage per pair.",
+        f"{args.epoch_repeats} run(s); its division column is that epoch's division stage per pair.{blocks}",
         "",
         "| head dims | hfncl precision | official step s | hfncl step s | hfncl / official | matmul TFLOP per step "
         "(official / hfncl) | roofline fraction (official / hfncl) | official scoring s | hfncl scoring s | "
-        "hfncl / official | peak RSS MiB (official / hfncl) | hfncl / official | official epoch s/pair | "
+        f"hfncl / official | {memory_column} (official / hfncl) | hfncl / official | official epoch s/pair | "
         "hfncl epoch s/pair | hfncl / official | division s/pair (official / hfncl) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     what_the_cpu_allows = [
         "",
-        "What this CPU allows: the floor is hfncl's matmul FLOPs at the full matmul throughput of its precision, over "
+        f"What this {'GPU' if args.device == 'cuda' else 'CPU'} allows: the floor is hfncl's matmul FLOPs at the "
+        "full matmul throughput of its precision, over "
         "the official time, the lowest hfncl / official ratio those FLOPs can reach; scoring FLOPs counted on "
         f"{FLOP_COUNT_IMAGES // 2} and {FLOP_COUNT_IMAGES} images and extended to all.",
         "",
@@ -535,6 +601,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--mixed-precision", nargs="+", choices=("no", "bf16"), default=["no"],
                         help="hfncl's precisions (TrainConfig.mixed_precision), a row each; the official code runs in fp32.")
     parser.add_argument("--work-dir", default="runs/peer_speed", help="Generated data and the hfncl runs' outputs.")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="Where both programs run; on CUDA steps are timed in synchronized wall seconds.")
+    parser.add_argument("--block-mib", type=int,
+                        help="Memory budget of hfncl's pair blocks in MiB (default: the heads' own, 32).")
     parser.add_argument("--child", choices=("train", "score", "matmul", "epoch"), help=argparse.SUPPRESS)
     parser.add_argument("--program", choices=("official", "hfncl:no", "hfncl:bf16"), help=argparse.SUPPRESS)
     parser.add_argument("--head", choices=("sgr", "saf"), help=argparse.SUPPRESS)
@@ -542,6 +612,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if not (Path(args.peer_dir) / "model.py").is_file():
         parser.error(f"--peer-dir {args.peer_dir}: no model.py there; prepare it with ../shared/tools/ncr_peer.sh")
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            parser.error("--device cuda: torch sees no CUDA device here")
+    if args.block_mib is not None and args.block_mib < 1:
+        parser.error(f"--block-mib must be a positive number of MiB, got {args.block_mib}")
     if args.quick:
         args.cases, args.scoring_images, args.epoch_images = ["sgr:256/64"], 100, 52
     args.cases = [tuple(case.split(":")) for case in args.cases]
@@ -560,7 +637,7 @@ def main(argv: list[str] | None = None) -> int:
         args.mixed_precision = precision or "no"
         children = {"train": child_train, "score": child_score, "epoch": child_epoch}
         if args.child == "matmul":
-            result = child_matmul("bfloat16" if args.mixed_precision == "bf16" else "float32")
+            result = child_matmul(args.device, "bfloat16" if args.mixed_precision == "bf16" else "float32")
         else:
             result = children[args.child](args.program, args)
         print(json.dumps(result))
