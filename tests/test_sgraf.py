@@ -34,7 +34,14 @@ from hfncl.models.sgraf import (
     region_attention,
     unpack_local,
 )
-from hfncl.models.sgraf_kernels import CAPTION_GROUP, local_nodes, plan_blocks
+from hfncl.models.sgraf_kernels import (
+    CAPTION_GROUP,
+    CUDA_BLOCK_BYTES,
+    DEFAULT_BLOCK_BYTES,
+    block_budget,
+    local_nodes,
+    plan_blocks,
+)
 from hfncl.retrieval import Retriever
 from hfncl.tasks.pairs import PairExperiment
 from tests.conftest import tiny_config
@@ -445,6 +452,30 @@ def test_block_budgets_give_the_same_similarities(similarity, training, block_by
     head.block_bytes = 0
     with pytest.raises(ValueError, match="block_bytes must be a positive integer"):
         head(image_embeds, text_embeds)
+
+
+@pytest.mark.parametrize("similarity", HEADS)
+def test_an_unset_block_budget_is_the_device_default_and_a_set_one_is_kept(similarity, monkeypatch):
+    """32 MiB on the CPU (glibc's largest mmap threshold), 1 GiB on CUDA; a budget the user sets wins."""
+    assert block_budget(None, torch.device("cpu")) == DEFAULT_BLOCK_BYTES == 32 * 2**20
+    assert block_budget(None, torch.device("cuda")) == CUDA_BLOCK_BYTES == 2**30
+    assert block_budget(700, torch.device("cuda")) == 700
+    budgets = []
+
+    def recording_plan(*args):
+        budgets.append(args[-1])
+        return plan_blocks(*args)
+
+    monkeypatch.setattr("hfncl.models.sgraf.plan_blocks", recording_plan)
+    model = _model(similarity).eval()
+    head = model.networks[0].head
+    assert head.block_bytes is None
+    images, captions, lengths = _inputs()
+    with torch.no_grad():
+        head(model.encode_image(images)[0], model.encode_text(captions, lengths)[0])
+        head.block_bytes = 700
+        head(model.encode_image(images)[0], model.encode_text(captions, lengths)[0])
+    assert budgets == [DEFAULT_BLOCK_BYTES, 700]
 
 
 def test_blocks_cover_every_pair_once_within_the_budget():

@@ -46,7 +46,7 @@ from hfncl.models.sgraf import (
     unpack_local,
     valid_length,
 )
-from hfncl.models.sgraf_kernels import DEFAULT_BLOCK_BYTES, PairBlock, plan_blocks
+from hfncl.models.sgraf_kernels import PairBlock, block_budget, plan_blocks
 
 _EPS = 1e-8
 
@@ -59,7 +59,8 @@ class ScanHead(nn.Module):
         pooling: ``"lse"`` (Eq. 5) or ``"avg"`` (Eq. 6).
         lse_lambda: lambda_2 of the LogSumExp pooling (6 in SCAN).
         negative_slope: slope a of the clipping max(s, a s) (0: SCAN's [s]_+).
-        block_bytes: memory budget of a block's largest tensor.
+        block_bytes: memory budget of a block's largest tensor; None: the device's default
+            (:func:`~hfncl.models.sgraf_kernels.block_budget`).
     """
 
     logits: bool = False
@@ -71,7 +72,7 @@ class ScanHead(nn.Module):
         pooling: str = "lse",
         lse_lambda: float = 6.0,
         negative_slope: float = 0.0,
-        block_bytes: int = DEFAULT_BLOCK_BYTES,
+        block_bytes: int | None = None,
     ) -> None:
         super().__init__()
         if pooling not in SCAN_POOLINGS:
@@ -110,7 +111,8 @@ class ScanHead(nn.Module):
         words = l2norm(words)
         gram = regions @ regions.transpose(1, 2)
         blocks, order = plan_blocks(
-            regions.size(0), valid_length(word_mask), length, words.element_size(), self.block_bytes
+            regions.size(0), valid_length(word_mask), length, words.element_size(),
+            block_budget(self.block_bytes, words.device),
         )
         scores = [self._block(regions, region_mask, gram, words, word_mask, block) for block in blocks]
         columns = assemble(blocks, scores)

@@ -76,7 +76,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hfncl.models.sgraf_kernels import DEFAULT_BLOCK_BYTES, PairBlock, local_nodes, plan_blocks
+from hfncl.models.sgraf_kernels import PairBlock, block_budget, local_nodes, plan_blocks
 
 LOCAL_SIMILARITIES = ("sgr", "saf")
 """Similarity heads that compare local features (:class:`SimilarityHead` subclasses)."""
@@ -256,7 +256,8 @@ class SimilarityHead(nn.Module, ABC):
         embed_dim: size d of the local features.
         sim_dim: size of a similarity representation (256 in SGRAF).
         smooth: lambda of the text-to-region attention (9 in SGRAF).
-        block_bytes: memory budget of a block's largest tensor.
+        block_bytes: memory budget of a block's largest tensor; None: the device's default
+            (:func:`~hfncl.models.sgraf_kernels.block_budget`).
         negative_slope: slope of the attention's rectifier (:func:`region_attention`).
         dropout: dropout rate inside both attention poolings (:class:`AttentionPooling`).
         image_regions: positions per image of the image pooling's batch norms; None: no batch norm.
@@ -270,7 +271,7 @@ class SimilarityHead(nn.Module, ABC):
         embed_dim: int,
         sim_dim: int,
         smooth: float,
-        block_bytes: int = DEFAULT_BLOCK_BYTES,
+        block_bytes: int | None = None,
         negative_slope: float = 0.0,
         dropout: float = 0.0,
         image_regions: int | None = None,
@@ -331,7 +332,7 @@ class SimilarityHead(nn.Module, ABC):
         images = images.take(slice(None), int(valid_length(images.mask).max().item()))
         blocks, order = plan_blocks(
             image_embeds.size(0), valid_length(texts.mask), texts.local.size(-1),
-            texts.local.element_size(), self.block_bytes,
+            texts.local.element_size(), block_budget(self.block_bytes, texts.local.device),
         )
         columns = self.score_blocks(images, texts.take(order.to(texts.local.device)), blocks)
         return columns[:, torch.argsort(order).to(columns.device)]

@@ -28,10 +28,23 @@ at every allocation, and an SGR 1024/256 step of 128 pairs then spends a fifth o
 time in page faults (5.5 of 26 s with 256 MiB blocks, 0.4 of 23 s with 32 MiB).
 """
 
+CUDA_BLOCK_BYTES = 2**30
+"""Memory budget of one pair block on a CUDA device, where no mmap threshold applies and every block
+costs kernel launches: with 1 GiB an SGR 1024/256 training step of 128 pairs holds each caption group
+in one block (benchmarks/README.md, "On CUDA")."""
+
 CAPTION_GROUP = 16
 """Captions per block at most; a block's captions all have the same length, so no padding is scored."""
 
 _EPS = 1e-8
+
+
+def block_budget(block_bytes: int | None, device: torch.device) -> int:
+    """``block_bytes`` when it is set, else the default of ``device``'s kind: :data:`CUDA_BLOCK_BYTES`
+    on CUDA, :data:`DEFAULT_BLOCK_BYTES` elsewhere."""
+    if block_bytes is not None:
+        return block_bytes
+    return CUDA_BLOCK_BYTES if device.type == "cuda" else DEFAULT_BLOCK_BYTES
 
 
 @dataclass(frozen=True)
