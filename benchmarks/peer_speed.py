@@ -33,7 +33,8 @@ children interleaved, ``--repeats`` times; the table gives medians and [min, max
   the peak of ``torch.cuda.max_memory_allocated``; the matmul reference is 8192 x 8192 in
   torch's default float32 (no TF32). ``--block-mib`` sets hfncl's pair-block budget (the heads
   default to 32 MiB on the CPU and 1 GiB on CUDA). Each child prints its result and seconds to
-  stderr as it ends.
+  stderr as it ends. ``--no-scoring-flops`` skips counting the scoring pass's FLOPs, which takes
+  minutes for the official code's per-caption loop whatever the device.
 - **NCR epoch** (first case only): CPU seconds per training pair of one co-training
   epoch, both networks, the division and the noisy part included, on one generated
   precomp data set (``--epoch-images`` x 5 captions, 20% noise). The official one is
@@ -224,7 +225,7 @@ def child_train(program: str, args: argparse.Namespace) -> dict[str, float]:
     return result
 
 
-def child_score(program: str, args: argparse.Namespace) -> dict[str, float]:
+def child_score(program: str, args: argparse.Namespace) -> dict[str, float | None]:
     """Seconds to score ``scoring_images`` x 5 captions from embeddings (no untimed run: one pass is the job), and
     the pass's matmul FLOPs, counted on its first images (:func:`_scaled_flops`)."""
     import torch
@@ -257,8 +258,8 @@ def child_score(program: str, args: argparse.Namespace) -> dict[str, float]:
 
     start = _seconds(args.device)
     score(len(regions))
-    result = {"seconds": _seconds(args.device) - start, "peak_mib": _peak_mib(args.device)}
-    result["flops"] = _scaled_flops(score, len(regions))
+    result: dict[str, float | None] = {"seconds": _seconds(args.device) - start, "peak_mib": _peak_mib(args.device)}
+    result["flops"] = None if args.no_scoring_flops else _scaled_flops(score, len(regions))
     return result
 
 
@@ -440,6 +441,7 @@ def _run_child(args: argparse.Namespace, kind: str, program: str, head: str, dim
         "--scoring-images", str(args.scoring_images), "--child", kind, "--program", program, "--head", head, "--dims", dims,
         "--work-dir", args.work_dir, "--epoch-images", str(args.epoch_images), "--device", args.device,
         *(["--block-mib", str(args.block_mib)] if args.block_mib is not None else []),
+        *(["--no-scoring-flops"] if args.no_scoring_flops else []),
     ]
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
@@ -470,6 +472,11 @@ def _ratio(runs: dict[str, list[dict[str, float]]], program: str, key: str) -> f
     return _median(runs[program], key)[0] / _median(runs["official"], key)[0]
 
 
+def _shown(value: float | None, scale: float = 1.0) -> str:
+    """``value / scale`` to two decimals, or ``-`` for a figure not measured (``--no-scoring-flops``)."""
+    return "-" if value is None else f"{value / scale:.2f}"
+
+
 def measure(args: argparse.Namespace) -> tuple[str, list[str]]:
     """Every measurement, interleaved; the markdown report and a ratios line per hfncl precision."""
     variants = _variants(args)
@@ -494,7 +501,8 @@ def measure(args: argparse.Namespace) -> tuple[str, list[str]]:
                     runs[program].append(_run_child(args, kind, program, head, dims))
         roofline, scoring_roofline = (
             {
-                program: runs[program][0]["flops"] / _median(runs[program], "seconds")[0] / (throughput[program] * 1e9)
+                program: None if runs[program][0]["flops"] is None
+                else runs[program][0]["flops"] / _median(runs[program], "seconds")[0] / (throughput[program] * 1e9)
                 for program in programs
             }
             for runs in (train, score)
@@ -520,18 +528,19 @@ def measure(args: argparse.Namespace) -> tuple[str, list[str]]:
                 f"{_median(train[program], 'peak_mib')[0]:.0f} | {rss_ratio:.2f} | {epoch_cells} |"
             )
             floor_step, floor_score = (
-                runs[program][0]["flops"] / (throughput[program] * 1e9) / _median(runs["official"], "seconds")[0]
+                None if runs[program][0]["flops"] is None
+                else runs[program][0]["flops"] / (throughput[program] * 1e9) / _median(runs["official"], "seconds")[0]
                 for runs in (train, score)
             )
             bounds.append(
                 f"| {head.upper()} {dims} | {shown} | "
                 f"{roofline['official']:.2f} / {roofline[program]:.2f} | {floor_step:.2f} | {step_ratio:.2f} | "
-                f"{score['official'][0]['flops'] / 1e12:.2f} / {score[program][0]['flops'] / 1e12:.2f} | "
-                f"{scoring_roofline['official']:.2f} / {scoring_roofline[program]:.2f} | {floor_score:.2f} | "
-                f"{score_ratio:.2f} |"
+                f"{_shown(score['official'][0]['flops'], 1e12)} / {_shown(score[program][0]['flops'], 1e12)} | "
+                f"{_shown(scoring_roofline['official'])} / {_shown(scoring_roofline[program])} | "
+                f"{_shown(floor_score)} | {score_ratio:.2f} |"
             )
             if first:
-                floors[precision] = f"floors{suffix} warmup_step={floor_step:.2f} scoring={floor_score:.2f}"
+                floors[precision] = f"floors{suffix} warmup_step={floor_step:.2f} scoring={_shown(floor_score)}"
                 ratios[precision] = (
                     f"ratios{suffix} warmup_step={step_ratio:.2f} "
                     f"pair_epoch={'n/a' if epoch_ratio is None else f'{epoch_ratio:.2f}'} scoring={score_ratio:.2f} "
@@ -603,6 +612,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--work-dir", default="runs/peer_speed", help="Generated data and the hfncl runs' outputs.")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="Where both programs run; on CUDA steps are timed in synchronized wall seconds.")
+    parser.add_argument("--no-scoring-flops", action="store_true",
+                        help="Skip counting the scoring pass's FLOPs (minutes for the official per-caption loop); "
+                             "its roofline and floor show '-'.")
     parser.add_argument("--block-mib", type=int,
                         help="Memory budget of hfncl's pair blocks in MiB (default: the heads' own, 32).")
     parser.add_argument("--child", choices=("train", "score", "matmul", "epoch"), help=argparse.SUPPRESS)
