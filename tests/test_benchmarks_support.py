@@ -300,7 +300,8 @@ def test_peer_speed_scoring_flops_scale_from_the_counted_images_to_the_whole_pas
     peer_speed = benchmark_module("peer_speed")
     images = 2 * peer_speed.FLOP_COUNT_IMAGES + 3
     args = argparse.Namespace(
-        scoring_images=images, embed_dim=16, sim_dim=8, head="sgr", mixed_precision="no", device="cpu", block_mib=None
+        scoring_images=images, embed_dim=16, sim_dim=8, head="sgr", mixed_precision="no", device="cpu", block_mib=None,
+        no_scoring_flops=False,
     )
     result = peer_speed.child_score("hfncl", args)
     regions, words, lengths = peer_speed.embeddings(images, 16)
