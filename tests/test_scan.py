@@ -11,6 +11,7 @@ import torch
 from hfncl.models import NCLConfig, NCLModel
 from hfncl.models.scan import ScanHead
 from hfncl.models.sgraf import pack_local
+from hfncl.models.sgraf_kernels import DEFAULT_BLOCK_BYTES, plan_blocks
 
 
 def _reference(image_embeds, text_embeds, smooth, pooling, lse_lambda, slope):
@@ -78,6 +79,20 @@ def test_block_budgets_give_the_same_scores(block_bytes):
     images, texts = _packed(seed=4)
     reference = ScanHead(9.0, "lse", block_bytes=2**30)(images, texts)
     torch.testing.assert_close(ScanHead(9.0, "lse", block_bytes=block_bytes)(images, texts), reference)
+
+
+def test_an_unset_block_budget_is_the_device_default(monkeypatch):
+    budgets = []
+
+    def recording_plan(*args):
+        budgets.append(args[-1])
+        return plan_blocks(*args)
+
+    monkeypatch.setattr("hfncl.models.scan.plan_blocks", recording_plan)
+    images, texts = _packed(seed=4)
+    ScanHead(9.0)(images, texts)
+    ScanHead(9.0, block_bytes=500)(images, texts)
+    assert budgets == [DEFAULT_BLOCK_BYTES, 500]
 
 
 def _model(**overrides) -> NCLModel:
