@@ -1,6 +1,6 @@
-"""Cost of the similarity heads: cosine, SGR and SAF (SGRAF) on the CPU.
+"""Cost of the similarity heads: cosine, SGR and SAF (SGRAF) on the CPU or CUDA.
 
-    python benchmarks/similarity_heads.py --output benchmarks/similarity_heads.md
+    python benchmarks/similarity_heads.py --output benchmarks/similarity_heads.md [--device cuda]
 
 Two measurements per head, each in a fresh subprocess (so that its peak resident memory
 is its own), on random inputs of the precomp shapes (36 regions x 2048-d features, the
@@ -28,7 +28,10 @@ words longer (a recompilation when a new padded length arrives); evaluation stay
 
 Peak memory is the process's peak resident set size (``ru_maxrss``), reported in full
 and as the increase over the process after building the model and before the measured
-work. Writes a markdown table to ``--output`` and prints it.
+work. With ``--device cuda`` the model and inputs are on the GPU, times are wall seconds
+after ``torch.cuda.synchronize()``, and memory is ``torch.cuda.max_memory_allocated`` (its
+increase over what was allocated before the measured work). Writes a markdown table to
+``--output`` and prints it.
 """
 
 from __future__ import annotations
@@ -47,8 +50,26 @@ HEADS = ("cosine", "sgr", "saf")
 EVAL_IMAGES, EVAL_CAPTIONS_PER_IMAGE = 5000, 5
 
 
-def _peak_mib() -> float:
+def _peak_mib(device: str) -> float:
+    """The process's peak memory: resident set on the CPU, GPU memory allocated on CUDA."""
+    if device == "cuda":
+        return torch.cuda.max_memory_allocated() / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _baseline_mib(device: str) -> float:
+    """The memory the measured work starts from (on CUDA, what is allocated now: the peak restarts from it)."""
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        return torch.cuda.memory_allocated() / 2**20
+    return _peak_mib(device)
+
+
+def _clock(device: str) -> float:
+    """Wall seconds, after the device's queued work has finished."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter()
 
 
 def _model(args: argparse.Namespace, head: str):
@@ -63,15 +84,16 @@ def _model(args: argparse.Namespace, head: str):
         similarity=head,
         sim_dim=args.sim_dim,
     )
-    model = NCLModel(config)
+    model = NCLModel(config).to(args.device)
     if model.networks[0].head is not None:
         model.networks[0].head.block_bytes = args.block_mb * 2**20
     return model
 
 
-def _captions(count: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _captions(count: int, length: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(1)
-    return torch.randint(1, 10000, (count, length), generator=generator), torch.full((count,), length)
+    tokens = torch.randint(1, 10000, (count, length), generator=generator)
+    return tokens.to(device), torch.full((count,), length)
 
 
 def measure_training(args: argparse.Namespace, head: str) -> dict[str, float]:
@@ -81,23 +103,25 @@ def measure_training(args: argparse.Namespace, head: str) -> dict[str, float]:
     if args.compile and network.head is not None:
         network.head = torch.compile(network.head)
     images = torch.randn(args.batch_size, args.regions, args.image_dim, generator=torch.Generator().manual_seed(2))
-    captions, lengths = _captions(args.batch_size, args.caption_length)
-    baseline = _peak_mib()
+    images = images.to(args.device)
+    captions, lengths = _captions(args.batch_size, args.caption_length, args.device)
+    baseline = _baseline_mib(args.device)
 
     def step(captions: torch.Tensor, lengths: torch.Tensor) -> float:
-        start = time.perf_counter()
+        start = _clock(args.device)
         image_embeds, text_embeds = network(images, captions, lengths)
         similarity = network.view_similarity(image_embeds, text_embeds).mean(dim=0)
         (similarity.sum() - 2 * similarity.diagonal().sum()).backward()
         network.zero_grad(set_to_none=True)
-        return time.perf_counter() - start
+        return _clock(args.device) - start
 
     first = step(captions, lengths)
     times = sorted(step(captions, lengths) for _ in range(args.repeats))
     result = {"seconds": times[len(times) // 2], "first_seconds": first}
     if args.compile:
-        result["new_length_seconds"] = step(*_captions(args.batch_size, args.caption_length + 3))
-    return {**result, "peak_mib": _peak_mib(), "increase_mib": _peak_mib() - baseline}
+        result["new_length_seconds"] = step(*_captions(args.batch_size, args.caption_length + 3, args.device))
+    peak = _peak_mib(args.device)
+    return {**result, "peak_mib": peak, "increase_mib": peak - baseline}
 
 
 @torch.no_grad()
@@ -115,28 +139,30 @@ def measure_evaluation(args: argparse.Namespace, head: str) -> dict[str, float]:
     else:
         image_embeds = pack_local(torch.randn(EVAL_IMAGES, args.regions, args.embed_dim, generator=generator), None)[None]
         text_embeds = pack_local(torch.randn(captions, args.caption_length, args.embed_dim, generator=generator), None)[None]
+    image_embeds, text_embeds = image_embeds.to(args.device), text_embeds.to(args.device)
     embeddings_mib = (image_embeds.numel() + text_embeds.numel()) * 4 / 2**20
-    baseline = _peak_mib()
-    start = time.perf_counter()
+    baseline = _baseline_mib(args.device)
+    start = _clock(args.device)
     if head == "cosine":
         retrieval_metrics(
             lambda rows: model.similarity(image_embeds[:, rows], text_embeds), EVAL_IMAGES, EVAL_CAPTIONS_PER_IMAGE
         )
-        rows, seconds = EVAL_IMAGES, time.perf_counter() - start
+        rows, seconds = EVAL_IMAGES, _clock(args.device) - start
         full_seconds = seconds
     else:
         rows = args.eval_rows
         block = model.similarity(image_embeds[:, :rows], text_embeds)
         assert block.shape == (rows, captions)
-        seconds = time.perf_counter() - start
+        seconds = _clock(args.device) - start
         full_seconds = EVAL_IMAGES / rows * seconds
+    peak = _peak_mib(args.device)
     return {
         "rows": rows,
         "seconds": seconds,
         "full_seconds": full_seconds,
         "embeddings_mib": embeddings_mib,
-        "peak_mib": _peak_mib(),
-        "increase_mib": _peak_mib() - baseline,
+        "peak_mib": peak,
+        "increase_mib": peak - baseline,
     }
 
 
@@ -151,9 +177,14 @@ def _run_child(kind: str, head: str, argv: list[str]) -> dict[str, float]:
 def table(args: argparse.Namespace, results: dict[str, dict[str, dict[str, float]]]) -> str:
     """The markdown report of every head's measurements."""
     compiled = " | first step s (compile) | first step at +3 words s" if args.compile else ""
+    where = (
+        f"on CUDA ({torch.cuda.get_device_name()}, wall seconds after synchronising, GPU memory allocated"
+        if args.device == "cuda"
+        else f"on the CPU ({torch.get_num_threads()} threads"
+    )
     lines = [
         (
-            f"Similarity heads on the CPU ({torch.get_num_threads()} threads, torch {torch.__version__}"
+            f"Similarity heads {where}, torch {torch.__version__}"
             f"{', heads through torch.compile in training' if args.compile else ''}): "
             f"{args.regions} regions x {args.image_dim}-d features, {args.embed_dim}-d joint space, "
             f"{args.sim_dim}-d similarity representations, captions of {args.caption_length} words, "
@@ -204,9 +235,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--block-mb", type=int, default=256, help="Memory budget of an SGR / SAF pair block.")
     parser.add_argument("--heads", nargs="+", choices=HEADS, default=list(HEADS), help="Heads to measure (default: all).")
     parser.add_argument("--compile", action="store_true", help="Train through torch.compile (inductor); eval stays eager.")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="Where the heads run.")
     parser.add_argument("--child", choices=("train", "eval"), help=argparse.SUPPRESS)
     parser.add_argument("--child-head", choices=HEADS, help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device here")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -375,3 +375,18 @@ def test_the_references_follow_the_schedule_of_the_settings_not_a_methods_warmup
     longer = accuracy.reference_run(args, 0.7)
     assert longer.plugin == "vsepp" and longer.noise_ratio == 0.7
     assert longer.settings == {"epochs": 20, "lr_decay_epochs": []}
+
+
+def test_similarity_heads_measures_a_training_step_on_the_chosen_device(capsys):
+    """similarity_heads.py on the CPU: a step's seconds and memory from one measurement; ``--device cuda`` is
+    refused where torch sees no GPU."""
+    similarity_heads = benchmark_module("similarity_heads")
+    tiny = ["--embed-dim", "16", "--sim-dim", "8", "--image-dim", "12", "--batch-size", "4"]
+    args = similarity_heads.parse_args([*tiny, "--repeats", "2", "--caption-length", "5"])
+    assert args.device == "cpu"
+    result = similarity_heads.measure_training(args, "sgr")
+    assert result["seconds"] > 0 and result["peak_mib"] >= result["increase_mib"] >= 0
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit):
+            similarity_heads.parse_args([*tiny, "--device", "cuda"])
+        assert "torch sees no CUDA device" in capsys.readouterr().err
