@@ -51,7 +51,8 @@ children interleaved, ``--repeats`` times; the table gives medians and [min, max
   around them. A target below the floor needs fewer FLOPs or a faster precision, not
   faster code.
 
-The report ends with ``floors warmup_step=X scoring=Y`` and, last,
+A measurement repeated 0 times (``--repeats 0``, ``--scoring-repeats 0``, ``--epoch-repeats 0``)
+is skipped; its cells show ``-``. The report ends with ``floors warmup_step=X scoring=Y`` and, last,
 ``ratios warmup_step=X pair_epoch=Y scoring=Z rss=W roofline=F`` for the first head and size
 measured (hfncl in float32 / official; roofline is hfncl's fraction), each after its
 ``bf16`` line when bf16 is measured too.
@@ -457,14 +458,20 @@ def _run_child(args: argparse.Namespace, kind: str, program: str, head: str, dim
     return result
 
 
-def _median(runs: list[dict[str, float]], key: str) -> tuple[float, float, float]:
-    values = [run[key] for run in runs]
-    return statistics.median(values), min(values), max(values)
+def _median(runs: list[dict[str, float]], key: str) -> float | None:
+    """The median of ``key`` over ``runs``; None for a measurement not made (repeated 0 times)."""
+    return statistics.median(run[key] for run in runs) if runs else None
+
+
+def _first(runs: list[dict[str, float | None]], key: str) -> float | None:
+    return runs[0][key] if runs else None
 
 
 def _cell(runs: list[dict[str, float]], key: str, digits: int = 2) -> str:
-    middle, low, high = _median(runs, key)
-    return f"{middle:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+    if not runs:
+        return "-"
+    values = [run[key] for run in runs]
+    return f"{statistics.median(values):.{digits}f} [{min(values):.{digits}f}, {max(values):.{digits}f}]"
 
 
 def _variants(args: argparse.Namespace) -> list[str]:
@@ -472,13 +479,24 @@ def _variants(args: argparse.Namespace) -> list[str]:
     return sorted(args.mixed_precision, key=lambda precision: precision == "no")
 
 
-def _ratio(runs: dict[str, list[dict[str, float]]], program: str, key: str) -> float:
-    return _median(runs[program], key)[0] / _median(runs["official"], key)[0]
+def _ratio(runs: dict[str, list[dict[str, float]]], program: str, key: str) -> float | None:
+    hfncl, official = _median(runs[program], key), _median(runs["official"], key)
+    return None if hfncl is None or official is None else hfncl / official
 
 
-def _shown(value: float | None, scale: float = 1.0) -> str:
-    """``value / scale`` to two decimals, or ``-`` for a figure not measured (``--no-scoring-flops``)."""
-    return "-" if value is None else f"{value / scale:.2f}"
+def _product(first: float | None, second: float | None) -> float | None:
+    return None if first is None or second is None else first * second
+
+
+def _roofline(runs: list[dict[str, float | None]], throughput: float) -> float | None:
+    """The matmul FLOPs per second of ``runs`` as a fraction of ``throughput`` (GFLOP/s)."""
+    flops, seconds = _first(runs, "flops"), _median(runs, "seconds")
+    return None if flops is None or seconds is None else flops / seconds / (throughput * 1e9)
+
+
+def _shown(value: float | None, scale: float = 1.0, digits: int = 2, missing: str = "-") -> str:
+    """``value / scale``, or ``missing`` for a figure not measured (``--no-scoring-flops``, or 0 repeats)."""
+    return missing if value is None else f"{value / scale:.{digits}f}"
 
 
 def measure(args: argparse.Namespace) -> tuple[str, list[str]]:
@@ -502,49 +520,43 @@ def measure(args: argparse.Namespace) -> tuple[str, list[str]]:
         first = (head, dims) == args.cases[0]
         train, score, epoch = (runs[kind, (head, dims)] for kind in KINDS)
         roofline, scoring_roofline = (
-            {
-                program: None if runs[program][0]["flops"] is None
-                else runs[program][0]["flops"] / _median(runs[program], "seconds")[0] / (throughput[program] * 1e9)
-                for program in programs
-            }
-            for runs in (train, score)
+            {program: _roofline(runs[program], throughput[program]) for program in programs} for runs in (train, score)
         )
         for precision, program in zip(variants, programs[1:], strict=True):
             shown, suffix = ("fp32", "") if precision == "no" else (precision, f" {precision}")
             step_ratio, score_ratio = _ratio(train, program, "seconds"), _ratio(score, program, "seconds")
-            rss_ratio = _ratio(train, program, "peak_mib")
-            epoch_ratio = _ratio(epoch, program, "pair_epoch") if epoch[program] else None
-            epoch_cells = (
-                f"{_cell(epoch['official'], 'pair_epoch', 3)} | {_cell(epoch[program], 'pair_epoch', 3)} | "
-                f"{epoch_ratio:.2f} | {_median(epoch['official'], 'division_per_pair')[0]:.3f} / "
-                f"{_median(epoch[program], 'division_per_pair')[0]:.3f}"
-                if epoch_ratio is not None
-                else "- | - | - | -"
-            )
+            rss_ratio, epoch_ratio = _ratio(train, program, "peak_mib"), _ratio(epoch, program, "pair_epoch")
             rows.append(
                 f"| {head.upper()} {dims} | {shown} | "
-                f"{_cell(train['official'], 'seconds')} | {_cell(train[program], 'seconds')} | {step_ratio:.2f} | "
-                f"{train['official'][0]['flops'] / 1e12:.2f} / {train[program][0]['flops'] / 1e12:.2f} | "
-                f"{roofline['official']:.2f} / {roofline[program]:.2f} | {_cell(score['official'], 'seconds', 1)} | "
-                f"{_cell(score[program], 'seconds', 1)} | {score_ratio:.2f} | {_median(train['official'], 'peak_mib')[0]:.0f} / "
-                f"{_median(train[program], 'peak_mib')[0]:.0f} | {rss_ratio:.2f} | {epoch_cells} |"
+                f"{_cell(train['official'], 'seconds')} | {_cell(train[program], 'seconds')} | {_shown(step_ratio)} | "
+                f"{_shown(_first(train['official'], 'flops'), 1e12)} / "
+                f"{_shown(_first(train[program], 'flops'), 1e12)} | "
+                f"{_shown(roofline['official'])} / {_shown(roofline[program])} | "
+                f"{_cell(score['official'], 'seconds', 1)} | {_cell(score[program], 'seconds', 1)} | "
+                f"{_shown(score_ratio)} | {_shown(_median(train['official'], 'peak_mib'), digits=0)} / "
+                f"{_shown(_median(train[program], 'peak_mib'), digits=0)} | {_shown(rss_ratio)} | "
+                f"{_cell(epoch['official'], 'pair_epoch', 3)} | {_cell(epoch[program], 'pair_epoch', 3)} | "
+                f"{_shown(epoch_ratio)} | {_shown(_median(epoch['official'], 'division_per_pair'), digits=3)} / "
+                f"{_shown(_median(epoch[program], 'division_per_pair'), digits=3)} |"
             )
             # the floor, hfncl's FLOPs at full throughput over the official time, is its roofline times its ratio
-            floor_step = roofline[program] * step_ratio
-            floor_score = None if scoring_roofline[program] is None else scoring_roofline[program] * score_ratio
+            floor_step = _product(roofline[program], step_ratio)
+            floor_score = _product(scoring_roofline[program], score_ratio)
             bounds.append(
                 f"| {head.upper()} {dims} | {shown} | "
-                f"{roofline['official']:.2f} / {roofline[program]:.2f} | {floor_step:.2f} | {step_ratio:.2f} | "
-                f"{_shown(score['official'][0]['flops'], 1e12)} / {_shown(score[program][0]['flops'], 1e12)} | "
+                f"{_shown(roofline['official'])} / {_shown(roofline[program])} | {_shown(floor_step)} | "
+                f"{_shown(step_ratio)} | "
+                f"{_shown(_first(score['official'], 'flops'), 1e12)} / "
+                f"{_shown(_first(score[program], 'flops'), 1e12)} | "
                 f"{_shown(scoring_roofline['official'])} / {_shown(scoring_roofline[program])} | "
-                f"{_shown(floor_score)} | {score_ratio:.2f} |"
+                f"{_shown(floor_score)} | {_shown(score_ratio)} |"
             )
             if first:
-                floors[precision] = f"floors{suffix} warmup_step={floor_step:.2f} scoring={_shown(floor_score)}"
+                floors[precision] = f"floors{suffix} warmup_step={_shown(floor_step)} scoring={_shown(floor_score)}"
                 ratios[precision] = (
-                    f"ratios{suffix} warmup_step={step_ratio:.2f} "
-                    f"pair_epoch={'n/a' if epoch_ratio is None else f'{epoch_ratio:.2f}'} scoring={score_ratio:.2f} "
-                    f"rss={rss_ratio:.2f} roofline={roofline[program]:.2f}"
+                    f"ratios{suffix} warmup_step={_shown(step_ratio, missing='n/a')} "
+                    f"pair_epoch={_shown(epoch_ratio, missing='n/a')} scoring={_shown(score_ratio, missing='n/a')} "
+                    f"rss={_shown(rss_ratio, missing='n/a')} roofline={_shown(roofline[program], missing='n/a')}"
                 )
     import torch
 
@@ -599,8 +611,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="SGR at 256/64 only, 100 scoring images, an NCR epoch of 52 x 5 pairs (a few minutes).")
     parser.add_argument("--output", help="Markdown table to write (printed in any case).")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=3, help="Interleaved runs of each training step.")
-    parser.add_argument("--scoring-repeats", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3, help="Interleaved runs of each training step (0: none).")
+    parser.add_argument("--scoring-repeats", type=int, default=1, help="Runs of each scoring pass (0: none).")
     parser.add_argument("--scoring-images", type=int, default=1000)
     parser.add_argument("--cases", nargs="+", default=["sgr:1024/256", "saf:1024/256", "sgr:256/64", "saf:256/64"],
                         help="HEAD:EMBED/SIM cases to measure.")

@@ -390,3 +390,43 @@ def test_similarity_heads_measures_a_training_step_on_the_chosen_device(capsys):
         with pytest.raises(SystemExit):
             similarity_heads.parse_args([*tiny, "--device", "cuda"])
         assert "torch sees no CUDA device" in capsys.readouterr().err
+
+
+def test_peer_speed_report_computes_ratios_and_leaves_measurements_not_made_blank(tmp_path, monkeypatch):
+    """The report from the children's results: hfncl / official medians, roofline = FLOPs / seconds / throughput,
+    floor = roofline x ratio; a measurement repeated 0 times shows '-' (and 'n/a' in the ratios line)."""
+    peer_speed = benchmark_module("peer_speed")
+    (tmp_path / "model.py").write_text("")
+    results = {
+        ("matmul", "official"): {"gflops": 100.0},
+        ("train", "official"): {"seconds": 10.0, "peak_mib": 800.0, "flops": 4e11},
+        ("train", "hfncl:no"): {"seconds": 4.0, "peak_mib": 200.0, "flops": 2e11},
+        ("score", "official"): {"seconds": 6.0, "peak_mib": 90.0, "flops": None},
+        ("score", "hfncl:no"): {"seconds": 3.0, "peak_mib": 80.0, "flops": None},
+        ("epoch", "official"): {"pair_epoch": 0.2, "division_per_pair": 0.02, "peak_mib": 900.0},
+        ("epoch", "hfncl:no"): {"pair_epoch": 0.1, "division_per_pair": 0.01, "peak_mib": 300.0},
+    }
+    made = []
+
+    def child(args, kind, program, head, dims):
+        made.append((kind, program))
+        return results[kind, program]
+
+    monkeypatch.setattr(peer_speed, "_run_child", child)
+    common = ["--peer-dir", str(tmp_path), "--cases", "sgr:1024/256", "--no-scoring-flops"]
+    report, lines = peer_speed.measure(peer_speed.parse_args([*common, "--repeats", "1"]))
+    assert made[-2:] == [("epoch", "official"), ("epoch", "hfncl:no")]
+    # roofline 2e11 / 4 s / 100e9 = 0.5; floor 0.5 x 0.4 = 0.2
+    assert lines == [
+        "floors warmup_step=0.20 scoring=-",
+        "ratios warmup_step=0.40 pair_epoch=0.50 scoring=0.50 rss=0.25 roofline=0.50",
+    ]
+    assert "| SGR 1024/256 | fp32 | 10.00 [10.00, 10.00] | 4.00 [4.00, 4.00] | 0.40 | 0.40 / 0.20 | 0.40 / 0.50 |" in report
+    made.clear()
+    report, lines = peer_speed.measure(peer_speed.parse_args([*common, "--repeats", "0", "--scoring-repeats", "0"]))
+    assert {kind for kind, _ in made} == {"matmul", "epoch"}
+    assert lines == [
+        "floors warmup_step=- scoring=-",
+        "ratios warmup_step=n/a pair_epoch=0.50 scoring=n/a rss=n/a roofline=n/a",
+    ]
+    assert "| SGR 1024/256 | fp32 | - | - | - | - / - | - / - | - | - | - | - / - | - | 0.200 [0.200, 0.200] |" in report
