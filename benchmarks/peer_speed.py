@@ -38,10 +38,10 @@ children interleaved, ``--repeats`` times; the table gives medians and [min, max
 - **NCR epoch** (first case only, measured after every case's step and scoring): CPU
   seconds per training pair of one co-training epoch, both networks, the division and the
   noisy part included, on one generated precomp data set (``--epoch-images`` x 5 captions,
-  20% noise). The official one is its ``co_train.eval_train`` (both networks' per-pair losses and GMMs) and
-  ``co_train.train`` of each network on its clean batches, each beside a cycling noisy
-  batch; its clean share is fixed at 80% (the pairs of highest clean probability) so
-  that random data does not decide how much it trains. hfncl's is NCR with its defaults
+  20% noise). The official one is its ``co_train.eval_train`` (both networks' per-pair
+  losses and GMMs) and ``co_train.train`` of each network on its clean batches, each
+  beside a cycling noisy batch; its clean share is fixed at 80% (the pairs of highest
+  clean probability) so that random data does not decide how much it trains. hfncl's is NCR with its defaults
   (a full noisy batch beside each clean batch, as the official loop; the division from
   the losses the steps recorded), the second epoch after one warmup epoch.
 
@@ -507,18 +507,18 @@ def measure(args: argparse.Namespace) -> tuple[str, list[str]]:
     bf16 = _run_child(args, "matmul", "hfncl:bf16", "sgr", "256/64")["gflops"] if "bf16" in variants else None
     throughput = {program: bf16 if program == "hfncl:bf16" else fp32 for program in programs}
     speeds = f"{fp32:.0f} GFLOP/s in fp32" + ("" if bf16 is None else f", {bf16:.0f} GFLOP/s in bf16")
-    runs = {(kind, case): {program: [] for program in programs} for kind in KINDS for case in args.cases}
+    measured = {(kind, case): {program: [] for program in programs} for kind in KINDS for case in args.cases}
     # the epoch, the first case's only and the longest measurement, runs last
     schedule = [(kind, case) for case in args.cases for kind in ("train", "score")] + [("epoch", args.cases[0])]
     repeats = {"train": args.repeats, "score": args.scoring_repeats, "epoch": args.epoch_repeats}
     for kind, (head, dims) in schedule:
         for _ in range(repeats[kind]):
             for program in programs:
-                runs[kind, (head, dims)][program].append(_run_child(args, kind, program, head, dims))
+                measured[kind, (head, dims)][program].append(_run_child(args, kind, program, head, dims))
     rows, bounds, ratios, floors = [], [], {}, {}
     for head, dims in args.cases:
         first = (head, dims) == args.cases[0]
-        train, score, epoch = (runs[kind, (head, dims)] for kind in KINDS)
+        train, score, epoch = (measured[kind, (head, dims)] for kind in KINDS)
         roofline, scoring_roofline = (
             {program: _roofline(runs[program], throughput[program]) for program in programs} for runs in (train, score)
         )
