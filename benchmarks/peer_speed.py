@@ -41,9 +41,10 @@ children interleaved, ``--repeats`` times; the table gives medians and [min, max
   20% noise). The official one is its ``co_train.eval_train`` (both networks' per-pair
   losses and GMMs) and ``co_train.train`` of each network on its clean batches, each
   beside a cycling noisy batch; its clean share is fixed at 80% (the pairs of highest
-  clean probability) so that random data does not decide how much it trains. hfncl's is NCR with its defaults
-  (a full noisy batch beside each clean batch, as the official loop; the division from
-  the losses the steps recorded), the second epoch after one warmup epoch.
+  clean probability) so that random data does not decide how much it trains. hfncl's is
+  NCR with its defaults (a full noisy batch beside each clean batch, as the official loop;
+  the division from the losses the steps recorded), the second epoch after one warmup
+  epoch.
 
 - **Floor**: hfncl's matmul FLOPs (of the step; of the scoring pass, counted on its first
   5 and 10 images and extended to all) at the full matmul throughput of its precision, over the official
