@@ -98,3 +98,18 @@ def benchmark_module(name: str) -> ModuleType:
     finally:
         sys.path.remove(str(BENCHMARKS))
     return module
+
+
+def record_block_budgets(monkeypatch: pytest.MonkeyPatch, module: str) -> list[int]:
+    """Patch ``plan_blocks`` where ``module`` (``hfncl.models.sgraf``, ``hfncl.models.scan``) calls it so that
+    each call's block budget is appended to the returned list; the blocks are planned as before."""
+    from hfncl.models.sgraf_kernels import plan_blocks
+
+    budgets: list[int] = []
+
+    def recording_plan(*args):
+        budgets.append(args[-1])
+        return plan_blocks(*args)
+
+    monkeypatch.setattr(f"{module}.plan_blocks", recording_plan)
+    return budgets

@@ -11,7 +11,8 @@ import torch
 from hfncl.models import NCLConfig, NCLModel
 from hfncl.models.scan import ScanHead
 from hfncl.models.sgraf import pack_local
-from hfncl.models.sgraf_kernels import DEFAULT_BLOCK_BYTES, plan_blocks
+from hfncl.models.sgraf_kernels import DEFAULT_BLOCK_BYTES
+from tests.conftest import record_block_budgets
 
 
 def _reference(image_embeds, text_embeds, smooth, pooling, lse_lambda, slope):
@@ -82,13 +83,7 @@ def test_block_budgets_give_the_same_scores(block_bytes):
 
 
 def test_an_unset_block_budget_is_the_device_default(monkeypatch):
-    budgets = []
-
-    def recording_plan(*args):
-        budgets.append(args[-1])
-        return plan_blocks(*args)
-
-    monkeypatch.setattr("hfncl.models.scan.plan_blocks", recording_plan)
+    budgets = record_block_budgets(monkeypatch, "hfncl.models.scan")
     images, texts = _packed(seed=4)
     ScanHead(9.0)(images, texts)
     ScanHead(9.0, block_bytes=500)(images, texts)

@@ -44,7 +44,7 @@ from hfncl.models.sgraf_kernels import (
 )
 from hfncl.retrieval import Retriever
 from hfncl.tasks.pairs import PairExperiment
-from tests.conftest import tiny_config
+from tests.conftest import record_block_budgets, tiny_config
 
 HEADS = ("sgr", "saf")
 
@@ -460,13 +460,7 @@ def test_an_unset_block_budget_is_the_device_default_and_a_set_one_is_kept(simil
     assert block_budget(None, torch.device("cpu")) == DEFAULT_BLOCK_BYTES == 32 * 2**20
     assert block_budget(None, torch.device("cuda")) == CUDA_BLOCK_BYTES == 2**30
     assert block_budget(700, torch.device("cuda")) == 700
-    budgets = []
-
-    def recording_plan(*args):
-        budgets.append(args[-1])
-        return plan_blocks(*args)
-
-    monkeypatch.setattr("hfncl.models.sgraf.plan_blocks", recording_plan)
+    budgets = record_block_budgets(monkeypatch, "hfncl.models.sgraf")
     model = _model(similarity).eval()
     head = model.networks[0].head
     assert head.block_bytes is None
