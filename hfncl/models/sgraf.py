@@ -76,7 +76,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hfncl.models.sgraf_kernels import PairBlock, block_budget, local_nodes, plan_blocks
+from hfncl.models.sgraf_kernels import PairBlock, block_budget, local_nodes, plan_blocks, region_gram
 
 LOCAL_SIMILARITIES = ("sgr", "saf")
 """Similarity heads that compare local features (:class:`SimilarityHead` subclasses)."""
@@ -221,23 +221,30 @@ def attention_weights(
 
 
 class _Side(NamedTuple):
-    """The per-item work of one side, done once per item: unit-norm local features, mask, global feature."""
+    """The per-item work of one side, done once per item: unit-norm local features, mask, global feature,
+    and on the image side the regions' Gram matrices (:func:`~hfncl.models.sgraf_kernels.region_gram`)."""
 
     local: torch.Tensor
     mask: torch.Tensor
     glob: torch.Tensor
+    gram: torch.Tensor | None = None
 
     def take(self, items: torch.Tensor | slice, length: int | None = None) -> "_Side":
-        """The items ``items``, their positions cut to ``length`` (all when None)."""
+        """The items ``items``, their positions cut to ``length`` (all when None); without a Gram matrix,
+        which :meth:`with_gram` forms for the cut positions."""
         positions = slice(None, length)
         return _Side(self.local[items, positions], self.mask[items, positions], self.glob[items])
+
+    def with_gram(self) -> "_Side":
+        """This side with the Gram matrices of its local features."""
+        return self._replace(gram=region_gram(self.local))
 
     def split(self, sizes: list[int]) -> list["_Side"]:
         """Consecutive parts of ``sizes`` items (one autograd node gathers their gradients, where slicing
         would give each part a gradient of the whole side)."""
         if len(sizes) == 1:
             return [self]
-        parts = (tensor.split(sizes) for tensor in self)
+        parts = ([None] * len(sizes) if tensor is None else tensor.split(sizes) for tensor in self)
         return [_Side(*part) for part in zip(*parts, strict=True)]
 
 
@@ -288,11 +295,14 @@ class SimilarityHead(nn.Module, ABC):
     def nodes(self, images: _Side, texts: _Side) -> tuple[torch.Tensor, torch.Tensor]:
         """Similarity nodes (n, m, 1 + L, sim_dim) of every image-caption pair and their mask (m, 1 + L).
 
-        Node 0 is the global similarity s^g, node 1 + j the local similarity of word j.
+        Node 0 is the global similarity s^g, node 1 + j the local similarity of word j. ``images`` carry
+        their regions' Gram matrices (:meth:`_Side.with_gram`).
         """
+        if images.gram is None:
+            raise ValueError("the image side of a block needs its regions' Gram matrices (_Side.with_gram)")
         alpha = region_attention(images.local, images.mask, texts.local, texts.mask, self.smooth, self.negative_slope)
         transform = self.local_sim.transform
-        local = local_nodes(alpha, images.local, texts.local, transform.weight, transform.bias)
+        local = local_nodes(alpha, images.local, images.gram, texts.local, transform.weight, transform.bias)
         glob = self.global_sim(images.glob.unsqueeze(1), texts.glob.unsqueeze(0))
         node_mask = torch.cat([texts.mask.new_ones(texts.mask.size(0), 1), texts.mask], dim=1)
         return torch.cat([glob.unsqueeze(2), local], dim=2), node_mask
@@ -329,7 +339,7 @@ class SimilarityHead(nn.Module, ABC):
         """Similarity (n, m) of every image (n, R, d + 1) with every caption (m, L, d + 1), packed."""
         images = self._encode_side(image_embeds, self.image_pool)
         texts = self._encode_side(text_embeds, self.text_pool)
-        images = images.take(slice(None), int(valid_length(images.mask).max().item()))
+        images = images.take(slice(None), int(valid_length(images.mask).max().item())).with_gram()
         blocks, order = plan_blocks(
             image_embeds.size(0), valid_length(texts.mask), texts.local.size(-1),
             texts.local.element_size(), block_budget(self.block_bytes, texts.local.device),

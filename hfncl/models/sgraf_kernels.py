@@ -9,8 +9,9 @@ Two pieces, both exact rewrites of the formulas in :mod:`hfncl.models.sgraf`:
 - :func:`local_nodes`: the local node s(a_j, y_j; W) = l2norm(W |a_j / ||a_j|| - y_j|^2 + b)
   (SGRAF Eq. 4) from the attention weights, as one autograd function: the attended
   vectors a_j = sum_i alpha_ij x_i are never kept, their norms come from each image's
-  Gram matrix, and backward recomputes a_j - y_j once and projects the gradients onto
-  the regions, instead of the (pairs, L, d) tensors autograd would keep and traverse.
+  Gram matrix (:func:`region_gram`, formed once per image, not once per block), and
+  backward recomputes a_j - y_j once and projects the gradients onto the regions,
+  instead of the (pairs, L, d) tensors autograd would keep and traverse.
 """
 
 from __future__ import annotations
@@ -93,21 +94,27 @@ def _group_starts(lengths: list[int]) -> list[int]:
     return starts
 
 
+def region_gram(regions: torch.Tensor) -> torch.Tensor:
+    """The (n, R, R) Gram matrices x_i^T x_k of n images' regions (n, R, d): :func:`local_nodes` normalises the
+    attended vectors through them, ||sum_i alpha_ij x_i||^2 = alpha_j^T (X X^T) alpha_j."""
+    return regions @ regions.transpose(1, 2)
+
+
 class _LocalNodes(torch.autograd.Function):
     """l2norm(W (a / max(||a||, eps) - y)^2 + b) with a = alpha x for attention weights alpha (n, m, L, R),
-    regions x (n, R, d) and words y (m, L, d).
+    regions x (n, R, d) with their Gram matrices G = x x^T (n, R, R) and words y (m, L, d).
 
-    ||a||^2 = alpha^T (x x^T) alpha comes from the (R, R) Gram matrix of each image, so the
-    attended vectors are normalised through the weights before one batched product, and
-    backward projects every gradient onto the R regions there as well: it saves the weights
-    and the (n, m, L, s) output, not a (n, m, L, d) tensor, and recomputes a - y once.
+    ||a||^2 = alpha^T G alpha, so the attended vectors are normalised through the weights before one
+    batched product, and backward projects every gradient onto the R regions there as well: it saves
+    the weights and the (n, m, L, s) output, not a (n, m, L, d) tensor, and recomputes a - y once. The
+    norms' gradient goes to G, which autograd carries to the regions once per image.
     """
 
     @staticmethod
-    def forward(ctx, alpha, regions, words, weight, bias):
+    def forward(ctx, alpha, regions, gram, words, weight, bias):
         n, m, length, count = alpha.shape
         weights = alpha.reshape(n, m * length, count)
-        projected = weights @ (regions @ regions.transpose(1, 2))
+        projected = weights @ gram
         norm = (projected * weights).sum(dim=-1, keepdim=True).clamp_min(0.0).sqrt()
         diff = torch.bmm(weights / norm.clamp_min(_EPS), regions).sub_(words.reshape(1, m * length, -1))
         hidden = F.linear(diff.square_(), weight, bias)
@@ -136,19 +143,26 @@ class _LocalNodes(torch.autograd.Function):
         on_regions = torch.bmm(grad_unit, regions.transpose(1, 2))
         along = (weights * on_regions).sum(dim=-1, keepdim=True) / clamped * (norm > _EPS).to(grad.dtype)
         grad_alpha = (on_regions - along * projected / clamped) / clamped
-        mixing = torch.bmm((scaled * along / clamped).transpose(1, 2), weights)
-        grad_regions = torch.bmm(scaled.transpose(1, 2), grad_unit) - torch.bmm(mixing, regions)
-        return grad_alpha.view(n, *words.shape[:2], count), grad_regions, grad_words, grad_weight, grad_bias
+        grad_gram = torch.bmm((scaled * along / clamped).transpose(1, 2), weights).mul_(-0.5)
+        grad_regions = torch.bmm(scaled.transpose(1, 2), grad_unit)
+        return grad_alpha.view(n, *words.shape[:2], count), grad_regions, grad_gram, grad_words, grad_weight, grad_bias
 
 
 def local_nodes(
-    alpha: torch.Tensor, regions: torch.Tensor, words: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
+    alpha: torch.Tensor,
+    regions: torch.Tensor,
+    gram: torch.Tensor,
+    words: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
 ) -> torch.Tensor:
     """SGRAF's local similarity nodes s_j^l = s(a_j, y_j; W) (Eq. 4) of every pair and word, (n, m, L, s).
 
     Args:
         alpha: (n, m, L, R) text-to-region attention weights of n images and m captions (Eq. 3).
         regions: (n, R, d) unit-norm region features x_i.
+        gram: (n, R, R) their Gram matrices, :func:`region_gram` (formed once per image by the caller,
+            whose blocks then share it).
         words: (m, L, d) unit-norm word features y_j.
         weight, bias: the affine map W of Eq. 4, (s, d) and (s,).
 
@@ -159,9 +173,10 @@ def local_nodes(
         dtype, its products and the element-wise work between them alike; the gradients reach
         the float32 inputs through the casts.
     """
+    inputs = (alpha, regions, gram, words, weight, bias)
     device = alpha.device.type
     if torch.is_autocast_enabled(device):
         dtype = torch.get_autocast_dtype(device)
         with torch.autocast(device, enabled=False):
-            return _LocalNodes.apply(*(tensor.to(dtype) for tensor in (alpha, regions, words, weight, bias)))
-    return _LocalNodes.apply(alpha, regions, words, weight, bias)
+            return _LocalNodes.apply(*(tensor.to(dtype) for tensor in inputs))
+    return _LocalNodes.apply(*inputs)
