@@ -55,9 +55,10 @@ Reading choices where the paper leaves room:
 How it is computed (same values; measurements in ``benchmarks/README.md``): pairs are
 scored in memory-bounded blocks of captions of similar length (each side's blocks are parts
 of one split, so backward gathers its gradient once per caption group), one side's work is done
-once per item, the local nodes keep only the attention weights for backward
-(:mod:`hfncl.models.sgraf_kernels`), SGR folds W_out^T W_in into one matrix and its last
-step updates only the node that is read.
+once per item (each image's Gram matrix included, which every block's attention reads), the local
+nodes keep only the attention weights for backward (:mod:`hfncl.models.sgraf_kernels`), SGR folds
+W_out^T W_in into one matrix and its last step updates only the node that is read, and SAF's
+filtration is one batched product per pair.
 
 Embeddings of these heads are *packed local features*: one float tensor (B, T, d + 1)
 per side, the L2-unnormalised states of the T positions in ``[..., :d]`` and a validity
