@@ -166,8 +166,8 @@ def test_division_from_the_training_steps_uses_the_recorded_losses_and_runs_no_p
         options_of=lambda kind: kind.read(options),
         ledger=Ledger(6),
         num_train=6,
-        config=SimpleNamespace(seed=0, epochs=10, warmup_epochs=4),  # the noisy part trains from epoch 7
-        collect=lambda statistic, description: passes.append(description) or pass_losses,
+        config=SimpleNamespace(seed=0, epochs=10, warmup_epochs=4, batch_size=3),  # the noisy part trains from epoch 7
+        collect=lambda statistic, description, **loader: passes.append(description) or pass_losses,
     )
     generator = torch.Generator().manual_seed(0)
     for net in (0, 1):
@@ -227,14 +227,41 @@ def test_with_the_separate_noisy_batch_co_divide_runs_a_pass_after_every_co_trai
             options_of=lambda kind, options=options: kind.read(options),
             ledger=Ledger(6),
             num_train=6,
-            config=SimpleNamespace(seed=0, epochs=10, warmup_epochs=4),
-            collect=lambda statistic, description, passes=passes: passes.append(description) or pass_losses,
+            config=SimpleNamespace(seed=0, epochs=10, warmup_epochs=4, batch_size=3),
+            collect=lambda statistic, description, passes=passes, **loader: passes.append(description) or pass_losses,
         )
         for net in (0, 1):
             trainer.ledger.record(torch.arange(6), f"ncr.step_lw{net}", torch.rand(6))
         for epoch in (4, 5, 6):  # 4: right after warmup; the noisy part joins in epoch 4, so 5 is a pass anyway
             divide(trainer=trainer, epoch=epoch)
         assert passes == expected, setting
+
+
+def test_co_divide_s_pass_draws_shuffled_batches_of_the_training_batch_size(tiny_data_dir, tmp_path):
+    """As the authors' ``eval_train`` draws its batches from the shuffled training loader: L_w compares a pair with
+    its batch's negatives, and dataset order would make an image's other captions its negatives."""
+    from conftest import noisy_trainer, tiny_config
+
+    from hfncl_plugins.ncr import pass_losses
+
+    trainer = noisy_trainer(tiny_data_dir, tiny_config(tmp_path, ["ncr"], plot_divisions=False))
+    forward, batches = trainer.forward, []
+
+    def recording_forward(net, batch, **kwargs):
+        if net == 0:
+            batches.append(batch["index"].tolist())
+        return forward(net, batch, **kwargs)
+
+    trainer.forward = recording_forward
+    first = pass_losses(trainer, epoch=2)
+    order = [index for batch in batches for index in batch]
+    assert [len(batch) for batch in batches[:-1]] == [trainer.config.batch_size] * (len(batches) - 1)
+    assert sorted(order) == list(range(trainer.num_train)) and order != sorted(order)
+    batches.clear()
+    again = pass_losses(trainer, epoch=2)
+    assert [index for batch in batches for index in batch] == order  # the run's seed and the epoch fix the order
+    for losses, repeated in zip(first, again, strict=True):
+        torch.testing.assert_close(losses, repeated)
 
 
 def test_warmup_loss_has_the_authors_scale_each_pair_s_hinge_terms_averaged_over_the_batch_columns():
