@@ -253,7 +253,9 @@ def test_ncr_division_carries_the_gmm_it_fitted():
     options = {"ncr.alpha": 0.2, "ncr.division_statistics": "pass", "ncr.threshold": 0.5, "ncr.gmm_max_iter": 10, "ncr.gmm_reg_covar": 5e-4}
     losses = {"loss0": torch.linspace(0, 1, 50) ** 2, "loss1": torch.cat([torch.full((30,), 0.1), torch.ones(20)])}
     trainer = SimpleNamespace(
-        options_of=lambda kind: kind.read(options), config=SimpleNamespace(seed=3), collect=lambda statistic, description: losses
+        options_of=lambda kind: kind.read(options),
+        config=SimpleNamespace(seed=3, batch_size=50),
+        collect=lambda statistic, description, **loader: losses,
     )
     divisions = ncr.divide(trainer=trainer, epoch=2)
     for net, peer in ((0, "loss1"), (1, "loss0")):
