@@ -546,8 +546,7 @@ class SAFHead(SimilarityHead):
         """beta_p = sigma(BN(W_f s_p)) / sum_q sigma(BN(W_f s_q)), S = sigmoid(W_o l2norm(sum_p beta_p s_p)).
 
         The weighted sum is one batched product per pair, which neither keeps nor traverses the (n, m, N, s)
-        products beta_p s_p (a sixth of the time of the broadcast product and its sum, forward and backward);
-        in float32 under autocast too, as the weights are."""
+        products beta_p s_p (``benchmarks/README.md``); in float32 under autocast too, as the weights are."""
         gate = torch.sigmoid(normed) * valid.to(normed.dtype)
         weights = gate / gate.sum(dim=-1, keepdim=True)
         with torch.autocast(nodes.device.type, enabled=False):
