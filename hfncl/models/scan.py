@@ -46,7 +46,7 @@ from hfncl.models.sgraf import (
     unpack_local,
     valid_length,
 )
-from hfncl.models.sgraf_kernels import PairBlock, block_budget, plan_blocks
+from hfncl.models.sgraf_kernels import PairBlock, block_budget, plan_blocks, region_gram
 
 _EPS = 1e-8
 
@@ -109,7 +109,7 @@ class ScanHead(nn.Module):
         length = int(valid_length(region_mask).max().item())
         regions, region_mask = l2norm(regions[:, :length]), region_mask[:, :length]
         words = l2norm(words)
-        gram = regions @ regions.transpose(1, 2)
+        gram = region_gram(regions)
         blocks, order = plan_blocks(
             regions.size(0), valid_length(word_mask), length, words.element_size(),
             block_budget(self.block_bytes, words.device),
