@@ -69,6 +69,16 @@ def epoch_seed(seed: int, epoch: int) -> int:
     return seed + EPOCH_STRIDE * (epoch + 1)
 
 
+def training_batches(trainer: "TrainerView", epoch: int) -> dict[str, int]:
+    """:meth:`~hfncl.trainer_view.TrainerView.collect`'s loader arguments for a pass whose batches are drawn as
+    training draws them: the training batch size, in the order of the epoch's seed (:func:`epoch_seed`).
+
+    For statistics that compare a pair with the rest of its batch (a hinge over its negatives, evidence among
+    its candidates): dataset order would put one image's captions side by side as each other's negatives.
+    """
+    return {"batch_size": trainer.config.batch_size, "seed": epoch_seed(trainer.config.seed, epoch)}
+
+
 def seeded_generator(*keys: int) -> torch.Generator:
     """A torch generator seeded from ``keys`` (e.g. seed, epoch, step, network) through numpy's SeedSequence."""
     return torch.Generator().manual_seed(int(np.random.SeedSequence(list(keys)).generate_state(1)[0]))

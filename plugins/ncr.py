@@ -23,7 +23,7 @@ from hfncl.division import fit_loss_mixture, threshold_division
 from hfncl.hookspecs import hookimpl
 from hfncl.losses import soft_margin, triplet_hardest_negative, triplet_sum_negatives
 from hfncl.options import MethodOptions, option
-from hfncl.toolkit import batch_index, batch_view, bibtex_citation, complete_columns, division_plan, epoch_seed, ledger_column, networks_in_turn, peer
+from hfncl.toolkit import batch_index, batch_view, bibtex_citation, complete_columns, division_plan, ledger_column, networks_in_turn, peer, training_batches
 from hfncl.types import BatchPlan, Division
 
 NETWORKS = 2
@@ -175,10 +175,7 @@ def pass_losses(trainer, epoch: int) -> list[torch.Tensor]:
         similarities = [trainer.forward(net, batch, grad=False).similarity for net in range(NETWORKS)]
         return {f"loss{net}": per_sample_lw(triplet_sum_negatives(similarity, alpha)) for net, similarity in enumerate(similarities)}
 
-    losses = trainer.collect(
-        per_sample_loss, description=f"epoch {epoch} co-divide",
-        batch_size=trainer.config.batch_size, seed=epoch_seed(trainer.config.seed, epoch),
-    )
+    losses = trainer.collect(per_sample_loss, description=f"epoch {epoch} co-divide", **training_batches(trainer, epoch))
     return [losses[f"loss{net}"] for net in range(NETWORKS)]
 
 

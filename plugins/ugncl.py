@@ -29,7 +29,7 @@ from hfncl import evidential
 from hfncl.hookspecs import hookimpl
 from hfncl.losses import soft_margin, triplet_hardest_negative, triplet_top_k_negatives
 from hfncl.options import MethodOptions, option
-from hfncl.toolkit import batch_index, batch_view, bibtex_citation, epoch_seed
+from hfncl.toolkit import batch_index, batch_view, bibtex_citation, training_batches
 from hfncl.types import Division
 
 CLEAN, NOISY, HARD_CLEAN, HARD_NOISY = 0, 1, 2, 3
@@ -158,8 +158,8 @@ def divide(trainer, epoch) -> list[Division]:
                 columns.setdefault(f"own_is_argmax{net}", []).append((belief.argmax(dim=1) == own).double())
         return {name: torch.cat(values) for name, values in columns.items()}
 
-    description, seed = f"epoch {epoch} uncertainty-guided division", epoch_seed(trainer.config.seed, epoch)
-    stats = trainer.collect(pair_statistics, description=description, batch_size=size, seed=seed)
+    description = f"epoch {epoch} uncertainty-guided division"
+    stats = trainer.collect(pair_statistics, description=description, **training_batches(trainer, epoch))
     return [
         uncertainty_division(
             stats[f"u{net}"], stats[f"own_belief{net}"], stats[f"own_is_argmax{net}"].bool(),

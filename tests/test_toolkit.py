@@ -45,6 +45,13 @@ def test_seeds():
     assert torch.equal(torch.rand(4, generator=toolkit.seeded_generator(1, 2, 3)), expected)
 
 
+def test_training_batches_are_the_training_batch_size_in_the_epoch_s_order():
+    from types import SimpleNamespace
+
+    trainer = SimpleNamespace(config=SimpleNamespace(batch_size=128, seed=3))
+    assert toolkit.training_batches(trainer, 5) == {"batch_size": 128, "seed": 3 + 7919 * 6}
+
+
 def test_hook_factories_answer_like_hand_written_hooks():
     loss, warmup_loss = toolkit.same_terms_in_warmup(lambda trainer, batch, outputs, net: {"t": outputs + net})
     assert loss(trainer=None, batch={}, outputs=1, targets=None, net=2) == warmup_loss(None, {}, 1, 2) == {"t": 3}
