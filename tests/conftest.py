@@ -113,3 +113,11 @@ def record_block_budgets(monkeypatch: pytest.MonkeyPatch, module: str) -> list[i
 
     monkeypatch.setattr(f"{module}.plan_blocks", recording_plan)
     return budgets
+
+
+def local_nodes_of_regions(alpha, regions, words, weight, bias):
+    """:func:`~hfncl.models.sgraf_kernels.local_nodes` with the regions' Gram matrices formed from them (under
+    the caller's autocast, if any), as the heads form them once per image."""
+    from hfncl.models.sgraf_kernels import local_nodes, region_gram
+
+    return local_nodes(alpha, regions, region_gram(regions), words, weight, bias)

@@ -10,12 +10,11 @@ import math
 import pytest
 import torch
 
-from conftest import MICRO_LOCAL_MODELS, tiny_config
+from conftest import MICRO_LOCAL_MODELS, local_nodes_of_regions, tiny_config
 from hfncl.cli import main as cli_main
 from hfncl.experiment import DataArguments, run_experiment
 from hfncl.models import NCLConfig, NCLModel
 from hfncl.models.sgraf import pack_local
-from hfncl.models.sgraf_kernels import local_nodes, region_gram
 
 BF16 = {"device_type": "cpu", "dtype": torch.bfloat16}
 
@@ -50,10 +49,10 @@ def test_local_nodes_under_autocast_run_in_bf16_and_return_float32_gradients():
     weight, bias = torch.randn(7, 16, generator=generator), torch.randn(7, generator=generator)
     inputs = [t.requires_grad_(True) for t in (alpha, regions, words, weight, bias)]
     upstream = torch.randn(3, 4, 5, 7, generator=generator)
-    full = local_nodes(inputs[0], inputs[1], region_gram(inputs[1]), *inputs[2:])
+    full = local_nodes_of_regions(*inputs)
     full_grads = torch.autograd.grad((full * upstream).sum(), inputs)
     with torch.autocast(**BF16):
-        half = local_nodes(inputs[0], inputs[1], region_gram(inputs[1]), *inputs[2:])
+        half = local_nodes_of_regions(*inputs)
     half_grads = torch.autograd.grad((half.float() * upstream).sum(), inputs)
     assert half.dtype == torch.bfloat16
     torch.testing.assert_close(half.float(), full, atol=3e-2, rtol=0)

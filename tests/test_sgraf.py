@@ -41,11 +41,10 @@ from hfncl.models.sgraf_kernels import (
     block_budget,
     local_nodes,
     plan_blocks,
-    region_gram,
 )
 from hfncl.retrieval import Retriever
 from hfncl.tasks.pairs import PairExperiment
-from tests.conftest import record_block_budgets, tiny_config
+from tests.conftest import local_nodes_of_regions, record_block_budgets, tiny_config
 
 HEADS = ("sgr", "saf")
 
@@ -493,11 +492,6 @@ def _plain_local_nodes(alpha, regions, words, weight, bias):
     return hidden / hidden.norm(dim=-1, keepdim=True).clamp_min(1e-8)
 
 
-def _local_nodes_of_regions(alpha, regions, words, weight, bias):
-    """:func:`local_nodes` with the regions' Gram matrices formed from them, as the heads form them once per image."""
-    return local_nodes(alpha, regions, region_gram(regions), words, weight, bias)
-
-
 def test_local_nodes_match_the_plain_expression_in_values_and_gradients():
     generator = torch.Generator().manual_seed(4)
     alpha = torch.randn(3, 4, 5, 2, generator=generator, dtype=torch.float64).softmax(dim=-1)
@@ -505,11 +499,11 @@ def test_local_nodes_match_the_plain_expression_in_values_and_gradients():
     words = torch.nn.functional.normalize(torch.randn(4, 5, 6, generator=generator, dtype=torch.float64), dim=-1)
     weight, bias = torch.randn(7, 6, generator=generator, dtype=torch.float64), torch.randn(7, generator=generator, dtype=torch.float64)
     inputs = [t.requires_grad_(True) for t in (alpha, regions, words, weight, bias)]
-    assert torch.autograd.gradcheck(_local_nodes_of_regions, inputs)
+    assert torch.autograd.gradcheck(local_nodes_of_regions, inputs)
     gram = torch.randn(3, 2, 2, generator=generator, dtype=torch.float64)
     gram = (gram @ gram.mT).requires_grad_(True)  # any Gram matrix: its gradient checked on its own
     assert torch.autograd.gradcheck(local_nodes, [alpha, regions, gram, *inputs[2:]])
-    got, plain = _local_nodes_of_regions(*inputs), _plain_local_nodes(*inputs)
+    got, plain = local_nodes_of_regions(*inputs), _plain_local_nodes(*inputs)
     torch.testing.assert_close(got, plain)
     upstream = torch.randn(got.shape, generator=generator, dtype=torch.float64)
     for g, e in zip(torch.autograd.grad((got * upstream).sum(), inputs), torch.autograd.grad((plain * upstream).sum(), inputs)):
@@ -523,7 +517,7 @@ def test_local_nodes_of_a_zero_attended_vector_compare_the_word_alone():
     words = torch.tensor([[[0.6, 0.8]]], dtype=torch.float64)
     weight, bias = torch.tensor([[1.0, 2.0], [0.5, -1.0]], dtype=torch.float64), torch.tensor([0.1, 0.2], dtype=torch.float64)
     hidden = weight @ torch.tensor([0.36, 0.64], dtype=torch.float64) + bias
-    torch.testing.assert_close(_local_nodes_of_regions(alpha, regions, words, weight, bias)[0, 0, 0], hidden / hidden.norm())
+    torch.testing.assert_close(local_nodes_of_regions(alpha, regions, words, weight, bias)[0, 0, 0], hidden / hidden.norm())
 
 
 @pytest.mark.parametrize("similarity", HEADS)
