@@ -472,7 +472,7 @@ def _cell(runs: list[dict[str, float]], key: str, digits: int = 2) -> str:
     if not runs:
         return "-"
     values = [run[key] for run in runs]
-    return f"{statistics.median(values):.{digits}f} [{min(values):.{digits}f}, {max(values):.{digits}f}]"
+    return f"{_median(runs, key):.{digits}f} [{min(values):.{digits}f}, {max(values):.{digits}f}]"
 
 
 def _variants(args: argparse.Namespace) -> list[str]:
