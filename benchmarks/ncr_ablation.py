@@ -30,19 +30,25 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 from common import machine, quiet, write_report
 from hfncl.data.synthetic import SyntheticConfig
 from hfncl.demo import DemoRun, demo_runs, run_demo
 
 
+def with_option(settings: dict[str, Any], name: str, value: Any) -> dict[str, Any]:
+    """``settings`` with one method option changed and its other options (the demo's) kept."""
+    return {**settings, "options": {**settings.get("options", {}), name: value}}
+
+
 def ablation_runs() -> list[tuple[str, DemoRun, SyntheticConfig]]:
     """(label, run, data) of the six configurations, with NCR's demo settings."""
     settings = demo_runs((0.0,), ["ncr"])[0].settings
     full, half = SyntheticConfig(), dataclasses.replace(SyntheticConfig(), num_train=SyntheticConfig().num_train // 2)
-    no_rectify = {**settings, "options": {"ncr.co_rectify": False}}
-    noisy_every_epoch = {**settings, "options": {"ncr.noisy_part_start": 0.0}}
-    from_pass = {**settings, "options": {"ncr.division_statistics": "pass"}}
+    no_rectify = with_option(settings, "ncr.co_rectify", False)
+    noisy_every_epoch = with_option(settings, "ncr.noisy_part_start", 0.0)
+    from_pass = with_option(settings, "ncr.division_statistics", "pass")
     return [
         ("clean", DemoRun("ncr", 0.0, settings), full),
         ("clean, half the images", DemoRun("ncr", 0.0, settings), half),

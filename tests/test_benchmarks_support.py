@@ -276,6 +276,20 @@ def test_given_settings_replace_the_demo_settings_and_train_a_method_without_any
         common.method_runs(None, 0.5, settings)
 
 
+def test_ncr_ablation_rows_change_one_option_of_the_demo_settings_and_keep_the_others():
+    ncr_ablation = benchmark_module("ncr_ablation")
+    runs = {label: run for label, run, _ in ncr_ablation.ablation_runs()}
+    demo = runs["50% noise"].settings
+    assert demo["options"], "NCR's demo settings carry options for the ablation to keep"
+    changes = {
+        "50% noise, noisy part in every epoch": {"ncr.noisy_part_start": 0.0},
+        "50% noise, no co-rectify": {"ncr.co_rectify": False},
+        "50% noise, division from a pass over the data": {"ncr.division_statistics": "pass"},
+    }
+    for label, change in changes.items():
+        assert runs[label].settings == {**demo, "options": {**demo["options"], **change}}, label
+
+
 def test_peer_speed_refuses_a_folder_without_the_official_code_and_builds_its_data(tmp_path, capsys):
     peer_speed = benchmark_module("peer_speed")
     with pytest.raises(SystemExit):
