@@ -11,7 +11,7 @@ import torch
 from scipy.stats import norm
 from transformers import BertConfig, BertModel, BertTokenizer
 
-from conftest import benchmark_module
+from conftest import MICRO_DATA, benchmark_module
 from hfncl.data import DataFormatError, load_precomp_split
 from hfncl.data.proxy import ProxyConfig, build_caption_proxy, read_image_captions, split_images
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
@@ -288,6 +288,19 @@ def test_ncr_ablation_rows_change_one_option_of_the_demo_settings_and_keep_the_o
     }
     for label, change in changes.items():
         assert runs[label].settings == {**demo, "options": {**demo["options"], **change}}, label
+
+
+def test_ncr_ablation_half_images_row_trains_on_a_part_of_the_same_data_and_vocabulary(tmp_path):
+    ncr_ablation = benchmark_module("ncr_ablation")
+    data_dir = generate_precomp(tmp_path / "data", MICRO_DATA)
+    full, half = (ncr_ablation.training_data(data_dir, 0.0, share) for share in (1.0, 0.5))
+    assert (half.data_dir, half.val_split, half.test_split) == (full.data_dir, full.val_split, full.test_split)
+    whole, part = (load_precomp_split(data_dir, args.train_split) for args in (full, half))
+    assert part.num_images == whole.num_images // 2
+    assert list(part.captions) == list(whole.captions)[: len(part.captions)]
+    assert Vocabulary.from_json(half.vocab_file).word2idx == Vocabulary.build(whole.captions).word2idx
+    with pytest.raises(ValueError, match="clean reference"):
+        ncr_ablation.training_data(data_dir, 0.5, 0.5)
 
 
 def test_peer_speed_refuses_a_folder_without_the_official_code_and_builds_its_data(tmp_path, capsys):
