@@ -1,6 +1,6 @@
 """Accuracy of every correspondence method x noise ratio x seed, as markdown tables.
 
-    python benchmarks/accuracy.py                          # generated benchmark (< 30 min on 2 cores)
+    python benchmarks/accuracy.py                          # generated benchmark (90 runs; 48 took 24 min on 2 cores)
     python benchmarks/accuracy.py --benchmark proxy        # real-text proxy (Flickr8k captions; hours on 2 cores)
     python benchmarks/accuracy.py --quick                  # both, tiny: checks the script in about a minute
 
@@ -14,14 +14,16 @@ A seed seeds both the noise split and the training; the data itself is fixed.
 
 References (at every noisy ratio, per seed; ``--no-references`` leaves them out): the
 **oracle** trains ``--oracle-method`` (default VSE++'s triplet) with the same model,
-optimiser, schedule and seed on exactly the clean pairs of that ratio and seed, the bound a
+optimiser and seed, the oracle method's demo schedule (the schedule of ``--settings`` when
+given), on exactly the clean pairs of that ratio and seed, the bound a
 perfect division reaches (:mod:`oracle`; the noise index is used only here, never by a
 method); the **half-data control** trains it on all pairs of the first (1 - ratio) of the
 images, as many clean pairs without the oracle's choice.
 
 Benchmarks:
-- ``generated``: :mod:`hfncl.data.synthetic` at a smaller size than the demo's, so that 4
-  methods x 4 ratios x 3 seeds fit in 30 minutes on 2 CPU cores: 800 training images x 5
+- ``generated``: :mod:`hfncl.data.synthetic` at a smaller size than the demo's (4 methods x 4
+  ratios x 3 seeds took 24 minutes on 2 CPU cores; the default is now 6 methods and the
+  references, 90 runs): 800 training images x 5
   captions (4000 pairs), 200 dev and 500 test images, the demo's model (embed 256, words 64).
 - ``proxy``: :func:`hfncl.data.proxy.build_caption_proxy` on ``--captions-file``
   (Flickr8k): caption #0 of each image through all-MiniLM-L6-v2 gives 32 "regions" of 384

@@ -106,6 +106,11 @@ def write_report(path: Path, text: str) -> None:
     path.write_text(text + "\n")
 
 
+def with_option(settings: dict[str, Any], name: str, value: Any) -> dict[str, Any]:
+    """A method's ``settings`` with one option set and its other options (e.g. its demo settings') kept."""
+    return {**settings, "options": {**settings.get("options", {}), name: value}}
+
+
 def constant_lr_schedule(args: Any) -> dict[str, Any]:
     """Training settings of a script's ``--epochs``, ``--warmup-epochs``, ``--batch-size`` and ``--learning-rate``,
     without lr decay (the SGR-head scripts' schedule)."""

@@ -32,9 +32,8 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
-from common import machine, quiet, write_report
+from common import machine, quiet, with_option, write_report
 from oracle import half_data_split, training_vocabulary
 
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
@@ -44,11 +43,6 @@ from hfncl.tasks.pairs import DEMO_MODEL
 
 SEED = 0
 """The seed of the noise split and of training, as the demo's."""
-
-
-def with_option(settings: dict[str, Any], name: str, value: Any) -> dict[str, Any]:
-    """``settings`` with one method option changed and its other options (the demo's) kept."""
-    return {**settings, "options": {**settings.get("options", {}), name: value}}
 
 
 def ablation_runs() -> list[tuple[str, DemoRun, float]]:

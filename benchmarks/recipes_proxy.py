@@ -1,7 +1,7 @@
 """Every image-text recipe, reduced, on the real-text proxy: does its loss fall, does its division
 find the noise, where does its rSum land beside VSE++'s?
 
-    python benchmarks/recipes_proxy.py                          # 7 runs, about 1.5 h on one core
+    python benchmarks/recipes_proxy.py                          # 8 runs, about 1.5 h on one core for the first 7
     python benchmarks/recipes_proxy.py --recipes ncr_f30k vsepp_f30k --epochs 6
     python benchmarks/recipes_proxy.py --paper-width            # the recipes' own widths (hours)
     python benchmarks/recipes_proxy.py --quick                  # tiny: checks the script in minutes

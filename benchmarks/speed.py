@@ -3,7 +3,7 @@
     python benchmarks/speed.py --output-dir runs/bench_speed     # CPU, and CUDA when available
     python benchmarks/speed.py --shape f30k --methods ncr        # Flickr30K-sized regions and model
     python benchmarks/speed.py --quick                           # tiny data, seconds per method
-    python benchmarks/speed.py --methods ncr --option ncr.division_statistics=steps
+    python benchmarks/speed.py --methods ncr --option ncr.division_statistics=pass
 
 For each method (those declaring ``demo_settings``, or ``--methods``): trains on a
 generated benchmark at 50% caption noise for one warmup epoch if the method warms up,
@@ -194,7 +194,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--shape", choices=sorted(SHAPES), default="demo", help="Benchmark and model sizes (see above).")
     parser.add_argument("--quick", action="store_true", help="Same as --shape quick: checks the script in seconds.")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                        help="A plugin option for every timed method (repeatable), e.g. ncr.division_statistics=steps.")
+                        help="A plugin option for every timed method (repeatable), e.g. ncr.division_statistics=pass.")
     parser.add_argument("--results-json", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:

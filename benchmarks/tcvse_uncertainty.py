@@ -31,6 +31,8 @@ import numpy as np
 import torch
 import transformers
 
+from common import with_option
+
 from hfncl.data import collate_captions, collate_images
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.demo import DemoRun, demo_runs, demo_train_config
@@ -164,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = dict(run.settings)
     if args.epochs is not None:
         settings["epochs"] = args.epochs
-    settings["options"] = {"tcvse.inference_branch": args.branch}
+    settings = with_option(settings, "tcvse.inference_branch", args.branch)
     config = demo_train_config(DemoRun("tcvse", 0.0, settings), output_dir / "run", args.seed, args.progress)
     run_experiment(data, config, DEMO_MODEL)
     model = NCLModel.from_pretrained(str(output_dir / "run" / "best"))

@@ -1,6 +1,6 @@
 """UGNCL's three-way division on the paper's SGR head, epoch by epoch, under each reading of Eq. 3 and xi1.
 
-    python benchmarks/ugncl_division.py --output-dir runs/ugncl_division       # 4 runs, ~25 min on 2 cores
+    python benchmarks/ugncl_division.py --output-dir runs/ugncl_division       # 3 runs, ~25 min on 2 cores
     python benchmarks/ugncl_division.py --variants excess --xi1 0.001 0.01
 
 Trains one UGNCL network with its two image views on an SGR head (the demo's joint space
