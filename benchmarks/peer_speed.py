@@ -42,9 +42,11 @@ children interleaved, ``--repeats`` times; the table gives medians and [min, max
   losses and GMMs) and ``co_train.train`` of each network on its clean batches, each
   beside a cycling noisy batch; its clean share is fixed at 80% (the pairs of highest
   clean probability) so that random data does not decide how much it trains. hfncl's is
-  NCR with its defaults (a full noisy batch beside each clean batch, as the official loop;
-  the division from the losses the steps recorded), the second epoch after one warmup
-  epoch.
+  NCR with its defaults (a full noisy batch beside each clean batch, as the official loop)
+  but for its division's losses, which come from a pass over the training set as they do
+  after every co-training epoch of NCR's default loop (the first co-training epoch alone
+  could reuse its warmup's records), its clean set then fixed at the same 80% of highest
+  clean probability; the second epoch after one warmup epoch.
 
 - **Floor**: hfncl's matmul FLOPs (of the step; of the scoring pass, counted on its first
   5 and 10 images and extended to all) at the full matmul throughput of its precision, over the official
@@ -75,6 +77,8 @@ from pathlib import Path
 BATCH, REGIONS, IMAGE_DIM, WORD_DIM, VOCAB = 128, 36, 2048, 300, 8000
 CAPTIONS_PER_IMAGE = 5
 EPOCH_NOISE = 0.2
+EPOCH_IMAGE_MULTIPLE = round(BATCH / (CAPTIONS_PER_IMAGE * (1 - EPOCH_NOISE)))
+"""--epoch-images must be a multiple of this (32): the clean share of 5 captions x 32 images is one batch of 128."""
 FLOP_COUNT_IMAGES = 10
 CUDA_WARM_STEPS, CUDA_TIMED_STEPS = 3, 10
 KINDS = ("train", "score", "epoch")
@@ -357,18 +361,22 @@ def _official_epoch(args: argparse.Namespace, data_dir: Path, pairs: int) -> dic
     return {"epoch": _seconds(args.device) - started, "division": division}
 
 
-class _EpochClock:
+class _Callback:
+    """A trainer callback that ignores every event it does not define."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("on_"):
+            return lambda *args, **kwargs: None
+        raise AttributeError(name)
+
+
+class _EpochClock(_Callback):
     """Trainer callback: seconds (:func:`_seconds`) of the last epoch and of its ``divide`` hook."""
 
     def __init__(self, device: str) -> None:
         self.device = device
         self.epoch = self.division = 0.0
         self._epoch = self._divide = 0.0
-
-    def __getattr__(self, name: str):
-        if name.startswith("on_"):
-            return lambda *args, **kwargs: None
-        raise AttributeError(name)
 
     def on_epoch_begin(self, trainer, epoch: int) -> None:
         self._epoch = _seconds(self.device)
@@ -385,8 +393,38 @@ class _EpochClock:
         self.epoch = _seconds(self.device) - self._epoch
 
 
+def clean_share(clean_prob, share: float):
+    """The (N,) bool mask of the ``round(share * N)`` pairs of highest clean probability (ties by position), the
+    clean set both programs' timed epochs train (:func:`_official_epoch` ranks the same way)."""
+    import torch
+
+    ranked = torch.argsort(-clean_prob, stable=True)
+    mask = torch.zeros(clean_prob.numel(), dtype=torch.bool, device=clean_prob.device)
+    mask[ranked[: round(share * clean_prob.numel())]] = True
+    return mask
+
+
+class _FixedCleanShare(_Callback):
+    """Trainer callback: each network's clean set made the ``share`` of its pairs of highest clean probability,
+    as the official epoch's is, instead of what the GMM makes of random data (e.g. 40-49% at 20% noise), so that
+    both programs' timed epochs train the same number of clean and noisy batches."""
+
+    def __init__(self, share: float) -> None:
+        self.share = share
+
+    def on_division(self, trainer, epoch: int, divisions, true_clean) -> None:
+        for division in divisions:
+            if division is not None:
+                division.clean = clean_share(division.clean_prob, self.share)
+
+
 def _hfncl_epoch(args: argparse.Namespace, data_dir: Path) -> dict[str, float]:
-    """NCR with its defaults for one warmup epoch and one co-training epoch (noisy part included); the second is timed."""
+    """NCR for one warmup epoch and one co-training epoch (noisy part included); the second is timed, its clean share
+    fixed as the official epoch's (:class:`_FixedCleanShare`).
+
+    NCR's defaults but for the division's losses, which come from a pass over the training set: with the separate
+    noisy batch NCR runs that pass after every co-training epoch, as the official ``eval_train`` does; only the first
+    co-training epoch, the one timed here, could reuse the losses its warmup recorded."""
     from accelerate import Accelerator
 
     from hfncl.config import TrainConfig
@@ -398,14 +436,15 @@ def _hfncl_epoch(args: argparse.Namespace, data_dir: Path) -> dict[str, float]:
     config = TrainConfig(
         plugins=["ncr"], output_dir=str(output_dir), epochs=2, warmup_epochs=1, batch_size=BATCH, learning_rate=2e-4,
         lr_decay_epochs=[], progress=False, overwrite_output_dir=True, plot_divisions=False,
-        mixed_precision=args.mixed_precision,
+        mixed_precision=args.mixed_precision, options={"ncr.division_statistics": "pass"},
     )
     data = prepare_data(DataArguments(data_dir=str(data_dir), noise_ratio=EPOCH_NOISE), output_dir)
     model = ModelArguments(embed_dim=args.embed_dim, word_dim=WORD_DIM, similarity=args.head, sim_dim=args.sim_dim)
     model_config = NCLConfig(image_dim=IMAGE_DIM, vocab_size=len(data.vocab), **model_fields(["ncr"], model))
     clock = _EpochClock(args.device)
     accelerator = Accelerator(cpu=args.device == "cpu", mixed_precision=args.mixed_precision)
-    Trainer(config, model_config, data.train, None, accelerator=accelerator, callbacks=[clock]).train()
+    callbacks = [clock, _FixedCleanShare(1 - EPOCH_NOISE)]
+    Trainer(config, model_config, data.train, None, accelerator=accelerator, callbacks=callbacks).train()
     return {"epoch": clock.epoch, "division": clock.division}
 
 
@@ -609,7 +648,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--peer-dir", required=True, help="The NCR/ folder of the prepared official code.")
     parser.add_argument("--quick", action="store_true",
-                        help="SGR at 256/64 only, 100 scoring images, an NCR epoch of 52 x 5 pairs (a few minutes).")
+                        help="SGR at 256/64 only, 100 scoring images, an NCR epoch of 64 x 5 pairs (a few minutes).")
     parser.add_argument("--output", help="Markdown table to write (printed in any case).")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3, help="Interleaved runs of each training step (0: none).")
@@ -618,7 +657,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--cases", nargs="+", default=["sgr:1024/256", "saf:1024/256", "sgr:256/64", "saf:256/64"],
                         help="HEAD:EMBED/SIM cases to measure.")
     parser.add_argument("--epoch-images", type=int, default=128,
-                        help="Images (x 5 captions) of the NCR-epoch measurement's training set.")
+                        help="Images (x 5 captions) of the NCR-epoch measurement's training set, a multiple of "
+                             f"{EPOCH_IMAGE_MULTIPLE} (its clean set is then whole batches in both programs).")
     parser.add_argument("--epoch-repeats", type=int, default=1, help="Interleaved runs of the NCR epoch (0: none).")
     parser.add_argument("--mixed-precision", nargs="+", choices=("no", "bf16"), default=["no"],
                         help="hfncl's precisions (TrainConfig.mixed_precision), a row each; the official code runs in fp32.")
@@ -643,10 +683,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
         if not torch.cuda.is_available():
             parser.error("--device cuda: torch sees no CUDA device here")
+    if args.epoch_images < 1 or args.epoch_images % EPOCH_IMAGE_MULTIPLE:
+        parser.error(
+            f"--epoch-images must be a positive multiple of {EPOCH_IMAGE_MULTIPLE}, got {args.epoch_images}: the timed "
+            f"epoch's clean set ({1 - EPOCH_NOISE:.0%} of 5 captions per image) must fill whole batches of {BATCH}, "
+            "since hfncl drops a last partial batch and the official loop trains it"
+        )
     if args.block_mib is not None and args.block_mib < 1:
         parser.error(f"--block-mib must be a positive number of MiB, got {args.block_mib}")
     if args.quick:
-        args.cases, args.scoring_images, args.epoch_images = ["sgr:256/64"], 100, 52
+        args.cases, args.scoring_images, args.epoch_images = ["sgr:256/64"], 100, 64
     args.cases = [tuple(case.split(":")) for case in args.cases]
     if args.dims:
         args.embed_dim, args.sim_dim = map(int, args.dims.split("/"))

@@ -18,6 +18,7 @@ from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.data.vocab import Vocabulary
 from hfncl.experiment import DataArguments
 from hfncl.tasks.pairs import prepare_data
+from hfncl.types import Division
 
 WORDS = ["a", "dog", "cat", "runs", "sits", "on", "the", "grass", "red", "ball", "man", "rides", "bike", "."]
 
@@ -310,7 +311,10 @@ def test_peer_speed_refuses_a_folder_without_the_official_code_and_builds_its_da
     assert "no model.py there" in capsys.readouterr().err
     (tmp_path / "model.py").write_text("")
     quick = peer_speed.parse_args(["--peer-dir", str(tmp_path), "--quick"])
-    assert quick.cases == [("sgr", "256/64")] and quick.scoring_images == 100 and quick.epoch_images == 52
+    assert quick.cases == [("sgr", "256/64")] and quick.scoring_images == 100 and quick.epoch_images == 64
+    with pytest.raises(SystemExit):
+        peer_speed.parse_args(["--peer-dir", str(tmp_path), "--epoch-images", "52"])
+    assert "--epoch-images must be a positive multiple of 32, got 52" in capsys.readouterr().err
     images, tokens, lengths = peer_speed.batch()
     assert images.shape == (128, 36, 2048) and tokens.shape == (128, int(lengths[0]))
     assert bool((lengths[:-1] >= lengths[1:]).all()) and bool(((tokens > 0).sum(dim=1) == lengths).all())
@@ -459,3 +463,13 @@ def test_peer_speed_report_computes_ratios_and_leaves_measurements_not_made_blan
         "ratios warmup_step=n/a pair_epoch=0.50 scoring=n/a rss=n/a roofline=n/a",
     ]
     assert "| SGR 1024/256 | fp32 | - | - | - | - / - | - / - | - | - | - | - / - | - | 0.200 [0.200, 0.200] |" in report
+
+
+def test_peer_speed_fixes_hfncl_s_clean_set_at_the_official_share_of_highest_clean_probability():
+    peer_speed = benchmark_module("peer_speed")
+    probability = torch.tensor([0.1, 0.9, 0.5, 0.9, 0.3])
+    assert peer_speed.clean_share(probability, 0.6).tolist() == [False, True, True, True, False]
+    assert peer_speed.clean_share(probability, 0.2).tolist() == [False, True, False, False, False]
+    division = Division(clean_prob=probability, clean=torch.zeros(5, dtype=torch.bool))
+    peer_speed._FixedCleanShare(0.8).on_division(None, 1, [division, None], None)
+    assert division.clean.tolist() == [False, True, True, True, True]
