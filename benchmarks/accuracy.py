@@ -227,6 +227,7 @@ def plot_curves(rows: list[dict[str, Any]], path: Path) -> Path | None:
     if plt is None:
         return None
     ratios = sorted({r["noise_ratio"] for r in rows})
+    colors = {method: f"C{index % 10}" for index, method in enumerate(sorted({r["method"] for r in rows}))}
     figure, axes = plt.subplots(2, len(ratios), figsize=(4.2 * len(ratios), 6.4), squeeze=False)
     for column, ratio in enumerate(ratios):
         methods = sorted({r["method"] for r in rows if r["noise_ratio"] == ratio})
@@ -236,13 +237,15 @@ def plot_curves(rows: list[dict[str, Any]], path: Path) -> Path | None:
                 epochs, means = _mean_curve(group, key)
                 if epochs:
                     style = "--" if method in REFERENCES else "-"
-                    axis.plot(epochs, means, style, marker="o", markersize=3, label=method)
+                    axis.plot(epochs, means, style, color=colors[method], marker="o", markersize=3, label=method)
         axes[0][column].set_title(f"{ratio:.0%} noise: validation rSum", fontsize=10)
         axes[1][column].set_title(f"{ratio:.0%} noise: division AUC (network A)", fontsize=10)
         for axis in axes[:, column]:
             axis.set_xlabel("epoch")
             if axis.lines:
                 axis.legend(fontsize=7)
+            else:
+                axis.text(0.5, 0.5, "no noisy pairs: no AUC", ha="center", va="center", transform=axis.transAxes)
     return save_png(figure, path)
 
 
