@@ -4,9 +4,10 @@
     python benchmarks/label_noise_pascal.py --quick         # noise 0.4 and 0.8, fewer epochs
 
 The paper's Table 2 finding: as the noise rate grows, DMCM's mAP degrades more gracefully
-than a cross-entropy baseline's. Data: ``../shared/data/pascal_sentence`` (1000 samples,
-20 classes; ``$HFNCL_SHARED_DATA/pascal_sentence`` when that is set; the fork has no image features, so two sentence encoders' views, 384-d and
-768-d, stand in for the two modalities; split 40 / 5 / 5 per class). Both methods train
+than a cross-entropy baseline's. Data: ``../shared/data/pascal_sentence``, or
+``$HFNCL_SHARED_DATA/pascal_sentence`` when that is set (1000 samples, 20 classes; the fork
+has no image features, so two sentence encoders' views, 384-d and 768-d, stand in for the
+two modalities; split 40 / 5 / 5 per class). Both methods train
 with the same seed, noise split, model (3-layer MLPs of width ``--hidden-dim`` into 512-d,
 shared prototypes) and optimiser (Adam, lr 1e-4, batch 100, the paper's Pascal warmup of 5
 epochs for DMCM). Skips with a message when the data are absent. Writes
