@@ -43,6 +43,14 @@ def complete_columns(ledger: "LedgerView", names: Iterable[str]) -> list[torch.T
     return [ledger.get(name).clone() for name in names]
 
 
+def fill_unrecorded(ledger: "LedgerView", name: str, values: torch.Tensor) -> None:
+    """Record ``values`` (one row per sample, from a pass over the data) under ``name`` for the samples that have
+    no value there yet, so that a division made from statistics recorded during the steps needs no pass next time."""
+    column = ledger_column(ledger, name, values.shape[0])
+    missing = torch.isnan(column.reshape(column.shape[0], -1)).any(dim=1).nonzero().squeeze(1)
+    ledger.record(missing, name, values[missing])
+
+
 def batch_index(trainer: "TrainerView", batch: "Batch") -> torch.Tensor:
     """The dataset index of the global batch (every process's slice, in ``forward(...).index`` order), on the CPU."""
     return trainer.gather(batch["index"]).cpu()

@@ -23,7 +23,7 @@ from hfncl.division import fit_loss_mixture, threshold_division
 from hfncl.hookspecs import hookimpl
 from hfncl.losses import soft_margin, triplet_hardest_negative, triplet_sum_negatives
 from hfncl.options import MethodOptions, option
-from hfncl.toolkit import batch_index, batch_view, bibtex_citation, complete_columns, division_plan, ledger_column, networks_in_turn, peer, training_batches
+from hfncl.toolkit import batch_index, batch_view, bibtex_citation, complete_columns, division_plan, fill_unrecorded, networks_in_turn, peer, training_batches
 from hfncl.types import BatchPlan, Division
 
 NETWORKS = 2
@@ -152,7 +152,8 @@ def divide(trainer, epoch) -> list[Division]:
     if losses is None:
         losses = pass_losses(trainer, epoch)
         if settings.division_statistics == "steps":
-            fill_unrecorded(trainer, losses)
+            for net, values in enumerate(losses):
+                fill_unrecorded(trainer.ledger, STEP_LOSS.format(net), values)
     divisions = []
     for net in range(NETWORKS):
         peer_loss = losses[peer(net, NETWORKS)]
@@ -193,14 +194,6 @@ def recorded_losses(trainer, epoch: int) -> list[torch.Tensor] | None:
         return None
     stale = settings.noisy_batch == "separate" and epoch > trainer.config.warmup_epochs
     return None if stale else complete_columns(trainer.ledger, [STEP_LOSS.format(net) for net in range(NETWORKS)])
-
-
-def fill_unrecorded(trainer, losses: list[torch.Tensor]) -> None:
-    """Record the pass's L_w for the pairs that no training step has recorded yet, so the next division needs no pass."""
-    for net, values in enumerate(losses):
-        name = STEP_LOSS.format(net)
-        index = torch.isnan(ledger_column(trainer.ledger, name, trainer.num_train)).nonzero().squeeze(1)
-        trainer.ledger.record(index, name, values[index])
 
 
 def noisy_part_start_epoch(trainer) -> int:

@@ -29,13 +29,16 @@ from hfncl import evidential
 from hfncl.hookspecs import hookimpl
 from hfncl.losses import soft_margin, triplet_hardest_negative, triplet_top_k_negatives
 from hfncl.options import MethodOptions, option
-from hfncl.toolkit import batch_index, batch_view, bibtex_citation, training_batches
+from hfncl.toolkit import batch_index, batch_view, bibtex_citation, complete_columns, fill_unrecorded, training_batches
 from hfncl.types import Division
 
 CLEAN, NOISY, HARD_CLEAN, HARD_NOISY = 0, 1, 2, 3
 SET_NAMES = {CLEAN: "clean", NOISY: "noisy", HARD_CLEAN: "hard_clean", HARD_NOISY: "hard_noisy"}
 RECTIFIED = ["soft_label", "uncertainty", "sets"]
 EVIDENCE_READINGS, SOFT_LABELS = ("excess", "raw", "printed"), ("share", "belief")
+DIVISION_STATISTICS = ("pass", "steps")
+STEP_STATISTICS = "ugncl.step_statistics{}"
+"""Ledger column of network k's per-pair (u, soft label, own item is the argmax) recorded by its training steps."""
 
 
 @hookimpl
@@ -57,6 +60,9 @@ class UGNCLOptions(MethodOptions, namespace="ugncl"):
     (the authors' code); ``"printed"`` Eq. 3 on the head's similarity S (a sigmoid for SGR / SAF).
     ``soft_label`` of a hard pair: ``"share"`` b_ii / (1 - u), its share of the joint belief (the authors'
     normalised evidence); ``"belief"`` b_ii as printed (never above 1 - u <= 1 - p: no hard-clean pair).
+    ``division_statistics``: ``"pass"`` the division's opinions from a gradient-free pass over the training set
+    before each epoch; ``"steps"`` those the previous epoch's training steps formed for their batches (a pass
+    only for pairs no step has seen yet).
     """
 
     tau: float = option(0.1, exclusive_minimum=0)
@@ -72,6 +78,7 @@ class UGNCLOptions(MethodOptions, namespace="ugncl"):
     lambda_decay: float = option(0.025, minimum=0)
     lambda_min: int = option(5, minimum=1)
     ensemble: int = option(1, minimum=1)
+    division_statistics: str = option("pass", choices=DIVISION_STATISTICS)
 
 
 @hookimpl
@@ -115,6 +122,15 @@ def own_label(belief: torch.Tensor, uncertainty: torch.Tensor, reading: str) -> 
     return belief.diagonal() / (1 - uncertainty) if reading == "share" else belief.diagonal()
 
 
+def batch_statistics(evidence: torch.Tensor, soft_label: str) -> torch.Tensor:
+    """(K, 3) per pair of a batch from its (W, K, K) evidence: the joint u, the soft label (:func:`own_label`) and
+    whether the pair's own item has the largest belief (1 / 0), what :func:`uncertainty_division` reads."""
+    belief, uncertainty = pair_opinions(evidence)
+    own = torch.arange(belief.size(0), device=belief.device)
+    is_argmax = (belief.argmax(dim=1) == own).to(uncertainty.dtype)
+    return torch.stack([uncertainty, own_label(belief, uncertainty, soft_label), is_argmax], dim=1)
+
+
 def uncertainty_division(
     uncertainty: torch.Tensor, own_belief: torch.Tensor, own_is_argmax: torch.Tensor, threshold: float, epsilon: float
 ) -> Division:
@@ -142,7 +158,25 @@ def uncertainty_division(
 
 @hookimpl
 def divide(trainer, epoch) -> list[Division]:
-    """UGD over the training set, one division per network, in training-size batches (seeded order)."""
+    """UGD over the training set, one division per network (``ugncl.division_statistics``)."""
+    settings, names = trainer.options_of(UGNCLOptions), [STEP_STATISTICS.format(net) for net in range(trainer.num_networks)]
+    stats = complete_columns(trainer.ledger, names) if settings.division_statistics == "steps" else None
+    if stats is None:
+        stats = pass_statistics(trainer, epoch)
+        if settings.division_statistics == "steps":
+            for name, values in zip(names, stats, strict=True):
+                fill_unrecorded(trainer.ledger, name, values)
+    return [
+        uncertainty_division(
+            values[:, 0].double(), values[:, 1].double(), values[:, 2] > 0.5, settings.uncertainty_threshold, settings.epsilon
+        )
+        for values in stats
+    ]
+
+
+def pass_statistics(trainer, epoch: int) -> list[torch.Tensor]:
+    """Every network's (N, 3) :func:`batch_statistics` in a gradient-free pass over the training set, in
+    training-size batches in the epoch's seeded order (evidence among a batch's candidates, as in training)."""
     settings, size = trainer.options_of(UGNCLOptions), trainer.config.batch_size
 
     def pair_statistics(batch) -> dict[str, torch.Tensor]:
@@ -151,22 +185,13 @@ def divide(trainer, epoch) -> list[Division]:
             outputs = trainer.forward(net, batch, grad=False)
             evidence = view_evidence(outputs.view_scores, outputs.view_similarity, settings.tau, settings.evidence)
             for start in range(0, evidence.size(-1), size):
-                belief, uncertainty = pair_opinions(evidence[:, start : start + size, start : start + size])
-                own = torch.arange(belief.size(0), device=belief.device)
-                columns.setdefault(f"u{net}", []).append(uncertainty)
-                columns.setdefault(f"own_belief{net}", []).append(own_label(belief, uncertainty, settings.soft_label))
-                columns.setdefault(f"own_is_argmax{net}", []).append((belief.argmax(dim=1) == own).double())
+                chunk = evidence[:, start : start + size, start : start + size]
+                columns.setdefault(f"net{net}", []).append(batch_statistics(chunk, settings.soft_label))
         return {name: torch.cat(values) for name, values in columns.items()}
 
     description = f"epoch {epoch} uncertainty-guided division"
     stats = trainer.collect(pair_statistics, description=description, **training_batches(trainer, epoch))
-    return [
-        uncertainty_division(
-            stats[f"u{net}"], stats[f"own_belief{net}"], stats[f"own_is_argmax{net}"].bool(),
-            settings.uncertainty_threshold, settings.epsilon,
-        )
-        for net in range(trainer.num_networks)
-    ]
+    return [stats[f"net{net}"] for net in range(trainer.num_networks)]
 
 
 def evidential_loss(evidence: torch.Tensor, labels: torch.Tensor, xi1: float) -> torch.Tensor:
@@ -190,10 +215,16 @@ def num_hardest(batch_size: int, step: int, decay: float, minimum: int) -> int:
     return min(max(math.floor(batch_size - decay * step), minimum), batch_size - 1)
 
 
-def _objective(trainer, outputs, labels: torch.Tensor, robust: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Eq. 18's two named terms: L_e averaged over the batch's pairs and xi2 times the summed per-pair L_t."""
+def _objective(trainer, outputs, labels: torch.Tensor, robust: torch.Tensor, net: int) -> dict[str, torch.Tensor]:
+    """Eq. 18's two named terms: L_e averaged over the batch's pairs and xi2 times the summed per-pair L_t.
+
+    With ``ugncl.division_statistics = "steps"`` it records the batch's opinions (:func:`batch_statistics`) for
+    the next division."""
     settings = trainer.options_of(UGNCLOptions)
     evidence = view_evidence(outputs.view_scores, outputs.view_similarity, settings.tau, settings.evidence)
+    if settings.division_statistics == "steps":
+        statistics = batch_statistics(evidence.detach(), settings.soft_label)
+        trainer.ledger.record(outputs.index, STEP_STATISTICS.format(net), statistics)
     return {
         "evidential": evidential_loss(evidence, labels, settings.xi1).mean().float(),
         "trusted_robust": settings.xi2 * robust.sum(),
@@ -210,7 +241,7 @@ def warmup_loss(trainer, batch, outputs, net) -> dict[str, torch.Tensor]:
     labels = torch.ones(outputs.similarity.size(0), device=outputs.similarity.device)
     margins = labels * trainer.options_of(UGNCLOptions).margin
     robust = triplet_top_k_negatives(outputs.similarity, margins, _hardest_count(trainer, labels.numel()))
-    return _objective(trainer, outputs, labels, robust)
+    return _objective(trainer, outputs, labels, robust, net)
 
 
 @hookimpl
@@ -233,7 +264,7 @@ def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
         triplet_top_k_negatives(similarity, margins, _hardest_count(trainer, labels.numel())),
         triplet_hardest_negative(similarity, settings.margin) * (sets == CLEAN),
     )
-    return _objective(trainer, outputs, labels, robust)
+    return _objective(trainer, outputs, labels, robust, net)
 
 
 @hookimpl

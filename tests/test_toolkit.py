@@ -29,6 +29,16 @@ def test_ledger_columns_are_copies_or_fills():
     assert toolkit.complete_columns(ledger, ["a"])[0].tolist() == [5.0, 6.0, 7.0]
 
 
+def test_fill_unrecorded_records_a_pass_only_where_the_steps_left_no_value():
+    ledger = Ledger(3)
+    toolkit.fill_unrecorded(ledger, "a", torch.tensor([1.0, 2.0, 3.0]))
+    assert ledger.get("a").tolist() == [1.0, 2.0, 3.0]  # nothing recorded: all of the pass
+    ledger.record(torch.tensor([0]), "rows", torch.tensor([[5.0, 6.0]]))
+    ledger.record(torch.tensor([1]), "rows", torch.tensor([[float("nan"), 8.0]]))
+    toolkit.fill_unrecorded(ledger, "rows", torch.zeros(3, 2))
+    assert ledger.get("rows").tolist() == [[5.0, 6.0], [0.0, 0.0], [0.0, 0.0]]  # a row with any gap takes the pass's
+
+
 def test_batch_view_gathers_the_division_rows_of_the_batch():
     division = Division(torch.tensor([0.1, 0.9, 0.6]), torch.tensor([False, True, True]), {"x": torch.tensor([1, 2, 3])})
     view = toolkit.batch_view(division, torch.tensor([2, 0]), ["clean", "clean_prob", "x"], "cpu")

@@ -250,3 +250,53 @@ def test_ugncl_ensemble_trains_networks_on_their_own_divisions(tiny_data_dir, tm
 def test_ugncl_ensemble_size_is_checked(networks) -> None:
     with pytest.raises(ValueError, match="ugncl.ensemble"):
         ugncl.num_networks(TrainConfig(options={"ugncl.ensemble": networks}))
+
+
+def test_batch_statistics_are_the_opinions_the_division_reads() -> None:
+    evidence = evidential.softplus_evidence(torch.randn(2, 5, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(3)), 0.1)
+    belief, uncertainty = ugncl.pair_opinions(evidence)
+    statistics = ugncl.batch_statistics(evidence, "share")
+    torch.testing.assert_close(statistics[:, 0], uncertainty)
+    torch.testing.assert_close(statistics[:, 1], belief.diagonal() / (1 - uncertainty))
+    assert statistics[:, 2].tolist() == [float(belief[i].argmax() == i) for i in range(5)]
+    torch.testing.assert_close(ugncl.batch_statistics(evidence, "belief")[:, 1], belief.diagonal())
+
+
+def _division_trainer(data_dir, output_dir, statistics: str, callbacks: list):
+    from conftest import tiny_config
+    from hfncl.engine.trainer import Trainer
+    from hfncl.experiment import DataArguments
+    from hfncl.tasks.pairs import prepare_data
+
+    options = {"ugncl.xi1": 0.0, "ugncl.division_statistics": statistics}
+    config = tiny_config(output_dir, ["ugncl"], lr_decay_epochs=[], plot_divisions=False, options=options)
+    data = prepare_data(DataArguments(data_dir=str(data_dir), noise_ratio=0.4), config.output_dir)
+    model = NCLConfig(image_dim=data.image_dim, vocab_size=len(data.vocab), embed_dim=32, word_dim=16, image_views=2)
+    return Trainer(config, model, data.train, None, callbacks=callbacks)
+
+
+@pytest.mark.parametrize("statistics", ["steps", "pass"])
+def test_division_from_the_steps_reads_the_opinions_they_recorded_and_makes_no_pass(tiny_data_dir, tmp_path, statistics):
+    passes, checked = [], []
+
+    class Check:
+        def __getattr__(self, name):
+            return lambda *args, **kwargs: None
+
+        def on_division(self, trainer, epoch, divisions, true_clean):
+            if statistics == "steps":
+                recorded = trainer.ledger.get(ugncl.STEP_STATISTICS.format(0))
+                expected = ugncl.uncertainty_division(
+                    recorded[:, 0].double(), recorded[:, 1].double(), recorded[:, 2] > 0.5, 0.5, 0.5
+                )
+                torch.testing.assert_close(divisions[0].extras["soft_label"], expected.extras["soft_label"])
+                assert torch.equal(divisions[0].extras["sets"], expected.extras["sets"])
+            checked.append(epoch)
+
+    trainer = _division_trainer(tiny_data_dir, tmp_path, statistics, [Check()])
+    collect = trainer.collect
+    trainer.collect = lambda *args, **kwargs: passes.append(trainer.epoch) or collect(*args, **kwargs)
+    trainer.train()
+    assert checked == [1, 2]
+    assert passes == ([] if statistics == "steps" else [1, 2])
+    assert (ugncl.STEP_STATISTICS.format(0) in trainer.ledger) == (statistics == "steps")
