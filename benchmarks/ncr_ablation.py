@@ -1,6 +1,6 @@
 """NCR's Table 4 at small scale: what co-rectify adds over co-divide alone, against two clean references.
 
-    python benchmarks/ncr_ablation.py --output-dir runs/ncr_ablation       # 6 runs, about 21 min on 2 cores
+    python benchmarks/ncr_ablation.py --output-dir runs/ncr_ablation       # 6 runs, 11-21 min on 2 cores
 
 On the demo's generated benchmark (3000 training images x 5 captions, the demo's model
 and NCR settings: 10 epochs, 4 of warmup, seed 0) it trains NCR
