@@ -51,6 +51,24 @@ def fill_unrecorded(ledger: "LedgerView", name: str, values: torch.Tensor) -> No
     ledger.record(missing, name, values[missing])
 
 
+def recorded_or_pass(
+    ledger: "LedgerView",
+    names: list[str],
+    run_pass: Callable[[], list[torch.Tensor]],
+    recorded: bool,
+    current: bool = True,
+) -> list[torch.Tensor]:
+    """A division's per-sample statistics, one tensor per name of ``names``: the columns the training steps
+    recorded under them when the method records (``recorded``), they are ``current`` and none has a gap; else
+    ``run_pass()``'s, whose values then fill the records' gaps (:func:`fill_unrecorded`) when the method records."""
+    columns = complete_columns(ledger, names) if recorded and current else None
+    if columns is None:
+        columns = run_pass()
+        for name, values in zip(names, columns, strict=True) if recorded else ():
+            fill_unrecorded(ledger, name, values)
+    return columns
+
+
 def batch_index(trainer: "TrainerView", batch: "Batch") -> torch.Tensor:
     """The dataset index of the global batch (every process's slice, in ``forward(...).index`` order), on the CPU."""
     return trainer.gather(batch["index"]).cpu()

@@ -23,7 +23,7 @@ from hfncl.division import fit_loss_mixture, threshold_division
 from hfncl.hookspecs import hookimpl
 from hfncl.losses import soft_margin, triplet_hardest_negative, triplet_sum_negatives
 from hfncl.options import MethodOptions, option
-from hfncl.toolkit import batch_index, batch_view, bibtex_citation, complete_columns, division_plan, fill_unrecorded, networks_in_turn, peer, training_batches
+from hfncl.toolkit import batch_index, batch_view, bibtex_citation, division_plan, networks_in_turn, peer, recorded_or_pass, training_batches
 from hfncl.types import BatchPlan, Division
 
 NETWORKS = 2
@@ -107,7 +107,7 @@ def batch_plan(trainer, networks) -> BatchPlan | None:
 
     The noisy batches come only once their part trains (``ncr.noisy_part_start``, with co-rectify): before, a
     noisy batch would take no step, and co-divide after a co-training epoch runs a pass all the same
-    (:func:`recorded_losses`), so its forward pass would be wasted.
+    (:func:`records_are_current`), so its forward pass would be wasted.
     """
     settings = trainer.options_of(NCROptions)
     if settings.noisy_batch != "separate" or trainer.in_warmup:
@@ -148,12 +148,8 @@ def divide(trainer, epoch) -> list[Division]:
     division plot draws over the losses (Fig. 3b).
     """
     settings = trainer.options_of(NCROptions)
-    losses = recorded_losses(trainer, epoch)
-    if losses is None:
-        losses = pass_losses(trainer, epoch)
-        if settings.division_statistics == "steps":
-            for net, values in enumerate(losses):
-                fill_unrecorded(trainer.ledger, STEP_LOSS.format(net), values)
+    names, recorded = [STEP_LOSS.format(net) for net in range(NETWORKS)], settings.division_statistics == "steps"
+    losses = recorded_or_pass(trainer.ledger, names, lambda: pass_losses(trainer, epoch), recorded, records_are_current(trainer, epoch))
     divisions = []
     for net in range(NETWORKS):
         peer_loss = losses[peer(net, NETWORKS)]
@@ -180,20 +176,17 @@ def pass_losses(trainer, epoch: int) -> list[torch.Tensor]:
     return [losses[f"loss{net}"] for net in range(NETWORKS)]
 
 
-def recorded_losses(trainer, epoch: int) -> list[torch.Tensor] | None:
-    """The per-sample L_w recorded during the previous epoch's steps (``"steps"``), or ``None`` to run the pass.
+def records_are_current(trainer, epoch: int) -> bool:
+    """Whether the per-sample L_w recorded during the previous epoch's steps (``"steps"``) can divide this epoch.
 
-    Also ``None`` right after the epoch in which the noisy part first trained: the
-    networks change fast within it, and the losses recorded along it mix two regimes; and
-    after a co-training epoch with the separate noisy batch, whose pass over the clean set
-    draws only as many noisy batches as clean ones, leaving the other noisy pairs' records
-    epochs old (the authors' loop divides after a pass, ``eval_train``, every epoch).
+    Not right after the epoch in which the noisy part first trained: the networks change fast
+    within it, and the losses recorded along it mix two regimes; nor after a co-training epoch
+    with the separate noisy batch, whose pass over the clean set draws only as many noisy
+    batches as clean ones, leaving the other noisy pairs' records epochs old (the authors' loop
+    divides after a pass, ``eval_train``, every epoch).
     """
-    settings = trainer.options_of(NCROptions)
-    if settings.division_statistics != "steps" or epoch == noisy_part_start_epoch(trainer) + 1:
-        return None
-    stale = settings.noisy_batch == "separate" and epoch > trainer.config.warmup_epochs
-    return None if stale else complete_columns(trainer.ledger, [STEP_LOSS.format(net) for net in range(NETWORKS)])
+    separate = trainer.options_of(NCROptions).noisy_batch == "separate"
+    return epoch != noisy_part_start_epoch(trainer) + 1 and not (separate and epoch > trainer.config.warmup_epochs)
 
 
 def noisy_part_start_epoch(trainer) -> int:

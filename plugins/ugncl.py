@@ -29,14 +29,13 @@ from hfncl import evidential
 from hfncl.hookspecs import hookimpl
 from hfncl.losses import soft_margin, triplet_hardest_negative, triplet_top_k_negatives
 from hfncl.options import MethodOptions, option
-from hfncl.toolkit import batch_index, batch_view, bibtex_citation, complete_columns, fill_unrecorded, training_batches
+from hfncl.toolkit import batch_index, batch_view, bibtex_citation, recorded_or_pass, training_batches
 from hfncl.types import Division
 
 CLEAN, NOISY, HARD_CLEAN, HARD_NOISY = 0, 1, 2, 3
 SET_NAMES = {CLEAN: "clean", NOISY: "noisy", HARD_CLEAN: "hard_clean", HARD_NOISY: "hard_noisy"}
 RECTIFIED = ["soft_label", "uncertainty", "sets"]
 EVIDENCE_READINGS, SOFT_LABELS = ("excess", "raw", "printed"), ("share", "belief")
-DIVISION_STATISTICS = ("pass", "steps")
 STEP_STATISTICS = "ugncl.step_statistics{}"
 """Ledger column of network k's per-pair (u, soft label, own item is the argmax) recorded by its training steps."""
 
@@ -78,7 +77,7 @@ class UGNCLOptions(MethodOptions, namespace="ugncl"):
     lambda_decay: float = option(0.025, minimum=0)
     lambda_min: int = option(5, minimum=1)
     ensemble: int = option(1, minimum=1)
-    division_statistics: str = option("pass", choices=DIVISION_STATISTICS)
+    division_statistics: str = option("pass", choices=("pass", "steps"))
 
 
 @hookimpl
@@ -126,8 +125,7 @@ def batch_statistics(evidence: torch.Tensor, soft_label: str) -> torch.Tensor:
     """(K, 3) per pair of a batch from its (W, K, K) evidence: the joint u, the soft label (:func:`own_label`) and
     whether the pair's own item has the largest belief (1 / 0), what :func:`uncertainty_division` reads."""
     belief, uncertainty = pair_opinions(evidence)
-    own = torch.arange(belief.size(0), device=belief.device)
-    is_argmax = (belief.argmax(dim=1) == own).to(uncertainty.dtype)
+    is_argmax = (belief.argmax(dim=1) == torch.arange(belief.size(0), device=belief.device)).to(uncertainty.dtype)
     return torch.stack([uncertainty, own_label(belief, uncertainty, soft_label), is_argmax], dim=1)
 
 
@@ -160,12 +158,7 @@ def uncertainty_division(
 def divide(trainer, epoch) -> list[Division]:
     """UGD over the training set, one division per network (``ugncl.division_statistics``)."""
     settings, names = trainer.options_of(UGNCLOptions), [STEP_STATISTICS.format(net) for net in range(trainer.num_networks)]
-    stats = complete_columns(trainer.ledger, names) if settings.division_statistics == "steps" else None
-    if stats is None:
-        stats = pass_statistics(trainer, epoch)
-        if settings.division_statistics == "steps":
-            for name, values in zip(names, stats, strict=True):
-                fill_unrecorded(trainer.ledger, name, values)
+    stats = recorded_or_pass(trainer.ledger, names, lambda: pass_statistics(trainer, epoch), settings.division_statistics == "steps")
     return [
         uncertainty_division(
             values[:, 0].double(), values[:, 1].double(), values[:, 2] > 0.5, settings.uncertainty_threshold, settings.epsilon
@@ -175,22 +168,17 @@ def divide(trainer, epoch) -> list[Division]:
 
 
 def pass_statistics(trainer, epoch: int) -> list[torch.Tensor]:
-    """Every network's (N, 3) :func:`batch_statistics` in a gradient-free pass over the training set, in
-    training-size batches in the epoch's seeded order (evidence among a batch's candidates, as in training)."""
-    settings, size = trainer.options_of(UGNCLOptions), trainer.config.batch_size
+    """Every network's (N, 3) :func:`batch_statistics` in a gradient-free pass over the training set, in global
+    batches of the training batch size in the epoch's seeded order (evidence among a batch's K candidates, as in
+    training)."""
+    settings = trainer.options_of(UGNCLOptions)
 
     def pair_statistics(batch) -> dict[str, torch.Tensor]:
-        columns: dict[str, list[torch.Tensor]] = {}
-        for net in range(trainer.num_networks):
-            outputs = trainer.forward(net, batch, grad=False)
-            evidence = view_evidence(outputs.view_scores, outputs.view_similarity, settings.tau, settings.evidence)
-            for start in range(0, evidence.size(-1), size):
-                chunk = evidence[:, start : start + size, start : start + size]
-                columns.setdefault(f"net{net}", []).append(batch_statistics(chunk, settings.soft_label))
-        return {name: torch.cat(values) for name, values in columns.items()}
+        outputs = [trainer.forward(net, batch, grad=False) for net in range(trainer.num_networks)]
+        evidence = [view_evidence(out.view_scores, out.view_similarity, settings.tau, settings.evidence) for out in outputs]
+        return {f"net{net}": batch_statistics(values, settings.soft_label) for net, values in enumerate(evidence)}
 
-    description = f"epoch {epoch} uncertainty-guided division"
-    stats = trainer.collect(pair_statistics, description=description, **training_batches(trainer, epoch))
+    stats = trainer.collect(pair_statistics, description=f"epoch {epoch} uncertainty-guided division", **training_batches(trainer, epoch))
     return [stats[f"net{net}"] for net in range(trainer.num_networks)]
 
 
@@ -223,8 +211,7 @@ def _objective(trainer, outputs, labels: torch.Tensor, robust: torch.Tensor, net
     settings = trainer.options_of(UGNCLOptions)
     evidence = view_evidence(outputs.view_scores, outputs.view_similarity, settings.tau, settings.evidence)
     if settings.division_statistics == "steps":
-        statistics = batch_statistics(evidence.detach(), settings.soft_label)
-        trainer.ledger.record(outputs.index, STEP_STATISTICS.format(net), statistics)
+        trainer.ledger.record(outputs.index, STEP_STATISTICS.format(net), batch_statistics(evidence.detach(), settings.soft_label))
     return {
         "evidential": evidential_loss(evidence, labels, settings.xi1).mean().float(),
         "trusted_robust": settings.xi2 * robust.sum(),

@@ -39,6 +39,24 @@ def test_fill_unrecorded_records_a_pass_only_where_the_steps_left_no_value():
     assert ledger.get("rows").tolist() == [[5.0, 6.0], [0.0, 0.0], [0.0, 0.0]]  # a row with any gap takes the pass's
 
 
+def test_recorded_or_pass_reads_complete_current_records_and_fills_gaps_from_a_pass():
+    passes = []
+
+    def run_pass():
+        passes.append(1)
+        return [torch.tensor([1.0, 2.0, 3.0])]
+
+    ledger = Ledger(3)
+    ledger.record(torch.tensor([0, 2]), "a", torch.tensor([5.0, 7.0]))
+    assert toolkit.recorded_or_pass(ledger, ["a"], run_pass, recorded=True)[0].tolist() == [1.0, 2.0, 3.0]
+    assert ledger.get("a").tolist() == [5.0, 2.0, 7.0] and len(passes) == 1  # the gap filled, the records kept
+    assert toolkit.recorded_or_pass(ledger, ["a"], run_pass, recorded=True)[0].tolist() == [5.0, 2.0, 7.0]
+    assert len(passes) == 1  # complete records: no pass
+    assert toolkit.recorded_or_pass(ledger, ["a"], run_pass, recorded=True, current=False)[0].tolist() == [1.0, 2.0, 3.0]
+    assert toolkit.recorded_or_pass(Ledger(3), ["a"], run_pass, recorded=False)[0].tolist() == [1.0, 2.0, 3.0]
+    assert len(passes) == 3
+
+
 def test_batch_view_gathers_the_division_rows_of_the_batch():
     division = Division(torch.tensor([0.1, 0.9, 0.6]), torch.tensor([False, True, True]), {"x": torch.tensor([1, 2, 3])})
     view = toolkit.batch_view(division, torch.tensor([2, 0]), ["clean", "clean_prob", "x"], "cpu")
