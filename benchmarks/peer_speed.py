@@ -393,29 +393,21 @@ class _EpochClock(_Callback):
         self.epoch = _seconds(self.device) - self._epoch
 
 
-def clean_share(clean_prob, share: float):
-    """The (N,) bool mask of the ``round(share * N)`` pairs of highest clean probability (ties by position), the
-    clean set both programs' timed epochs train (:func:`_official_epoch` ranks the same way)."""
-    import torch
-
-    ranked = torch.argsort(-clean_prob, stable=True)
-    mask = torch.zeros(clean_prob.numel(), dtype=torch.bool, device=clean_prob.device)
-    mask[ranked[: round(share * clean_prob.numel())]] = True
-    return mask
-
-
 class _FixedCleanShare(_Callback):
-    """Trainer callback: each network's clean set made the ``share`` of its pairs of highest clean probability,
-    as the official epoch's is, instead of what the GMM makes of random data (e.g. 40-49% at 20% noise), so that
-    both programs' timed epochs train the same number of clean and noisy batches."""
+    """Trainer callback: each network's clean set made the ``share`` of its pairs of highest clean probability
+    (:func:`hfncl.beta_mixture.most_likely_clean`, ties by position, as :func:`_official_epoch` ranks), as the
+    official epoch's is, instead of what the GMM makes of random data (e.g. 40-49% at 20% noise), so that both
+    programs' timed epochs train the same number of clean and noisy batches."""
 
     def __init__(self, share: float) -> None:
         self.share = share
 
     def on_division(self, trainer, epoch: int, divisions, true_clean) -> None:
+        from hfncl.beta_mixture import most_likely_clean
+
         for division in divisions:
             if division is not None:
-                division.clean = clean_share(division.clean_prob, self.share)
+                division.clean = most_likely_clean(division.clean_prob, 1 - self.share)
 
 
 def _hfncl_epoch(args: argparse.Namespace, data_dir: Path) -> dict[str, float]:

@@ -12,6 +12,7 @@ from scipy.stats import norm
 from transformers import BertConfig, BertModel, BertTokenizer
 
 from conftest import MICRO_DATA, benchmark_module
+from hfncl.beta_mixture import most_likely_clean
 from hfncl.data import DataFormatError, load_precomp_split
 from hfncl.data.proxy import ProxyConfig, build_caption_proxy, read_image_captions, split_images
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
@@ -468,8 +469,8 @@ def test_peer_speed_report_computes_ratios_and_leaves_measurements_not_made_blan
 def test_peer_speed_fixes_hfncl_s_clean_set_at_the_official_share_of_highest_clean_probability():
     peer_speed = benchmark_module("peer_speed")
     probability = torch.tensor([0.1, 0.9, 0.5, 0.9, 0.3])
-    assert peer_speed.clean_share(probability, 0.6).tolist() == [False, True, True, True, False]
-    assert peer_speed.clean_share(probability, 0.2).tolist() == [False, True, False, False, False]
+    assert most_likely_clean(probability, 0.4).tolist() == [False, True, True, True, False]
+    assert most_likely_clean(probability, 0.8).tolist() == [False, True, False, False, False]
     division = Division(clean_prob=probability, clean=torch.zeros(5, dtype=torch.bool))
     peer_speed._FixedCleanShare(0.8).on_division(None, 1, [division, None], None)
     assert division.clean.tolist() == [False, True, True, True, True]
