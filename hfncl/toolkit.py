@@ -52,7 +52,7 @@ def fill_unrecorded(ledger: "LedgerView", name: str, values: torch.Tensor) -> No
 
 
 def recorded_or_pass(
-    ledger: "LedgerView",
+    trainer: "TrainerView",
     names: list[str],
     run_pass: Callable[[], list[torch.Tensor]],
     recorded: bool,
@@ -60,12 +60,13 @@ def recorded_or_pass(
 ) -> list[torch.Tensor]:
     """A division's per-sample statistics, one tensor per name of ``names``: the columns the training steps
     recorded under them when the method records (``recorded``), they are ``current`` and none has a gap; else
-    ``run_pass()``'s, whose values then fill the records' gaps (:func:`fill_unrecorded`) when the method records."""
-    columns = complete_columns(ledger, names) if recorded and current else None
+    ``run_pass()``'s, whose values then fill the records' gaps (:func:`fill_unrecorded`) when the method records.
+    The trainer's ledger is read only when the method records."""
+    columns = complete_columns(trainer.ledger, names) if recorded and current else None
     if columns is None:
         columns = run_pass()
         for name, values in zip(names, columns, strict=True) if recorded else ():
-            fill_unrecorded(ledger, name, values)
+            fill_unrecorded(trainer.ledger, name, values)
     return columns
 
 

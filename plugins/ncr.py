@@ -149,7 +149,8 @@ def divide(trainer, epoch) -> list[Division]:
     """
     settings = trainer.options_of(NCROptions)
     names, recorded = [STEP_LOSS.format(net) for net in range(NETWORKS)], settings.division_statistics == "steps"
-    losses = recorded_or_pass(trainer.ledger, names, lambda: pass_losses(trainer, epoch), recorded, records_are_current(trainer, epoch))
+    current = recorded and records_are_current(trainer, epoch)
+    losses = recorded_or_pass(trainer, names, lambda: pass_losses(trainer, epoch), recorded, current)
     divisions = []
     for net in range(NETWORKS):
         peer_loss = losses[peer(net, NETWORKS)]

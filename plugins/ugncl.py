@@ -158,7 +158,7 @@ def uncertainty_division(
 def divide(trainer, epoch) -> list[Division]:
     """UGD over the training set, one division per network (``ugncl.division_statistics``)."""
     settings, names = trainer.options_of(UGNCLOptions), [STEP_STATISTICS.format(net) for net in range(trainer.num_networks)]
-    stats = recorded_or_pass(trainer.ledger, names, lambda: pass_statistics(trainer, epoch), settings.division_statistics == "steps")
+    stats = recorded_or_pass(trainer, names, lambda: pass_statistics(trainer, epoch), settings.division_statistics == "steps")
     return [
         uncertainty_division(
             values[:, 0].double(), values[:, 1].double(), values[:, 2] > 0.5, settings.uncertainty_threshold, settings.epsilon

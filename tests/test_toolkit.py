@@ -40,6 +40,8 @@ def test_fill_unrecorded_records_a_pass_only_where_the_steps_left_no_value():
 
 
 def test_recorded_or_pass_reads_complete_current_records_and_fills_gaps_from_a_pass():
+    from types import SimpleNamespace
+
     passes = []
 
     def run_pass():
@@ -47,13 +49,14 @@ def test_recorded_or_pass_reads_complete_current_records_and_fills_gaps_from_a_p
         return [torch.tensor([1.0, 2.0, 3.0])]
 
     ledger = Ledger(3)
+    trainer = SimpleNamespace(ledger=ledger)
     ledger.record(torch.tensor([0, 2]), "a", torch.tensor([5.0, 7.0]))
-    assert toolkit.recorded_or_pass(ledger, ["a"], run_pass, recorded=True)[0].tolist() == [1.0, 2.0, 3.0]
+    assert toolkit.recorded_or_pass(trainer, ["a"], run_pass, recorded=True)[0].tolist() == [1.0, 2.0, 3.0]
     assert ledger.get("a").tolist() == [5.0, 2.0, 7.0] and len(passes) == 1  # the gap filled, the records kept
-    assert toolkit.recorded_or_pass(ledger, ["a"], run_pass, recorded=True)[0].tolist() == [5.0, 2.0, 7.0]
+    assert toolkit.recorded_or_pass(trainer, ["a"], run_pass, recorded=True)[0].tolist() == [5.0, 2.0, 7.0]
     assert len(passes) == 1  # complete records: no pass
-    assert toolkit.recorded_or_pass(ledger, ["a"], run_pass, recorded=True, current=False)[0].tolist() == [1.0, 2.0, 3.0]
-    assert toolkit.recorded_or_pass(Ledger(3), ["a"], run_pass, recorded=False)[0].tolist() == [1.0, 2.0, 3.0]
+    assert toolkit.recorded_or_pass(trainer, ["a"], run_pass, recorded=True, current=False)[0].tolist() == [1.0, 2.0, 3.0]
+    assert toolkit.recorded_or_pass(SimpleNamespace(), ["a"], run_pass, recorded=False)[0].tolist() == [1.0, 2.0, 3.0]
     assert len(passes) == 3
 
 
