@@ -190,7 +190,7 @@ def rectify(trainer: "TrainerView", batch: "Batch", net: int, division: "Divisio
 
     Runs before the network's forward pass. Targets are whatever ``loss`` needs (soft
     correspondence labels, margins, mixed inputs); a rectifier may run gradient-free
-    forward passes of any network with ``trainer.forward(k, batch, grad=False)``.
+    forward passes of any network with ``trainer.forward(k, batch, grad=False)``, which predicts in eval mode.
     The returned dict reaches ``loss`` as ``targets``; if it holds a batch under
     ``"inputs"`` (e.g. noisy samples mixed with clean ones), the network is trained on
     that batch instead of the loaded one.

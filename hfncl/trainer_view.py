@@ -82,7 +82,9 @@ class TrainerView(Protocol):
         """One option's value by full name (the untyped form, for plugins that declare ``option_defaults``)."""
 
     def forward(self, net: int, batch: "Batch", *, grad: bool = True) -> Any:
-        """Network ``net`` on ``batch``, gathered over processes: ``PairOutputs`` or ``CategoryOutputs``."""
+        """Network ``net`` on ``batch``, gathered over processes: ``PairOutputs`` or ``CategoryOutputs``.
+
+        ``grad=False`` predicts in eval mode (no dropout, BatchNorm running statistics read, not moved)."""
 
     def compute_loss(self, batch: "Batch", networks: list[int]) -> "tuple[torch.Tensor, dict[str, float]]":
         """The default objective of a step: every active plugin's terms, summed, and each term's value."""

@@ -2,7 +2,9 @@
 
 import math
 
+import pytest
 import torch
+from conftest import tiny_config
 
 from hfncl.losses import soft_margin
 from hfncl_plugins.ncr import adaptive_prediction, rectified_labels
@@ -332,3 +334,40 @@ def test_ncr_trains_with_a_separate_noisy_batch_and_with_the_split_batch(tiny_da
         assert all(math.isfinite(record["val/rsum"]) for record in history)
         # at the authors' scale a pair's two mean hinge terms are about 2 x 0.2 near the start (b - 1 times that summed)
         assert history[0]["train/warmup_lw/net0"] < 2 * 32
+
+
+@pytest.mark.parametrize("similarity", ["saf", "sgr"])
+def test_co_rectify_predicts_with_the_peer_in_eval_mode_and_leaves_it_unchanged(micro_data_dir, tmp_path, similarity):
+    """The peer's prediction (Eq. 5) is an eval-mode forward pass, as the authors' code makes it: no dropout, BatchNorm
+    on its running statistics, the peer's parameters and buffers untouched, the same prediction however often asked;
+    the peer goes back to training mode after it."""
+    from types import SimpleNamespace
+
+    from hfncl.tasks.pairs import DataArguments, prepare_data
+    from hfncl.engine.trainer import Trainer
+    from hfncl.models.configuration import NCLConfig
+    from hfncl_plugins.ncr import rectify
+
+    config = tiny_config(tmp_path, ["ncr"], epochs=2, warmup_epochs=0, lr_decay_epochs=[], batch_size=16)
+    data = prepare_data(DataArguments(data_dir=str(micro_data_dir), noise_ratio=0.4), config.output_dir)
+    model_config = NCLConfig(
+        image_dim=data.image_dim, image_regions=data.image_regions, vocab_size=len(data.vocab),
+        embed_dim=8, word_dim=8, similarity=similarity, sim_dim=8, reasoning_steps=1,
+    )
+    trainer = Trainer(config, model_config, data.train, data.val)
+    trainer.model.train()
+    trainer.in_warmup, trainer.epoch = False, 1  # the noisy part trains from epoch 0 + int(2 * 0.5) = 1
+    peer_network = trainer.model.networks[1]
+    assert any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in peer_network.modules())
+    before = {name: value.clone() for name, value in peer_network.state_dict().items()}
+    batch = next(iter(trainer._loader(seed=0, drop_last=True, batch_size=16)))
+    clean = torch.zeros(trainer.num_train, dtype=torch.bool)
+    clean[::2] = True
+    division = SimpleNamespace(clean=clean, clean_prob=clean.float(), extras={})
+    predictions = [rectify(trainer=trainer, batch=batch, net=0, division=division)["peer_prediction"] for _ in range(3)]
+    for prediction in predictions[1:]:
+        torch.testing.assert_close(prediction, predictions[0], rtol=0, atol=0)
+    after = peer_network.state_dict()
+    for name, value in before.items():
+        torch.testing.assert_close(after[name], value, rtol=0, atol=0, msg=f"co-rectify changed the peer's {name}")
+    assert peer_network.training and all(module.training for module in peer_network.modules())

@@ -194,12 +194,24 @@ class Trainer:
         The outputs are the task's dataclass: :class:`hfncl.types.PairOutputs` for pairs,
         :class:`hfncl.types.CategoryOutputs` for category-labelled samples. The encoders and the
         similarity head run under the accelerator's autocast (``mixed_precision``); scores are float32.
+
+        ``grad=False`` is a prediction, not a training step: the network runs in eval mode (no
+        dropout, BatchNorm on its running statistics, which the call leaves unchanged) and goes back
+        to its mode afterwards, so the same batch gives the same prediction however often it is asked
+        (NCR's peer prediction in co-rectify, as the authors' code predicts it; Co-teaching's selector).
         """
-        module = self.wrapped_networks[net] if grad else self.model.networks[net]
-        with torch.set_grad_enabled(grad), self.accelerator.autocast():
-            encoded = self.task.encode(module, batch)
-            gathered = tuple(gather(tensor.float()) for tensor in encoded)
-            return self.task.outputs(self.model.networks[net], gathered, gather(batch["index"]))
+        network = self.model.networks[net]
+        module = self.wrapped_networks[net] if grad else network
+        was_training = network.training
+        if not grad:
+            network.eval()
+        try:
+            with torch.set_grad_enabled(grad), self.accelerator.autocast():
+                encoded = self.task.encode(module, batch)
+                gathered = tuple(gather(tensor.float()) for tensor in encoded)
+                return self.task.outputs(network, gathered, gather(batch["index"]))
+        finally:
+            network.train(was_training)
 
     def optimize(self, loss: torch.Tensor, networks: list[int]) -> None:
         """One optimiser step on ``loss`` for the given networks (clip, step, zero).
