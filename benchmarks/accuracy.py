@@ -14,11 +14,19 @@ A seed seeds both the noise split and the training; the data itself is fixed.
 
 References (at every noisy ratio, per seed; ``--no-references`` leaves them out): the
 **oracle** trains ``--oracle-method`` (default VSE++'s triplet) with the same model,
-optimiser and seed, the oracle method's demo schedule (the schedule of ``--settings`` when
-given), on exactly the clean pairs of that ratio and seed, the bound a
+optimiser and seed on exactly the clean pairs of that ratio and seed, the bound a
 perfect division reaches (:mod:`oracle`; the noise index is used only here, never by a
 method); the **half-data control** trains it on all pairs of the first (1 - ratio) of the
-images, as many clean pairs without the oracle's choice.
+images, as many clean pairs without the oracle's choice. Both train to convergence
+(:func:`converged_settings`): at least as many optimiser steps per network as any method of
+the table took at that ratio and seed, at the demo's learning rate, then at a tenth of it
+until the validation rSum has not improved for ``--oracle-patience`` epochs; the best
+validation checkpoint is tested, as for the methods. ``--oracle-patience 0`` trains them on
+the oracle method's demo schedule (the schedule of ``--settings`` when given) as before
+2026-11-27, when that oracle stopped while still climbing. More oracle methods
+(``--oracle-method vsepp gsc``) add rows ``oracle (gsc)``; a method's share is then over the
+best of the first oracle and its own. A share above 100% by more than the seeds' spread is
+flagged: the oracle did not converge.
 
 Benchmarks:
 - ``generated``: :mod:`hfncl.data.synthetic` at a smaller size than the demo's (4 methods x 4
@@ -43,7 +51,9 @@ several calls (rows record the commit they were trained on).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -73,6 +83,7 @@ COLUMNS = (("rSum", "rsum"), ("i2t R@1", "i2t_r1"), ("t2i R@1", "t2i_r1"))
 ORACLE = "oracle"
 HALF_DATA = "half data"
 REFERENCES = (ORACLE, HALF_DATA)
+ORACLE_DECAYED_EPOCHS = 10
 
 
 def commit() -> str:
@@ -121,29 +132,89 @@ class Job:
         return f"{self.row.replace(' ', '_')}_noise{round(self.run.noise_ratio * 100)}_seed{self.seed}"
 
 
+def oracle_row(method: str, first: str) -> str:
+    """The table row of the oracle trained with ``method``: ``oracle`` for the first oracle method, ``oracle (M)`` else."""
+    return ORACLE if method == first else f"{ORACLE} ({method})"
+
+
 def jobs(args: argparse.Namespace, data_dir: Path) -> list[Job]:
-    """Every run of the table: per ratio and seed, each method, then the oracle and the half-data control (noisy ratios)."""
+    """Every run of the table: per ratio and seed, each method, then the oracles and the half-data control (noisy ratios)."""
     out = []
+    first = args.oracle_method[0]
     for ratio in args.ratios:
         for seed in args.seeds:
             noisy = DataArguments(data_dir=str(data_dir), noise_ratio=ratio, noise_seed=seed)
-            out += [Job(run.plugin, run, seed, noisy) for run in method_runs(args.methods, ratio, args.settings)]
+            if not args.references_only:
+                out += [Job(run.plugin, run, seed, noisy) for run in method_runs(args.methods, ratio, args.settings)]
             if ratio == 0.0 or args.no_references:
                 continue
-            reference = reference_run(args, ratio)
             vocab = str(training_vocabulary(data_dir))
-            for row, split in ((ORACLE, oracle_split(data_dir, ratio, seed)), (HALF_DATA, half_data_split(data_dir, ratio))):
+            references = [(oracle_row(method, first), method, oracle_split(data_dir, ratio, seed)) for method in args.oracle_method]
+            references.append((HALF_DATA, first, half_data_split(data_dir, ratio)))
+            for row, method, split in references:
                 clean = DataArguments(data_dir=str(data_dir), train_split=split, vocab_file=vocab, noise_seed=seed)
-                out.append(Job(row, reference, seed, clean))
+                out.append(Job(row, reference_run(args, ratio, method), seed, clean))
     return out
 
 
-def reference_run(args: argparse.Namespace, ratio: float) -> DemoRun:
-    """The oracle's and the half-data control's run: ``--oracle-method`` with its demo settings, their schedule
-    replaced by that of ``--settings`` (epochs, learning rate, batch, decay; not a method's warmup or options)."""
-    reference = method_runs([args.oracle_method], ratio)[0]
+def reference_run(args: argparse.Namespace, ratio: float, method: str | None = None) -> DemoRun:
+    """A reference's run before its convergence schedule (:func:`converged_settings`): ``method`` (default the first
+    ``--oracle-method``) with its demo settings, their schedule replaced by that of ``--settings`` (epochs, learning
+    rate, batch, decay; not a method's warmup or options)."""
+    reference = method_runs([method or args.oracle_method[0]], ratio)[0]
     schedule = {key: value for key, value in (args.settings or {}).items() if key not in ("options", "warmup_epochs")}
     return DemoRun(reference.plugin, ratio, {**reference.settings, **schedule})
+
+
+def split_pairs(data_dir: str | Path, split: str) -> int:
+    """The number of training pairs (caption lines) of ``split``."""
+    with open(Path(data_dir) / f"{split}_caps.txt", encoding="utf-8") as lines:
+        return sum(1 for line in lines if line.strip())
+
+
+def method_steps(row: dict[str, Any], pairs: int) -> float:
+    """A finished method run's optimiser steps per network; for a row recorded before they were, its epochs of full
+    batches over ``pairs`` training pairs (one step per batch, an upper bound for a method that skips pairs)."""
+    if row.get("steps_per_network") is not None:
+        return float(row["steps_per_network"])
+    return row["epochs"] * (pairs // row.get("batch_size", 128))
+
+
+def converged_settings(settings: dict[str, Any], steps: float, steps_per_epoch: int, patience: int) -> dict[str, Any]:
+    """A reference's settings trained to convergence: E epochs at the demo's learning rate, E the least that gives at
+    least ``steps`` optimiser steps (and no fewer than its demo epochs), then at a tenth of it for up to
+    ``ORACLE_DECAYED_EPOCHS`` more, stopped once the validation rSum has not improved for ``patience`` epochs (never
+    before E + ``patience``); the best validation checkpoint is the one tested."""
+    least = max(int(settings.get("epochs", 10)), math.ceil(steps / max(steps_per_epoch, 1)))
+    return {
+        **settings,
+        "epochs": least + ORACLE_DECAYED_EPOCHS,
+        "lr_decay_epochs": [least],
+        "early_stopping_patience": patience,
+        "early_stopping_min_epochs": least + patience,
+    }
+
+
+def bounded_job(job: Job, rows: list[dict[str, Any]], args: argparse.Namespace) -> Job:
+    """A reference ``job`` with its convergence schedule, from the method rows of its ratio and seed in ``rows`` (or,
+    for methods not trained yet, their planned epochs); unchanged with ``--oracle-patience 0`` or for a method."""
+    if not is_reference(job.row) or not args.oracle_patience:
+        return job
+    data_dir, ratio = job.data.data_dir, job.run.noise_ratio
+    pairs = split_pairs(data_dir, "train")
+    finished = [r for r in rows if r["noise_ratio"] == ratio and r["seed"] == job.seed and not is_reference(r["method"])]
+    steps = [method_steps(r, pairs) for r in finished]
+    done = {r["method"] for r in finished}
+    steps += [method_steps({"epochs": int(run.settings.get("epochs", 10))}, pairs)
+              for run in method_runs(args.methods, ratio, args.settings) if run.plugin not in done]
+    batch = int(job.run.settings.get("batch_size", 128))
+    settings = converged_settings(job.run.settings, max(steps, default=0.0), split_pairs(data_dir, job.data.train_split) // batch,
+                                  args.oracle_patience)
+    return dataclasses.replace(job, run=DemoRun(job.run.plugin, ratio, settings))
+
+
+def is_reference(method: str) -> bool:
+    return method in REFERENCES or method.startswith(f"{ORACLE} (")
 
 
 def train(job: Job, output_dir: Path, quick: bool, progress: bool, resume: bool, report_only: bool = False) -> dict[str, Any] | None:
@@ -169,7 +240,10 @@ def train(job: Job, output_dir: Path, quick: bool, progress: bool, resume: bool,
         "noise_ratio": run.noise_ratio,
         "seed": job.seed,
         "train_split": job.data.train_split,
-        "epochs": config.epochs,
+        "epochs": len(result["history"]),
+        "planned_epochs": config.epochs,
+        "steps_per_network": result["history"][-1].get("steps_per_network") if result["history"] else None,
+        "best_epoch": result["best_epoch"],
         "test": result["test"],
         "division": _division_of_network_a(result["division"]),
         "epochs_record": [_epoch_record(record) for record in result["history"]],
@@ -183,20 +257,38 @@ def train(job: Job, output_dir: Path, quick: bool, progress: bool, resume: bool,
 def _epoch_record(record: dict[str, Any]) -> dict[str, Any]:
     """An epoch's validation rSum and network A's division quality (AUC, precision, recall), where recorded."""
     division = _division_of_network_a({k: v for k, v in record.items() if k.startswith("division")})
-    out = {"epoch": record["epoch"], "val_rsum": record.get("val/rsum")}
+    out = {"epoch": record["epoch"], "val_rsum": record.get("val/rsum"), "steps_per_network": record.get("steps_per_network")}
     out.update({key: division[key] for key in ("auc", "precision", "recall") if key in division})
     return out
 
 
 def oracle_shares(rows: list[dict[str, Any]]) -> dict[tuple[str, float], list[float]]:
-    """Per method and ratio, each seed's test rSum over the oracle's at the same ratio and seed."""
-    oracle = {(r["noise_ratio"], r["seed"]): r["test"]["rsum"] for r in rows if r["method"] == ORACLE}
+    """Per method and ratio, each seed's test rSum over the oracle's at the same ratio and seed: the best of the
+    ``oracle`` row and, where one was trained, the method's own (``oracle (M)``)."""
+    oracles = {(r["method"], r["noise_ratio"], r["seed"]): r["test"]["rsum"] for r in rows if r["method"].startswith(ORACLE)}
     shares: dict[tuple[str, float], list[float]] = {}
     for row in rows:
-        reference = oracle.get((row["noise_ratio"], row["seed"]))
-        if reference:
-            shares.setdefault((row["method"], row["noise_ratio"]), []).append(row["test"]["rsum"] / reference)
+        key = (row["noise_ratio"], row["seed"])
+        own = row["method"] if row["method"].startswith(ORACLE) else f"{ORACLE} ({row['method']})"
+        candidates = [oracles[(name, *key)] for name in (ORACLE, own) if (name, *key) in oracles]
+        if candidates and max(candidates):
+            shares.setdefault((row["method"], row["noise_ratio"]), []).append(row["test"]["rsum"] / max(candidates))
     return shares
+
+
+def unconverged_oracle_warnings(shares: dict[tuple[str, float], list[float]]) -> list[str]:
+    """A line per method and ratio whose mean share of the oracle is above 100% by more than the seeds' spread
+    (sample standard deviation; none with one seed): a method cannot beat the same model trained on exactly the
+    clean pairs, so the oracle did not converge."""
+    lines = []
+    for (method, ratio), values in sorted(shares.items(), key=lambda item: (item[0][1], item[0][0])):
+        spread = statistics.stdev(values) if len(values) > 1 else 0.0
+        if statistics.mean(values) > 1.0 + spread:
+            lines.append(
+                f"warning: {method} at {ratio:.0%} noise reaches {100 * statistics.mean(values):.1f}% of the oracle, above "
+                f"100% by more than the seeds' spread ({100 * spread:.1f}): the oracle did not converge"
+            )
+    return lines
 
 
 def markdown(rows: list[dict[str, Any]], header: str) -> str:
@@ -208,7 +300,7 @@ def markdown(rows: list[dict[str, Any]], header: str) -> str:
         "|---|---|---|" + "---|" * len(COLUMNS) + "---|---|---|---|---|",
     ]
     groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
-    for row in sorted(rows, key=lambda r: (r["noise_ratio"], r["method"] in REFERENCES, r["method"])):
+    for row in sorted(rows, key=lambda r: (r["noise_ratio"], is_reference(r["method"]), r["method"])):
         groups.setdefault((row["method"], row["noise_ratio"]), []).append(row)
     shares = oracle_shares(rows)
     for (method, ratio), group in groups.items():
@@ -217,8 +309,10 @@ def markdown(rows: list[dict[str, Any]], header: str) -> str:
         division = " | ".join(mean_spread([r["division"].get(key) for r in group], 3) for key in ("auc", "precision", "recall"))
         seconds = sum(r["seconds"] for r in group) / len(group)
         share_cell = f"{share}%" if share != "-" else share
-        lines.append(f"| {method} | {ratio:.0%} | {group[0]['epochs']} | {metrics} | {share_cell} | {division} | {seconds:.0f}s |")
-    return "\n".join(lines)
+        epochs = mean_spread([r["epochs"] for r in group], 0) if len({r["epochs"] for r in group}) > 1 else str(group[0]["epochs"])
+        lines.append(f"| {method} | {ratio:.0%} | {epochs} | {metrics} | {share_cell} | {division} | {seconds:.0f}s |")
+    warnings = unconverged_oracle_warnings(shares)
+    return "\n".join(lines + ([""] + [f"- {line}" for line in warnings] if warnings else []))
 
 
 def plot_curves(rows: list[dict[str, Any]], path: Path) -> Path | None:
@@ -236,7 +330,7 @@ def plot_curves(rows: list[dict[str, Any]], path: Path) -> Path | None:
             for key, axis in (("val_rsum", axes[0][column]), ("auc", axes[1][column])):
                 epochs, means = _mean_curve(group, key)
                 if epochs:
-                    style = "--" if method in REFERENCES else "-"
+                    style = "--" if is_reference(method) else "-"
                     axis.plot(epochs, means, style, color=colors[method], marker="o", markersize=3, label=method)
         axes[0][column].set_title(f"{ratio:.0%} noise: validation rSum", fontsize=10)
         axes[1][column].set_title(f"{ratio:.0%} noise: division AUC (network A)", fontsize=10)
@@ -276,9 +370,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true",
                         help=f"Tiny data and model, {QUICK_EPOCHS} epochs, ratios 0 and 0.5, seeds 0 and 1.")
     parser.add_argument("--progress", action="store_true", help="Show the epochs' progress bars.")
-    parser.add_argument("--oracle-method", default="vsepp",
-                        help="The loss the oracle and the half-data control train with (default vsepp: the plain triplet).")
+    parser.add_argument("--oracle-method", nargs="+", default=["vsepp"],
+                        help="The methods the oracle trains with on the clean pairs (default vsepp: the plain triplet); "
+                        "the first also trains the half-data control, each other one adds a row 'oracle (M)' that "
+                        "bounds method M with the first.")
+    parser.add_argument("--oracle-patience", type=int, default=2,
+                        help="Train the references to convergence: at least the methods' optimiser steps, then until "
+                        "the validation rSum has not improved for this many epochs (0: the oracle method's demo schedule).")
     parser.add_argument("--no-references", action="store_true", help="Leave out the oracle and half-data rows.")
+    parser.add_argument("--references-only", action="store_true",
+                        help="Train only the oracle and half-data rows (their steps bound the methods' planned schedules).")
     parser.add_argument("--report-only", action="store_true",
                         help="Train nothing: the tables of the runs that finished (their row.json), the others left out.")
     parser.add_argument("--resume", action="store_true",
@@ -292,6 +393,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.ratios, args.seeds = [0.0, 0.5], [0, 1]
     if not all(0.0 <= r < 1.0 for r in args.ratios):
         parser.error(f"--ratios must lie in [0, 1), got {args.ratios}")
+    if args.references_only and args.no_references:
+        parser.error("--references-only and --no-references leave nothing to train")
+    if args.oracle_patience < 0:
+        parser.error(f"--oracle-patience must be >= 0, got {args.oracle_patience}")
     return args
 
 
@@ -308,19 +413,20 @@ def main(argv: list[str] | None = None) -> int:
             continue
         started = time.perf_counter()
         planned = jobs(args, data_dir)
-        rows = [
-            row
-            for job in planned
-            if (row := train(job, output_dir / name, args.quick, args.progress, args.resume, args.report_only))
-        ]
+        rows: list[dict[str, Any]] = []
+        for job in planned:
+            row = train(bounded_job(job, rows, args), output_dir / name, args.quick, args.progress, args.resume, args.report_only)
+            if row:
+                rows.append(row)
         if not rows:
             print(f"{name}: no finished run to report")
             continue
         minutes = sum(row["seconds"] for row in rows) / 60
         header = (
             f"Accuracy on the {description}; test metrics, mean ± std over seeds {args.seeds}; share of oracle: "
-            f"test rSum over the {ORACLE}'s ({args.oracle_method} on exactly the clean pairs) at the same ratio and "
-            f"seed; {HALF_DATA}: {args.oracle_method} on all pairs of the first (1 - ratio) of the images; division "
+            f"test rSum over the {ORACLE}'s ({args.oracle_method[0]} on exactly the clean pairs"
+            + (f", trained to convergence with patience {args.oracle_patience}" if args.oracle_patience else ", demo schedule")
+            + f") at the same ratio and seed; {HALF_DATA}: {args.oracle_method[0]} on all pairs of the first (1 - ratio) of the images; division "
             f"of network A, last epoch; {minutes:.1f} min of training in all "
             f"({(time.perf_counter() - started) / 60:.1f} in this call); {report['machine']}"
         )

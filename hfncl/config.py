@@ -87,6 +87,16 @@ class TrainConfig:
         },
     )
     grad_clip: float = field(default=2.0, metadata={"help": "Gradient norm clip (0 disables)."})
+    early_stopping_patience: int = field(
+        default=0,
+        metadata={
+            "help": "Stop when the validation metric has not improved for this many epochs (0: train every epoch; "
+            "needs a validation split)."
+        },
+    )
+    early_stopping_min_epochs: int = field(
+        default=0, metadata={"help": "Epochs trained before early stopping may end the run."}
+    )
     seed: int = field(default=0, metadata={"help": "Seeds initialisation, shuffling and everything random."})
     save_steps: int = field(
         default=0, metadata={"help": "Also checkpoint every N optimiser steps (0: epoch ends only)."}
@@ -128,7 +138,10 @@ class TrainConfig:
             self.resume_from_checkpoint = LATEST
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"TrainConfig.optimizer must be one of {sorted(OPTIMIZERS)}, got {self.optimizer!r}")
-        for name, least in (("epochs", 1), ("eval_batch_size", 1), ("save_steps", 0), ("num_workers", 0)):
+        for name, least in (
+            ("epochs", 1), ("eval_batch_size", 1), ("save_steps", 0), ("num_workers", 0),
+            ("early_stopping_patience", 0), ("early_stopping_min_epochs", 0),
+        ):
             if getattr(self, name) < least:
                 raise ValueError(f"TrainConfig.{name} must be >= {least}, got {getattr(self, name)}")
         if self.batch_size < 2:

@@ -474,3 +474,47 @@ def test_peer_speed_fixes_hfncl_s_clean_set_at_the_official_share_of_highest_cle
     division = Division(clean_prob=probability, clean=torch.zeros(5, dtype=torch.bool))
     peer_speed._FixedCleanShare(0.8).on_division(None, 1, [division, None], None)
     assert division.clean.tolist() == [False, True, True, True, True]
+
+
+def test_the_converged_oracle_trains_at_least_the_methods_optimiser_steps_then_stops_on_patience(tmp_path):
+    """The oracle's schedule: E epochs at the demo rate, E the least with at least the most steps any method of its
+    ratio and seed took (a finished row's count, or a planned method's epochs of full batches), then decayed, stopped
+    by patience never before E + patience; the half-data control the same; a method row unchanged."""
+    accuracy = benchmark_module("accuracy")
+    settings = accuracy.converged_settings({"epochs": 10}, steps=1406, steps_per_epoch=70, patience=2)
+    assert settings["lr_decay_epochs"] == [21] and 21 * 70 >= 1406 > 20 * 70
+    assert settings["early_stopping_min_epochs"] == 23 and settings["epochs"] == 21 + accuracy.ORACLE_DECAYED_EPOCHS
+    assert accuracy.converged_settings({"epochs": 10}, steps=100, steps_per_epoch=70, patience=2)["lr_decay_epochs"] == [10]
+
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    (data_dir / "train_caps.txt").write_text("a caption\n" * 1000)
+    (data_dir / "train_oracle_50_seed0_caps.txt").write_text("a caption\n" * 500)
+    args = accuracy.parse_args(["--benchmark", "generated", "--methods", "ncr", "vsepp", "--ratios", "0.5", "--seeds", "0"])
+    oracle = accuracy.Job(accuracy.ORACLE, accuracy.reference_run(args, 0.5), 0, accuracy.DataArguments(
+        data_dir=str(data_dir), train_split="train_oracle_50_seed0"))
+    rows = [{"method": "ncr", "noise_ratio": 0.5, "seed": 0, "epochs": 10, "steps_per_network": 100.0},
+            {"method": "ncr", "noise_ratio": 0.5, "seed": 1, "epochs": 10, "steps_per_network": 900.0}]
+    bounded = accuracy.bounded_job(oracle, rows, args).run.settings
+    # ncr took 100 steps at seed 0; vsepp, not trained yet, plans 10 epochs of 1000 // 128 = 7 batches: 70 steps;
+    # the oracle's 500 pairs make 3 batches an epoch, so 34 epochs (102 steps) at the demo rate
+    assert bounded["lr_decay_epochs"] == [34] and bounded["early_stopping_patience"] == 2
+    method = accuracy.Job("ncr", accuracy.method_runs(["ncr"], 0.5)[0], 0, oracle.data)
+    assert accuracy.bounded_job(method, rows, args) == method
+    demo = accuracy.parse_args(["--benchmark", "generated", "--oracle-patience", "0"])
+    assert accuracy.bounded_job(oracle, rows, demo) == oracle
+
+
+def test_a_share_above_the_oracle_by_more_than_the_seeds_spread_is_flagged():
+    accuracy = benchmark_module("accuracy")
+    shares = {("gsc", 0.5): [1.20, 1.24, 1.22], ("ncr", 0.5): [0.98, 1.06, 1.0], ("tcvse", 0.7): [1.01]}
+    warnings = accuracy.unconverged_oracle_warnings(shares)
+    assert len(warnings) == 2 and "gsc at 50%" in warnings[0] and "did not converge" in warnings[0]
+    assert "tcvse at 70%" in warnings[1]
+
+    def row(method, seed, rsum):
+        return {"method": method, "noise_ratio": 0.5, "seed": seed, "test": {"rsum": rsum}}
+
+    rows = [row("oracle", 0, 200.0), row("oracle (gsc)", 0, 250.0), row("gsc", 0, 225.0), row("ncr", 0, 150.0)]
+    shares = accuracy.oracle_shares(rows)
+    assert shares[("gsc", 0.5)] == [0.9] and shares[("ncr", 0.5)] == [0.75]

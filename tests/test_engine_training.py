@@ -184,3 +184,28 @@ def test_text_tower_settings_without_a_pretrained_text_tower_are_refused(tiny_da
         tiny_config(tmp_path, ["vsepp"], text_tower_lr_scale=0.0)
     with pytest.raises(ValueError, match="TrainConfig.freeze_text_tower_epochs must be between 0 and epochs=3, got 4"):
         tiny_config(tmp_path, ["vsepp"], freeze_text_tower_epochs=4)
+
+
+@pytest.mark.parametrize(("min_epochs", "trained"), [(0, 4), (5, 5)])
+def test_early_stopping_ends_the_run_after_patience_epochs_without_a_better_validation_score(
+    micro_data_dir, tmp_path, monkeypatch, min_epochs, trained
+):
+    """Validation rSum 1, 3, 2, 2, 2, 5: the best is epoch 1; with patience 2 the run stops after epoch 3 (two epochs
+    without improvement), or, with ``early_stopping_min_epochs`` 5, after epoch 4. Each record counts the optimiser
+    steps per network so far."""
+    scores = iter([1.0, 3.0, 2.0, 2.0, 2.0, 5.0])
+    config = tiny_config(
+        tmp_path, ["vsepp"], epochs=6, lr_decay_epochs=[], batch_size=16, warmup_epochs=0,
+        early_stopping_patience=2, early_stopping_min_epochs=min_epochs,
+    )
+    trainer = noisy_trainer(micro_data_dir, config)
+    monkeypatch.setattr(trainer, "evaluate", lambda split: {"rsum": next(scores)})
+    summary = trainer.train()
+    assert len(summary["history"]) == trained and summary["best_epoch"] == 1
+    per_epoch = trainer.num_train // 16
+    assert [record["steps_per_network"] for record in summary["history"]] == [per_epoch * (e + 1) for e in range(trained)]
+
+
+def test_early_stopping_settings_are_checked():
+    with pytest.raises(ValueError, match="early_stopping_patience must be >= 0"):
+        tiny_config("out", ["vsepp"], early_stopping_patience=-1)

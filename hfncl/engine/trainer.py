@@ -77,6 +77,7 @@ class TrainerState:
     pass_index: int = 0
     batch_in_pass: int = 0
     global_step: int = 0
+    network_steps: int = 0  # optimiser steps summed over the networks each step trained
     best_score: float = -math.inf
     best_epoch: int = -1
     epoch_loss_sums: dict[str, float] = field(default_factory=dict)
@@ -227,6 +228,7 @@ class Trainer:
                 parameter.grad = None
         self._clip(networks)
         self.optimizer.step()
+        self.state.network_steps += len(networks)
 
     def sample_uniform(self, index: torch.Tensor, shape: tuple[int, ...], purpose: str) -> torch.Tensor:
         """Uniform draws in [0, 1), (len(index), *shape), one block per sample of this process's batch.
@@ -314,7 +316,7 @@ class Trainer:
         self.model.train()
         self._event("on_train_begin")
         with library_progress_bars(self.config.progress):
-            while self.state.epoch < self.config.epochs:
+            while self.state.epoch < self.config.epochs and not self.stops_early():
                 self._train_epoch(self.state.epoch)
         self.accelerator.wait_for_everyone()
         self.accelerator.end_training()
@@ -326,6 +328,15 @@ class Trainer:
         }
         self._event("on_train_end", summary)
         return summary
+
+    def stops_early(self) -> bool:
+        """Whether early stopping ends the run before the next epoch: ``early_stopping_patience`` epochs trained
+        since the best validation score, and at least ``early_stopping_min_epochs`` epochs trained (read from the
+        saved state only, so a resumed run stops where the uninterrupted one would)."""
+        patience, trained = self.config.early_stopping_patience, self.state.epoch
+        if not patience or self.val_split is None or self.state.best_epoch < 0:
+            return False
+        return trained >= self.config.early_stopping_min_epochs and trained - 1 - self.state.best_epoch >= patience
 
     def _train_epoch(self, epoch: int) -> None:
         started = time.perf_counter()
@@ -366,6 +377,7 @@ class Trainer:
             self.state.batch_in_pass = 0
         division_report = {} if self.in_warmup else self._division_report()
         record.update(division_report)
+        record["steps_per_network"] = self.state.network_steps / self.num_networks
         self._call_hook("epoch_end", epoch=epoch)
         # each term's mean over the steps that computed it (a network trained in its own pass: its pass's steps)
         record.update({f"train/{k}": v / max(counts.get(k, self.state.epoch_steps), 1) for k, v in sums.items()})
