@@ -123,6 +123,13 @@ class TrainConfig:
             "help": "latest: continue the run in output_dir from its latest checkpoint; or a checkpoint directory."
         },
     )
+    resume_ignore_mismatch: bool = field(
+        default=False,
+        metadata={
+            "help": "Resume even when the checkpoint was trained on other data, noise or settings (refused by "
+            "default); results.json records the fields that differ."
+        },
+    )
     overwrite_output_dir: bool = field(
         default=False,
         metadata={"help": "Replace the results of a previous run in output_dir instead of refusing to start."},
