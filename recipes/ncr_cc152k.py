@@ -4,9 +4,10 @@
 
 The noise is real, so no synthetic noise is added (``--noise-ratio 0``) and division
 quality cannot be measured against a hidden mask (every pair counts as clean). Captions
-are read from ``{split}_caps.tsv``. The SGR head; 5 warmup epochs, then 40 co-training
-epochs with lr 2e-4 decayed x0.1 after 30 of them (``--epochs 45 --warmup-epochs 5
---lr-decay-epochs 35``: hfncl counts from the first warmup epoch).
+are read from ``{split}_caps.tsv``. The official code's README command for CC152K
+(``--warmup_epoch 10``, ``run.py``'s default 40 epochs and ``--lr_update 30``): the SGR head;
+10 warmup epochs, then 40 co-training epochs with lr 2e-4 decayed x0.1 after 30 of them
+(``--epochs 50 --warmup-epochs 10 --lr-decay-epochs 40``: hfncl counts from the first warmup epoch).
 """
 
 import sys
@@ -19,9 +20,9 @@ if __name__ == "__main__":
             __doc__,
             plugins=["ncr"],
             defaults={
-                "epochs": 45,
-                "warmup_epochs": 5,
-                "lr_decay_epochs": [35],
+                "epochs": 50,
+                "warmup_epochs": 10,
+                "lr_decay_epochs": [40],
                 "similarity": "sgr",
                 "output_dir": "runs/ncr_cc152k",
             },
