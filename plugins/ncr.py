@@ -27,7 +27,7 @@ from hfncl.toolkit import batch_index, batch_view, bibtex_citation, division_pla
 from hfncl.types import BatchPlan, Division
 
 NETWORKS = 2
-DIVISION_STATISTICS, NOISY_BATCHES = ("pass", "steps"), ("separate", "split")
+DIVISION_STATISTICS, NOISY_BATCHES, PREDICTIONS = ("pass", "steps"), ("separate", "split"), ("paper", "hinge")
 STEP_LOSS = "ncr.step_lw{}"
 
 
@@ -46,6 +46,7 @@ class NCROptions(MethodOptions, namespace="ncr"):
     noisy_part_start: float = option(0.5, minimum=0, maximum=1)
     division_statistics: str = option("steps", choices=DIVISION_STATISTICS)
     noisy_batch: str = option("separate", choices=NOISY_BATCHES)
+    prediction: str = option("paper", choices=PREDICTIONS)
 
 
 @hookimpl
@@ -131,6 +132,30 @@ def adaptive_prediction(similarity: torch.Tensor, alpha: float, top_fraction: fl
     return (clamped / tau).clamp(max=1.0) if tau > 0 else torch.zeros_like(clamped)
 
 
+def hinge_prediction(similarity: torch.Tensor, alpha: float) -> torch.Tensor:
+    """P of the authors' code (``ContrastiveLoss`` in ``predict`` mode), the other reading of Eq. 5, in [0, 1].
+
+    s_i = alpha - (c_i + c'_i) / 2 with c_i, c'_i the means over the b columns (the zero diagonal included) of
+    Eq. 2's clamped hinge terms [alpha + S_ij - S_ii]_+ of image i and [alpha + S_ji - S_ii]_+ of caption i;
+    Theta clamps s to [0, alpha], tau is the mean of Theta(s) over the top b // 10 + 1 pairs and P = min(Theta(s) / tau, 1).
+    A pair whose negatives all stay alpha below it gets s = alpha, however far below they are.
+    """
+    b, positive = similarity.size(0), similarity.diagonal()
+    off_diagonal = ~torch.eye(b, dtype=torch.bool, device=similarity.device)
+    image_cost = ((alpha + similarity - positive[:, None]).clamp(min=0) * off_diagonal).sum(dim=1) / b
+    text_cost = ((alpha + similarity - positive[None, :]).clamp(min=0) * off_diagonal).sum(dim=0) / b
+    clamped = (alpha - (image_cost + text_cost) / 2).clamp(min=0.0, max=alpha)
+    tau = clamped.topk(min(b, b // 10 + 1)).values.mean()
+    return (clamped / tau).clamp(max=1.0) if tau > 0 else torch.zeros_like(clamped)
+
+
+def predict(similarity: torch.Tensor, settings: NCROptions) -> torch.Tensor:
+    """Eq. 5's P as ``ncr.prediction`` reads it: ``"paper"`` the printed formula, ``"hinge"`` the authors' code."""
+    if settings.prediction == "hinge":
+        return hinge_prediction(similarity, settings.alpha)
+    return adaptive_prediction(similarity, settings.alpha, settings.top_fraction)
+
+
 def rectified_labels(
     clean_prob: torch.Tensor, clean: torch.Tensor, own_prediction: torch.Tensor, peer_prediction: torch.Tensor
 ) -> torch.Tensor:
@@ -207,11 +232,11 @@ def _parts(clean: torch.Tensor, with_noisy: bool = True) -> list[torch.Tensor]:
     return [part for part in parts if part.numel() > 1]
 
 
-def _per_part(similarity: torch.Tensor, clean: torch.Tensor, alpha: float, top: float) -> torch.Tensor:
+def _per_part(similarity: torch.Tensor, clean: torch.Tensor, settings: NCROptions) -> torch.Tensor:
     """Eq. 5's prediction for every pair, computed within the clean part and within the noisy part."""
     prediction = torch.zeros(clean.shape, device=similarity.device)
     for part in _parts(clean):
-        prediction[part] = adaptive_prediction(similarity[part][:, part], alpha, top)
+        prediction[part] = predict(similarity[part][:, part], settings)
     return prediction
 
 
@@ -229,7 +254,7 @@ def rectify(trainer, batch, net, division) -> dict[str, torch.Tensor]:
     targets = batch_view(division, batch_index(trainer, batch), ("clean", "clean_prob"), batch["index"].device)
     if noisy_part_trains(trainer) and trainer.batch_part != "clean":
         settings, peer_outputs = trainer.options_of(NCROptions), trainer.forward(peer(net, NETWORKS), batch, grad=False)
-        targets["peer_prediction"] = _per_part(peer_outputs.similarity, targets["clean"], settings.alpha, settings.top_fraction)
+        targets["peer_prediction"] = _per_part(peer_outputs.similarity, targets["clean"], settings)
     return targets
 
 
@@ -254,7 +279,7 @@ def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor] | Non
         return {"soft_margin_triplet": co_divide_only_loss(outputs.similarity, clean, alpha)}
     clean = targets["clean"]
     peer_prediction = targets.get("peer_prediction", torch.zeros_like(targets["clean_prob"]))
-    own_prediction = _per_part(outputs.similarity.detach(), clean, alpha, trainer.options_of(NCROptions).top_fraction)
+    own_prediction = _per_part(outputs.similarity.detach(), clean, trainer.options_of(NCROptions))
     labels = rectified_labels(targets["clean_prob"], clean, own_prediction, peer_prediction)
     margins = soft_margin(labels, alpha, trainer.options_of(NCROptions).curve)
     return {"soft_margin_triplet": _loss_over_parts(outputs.similarity, _parts(clean, "peer_prediction" in targets), margins)}

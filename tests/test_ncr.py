@@ -371,3 +371,36 @@ def test_co_rectify_predicts_with_the_peer_in_eval_mode_and_leaves_it_unchanged(
     for name, value in before.items():
         torch.testing.assert_close(after[name], value, rtol=0, atol=0, msg=f"co-rectify changed the peer's {name}")
     assert peer_network.training and all(module.training for module in peer_network.modules())
+
+
+def test_hinge_prediction_of_the_authors_code_by_hand_and_against_a_loop():
+    """``ncr.prediction = "hinge"``: s_i = alpha - (mean_j [alpha + S_ij - S_ii]_+ + mean_j [alpha + S_ji - S_ii]_+) / 2
+    over the b columns, clamped to [0, alpha], over the mean of the top b // 10 + 1.
+
+    By hand on S (alpha 0.2, b 3): s = (0.2 - 0.4 / 3 / 2, 0.2 - (0.8 + 0.9) / 3 / 2, 0.2 - (0.1 + 0.5) / 3 / 2)
+    = (0.1333, -0.0833, 0.1); Theta = (0.1333, 0, 0.1); tau = 0.1333 (top 1); P = (1, 0, 0.75).
+    """
+    from hfncl_plugins.ncr import hinge_prediction
+
+    torch.testing.assert_close(hinge_prediction(S, alpha=0.2), torch.tensor([1.0, 0.0, 0.75]))
+
+    generator = torch.Generator().manual_seed(0)
+    similarity, alpha = torch.rand(23, 23, generator=generator), 0.2
+    b = similarity.size(0)
+    s = []
+    for i in range(b):
+        image = sum(max(alpha + similarity[i, j].item() - similarity[i, i].item(), 0.0) for j in range(b) if j != i) / b
+        text = sum(max(alpha + similarity[j, i].item() - similarity[i, i].item(), 0.0) for j in range(b) if j != i) / b
+        s.append(min(max(alpha - (image + text) / 2, 0.0), alpha))
+    tau = sum(sorted(s)[-(b // 10 + 1):]) / (b // 10 + 1)
+    expected = torch.tensor([min(value / tau, 1.0) for value in s])
+    torch.testing.assert_close(hinge_prediction(similarity, alpha), expected)
+
+
+def test_the_prediction_option_picks_the_reading_of_eq5():
+    from hfncl_plugins.ncr import NCROptions, adaptive_prediction, hinge_prediction, predict
+
+    paper, hinge = NCROptions.read({}), NCROptions.read({"ncr.prediction": "hinge"})
+    torch.testing.assert_close(predict(S, paper), adaptive_prediction(S, 0.2, 0.1))
+    torch.testing.assert_close(predict(S, hinge), hinge_prediction(S, 0.2))
+    assert not torch.equal(predict(S, paper), predict(S, hinge))
