@@ -15,8 +15,9 @@ from typing import Any
 
 from hfncl.config import RUN_CONFIG_FILE, TrainConfig, save_run_config
 from hfncl.engine.callbacks import library_progress_bars
+from hfncl.engine.fingerprint import NOISE_INDEX_FIELD, noise_fingerprint, refuse_mismatch, run_fingerprint
 from hfncl.engine.ownership import owned_run_dir
-from hfncl.engine.trainer import Trainer
+from hfncl.engine.trainer import Trainer, checkpoint_to_resume
 from hfncl.hub import add_test_results
 from hfncl.integrity import atomic_write_text, write_manifest
 from hfncl.plot_callbacks import training_figures
@@ -41,7 +42,11 @@ def run_experiment(
     run record and its card (``OUTPUT_DIR/best/README.md``); with ``model_cards_dir`` the
     card is also written to ``model_cards_dir/<output dir name>.md``. Options, the plugin
     combination and the ownership of the output directory
-    (:mod:`hfncl.engine.ownership`) are checked before anything is read or written.
+    (:mod:`hfncl.engine.ownership`) are checked before anything is read or written; a resume's
+    checkpoint must have been trained on the same data and settings before the data are read,
+    and with the same noise before training (:mod:`hfncl.engine.fingerprint`). A resume that
+    continued across a difference (``resume_ignore_mismatch``) lists the fields that differed in
+    ``results.json``'s ``resumed_across_mismatch``.
 
     Raises:
         TypeError: ``data_args`` are no task's, or ``model_args`` are not that task's model arguments.
@@ -62,10 +67,23 @@ def run_experiment(
 def _train_and_test(
     task: ExperimentTask, data_args: Any, config: TrainConfig, model_args: Any, model_cards_dir: str | Path | None
 ) -> dict[str, Any]:
+    fingerprint = run_fingerprint(config, data_args, model_args)
+    resumed = checkpoint_to_resume(config)
+    if resumed is not None:  # before the data are read; the noise index is compared once it is made
+        refuse_mismatch(resumed, fingerprint, ignore_mismatch=config.resume_ignore_mismatch, skip=(NOISE_INDEX_FIELD,))
     data = task.prepare(data_args, model_args, config.plugins, config.output_dir)
+    fingerprint.update(noise_fingerprint(config.output_dir))
     model_config = task.model_config(data, model_args, config.plugins)
     trainer_task = task.trainer_task(data_args, data)
-    trainer = Trainer(config, model_config, data.train, data.val, task=trainer_task, callbacks=training_figures())
+    trainer = Trainer(
+        config,
+        model_config,
+        data.train,
+        data.val,
+        task=trainer_task,
+        callbacks=training_figures(),
+        fingerprint=fingerprint,
+    )
     main = trainer.accelerator.is_main_process
     if main:
         save_run_config(Path(config.output_dir, RUN_CONFIG_FILE), data_args, config, model_args)
@@ -95,6 +113,8 @@ def _train_and_test(
         "division": {k: v for k, v in divisions[-1].items() if k.startswith("division")} if divisions else {},
         "history": summary["history"],
     }
+    if trainer.continued_across:
+        result["resumed_across_mismatch"] = trainer.continued_across
     if main:
         atomic_write_text(Path(config.output_dir, "results.json"), json.dumps(result, indent=1, default=float))
         if best_dir.exists():

@@ -44,7 +44,8 @@ def replace_directory(staging: str | Path, target: str | Path) -> None:
     shutil.rmtree(previous, ignore_errors=True)
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes, in hex, read in chunks."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         while chunk := handle.read(_CHUNK):
@@ -56,7 +57,7 @@ def write_manifest(directory: str | Path) -> Path:
     """Record the SHA-256 and size of every file under ``directory`` in its manifest (written last, atomically)."""
     directory = Path(directory)
     files = {
-        path.relative_to(directory).as_posix(): {"sha256": _sha256(path), "size": path.stat().st_size}
+        path.relative_to(directory).as_posix(): {"sha256": file_sha256(path), "size": path.stat().st_size}
         for path in sorted(directory.rglob("*"))
         if path.is_file() and path.name != MANIFEST and not path.name.endswith(".tmp")
     }
@@ -88,5 +89,5 @@ def verify_manifest(directory: str | Path, only: Callable[[str], bool] | None = 
         path = directory / name
         if not path.is_file():
             raise IntegrityError(f"{path} is missing (listed in {manifest})")
-        if path.stat().st_size != size or _sha256(path) != sha256:
+        if path.stat().st_size != size or file_sha256(path) != sha256:
             raise IntegrityError(f"{path} is damaged: its SHA-256 differs from the one in {manifest}")

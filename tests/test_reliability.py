@@ -298,3 +298,65 @@ def test_loading_verifies_config_and_weights_and_names_a_missing_config(tiny_dat
     (best / "config.json").unlink()
     with pytest.raises(OSError, match=f"{re.escape(str(best))} has no config.json: it is not a saved hfncl checkpoint"):
         NCLModel.from_pretrained(best)
+
+
+def micro_run(data_dir, output_dir, noise_ratio=0.4, **overrides):
+    """``run_experiment`` of VSE++ on ``data_dir`` for one epoch (or ``overrides``) with the tiny model."""
+    from conftest import TINY_MODEL
+    from hfncl.experiment import DataArguments, run_experiment
+
+    settings = dict(epochs=1, warmup_epochs=0, batch_size=16, lr_decay_epochs=[]) | overrides
+    config = tiny_config(output_dir, ["vsepp"], **settings)
+    return run_experiment(DataArguments(data_dir=str(data_dir), noise_ratio=noise_ratio), config, TINY_MODEL)
+
+
+def test_a_resume_with_other_noise_or_data_is_refused_in_one_line_before_the_data_are_read(
+    micro_data_dir, tmp_path, tmp_path_factory
+):
+    from hfncl.data.synthetic import generate_precomp
+    from hfncl.engine.fingerprint import FINGERPRINT_FILE, ResumeMismatchError
+    from conftest import MICRO_DATA
+
+    micro_run(micro_data_dir, tmp_path)
+    checkpoint = next((tmp_path / "checkpoints").glob("step-*"))
+    assert json.loads((checkpoint / FINGERPRINT_FILE).read_text())["fields"]["data.noise_ratio"] == 0.4
+    noise = (tmp_path / "noise_index.npy").read_bytes()
+    with pytest.raises(ResumeMismatchError, match=r"trained on other data.*: data.noise_ratio \(0.4 -> 0.1\), training.epochs \(1 -> 2\); .*--resume_ignore_mismatch") as caught:
+        micro_run(micro_data_dir, tmp_path, noise_ratio=0.1, epochs=2, resume=True)
+    assert "\n" not in str(caught.value)
+    assert (tmp_path / "noise_index.npy").read_bytes() == noise  # refused before the noise was made again
+    other = generate_precomp(tmp_path_factory.mktemp("other_micro"), MICRO_DATA)  # the same shapes and captions
+    with pytest.raises(ResumeMismatchError, match=f"data.data_dir \\(\"{re.escape(str(micro_data_dir.resolve()))}\" -> "):
+        micro_run(other, tmp_path, resume=True)
+
+
+def test_a_resume_across_a_mismatch_on_purpose_is_recorded_and_an_old_checkpoint_resumes_with_a_warning(
+    micro_data_dir, tmp_path
+):
+    from hfncl.engine.fingerprint import FINGERPRINT_FILE
+
+    micro_run(micro_data_dir, tmp_path)
+    with pytest.warns(UserWarning, match=r"across a mismatch \(--resume_ignore_mismatch\): data.noise_ratio \(0.4 -> 0.2\)"):
+        result = micro_run(micro_data_dir, tmp_path, noise_ratio=0.2, epochs=2, resume=True, resume_ignore_mismatch=True)
+    assert result["resumed_across_mismatch"] == ["data.noise_ratio", "noise_index", "training.epochs"]
+    assert json.loads((tmp_path / "results.json").read_text())["resumed_across_mismatch"] == result["resumed_across_mismatch"]
+    assert [h["epoch"] for h in result["history"]] == [0, 1]
+    latest = tmp_path / "checkpoints" / (tmp_path / "checkpoints" / "latest").read_text()
+    assert json.loads((latest / FINGERPRINT_FILE).read_text())["continued_across"] == result["resumed_across_mismatch"]
+    (latest / FINGERPRINT_FILE).unlink()  # as a checkpoint saved before fingerprints
+    write_manifest(latest)
+    with pytest.warns(UserWarning, match=f"{re.escape(str(latest))} has no readable {FINGERPRINT_FILE} .* without checking"):
+        result = micro_run(micro_data_dir, tmp_path, noise_ratio=0.2, epochs=3, resume=True)
+    assert "resumed_across_mismatch" not in result and len(result["history"]) == 3
+
+
+def test_settings_that_do_not_change_training_are_not_in_the_fingerprint(micro_data_dir, tmp_path):
+    from hfncl.engine.fingerprint import run_fingerprint
+    from hfncl.experiment import DataArguments
+
+    data = DataArguments(data_dir=str(micro_data_dir), dataset_name="shown on the card")
+    base = run_fingerprint(TrainConfig(output_dir=str(tmp_path / "a")), data)
+    other = TrainConfig(output_dir=str(tmp_path / "b"), progress=False, save_steps=3, num_workers=2, resume=True)
+    assert run_fingerprint(other, DataArguments(data_dir=os.path.relpath(micro_data_dir))) == base
+    assert base["files.data_dir/train_caps.txt"].startswith("sha256:")
+    assert run_fingerprint(TrainConfig(output_dir=str(tmp_path), seed=1), data) != base

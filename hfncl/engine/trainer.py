@@ -34,6 +34,7 @@ from safetensors.torch import load_file, save_file
 from hfncl.config import LATEST, TrainConfig, one_line
 from hfncl.engine.callbacks import EpochLine, TrainerCallback, library_progress_bars, progress_bar
 from hfncl.engine.distributed import gather, world
+from hfncl.engine.fingerprint import check_fingerprint, run_fingerprint, save_fingerprint
 from hfncl.engine.ledger import Ledger
 from hfncl.engine.randomness import derived_seed, per_sample_uniform, purpose_key
 from hfncl.engine.sampler import CyclingBatchSampler, GlobalBatchSampler
@@ -86,6 +87,42 @@ class TrainerState:
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
+def finished_checkpoints(output_dir: Path) -> list[Path]:
+    """The finished checkpoint directories of ``OUTPUT_DIR/checkpoints/``, newest first."""
+    root = output_dir / "checkpoints"
+    found = [p for p in root.glob(f"{CHECKPOINT_PREFIX}*") if p.is_dir() and not p.name.endswith((".tmp", ".old"))]
+    return sorted(found, reverse=True)
+
+
+def resume_candidates(output_dir: Path) -> tuple[list[Path], list[str]]:
+    """The checkpoint ``OUTPUT_DIR/checkpoints/latest`` names, then the others newest first; and what is
+    wrong with the pointer.
+
+    The pointer is followed only to a checkpoint directly inside ``checkpoints/``; one
+    that names anything else is reported and the checkpoints there are tried.
+    """
+    root = output_dir / "checkpoints"
+    pointer = root / LATEST
+    found = finished_checkpoints(output_dir)
+    if not pointer.exists():
+        return found, []
+    name = pointer.read_text().strip()
+    if name.startswith(CHECKPOINT_PREFIX) and Path(name).name == name and (root / name) in found:
+        return [root / name] + [p for p in found if p.name != name], []
+    return found, [f"{pointer} names {name!r}, not a checkpoint directory of {root}"]
+
+
+def checkpoint_to_resume(config: TrainConfig) -> Path | None:
+    """The checkpoint a resume of ``config`` tries first (``None``: none to resume), before verifying it."""
+    wanted = config.resume_from_checkpoint
+    if wanted is None:
+        return None
+    if wanted != LATEST:
+        return Path(wanted)
+    candidates, _ = resume_candidates(Path(config.output_dir))
+    return candidates[0] if candidates else None
+
+
 class PassSteps:
     """The steps of a pass: per step, ``(part, batch)`` for each part's loader, in order (``None``: no plan).
 
@@ -115,7 +152,9 @@ class Trainer:
     a :class:`hfncl.data.noisy_labels.NoisyLabelledDataset` and a :class:`hfncl.data.LabelledSplit`.
     The training data's hidden clean mask(s) are used only to report division quality,
     never handed to a plugin. ``callbacks`` (:class:`hfncl.engine.callbacks.TrainerCallback`)
-    follow the run's events after the built-in epoch line.
+    follow the run's events after the built-in epoch line. ``fingerprint``
+    (:mod:`hfncl.engine.fingerprint`, default: the training settings of ``config``) is saved with
+    every checkpoint, and a resume refuses a checkpoint whose fingerprint differs.
     """
 
     def __init__(
@@ -127,8 +166,11 @@ class Trainer:
         accelerator: Accelerator | None = None,
         task: Task | None = None,
         callbacks: list[TrainerCallback] | None = None,
+        fingerprint: dict[str, Any] | None = None,
     ) -> None:
         self.config = config
+        self.fingerprint = fingerprint if fingerprint is not None else run_fingerprint(config)
+        self.continued_across: list[str] = []  # fingerprint fields a resume continued across on purpose
         self.callbacks = [EpochLine(), *(callbacks or [])]
         self.task = task if task is not None else PairTask()
         manager = build_plugin_manager(config.plugins)
@@ -498,6 +540,7 @@ class Trainer:
                     tensors.update(division.state(f"division.{net}"))
             save_file(tensors, str(staging / "trainer_tensors.safetensors"))
             (staging / "trainer_state.json").write_text(json.dumps(asdict(self.state), indent=1))
+            save_fingerprint(staging, self.fingerprint, self.continued_across)
             write_manifest(staging)
             replace_directory(staging, target)
             atomic_write_text(root / LATEST, target.name)
@@ -513,11 +556,15 @@ class Trainer:
 
         ``latest`` (the default): the checkpoint ``checkpoints/latest`` names, or, when that
         one is damaged (or the pointer names nothing inside ``checkpoints/``), the newest
-        complete one, with a warning naming what was damaged. Returns whether a checkpoint
-        was loaded (``False``: the output directory has none).
+        complete one, with a warning naming what was damaged. The checkpoint's run fingerprint
+        must be this run's (:func:`hfncl.engine.fingerprint.check_fingerprint`; with
+        ``resume_ignore_mismatch`` the fields that differ go to :attr:`continued_across`). Returns
+        whether a checkpoint was loaded (``False``: the output directory has none).
 
         Raises:
             IntegrityError: no checkpoint passes verification.
+            hfncl.engine.fingerprint.ResumeMismatchError: the checkpoint was trained on other data,
+                noise or settings, and ``resume_ignore_mismatch`` is not set.
         """
         wanted = self.config.resume_from_checkpoint or LATEST
         candidates, problems = self._resume_candidates() if wanted == LATEST else ([Path(wanted)], [])
@@ -531,6 +578,8 @@ class Trainer:
                 continue
             if problems:
                 warnings.warn(f"resuming from {source} instead: {'; '.join(problems)}", stacklevel=2)
+            ignore = self.config.resume_ignore_mismatch
+            self.continued_across = check_fingerprint(source, self.fingerprint, ignore_mismatch=ignore)
             self._load_checkpoint(source)
             return True
         raise IntegrityError(f"no complete checkpoint to resume from: {'; '.join(problems)}")
@@ -554,26 +603,10 @@ class Trainer:
 
     def _checkpoints(self) -> list[Path]:
         """The finished checkpoint directories of ``checkpoints/``, newest first."""
-        root = self.output_dir / "checkpoints"
-        found = [p for p in root.glob(f"{CHECKPOINT_PREFIX}*") if p.is_dir() and not p.name.endswith((".tmp", ".old"))]
-        return sorted(found, reverse=True)
+        return finished_checkpoints(self.output_dir)
 
     def _resume_candidates(self) -> tuple[list[Path], list[str]]:
-        """The checkpoint ``checkpoints/latest`` names, then the others newest first; and what is
-        wrong with the pointer.
-
-        The pointer is followed only to a checkpoint directly inside ``checkpoints/``; one
-        that names anything else is reported and the checkpoints there are tried.
-        """
-        root = self.output_dir / "checkpoints"
-        pointer = root / LATEST
-        found = self._checkpoints()
-        if not pointer.exists():
-            return found, []
-        name = pointer.read_text().strip()
-        if name.startswith(CHECKPOINT_PREFIX) and Path(name).name == name and (root / name) in found:
-            return [root / name] + [p for p in found if p.name != name], []
-        return found, [f"{pointer} names {name!r}, not a checkpoint directory of {root}"]
+        return resume_candidates(self.output_dir)
 
     def _save_best(self, metrics: dict[str, float], division_report: dict[str, float]) -> None:
         """Save ``OUTPUT_DIR/best``: the model, the run record of this epoch and the card generated from it."""
