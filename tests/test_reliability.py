@@ -360,3 +360,44 @@ def test_settings_that_do_not_change_training_are_not_in_the_fingerprint(micro_d
     assert run_fingerprint(other, DataArguments(data_dir=os.path.relpath(micro_data_dir))) == base
     assert base["files.data_dir/train_caps.txt"].startswith("sha256:")
     assert run_fingerprint(TrainConfig(output_dir=str(tmp_path), seed=1), data) != base
+
+
+def test_a_truncated_feature_cache_is_rebuilt_with_a_warning_naming_it(tmp_path):
+    from conftest import MICRO_DATA
+    from hfncl.data.precomp import load_precomp_split
+    from hfncl.data.synthetic import generate_precomp
+
+    data = generate_precomp(tmp_path / "data", MICRO_DATA)
+    first = load_precomp_split(data, "train", cache_dir=tmp_path / "cache").regions([0, 5])
+    (arrow,) = (tmp_path / "cache").rglob("*.arrow")
+    arrow.write_bytes(arrow.read_bytes()[: arrow.stat().st_size // 2])  # a full disk, a killed copy
+    with pytest.warns(UserWarning, match=f"rebuilding the damaged dataset cache {re.escape(str(arrow))} .*Expected to be able to read"):
+        again = load_precomp_split(data, "train", cache_dir=tmp_path / "cache")
+    assert (again.regions([0, 5]) == first).all()
+    load_precomp_split(data, "train", cache_dir=tmp_path / "cache")  # rebuilt: read back without a warning
+
+
+@pytest.mark.parametrize(("name", "text"), [("train_caps.txt", "a dog runs\n{bad}\n"), ("train_caps.tsv", "1\ta dog runs\n2\t{bad}\n")])
+def test_a_caption_with_control_characters_is_refused_naming_the_file_and_line(tmp_path, name, text):
+    from hfncl.data.precomp import DataFormatError, read_captions
+
+    path = tmp_path / name
+    path.write_text(text.format(bad="a cat" + "\0" * 40 + " sleeps"))
+    with pytest.raises(DataFormatError, match=f"^{re.escape(str(path))}:2: the caption has a control character \\(U\\+0000 at column 6\\)"):
+        read_captions(path)
+    path.write_text(text.format(bad="a cat sleeps\x1b[31m"))
+    with pytest.raises(DataFormatError, match="U\\+001B at column 13"):
+        read_captions(path)
+    path.write_text(text.format(bad='a "cat\tsleeps"'))  # a tab is whitespace, not a control character
+    assert read_captions(path)[1] == ('a "cat\tsleeps"' if name.endswith(".txt") else 'a "cat')
+
+
+def test_an_imagefolder_caption_with_control_characters_is_refused_naming_the_row():
+    import datasets
+
+    from hfncl.data.extract import split_captions
+    from hfncl.data.precomp import DataFormatError
+
+    rows = datasets.Dataset.from_dict({"captions": [["a dog", "a cat"], ["a bird", "x\0\0y"]]})
+    with pytest.raises(DataFormatError, match=r"split 'train' row 1: a caption has a control character \(U\+0000 at column 2\)"):
+        split_captions(rows, "captions", "train")

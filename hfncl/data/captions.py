@@ -8,11 +8,24 @@ memory-mapped), so this is what keeps memory nearly flat as the training set gro
 
 from __future__ import annotations
 
+import re
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from typing import overload
 
 import numpy as np
+
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+
+
+def control_character(text: str) -> str | None:
+    """The first control character of ``text`` other than a tab, as ``U+XXXX at column N``; ``None`` when none.
+
+    A caption is text: NUL bytes, escape sequences, carriage returns or other control characters in
+    one come from a broken file (a binary written into a caption file, a truncated write).
+    """
+    found = _CONTROL.search(text)
+    return None if found is None else f"U+{ord(found.group()):04X} at column {found.start() + 1}"
 
 
 class CaptionStore(Sequence[str]):

@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from huggingface_hub import HfApi, is_offline_mode
 from huggingface_hub.errors import HfHubHTTPError
 
+from hfncl.data.captions import control_character
 from hfncl.data.precomp import DataFormatError, default_cache_root
 
 MODEL_FEATURES = ("pooled", "patches")
@@ -282,7 +283,8 @@ def split_captions(dataset: datasets.Dataset, column: str, split: str) -> tuple[
     """The captions of every image in order (k per image) and k; a caption cell is a string or a list.
 
     Raises:
-        DataFormatError: a missing column, an empty caption, or images with different caption counts.
+        DataFormatError: a missing column, an empty caption, a caption with a control character other
+            than a tab, or images with different caption counts.
     """
     if column not in dataset.column_names:
         raise DataFormatError(
@@ -304,6 +306,10 @@ def split_captions(dataset: datasets.Dataset, column: str, split: str) -> tuple[
                 f"split {split!r} row {row} has {len(cell)} captions, earlier rows {per_image}: "
                 "every image needs the same number"
             )
+        for caption in cell:
+            where = control_character(caption)
+            if where is not None:
+                raise DataFormatError(f"split {split!r} row {row}: a caption has a control character ({where})")
         captions.extend(" ".join(c.split()) for c in cell)
     if per_image is None:
         raise DataFormatError(f"split {split!r} has no rows")

@@ -22,6 +22,8 @@ import hashlib
 import io
 import json
 import pickle
+import shutil
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +35,7 @@ import pyarrow as pa
 from datasets.exceptions import DatasetGenerationError
 
 from hfncl.config import default_cache_root
-from hfncl.data.captions import CaptionStore
+from hfncl.data.captions import CaptionStore, control_character
 from hfncl.data.splits import SplitSizes
 
 FEATURE_DTYPES = ("float32", "float16")
@@ -159,8 +161,9 @@ def read_captions(path: str | Path) -> CaptionStore:
     """Captions of a ``.txt`` (one per line) or ``.tsv`` (field 1 of each row) file, stripped.
 
     Empty lines at the end of the file are ignored; an empty or whitespace-only caption
-    elsewhere, a ``.tsv`` row with fewer than two fields or bytes that are not UTF-8
-    raise :class:`DataFormatError` naming ``file:line``. The captions are kept in one
+    elsewhere, a caption with a control character other than a tab (NUL, escape, ...;
+    :func:`~hfncl.data.captions.control_character`), a ``.tsv`` row with fewer than two fields
+    or bytes that are not UTF-8 raise :class:`DataFormatError` naming ``file:line``. The captions are kept in one
     UTF-8 buffer (:class:`~hfncl.data.captions.CaptionStore`), not as a string object each.
     """
     path = Path(path)
@@ -199,6 +202,9 @@ def _caption(path: Path, line: int, raw: str) -> str:
     caption = raw.strip()
     if not caption:
         raise DataFormatError(f"{path}:{line}: empty caption (expected one non-empty caption per line)")
+    where = control_character(caption)
+    if where is not None:
+        raise DataFormatError(f"{path}:{line}: the caption has a control character ({where}): is the file text?")
     return caption
 
 
@@ -279,8 +285,34 @@ def cached_arrow_dataset(
     """``datasets.Dataset.from_generator`` into ``cache_dir``, re-raising a :class:`DataFormatError` it hit.
 
     ``datasets`` wraps exceptions raised by the generator in a ``DatasetGenerationError``;
-    a data error (which names the file and row) is unwrapped so the user sees it first.
+    a data error (which names the file and row) is unwrapped so the user sees it first. A
+    cached Arrow file that cannot be read back (truncated by a full disk or a killed run) is
+    removed with ``cache_dir`` and rebuilt, with a warning naming it.
     """
+    arguments = (generator, features, cache_dir, fingerprint, gen_kwargs, writer_batch_size, split)
+    cached = sorted(str(path) for path in cache_dir.rglob("*.arrow"))
+    try:
+        return _from_generator(*arguments)
+    except (OSError, pa.ArrowException) as error:
+        if not cached:  # nothing was read back: the error is the conversion's own
+            raise
+        warnings.warn(
+            f"rebuilding the damaged dataset cache {', '.join(cached)} ({type(error).__name__}: {error})", stacklevel=2
+        )
+        shutil.rmtree(cache_dir, ignore_errors=True)
+        return _from_generator(*arguments)
+
+
+def _from_generator(
+    generator: Callable[..., Iterator[dict[str, Any]]],
+    features: datasets.Features,
+    cache_dir: Path,
+    fingerprint: str,
+    gen_kwargs: dict[str, Any],
+    writer_batch_size: int,
+    split: str,
+) -> datasets.Dataset:
+    """``datasets.Dataset.from_generator`` into ``cache_dir``, a :class:`DataFormatError` of the generator unwrapped."""
     try:
         return datasets.Dataset.from_generator(
             generator,
