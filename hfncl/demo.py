@@ -176,6 +176,23 @@ def _division_of_network_a(division: dict[str, float]) -> dict[str, float]:
     return out
 
 
+def check_demo_arguments(output_dir: str | Path, size: str, epochs: int | None) -> None:
+    """Refuse an unknown size, fewer than one epoch, or an output directory that cannot be one; create it.
+
+    Raises:
+        ValueError: naming the argument.
+        OSError: the output directory cannot be created (a parent is a file, no permission).
+    """
+    if size not in DEMO_SIZES:
+        raise ValueError(f"demo size must be one of {sorted(DEMO_SIZES)}, got {size!r}")
+    if epochs is not None and epochs < 1:
+        raise ValueError(f"demo --epochs must be >= 1, got {epochs}")
+    directory = Path(output_dir)
+    if directory.exists() and not directory.is_dir():
+        raise ValueError(f"demo --output-dir {directory} is an existing file, not a directory: give a directory")
+    directory.mkdir(parents=True, exist_ok=True)
+
+
 def main(
     output_dir: str = "runs/demo",
     seed: int = 0,
@@ -191,12 +208,14 @@ def main(
     method that long (warmup cut to leave an epoch that divides) instead of its demo
     settings. A method that fails becomes a row with its error; the others still train.
     The libraries' own progress bars (dataset conversion, checkpoint writing) are
-    silenced so that the epochs' bars and the table are what a person sees.
+    silenced so that the epochs' bars and the table are what a person sees. Arguments
+    that cannot run (:func:`check_demo_arguments`) are one line on stderr and status 2.
     """
-    if size not in DEMO_SIZES:
-        raise ValueError(f"demo size must be one of {sorted(DEMO_SIZES)}, got {size!r}")
-    if epochs is not None and epochs < 1:
-        raise ValueError(f"demo epochs must be >= 1, got {epochs}")
+    try:
+        check_demo_arguments(output_dir, size, epochs)
+    except (ValueError, OSError) as error:
+        print(f"hfncl: error: {one_line(error)}", file=sys.stderr)
+        return 2
     datasets.disable_progress_bars()
     transformers.utils.logging.disable_progress_bar()
     runs = demo_runs(noise_ratios, plugins)

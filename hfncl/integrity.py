@@ -2,26 +2,75 @@
 
 Writers put a file or a whole directory under a temporary name and rename it into place
 (:func:`atomic_write_text`, :func:`replace_directory`), so an interrupted write or a full
-disk never leaves a truncated file under its final name. A saved directory carries
+disk never leaves a truncated file under its final name; a write that fills the disk is one
+line naming the directory and the file (:func:`writing`). A saved directory carries
 ``hfncl_manifest.json``, the SHA-256 and size of every file in it, written last
 (:func:`write_manifest`); :func:`verify_manifest` checks the files against it.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 MANIFEST = "hfncl_manifest.json"
 _CHUNK = 1 << 20
+LOW_SPACE_BYTES = 16 << 20
+"""Free space under which a write error without an errno (torch's ``PytorchStreamWriter failed writing``) is
+taken for a full disk."""
 
 
 class IntegrityError(OSError):
     """A saved file is missing, or differs from what the directory's manifest recorded; the message names it."""
+
+
+class DiskFullError(OSError):
+    """A write ran out of space; the message names the directory and the file."""
+
+
+@contextmanager
+def writing(directory: str | Path, what: str) -> Iterator[None]:
+    """Turn a full disk while writing ``what`` into ``directory`` into a one-line :class:`DiskFullError`.
+
+    A full disk is an ``OSError`` with ``errno.ENOSPC`` (in the error or its causes), or a
+    ``RuntimeError`` of a writer that keeps no errno (torch's ``[enforce fail at
+    inline_container.cc...] PytorchStreamWriter failed writing file``) while the disk has
+    less than :data:`LOW_SPACE_BYTES` free. Other errors pass unchanged.
+    """
+    directory = Path(directory)
+    try:
+        yield
+    except (OSError, RuntimeError) as error:
+        if not _disk_full(error, directory):
+            raise
+        name = next((e.filename for e in _chain(error) if isinstance(e, OSError) and e.filename), None) or what
+        raise DiskFullError(
+            f"no space left on the disk of {directory} while writing {name}: free some space there, or write "
+            "the run to another disk"
+        ) from error
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and its causes and contexts."""
+    seen: BaseException | None = error
+    while seen is not None:
+        yield seen
+        seen = seen.__cause__ or seen.__context__
+
+
+def _disk_full(error: BaseException, directory: Path) -> bool:
+    if any(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in _chain(error)):
+        return True
+    if not isinstance(error, RuntimeError) or "writ" not in str(error):
+        return False
+    existing = next((p for p in (directory, *directory.parents) if p.exists()), Path.cwd())
+    return shutil.disk_usage(existing).free < LOW_SPACE_BYTES
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:

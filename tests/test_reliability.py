@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pickle
@@ -20,7 +21,7 @@ from hfncl import plugins
 from hfncl.cli import main
 from hfncl.config import TrainConfig
 from hfncl.engine import ownership
-from hfncl.integrity import IntegrityError, verify_manifest, write_manifest
+from hfncl.integrity import DiskFullError, IntegrityError, verify_manifest, write_manifest
 from hfncl.models import NCLModel
 from hfncl.plugins import PluginError, _fits, build_plugin_manager, check_agreement, check_division_fields
 
@@ -275,7 +276,8 @@ def test_only_the_latest_and_the_previous_checkpoint_are_kept_and_an_interrupted
 
     monkeypatch.setattr("hfncl.engine.trainer.save_file", full_disk)
     trainer.state.global_step = 11
-    with pytest.raises(OSError, match="No space left"):
+    root = re.escape(str(tmp_path / "checkpoints"))
+    with pytest.raises(DiskFullError, match=f"^no space left on the disk of {root} while writing checkpoint step-00000011-epoch-0001: "):
         trainer.save_checkpoint()
     assert not list((tmp_path / "checkpoints").glob("step-00000011-*[!p]"))  # only the .tmp staging directory
     assert (tmp_path / "checkpoints" / "latest").read_text() == third.name
@@ -401,3 +403,47 @@ def test_an_imagefolder_caption_with_control_characters_is_refused_naming_the_ro
     rows = datasets.Dataset.from_dict({"captions": [["a dog", "a cat"], ["a bird", "x\0\0y"]]})
     with pytest.raises(DataFormatError, match=r"split 'train' row 1: a caption has a control character \(U\+0000 at column 2\)"):
         split_captions(rows, "captions", "train")
+
+
+def test_a_full_disk_while_writing_a_checkpoint_or_the_best_model_is_one_line_naming_it(tiny_data_dir, tmp_path, monkeypatch):
+    from collections import namedtuple
+
+    trainer = noisy_trainer(tiny_data_dir, tiny_config(tmp_path, ["vsepp"]))
+
+    def torch_writer_fails(*args, **kwargs):  # what torch.save raises on a full disk: no errno
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file data/0: file write failed")
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(trainer.accelerator, "save_state", torch_writer_fails)
+    monkeypatch.setattr("shutil.disk_usage", lambda path: usage(100 << 20, 100 << 20, 0))
+    with pytest.raises(DiskFullError, match="no space left on the disk of .*checkpoints while writing checkpoint step-00000000-epoch-0000") as caught:
+        trainer.save_checkpoint()
+    assert "\n" not in str(caught.value)
+    monkeypatch.setattr("shutil.disk_usage", lambda path: usage(100 << 20, 0, 100 << 20))
+    with pytest.raises(RuntimeError, match="PytorchStreamWriter"):  # the disk has room: another failure, unchanged
+        trainer.save_checkpoint()
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("hfncl.engine.trainer.save_trained_model", full_disk)
+    with pytest.raises(DiskFullError, match=f"no space left on the disk of {re.escape(str(tmp_path))} while writing best/"):
+        trainer._save_best({"rsum": 0.0}, {})
+    assert not (tmp_path / "best").exists()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--epochs", "0"], "demo --epochs must be >= 1, got 0"),
+        (["--output-dir", "{file}"], "demo --output-dir {file} is an existing file, not a directory"),
+        (["--output-dir", "{file}/demo"], "{file}/demo"),
+    ],
+)
+def test_demo_arguments_that_cannot_run_are_one_line(tmp_path, capsys, arguments, message):
+    file = tmp_path / "a_file"
+    file.write_text("")
+    arguments = [a.format(file=file) for a in arguments]
+    status = main(["demo", "--size", "tiny", "--plugins", "vsepp", "--no-progress", *arguments])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and message.format(file=file) in err and err.startswith("hfncl: error: ")

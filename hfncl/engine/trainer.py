@@ -41,7 +41,14 @@ from hfncl.engine.sampler import CyclingBatchSampler, GlobalBatchSampler
 from hfncl.engine.tasks import DATA_KINDS, PairTask, Task
 from hfncl.evaluation import division_quality, partition_report
 from hfncl.hub import RunRecord, save_trained_model
-from hfncl.integrity import IntegrityError, atomic_write_text, replace_directory, verify_manifest, write_manifest
+from hfncl.integrity import (
+    IntegrityError,
+    atomic_write_text,
+    replace_directory,
+    verify_manifest,
+    write_manifest,
+    writing,
+)
 from hfncl.options import OptionsT
 from hfncl.plugins import (
     PluginError,
@@ -524,6 +531,9 @@ class Trainer:
         The checkpoint is written under ``NAME.tmp``, gets its manifest (:mod:`hfncl.integrity`)
         and only then is renamed to ``NAME`` and named by ``checkpoints/latest``; the previous
         checkpoint is kept, to fall back to if this one is found damaged.
+
+        Raises:
+            hfncl.integrity.DiskFullError: the disk filled up while writing (one line naming the file).
         """
         root = self.output_dir / "checkpoints"
         target = root / f"{CHECKPOINT_PREFIX}{self.state.global_step:08d}-epoch-{self.state.epoch:04d}"
@@ -531,17 +541,12 @@ class Trainer:
         if self.accelerator.is_main_process:
             shutil.rmtree(staging, ignore_errors=True)
         self.accelerator.wait_for_everyone()
-        self.accelerator.save_state(str(staging))
+        with writing(root, f"checkpoint {target.name}"):
+            self.accelerator.save_state(str(staging))
         self.accelerator.wait_for_everyone()
         if self.accelerator.is_main_process:
-            tensors = self.ledger.state()
-            for net, division in enumerate(self.divisions):
-                if division is not None:
-                    tensors.update(division.state(f"division.{net}"))
-            save_file(tensors, str(staging / "trainer_tensors.safetensors"))
-            (staging / "trainer_state.json").write_text(json.dumps(asdict(self.state), indent=1))
-            save_fingerprint(staging, self.fingerprint, self.continued_across)
-            write_manifest(staging)
+            with writing(root, f"checkpoint {target.name}"):
+                self._write_trainer_files(staging)
             replace_directory(staging, target)
             atomic_write_text(root / LATEST, target.name)
             previous = [p for p in self._checkpoints() if p.name < target.name][:1]
@@ -550,6 +555,17 @@ class Trainer:
                 shutil.rmtree(old, ignore_errors=True)
         self.accelerator.wait_for_everyone()
         return target
+
+    def _write_trainer_files(self, staging: Path) -> None:
+        """The trainer's part of a checkpoint (ledger and divisions, state, run fingerprint), then its manifest."""
+        tensors = self.ledger.state()
+        for net, division in enumerate(self.divisions):
+            if division is not None:
+                tensors.update(division.state(f"division.{net}"))
+        save_file(tensors, str(staging / "trainer_tensors.safetensors"))
+        (staging / "trainer_state.json").write_text(json.dumps(asdict(self.state), indent=1))
+        save_fingerprint(staging, self.fingerprint, self.continued_across)
+        write_manifest(staging)
 
     def resume(self) -> bool:
         """Load the checkpoint ``config.resume_from_checkpoint`` names, verified against its manifest.
@@ -609,7 +625,8 @@ class Trainer:
         return resume_candidates(self.output_dir)
 
     def _save_best(self, metrics: dict[str, float], division_report: dict[str, float]) -> None:
-        """Save ``OUTPUT_DIR/best``: the model, the run record of this epoch and the card generated from it."""
+        """Save ``OUTPUT_DIR/best``: the model, the run record of this epoch and the card generated from it
+        (a full disk: :class:`hfncl.integrity.DiskFullError`)."""
         if self.accelerator.is_main_process:
             record = RunRecord(
                 training=self.config.to_dict(),
@@ -619,8 +636,9 @@ class Trainer:
             )
             staging = self.output_dir / "best.tmp"
             shutil.rmtree(staging, ignore_errors=True)
-            save_trained_model(self.model, staging, record)
-            write_manifest(staging)
+            with writing(self.output_dir, "best/"):
+                save_trained_model(self.model, staging, record)
+                write_manifest(staging)
             replace_directory(staging, self.output_dir / "best")
 
     # ------------------------------------------------------------------ internals
