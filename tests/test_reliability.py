@@ -447,3 +447,31 @@ def test_demo_arguments_that_cannot_run_are_one_line(tmp_path, capsys, arguments
     status = main(["demo", "--size", "tiny", "--plugins", "vsepp", "--no-progress", *arguments])
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1 and message.format(file=file) in err and err.startswith("hfncl: error: ")
+
+
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
+def test_a_resume_whose_rng_state_pickle_would_run_code_is_refused_not_skipped(tiny_data_dir, tmp_path):
+    _, _, latest = saved_twice(tiny_data_dir, tmp_path)
+    marker = tmp_path / "code_ran"
+    (rng,) = latest.glob("random_states_*.pkl")
+    rng.write_bytes(pickle.dumps(_RunsCode(marker)))  # the optimizer's and the model's files are intact
+    write_manifest(latest)
+    resumed = noisy_trainer(tiny_data_dir, tiny_config(tmp_path, ["vsepp"], resume=True))
+    with pytest.raises(IntegrityError, match=f"^{re.escape(str(latest))}: accelerate's state files cannot be loaded safely \\({rng.name}: UnpicklingError") as caught:
+        resumed.resume()
+    assert "\n" not in str(caught.value) and not marker.exists() and resumed.state.global_step == 0
+
+
+def test_pickle_weights_are_refused_and_a_saved_model_without_its_manifest_loads_with_a_warning(tiny_data_dir, tmp_path):
+    from hfncl.integrity import MANIFEST
+
+    trainer = noisy_trainer(tiny_data_dir, tiny_config(tmp_path, ["vsepp"]))
+    trainer._save_best({"rsum": 0.0}, {})
+    best = tmp_path / "best"
+    (best / MANIFEST).unlink()
+    with pytest.warns(UserWarning, match=f"{re.escape(str(best))} has no {MANIFEST}: its config and weights are loaded unverified"):
+        NCLModel.from_pretrained(best)
+    torch.save(trainer.model.state_dict(), best / "pytorch_model.bin")
+    (best / "model.safetensors").unlink()
+    with pytest.raises(OSError, match=f"^{re.escape(str(best))} has only pickle weights \\(pytorch_model.bin\\): safetensors required"):
+        NCLModel.from_pretrained(best)

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState
+from accelerate.utils import load as accelerate_load
 from accelerate.utils import set_seed
 from safetensors.torch import load_file, save_file
 
@@ -128,6 +129,24 @@ def checkpoint_to_resume(config: TrainConfig) -> Path | None:
         return Path(wanted)
     candidates, _ = resume_candidates(Path(config.output_dir))
     return candidates[0] if candidates else None
+
+
+def _check_random_states(source: Path) -> None:
+    """Read the checkpoint's RNG state files with accelerate's weights-only loader before accelerate does: it
+    reads them inside a catch-all and goes on without them, so a file that cannot be read safely (a pickle
+    that would run code) is refused here instead of ignored.
+
+    Raises:
+        IntegrityError: naming the file.
+    """
+    for path in sorted(source.glob("random_states_*.pkl")):
+        try:
+            accelerate_load(path)
+        except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as error:
+            raise IntegrityError(
+                f"{source}: accelerate's state files cannot be loaded safely ({path.name}: {type(error).__name__}, "
+                "refused by the weights-only unpickler: not an RNG state that accelerate saved)"
+            ) from error
 
 
 class PassSteps:
@@ -601,6 +620,7 @@ class Trainer:
         raise IntegrityError(f"no complete checkpoint to resume from: {'; '.join(problems)}")
 
     def _load_checkpoint(self, source: Path) -> None:
+        _check_random_states(source)
         try:  # accelerate unpickles its state files with torch's weights-only unpickler: code in them never runs
             self.accelerator.load_state(str(source))
         except (pickle.UnpicklingError, RuntimeError) as error:

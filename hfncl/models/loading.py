@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +13,41 @@ from safetensors import SafetensorError
 from transformers import PreTrainedModel
 
 from hfncl.hub.publish import CheckpointPushMixin
-from hfncl.hub.record import IncompatibleCheckpointError
+from hfncl.hub.record import RUN_RECORD, IncompatibleCheckpointError
 from hfncl.hub.source import pin_source
-from hfncl.integrity import verify_manifest
+from hfncl.integrity import MANIFEST, verify_manifest
 from hfncl.plugins import require_plugins
+
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+
+
+def require_safetensors(directory: Path) -> None:
+    """Refuse a local checkpoint without safetensors weights: hfncl never unpickles a model's weights.
+
+    Raises:
+        OSError: on one line naming the pickle files found instead, if any.
+    """
+    if any(directory.glob("model*.safetensors")):
+        return
+    pickles = sorted(p.name for p in directory.iterdir() if p.suffix in PICKLE_SUFFIXES)
+    found = f"only pickle weights ({', '.join(pickles)})" if pickles else "no weights"
+    raise OSError(
+        f"{directory} has {found}: safetensors required (model.safetensors, as save_pretrained writes it); "
+        "hfncl does not unpickle model weights, which can run code"
+    )
+
+
+def _verify_local(directory: Path) -> None:
+    """Check a local checkpoint's config and weights against its manifest. A checkpoint hfncl saved (it has a run
+    record) whose manifest is gone loads with a warning that nothing was verified; a directory written by
+    ``save_pretrained`` alone has no manifest to check."""
+    if not (directory / MANIFEST).is_file() and (directory / RUN_RECORD).is_file():
+        warnings.warn(
+            f"{directory} has no {MANIFEST}: its config and weights are loaded unverified (hfncl saves a "
+            "checkpoint with one; save it again, or copy it whole, to have them checked)",
+            stacklevel=4,
+        )
+    verify_manifest(directory, only=_read_when_loading, required=False)
 
 
 def _read_when_loading(name: str) -> bool:
@@ -49,7 +81,8 @@ class HfnclPreTrainedModel(CheckpointPushMixin, PreTrainedModel):
                 ``config.json`` or weights differ from its manifest (:mod:`hfncl.integrity`).
             hfncl.plugins.MissingPluginError: a plugin that trained the model is not
                 installed; the message names the package to install.
-            OSError: a local directory has no ``config.json``, the safetensors weights are corrupted or truncated, or
+            OSError: a local directory has no ``config.json`` or no safetensors weights (pickle weights are never
+                read: ``use_safetensors=True``), the safetensors weights are corrupted or truncated, or
                 ``HF_HUB_OFFLINE=1`` is set and a name that is not a local directory is not
                 in the Hub cache.
         """
@@ -58,7 +91,9 @@ class HfnclPreTrainedModel(CheckpointPushMixin, PreTrainedModel):
         if local.is_dir():
             if not (local / "config.json").is_file():
                 raise OSError(f"{local} has no config.json: it is not a saved hfncl checkpoint")
-            verify_manifest(local, only=_read_when_loading, required=False)
+            require_safetensors(local)
+            _verify_local(local)
+        kwargs.setdefault("use_safetensors", True)
         source = pin_source(name, kwargs)
         try:
             model = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)

@@ -22,6 +22,7 @@ joint space and a validity mask, ``(states (B, T, embed_dim), mask (B, T) bool o
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -173,7 +174,8 @@ class PretrainedTower(nn.Module):
         nn.init.zeros_(self.proj_bias)
         if self.source is not None:
             try:
-                pretrained = type(self.model).from_pretrained(self.source)
+                local = os.path.isdir(self.source)  # a local tower's pickle weights are never read
+                pretrained = type(self.model).from_pretrained(self.source, use_safetensors=True if local else None)
             except OSError as error:
                 hint = " (HF_HUB_OFFLINE=1 is set)" if is_offline_mode() else ""
                 raise TowerLoadError(f"Cannot load the pretrained weights of {self.source!r}{hint}: {error}") from error
