@@ -150,7 +150,8 @@ def jobs(args: argparse.Namespace, data_dir: Path) -> list[Job]:
                 continue
             vocab = str(training_vocabulary(data_dir))
             references = [(oracle_row(method, first), method, oracle_split(data_dir, ratio, seed)) for method in args.oracle_method]
-            references.append((HALF_DATA, first, half_data_split(data_dir, ratio)))
+            if not args.no_half_data:
+                references.append((HALF_DATA, first, half_data_split(data_dir, ratio)))
             for row, method, split in references:
                 clean = DataArguments(data_dir=str(data_dir), train_split=split, vocab_file=vocab, noise_seed=seed)
                 out.append(Job(row, reference_run(args, ratio, method), seed, clean))
@@ -378,6 +379,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="Train the references to convergence: at least the methods' optimiser steps, then until "
                         "the validation rSum has not improved for this many epochs (0: the oracle method's demo schedule).")
     parser.add_argument("--no-references", action="store_true", help="Leave out the oracle and half-data rows.")
+    parser.add_argument("--no-half-data", action="store_true", help="Leave out the half-data control.")
     parser.add_argument("--references-only", action="store_true",
                         help="Train only the oracle and half-data rows (their steps bound the methods' planned schedules).")
     parser.add_argument("--report-only", action="store_true",
