@@ -419,5 +419,38 @@ COMMANDS["train"] = Command(
 )
 
 
+def _audit_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``hfncl audit``."""
+    parser.add_argument("--data-dir", required=True, help="Precomp directory ({split}_ims.npy, {split}_caps.txt).")
+    parser.add_argument("--output-dir", required=True, help="Where audit.parquet, audit.csv and audit.html go.")
+    parser.add_argument("--plugins", nargs="+", default=["ncr"], help="A method that divides the pairs (default ncr).")
+    parser.add_argument("--epochs", type=int, help="Epochs (default: the method's demo settings).")
+    parser.add_argument("--split", default="train", help="The split to audit (default train).")
+    parser.add_argument("--write-clean", metavar="NAME", help="Also write the unflagged pairs as precomp split NAME.")
+    parser.add_argument("--seed", type=int, default=0, help="Seeds training.")
+
+
+@command(
+    "audit",
+    help="Find the wrong pairs in your own image-text data: train a dividing method, list the suspicious pairs.",
+    add_arguments=_audit_arguments,
+)
+def audit_command(args: argparse.Namespace) -> int:
+    """Run :func:`hfncl.audit.audit` and print its summary; bad input is one line."""
+    from hfncl.audit import audit, audit_summary
+    from hfncl.config import one_line
+
+    try:
+        table = audit(
+            args.data_dir, args.plugins, args.output_dir, args.epochs, split=args.split, write_clean=args.write_clean,
+            seed=args.seed,
+        )
+    except (OSError, ValueError) as error:  # AuditError and DataFormatError are ValueErrors
+        print(f"hfncl: error: {one_line(error)}", file=sys.stderr)
+        return 1
+    print("\n".join(audit_summary(table, args.output_dir, args.write_clean)))
+    return 0
+
+
 if __name__ == "__main__":
     sys.exit(main())

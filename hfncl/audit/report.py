@@ -1,0 +1,179 @@
+"""What an audit writes: the table as Parquet and CSV, a self-contained HTML page, a cleaned copy of the split;
+and the estimated noise rate with its confidence interval."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import NormalDist
+
+import datasets
+import numpy as np
+
+from hfncl.data import PrecompSplit
+
+TABLE_FILES = ("audit.parquet", "audit.csv", "audit.html")
+HTML_ROWS = 500
+"""The most suspicious pairs the page lists."""
+
+
+@dataclass(frozen=True)
+class NoiseRate:
+    """The share of flagged pairs, ``flagged`` of ``pairs``, with its ``confidence`` interval ``[low, high]``."""
+
+    flagged: int
+    pairs: int
+    rate: float
+    low: float
+    high: float
+    confidence: float
+
+    def __str__(self) -> str:
+        return (
+            f"{self.rate:.1%} ({self.confidence:.0%} interval {self.low:.1%}-{self.high:.1%}; "
+            f"{self.flagged} of {self.pairs} pairs flagged)"
+        )
+
+
+def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson's score interval for a binomial proportion (E. B. Wilson, J. Am. Stat. Assoc. 22, 1927, 209-212).
+
+    With p = successes / n and z the standard normal quantile of (1 + confidence) / 2:
+
+        (p + z^2 / 2n  -/+  z * sqrt(p (1 - p) / n + z^2 / 4n^2)) / (1 + z^2 / n)
+
+    It stays inside [0, 1] and keeps its coverage near 0 and 1, where the Wald interval collapses.
+
+    Raises:
+        ValueError: ``trials`` < 1, ``successes`` outside ``0..trials`` or ``confidence`` outside (0, 1).
+    """
+    if trials < 1 or not 0 <= successes <= trials:
+        raise ValueError(f"wilson_interval needs 0 <= successes <= trials and trials >= 1, got {successes}/{trials}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    z = NormalDist().inv_cdf((1 + confidence) / 2)
+    p = successes / trials
+    centre = p + z * z / (2 * trials)
+    spread = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials))
+    scale = 1 + z * z / trials
+    return max(0.0, (centre - spread) / scale), min(1.0, (centre + spread) / scale)
+
+
+def estimated_noise_rate(table: datasets.Dataset, confidence: float = 0.95) -> NoiseRate:
+    """The share of an audit table's pairs that are flagged, with its Wilson interval (:func:`wilson_interval`)."""
+    flagged = int(np.count_nonzero(table["flagged"]))
+    low, high = wilson_interval(flagged, len(table), confidence)
+    return NoiseRate(flagged, len(table), flagged / len(table), low, high, confidence)
+
+
+def write_table(table: datasets.Dataset, output_dir: Path, rows: int = HTML_ROWS) -> list[Path]:
+    """Write ``audit.parquet``, ``audit.csv`` and ``audit.html`` (the ``rows`` most suspicious pairs) into
+    ``output_dir``; return their paths."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    paths = [output_dir / name for name in TABLE_FILES]
+    table.to_parquet(str(paths[0]))
+    table.to_csv(str(paths[1]), index=False)
+    paths[2].write_text(audit_page(table, rows), encoding="utf-8")
+    return paths
+
+
+def audit_page(table: datasets.Dataset, rows: int = HTML_ROWS) -> str:
+    """One self-contained HTML page: the estimated noise rate, a histogram of the mean clean probabilities (an
+    inline PNG, when matplotlib is installed) and the ``rows`` most suspicious pairs, every caption escaped."""
+    order = np.argsort(np.asarray(table["rank"]))[:rows]
+    shown = table.select(order.tolist())
+    networks = [name for name in table.column_names if name.startswith("clean_prob_net")]
+    header = ["rank", "pair", "image", "caption", *networks, "clean_prob", "agree", "flagged", "suggested re-pairing"]
+    body = "\n".join(_row(row, networks) for row in shown)
+    histogram = _histogram(np.asarray(table["clean_prob"]))
+    figure = f'<img alt="clean probabilities" src="data:image/png;base64,{histogram}">' if histogram else ""
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>hfncl audit</title>
+<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;
+padding:.3em .5em;vertical-align:top}}tr.flagged{{background:#fee}}</style></head><body>
+<h1>hfncl audit</h1>
+<p>Estimated noise rate (share of pairs flagged): {html.escape(str(estimated_noise_rate(table)))}</p>
+{figure}
+<h2>The {len(shown)} most suspicious pairs of {len(table)}</h2>
+<table><thead><tr>{"".join(f"<th>{html.escape(name)}</th>" for name in header)}</tr></thead>
+<tbody>
+{body}
+</tbody></table></body></html>
+"""
+
+
+def _row(row: dict, networks: list[str]) -> str:
+    """One table row of the page."""
+    cells = [str(row["rank"]), str(row["pair"]), str(row["image"]), html.escape(row["caption"])]
+    cells += [f"{row[name]:.3f}" for name in [*networks, "clean_prob"]]
+    cells += ["yes" if row["agree"] else "no", "yes" if row["flagged"] else "no", _repairing(row)]
+    css = ' class="flagged"' if row["flagged"] else ""
+    return f"<tr{css}>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>"
+
+
+def _repairing(row: dict) -> str:
+    """A flagged pair's suggested caption for its image and image for its caption, with their similarities."""
+    if row["suggested_caption"] is None:
+        return ""
+    return (
+        f"image {row['image']} with caption {row['suggested_caption']} "
+        f"({row['suggested_caption_similarity']:.3f}): {html.escape(row['suggested_caption_text'])}<br>"
+        f"this caption with image {row['suggested_image']} ({row['suggested_image_similarity']:.3f})"
+    )
+
+
+def _histogram(clean_prob: np.ndarray) -> str | None:
+    """A base64 PNG histogram of ``clean_prob``; ``None`` without matplotlib."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6, 3))
+    axes.hist(clean_prob, bins=50, range=(0.0, 1.0), color="#4477aa")
+    axes.set_xlabel("clean probability (mean over the networks)")
+    axes.set_ylabel("pairs")
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+    plt.close(figure)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def check_split_name(name: str) -> None:
+    """Refuse a split name that is not a plain file-name prefix (empty, or with a path separator)."""
+    if not name or "/" in name or "\\" in name:
+        raise ValueError(f"a split name is a file-name prefix without '/', got {name!r}")
+
+
+def write_clean_split(split: PrecompSplit, flagged: np.ndarray, output_dir: Path, name: str) -> list[Path]:
+    """Write split ``name`` of the unflagged pairs into ``output_dir`` in the precomp format: ``name_caps.txt``, one
+    caption per line, and ``name_ims.npy``, one row of region features per kept pair (its image's features repeated
+    for each of its kept captions: a precomp split holds the same number of captions for every image, which dropping
+    captions would break). Row r of both is the r-th unflagged pair in pair order. The ``.npy`` is written in chunks
+    under a temporary name and appears last, when complete. Returns the two paths.
+
+    Raises:
+        ValueError: every pair is flagged (an empty split cannot be written), or ``name`` is no split name.
+    """
+    check_split_name(name)
+    kept = np.flatnonzero(~np.asarray(flagged, dtype=bool))
+    if kept.size == 0:
+        raise ValueError(f"every pair of split {split.split!r} is flagged: no cleaned split to write")
+    output_dir.mkdir(parents=True, exist_ok=True)
+    captions = output_dir / f"{name}_caps.txt"
+    captions.write_text("".join(split.captions[int(c)] + "\n" for c in kept), encoding="utf-8")
+    target, partial = output_dir / f"{name}_ims.npy", output_dir / f"{name}.partial.npy"
+    images = kept // split.captions_per_image
+    features = np.lib.format.open_memmap(partial, mode="w+", dtype=np.float32, shape=(kept.size, *split.region_shape))
+    for start in range(0, kept.size, 1024):
+        features[start : start + 1024] = split.regions(images[start : start + 1024])
+    features.flush()
+    del features
+    partial.replace(target)
+    return [target, captions]

@@ -1,0 +1,118 @@
+"""Train a method on a user's own pairs, as they are, and keep its last verdict on each pair."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from hfncl.config import TrainConfig
+from hfncl.data import NoisyPairDataset, PrecompSplit, TokenizerVocabulary, Vocabulary, load_precomp_split
+from hfncl.demo import shortened_settings
+from hfncl.engine.callbacks import TrainerCallback
+from hfncl.engine.trainer import Trainer
+from hfncl.models import NCLConfig, NCLModel
+from hfncl.plugins import build_plugin_manager
+from hfncl.tasks.pairs import ModelArguments, model_fields
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from hfncl.types import Division
+
+DEFAULT_EPOCHS = 10
+"""Epochs of a method that declares no ``demo_settings`` when ``epochs`` is not given."""
+
+
+class AuditError(ValueError):
+    """Input an audit refuses before training, said in one line."""
+
+
+class LastDivisions(TrainerCallback):
+    """Keeps the divisions of the latest ``on_division``: after ``train()``, the last epoch's verdict."""
+
+    def __init__(self) -> None:
+        self.divisions: list[Division | None] = []
+
+    def on_division(
+        self, trainer: Trainer, epoch: int, divisions: list[Division | None], true_clean: np.ndarray
+    ) -> None:
+        self.divisions = list(divisions)
+
+
+@dataclass(frozen=True)
+class TrainedMethod:
+    """What an audit reads after training: the split, its vocabulary, the model and every network's last division.
+
+    ``divisions`` maps a network's number to its last division (networks without one left out).
+    """
+
+    split: PrecompSplit
+    vocab: Vocabulary | TokenizerVocabulary
+    model: NCLModel
+    plugins: list[str]
+    divisions: dict[int, Division]
+    device: torch.device
+
+
+def audit_settings(
+    plugins: list[str], epochs: int | None, seed: int, progress: bool, training: dict[str, Any] | None
+) -> TrainConfig:
+    """The method's own ``demo_settings`` (its settings for a small benchmark; :data:`DEFAULT_EPOCHS` epochs without
+    them), cut to ``epochs`` (its warmup shortened so that an epoch divides), under the ``training`` overrides
+    (:class:`~hfncl.config.TrainConfig` fields). The output directory is set when training.
+
+    Raises:
+        AuditError: the plugins make no division, or the epochs leave none after warmup.
+    """
+    hook = build_plugin_manager(plugins).hook
+    if not hook.divide.get_hookimpls():
+        raise AuditError(
+            f"plugin {' + '.join(plugins)} makes no division (no `divide` hook): an audit needs a method that "
+            "tells clean pairs from wrong ones, e.g. ncr, gsc, coteaching or ugncl"
+        )
+    settings = dict(hook.demo_settings() or {"epochs": DEFAULT_EPOCHS})
+    if epochs is not None:
+        settings = shortened_settings(settings, epochs)
+    values: dict[str, Any] = {"plugins": list(plugins), "seed": seed, "progress": progress, "plot_divisions": False}
+    config = TrainConfig(**(values | settings | (training or {})))
+    if config.epochs <= config.warmup_epochs:
+        raise AuditError(
+            f"{config.epochs} epochs with {config.warmup_epochs} warmup epochs: {' + '.join(plugins)} divides only "
+            "after warmup; give more epochs"
+        )
+    return config
+
+
+def read_split(data_dir: str | Path, split: str, model_args: ModelArguments, plugins: list[str]) -> PrecompSplit:
+    """Split ``split`` of the precomp directory ``data_dir`` (:func:`~hfncl.data.load_precomp_split`).
+
+    Raises:
+        AuditError: the model's image tower reads pixels (an audit reads precomputed features for now).
+        DataFormatError: a missing directory, split or file, an empty or malformed one, naming the file.
+    """
+    if model_fields(plugins, model_args).get("image_tower") == "transformer":
+        raise AuditError("an audit reads precomputed region features (precomp) for now, not raw images")
+    return load_precomp_split(data_dir, split)
+
+
+def train_method(split: PrecompSplit, config: TrainConfig, model_args: ModelArguments) -> TrainedMethod:
+    """Train ``config``'s method on the pairs of ``split`` as they are (no noise added; the checkpoints in a
+    temporary directory) and keep every network's last division."""
+    fields = model_fields(config.plugins, model_args)
+    tokenizer = fields.get("text_tower_name") if fields.get("text_tower") == "transformer" else None
+    vocab = TokenizerVocabulary.from_pretrained(tokenizer) if tokenizer else Vocabulary.build(split.captions)
+    regions, image_dim = split.region_shape
+    model_config = NCLConfig(image_dim=image_dim, image_regions=regions, vocab_size=len(vocab), **fields)
+    last = LastDivisions()
+    with tempfile.TemporaryDirectory(prefix="hfncl-audit-") as scratch:
+        config = replace(config, output_dir=scratch)
+        trainer = Trainer(config, model_config, NoisyPairDataset(split, vocab), callbacks=[last])
+        trainer.train()
+    divisions = {net: division for net, division in enumerate(last.divisions) if division is not None}
+    if not divisions:
+        raise AuditError(f"{' + '.join(config.plugins)} made no division in {config.epochs} epochs")
+    return TrainedMethod(split, vocab, trainer.model, list(config.plugins), divisions, trainer.accelerator.device)
