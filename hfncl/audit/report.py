@@ -64,7 +64,11 @@ def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> tu
 
 
 def estimated_noise_rate(table: datasets.Dataset, confidence: float = 0.95) -> NoiseRate:
-    """The share of an audit table's pairs that are flagged, with its Wilson interval (:func:`wilson_interval`)."""
+    """The share of an audit table's pairs that are flagged, with its Wilson interval (:func:`wilson_interval`).
+
+    The interval covers the sampling of the pairs, not the method's errors: it is the rate of the method's flags,
+    which a method that expects wrong pairs (NCR's two-component mixture) raises on clean data too.
+    """
     flagged = int(np.count_nonzero(table["flagged"]))
     low, high = wilson_interval(flagged, len(table), confidence)
     return NoiseRate(flagged, len(table), flagged / len(table), low, high, confidence)
