@@ -45,7 +45,8 @@ class LastDivisions(TrainerCallback):
 
 @dataclass(frozen=True)
 class TrainedMethod:
-    """What an audit reads after training: the split, its vocabulary, the model and every network's last division.
+    """What an audit reads after training: the split, its vocabulary, the model, every network's last division and
+    the device the model is on.
 
     ``divisions`` maps a network's number to its last division (networks without one left out).
     """
@@ -53,7 +54,6 @@ class TrainedMethod:
     split: PrecompSplit
     vocab: Vocabulary | TokenizerVocabulary
     model: NCLModel
-    plugins: list[str]
     divisions: dict[int, Division]
     device: torch.device
 
@@ -115,4 +115,4 @@ def train_method(split: PrecompSplit, config: TrainConfig, model_args: ModelArgu
     divisions = {net: division for net, division in enumerate(last.divisions) if division is not None}
     if not divisions:
         raise AuditError(f"{' + '.join(config.plugins)} made no division in {config.epochs} epochs")
-    return TrainedMethod(split, vocab, trainer.model, list(config.plugins), divisions, trainer.accelerator.device)
+    return TrainedMethod(split, vocab, trainer.model, divisions, trainer.accelerator.device)
