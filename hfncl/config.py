@@ -9,11 +9,15 @@ reads the same way: the cache root (:func:`default_cache_root`) and an error on 
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
+import numbers
 import os
-from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +33,17 @@ def one_line(error: BaseException) -> str:
 
 
 OPTIMIZERS = ("adam", "adamw")
+MIXED_PRECISIONS = ("no", "fp16", "bf16")
 LATEST = "latest"
 RUN_CONFIG_FILE = "run_config.yaml"
+RUN_ONLY_FIELDS = ("overwrite_output_dir", "resume", "resume_from_checkpoint", "resume_ignore_mismatch")
+"""TrainConfig fields that say how one invocation treats its output directory, not what the run trains: never
+saved in ``run_config.yaml``, so repeating a run from it neither replaces nor resumes anything unless asked."""
+
+
+class SettingError(ValueError, argparse.ArgumentTypeError):
+    """A refused setting: a ``ValueError`` to Python callers, and on the command line argparse's error with this
+    message (not argparse's generic "invalid value")."""
 
 
 class PluginOptions(dict[str, Any]):
@@ -41,10 +54,89 @@ class PluginOptions(dict[str, Any]):
             try:
                 value = json.loads(value) if value.strip() else {}
             except json.JSONDecodeError as error:
-                raise ValueError(f"options must be a JSON object, got {value!r}: {error}") from error
+                raise SettingError(f"TrainConfig.options must be a JSON object, got {value!r} ({error})") from error
             if not isinstance(value, dict):
-                raise ValueError(f"options must be a JSON object, got {type(value).__name__}")
-        super().__init__(value or {})
+                raise SettingError(f"TrainConfig.options must be a JSON object, got {type(value).__name__} {value!r}")
+        try:
+            super().__init__(value or {})
+        except (TypeError, ValueError) as error:  # neither a mapping nor (name, value) pairs
+            raise SettingError(
+                f'TrainConfig.options must be a JSON object such as {{"ncr.alpha": 0.2}}, got {value!r} '
+                f"({type(value).__name__})"
+            ) from error
+
+
+def check_field_types(settings: Any) -> None:
+    """Refuse a field of the dataclass ``settings`` whose value does not have its annotated type.
+
+    ``int`` takes integers only (not ``2.5``, not ``true``), ``float`` any real number but a bool, ``bool``
+    and ``str`` their own type, ``list[X]`` a list of ``X`` (a Python caller's tuple is stored as a list), never
+    a scalar: a configuration file writes ``lr_decay_epochs: [30]`` where the command line writes
+    ``--lr_decay_epochs 30``. ``X | None`` also takes ``None``; other annotations (``PluginOptions``) are
+    checked by their own constructors. Command-line flags reach here already converted by argparse;
+    configuration files and Python callers are checked here, the same way.
+
+    Raises:
+        ValueError: one line naming the class, the field, the expected type and the value.
+    """
+    hints = typing.get_type_hints(type(settings))
+    for spec in fields(settings):
+        annotation, value = hints[spec.name], getattr(settings, spec.name)
+        if isinstance(value, tuple) and _list_item(annotation) is not None:
+            value = list(value)
+            setattr(settings, spec.name, value)
+        expected = _expected_type(annotation, value)
+        if expected is not None:
+            raise ValueError(
+                f"{type(settings).__name__}.{spec.name} must be {expected}, got {value!r} ({type(value).__name__})"
+            )
+
+
+_SCALARS: dict[type, tuple[str, str]] = {
+    int: ("an integer", "integers"),
+    float: ("a number", "numbers"),
+    bool: ("true or false", "booleans"),
+    str: ("a string", "strings"),
+}
+
+
+def _kind(annotation: Any) -> tuple[Any, bool]:
+    """The annotated type without ``| None``, and whether ``None`` is allowed (``None, False`` for other unions)."""
+    members = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
+    kinds = [member for member in members if member is not type(None)]
+    return (kinds[0] if len(kinds) == 1 else None), len(kinds) < len(members)
+
+
+def _list_item(annotation: Any) -> Any:
+    """``X`` of an annotation ``list[X]`` (or ``list[X] | None``); ``None`` for any other annotation."""
+    kind, _ = _kind(annotation)
+    return typing.get_args(kind)[0] if typing.get_origin(kind) is list else None
+
+
+def _expected_type(annotation: Any, value: Any) -> str | None:
+    """What ``annotation`` expects, in words, when ``value`` does not have that type; ``None`` when it does, or
+    when the annotation is none that :func:`check_field_types` knows."""
+    kind, optional = _kind(annotation)
+    if value is None and optional:
+        return None
+    item = _list_item(annotation)
+    if item in _SCALARS:
+        fits = isinstance(value, list) and all(_is_scalar(element, item) for element in value)
+        expected = f"a list of {_SCALARS[item][1]}"
+    elif kind in _SCALARS:
+        fits, expected = _is_scalar(value, kind), _SCALARS[kind][0]
+    else:
+        return None
+    return None if fits else expected + (" or null" if optional else "")
+
+
+def _is_scalar(value: Any, kind: type) -> bool:
+    """Whether ``value`` is a ``kind`` (int, float, bool or str) as :func:`check_field_types` reads them."""
+    if kind is int:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    return isinstance(value, kind)
 
 
 @dataclass
@@ -141,33 +233,41 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         self.options = PluginOptions(self.options)
+        check_field_types(self)
         if self.resume and self.resume_from_checkpoint is None:
             self.resume_from_checkpoint = LATEST
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"TrainConfig.optimizer must be one of {sorted(OPTIMIZERS)}, got {self.optimizer!r}")
-        for name, least in (
-            ("epochs", 1), ("eval_batch_size", 1), ("save_steps", 0), ("num_workers", 0),
-            ("early_stopping_patience", 0), ("early_stopping_min_epochs", 0),
-        ):
-            if getattr(self, name) < least:
-                raise ValueError(f"TrainConfig.{name} must be >= {least}, got {getattr(self, name)}")
-        if self.batch_size < 2:
-            raise ValueError(f"TrainConfig.batch_size must be >= 2 (a batch needs negatives), got {self.batch_size}")
+        for name, fits, expected in self._value_rules():
+            value = getattr(self, name)
+            if not fits(value):
+                raise ValueError(f"TrainConfig.{name} must be {expected}, got {value!r}")
         if self.log_with:
             check_trackers(self.log_with)
-        if not (math.isfinite(self.text_tower_lr_scale) and self.text_tower_lr_scale > 0):
-            raise ValueError(
-                f"TrainConfig.text_tower_lr_scale must be a finite number > 0, got {self.text_tower_lr_scale}"
-            )
-        if not 0 <= self.freeze_text_tower_epochs <= self.epochs:
-            raise ValueError(
-                f"TrainConfig.freeze_text_tower_epochs must be between 0 and epochs={self.epochs}, "
-                f"got {self.freeze_text_tower_epochs}"
-            )
-        if not 0 <= self.warmup_epochs <= self.epochs:
-            raise ValueError(
-                f"TrainConfig.warmup_epochs must be between 0 and epochs={self.epochs}, got {self.warmup_epochs}"
-            )
+
+    def _value_rules(self) -> tuple[tuple[str, Callable[[Any], bool], str], ...]:
+        """(field, test, what the field must be) of each value check, made in this order after the types'."""
+        return (
+            ("optimizer", lambda v: v in OPTIMIZERS, f"one of {sorted(OPTIMIZERS)}"),
+            ("mixed_precision", lambda v: v in MIXED_PRECISIONS, f"one of {list(MIXED_PRECISIONS)}"),
+            ("epochs", lambda v: v >= 1, ">= 1"),
+            ("eval_batch_size", lambda v: v >= 1, ">= 1"),
+            ("save_steps", lambda v: v >= 0, ">= 0"),
+            ("num_workers", lambda v: v >= 0, ">= 0"),
+            ("early_stopping_patience", lambda v: v >= 0, ">= 0"),
+            ("early_stopping_min_epochs", lambda v: v >= 0, ">= 0"),
+            ("batch_size", lambda v: v >= 2, ">= 2 (a batch needs negatives)"),
+            ("learning_rate", lambda v: math.isfinite(v) and v > 0, "a finite number > 0"),
+            ("weight_decay", lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0"),
+            ("lr_decay_factor", lambda v: 0 < v <= 1, "in (0, 1] (the rate's multiplier at each decay epoch)"),
+            (
+                "lr_decay_epochs",
+                lambda v: all(epoch >= 0 for epoch in v),
+                "epochs >= 0 (one at or past `epochs` is allowed: that run never reaches it)",
+            ),
+            ("grad_clip", lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0 (0 disables clipping)"),
+            ("text_tower_lr_scale", lambda v: math.isfinite(v) and v > 0, "a finite number > 0"),
+            ("freeze_text_tower_epochs", lambda v: 0 <= v <= self.epochs, f"between 0 and epochs={self.epochs}"),
+            ("warmup_epochs", lambda v: 0 <= v <= self.epochs, f"between 0 and epochs={self.epochs}"),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -198,12 +298,15 @@ def check_trackers(names: list[str]) -> None:
 
 
 def save_run_config(path: str | Path, *arguments: Any) -> Path:
-    """Write the fields of ``arguments`` (dataclasses) as one YAML mapping that ``--config`` reads back."""
+    """Write the fields of ``arguments`` (dataclasses) as one YAML mapping that ``--config`` reads back, without
+    :data:`RUN_ONLY_FIELDS`: repeating a run from the file never replaces or resumes a directory unless asked."""
     import yaml
 
     values: dict[str, Any] = {}
     for argument in arguments:
         values.update(json.loads(json.dumps(asdict(argument))))
+    for name in RUN_ONLY_FIELDS:
+        values.pop(name, None)
     path = Path(path)
     path.write_text(yaml.safe_dump(values, sort_keys=False))
     return path

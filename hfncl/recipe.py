@@ -9,21 +9,33 @@ file and the file to the flags. A run saves its effective configuration as
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 from transformers import HfArgumentParser
 
-from hfncl.config import TrainConfig, one_line
+from hfncl.config import RUN_ONLY_FIELDS, TrainConfig, one_line
 from hfncl.data import DataFormatError
 from hfncl.experiment import run_experiment
 from hfncl.plugins import PluginError, build_plugin_manager, resolve_options
 from hfncl.tasks import task_of_arguments, task_of_plugins
+
+NOT_GIVEN = "(not given)"
+"""What ``--print-config`` prints for a required field the command line and ``--config`` leave out."""
+
+
+class OneLineErrorParser(HfArgumentParser):
+    """An ``HfArgumentParser`` whose errors (a flag's value of the wrong type, a missing required flag) are a
+    ``ValueError`` the recipe prints on one line, like the dataclasses' own checks, instead of its usage."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ValueError(message)
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -52,7 +64,7 @@ def run_recipe(
     fixes unless the command line overrides them (the paper's settings for that dataset).
     """
     task = task_of_plugins(plugins)
-    parser = HfArgumentParser(
+    parser = OneLineErrorParser(
         (task.data_arguments, TrainConfig, task.model_arguments),
         description=description,
         prog=prog,
@@ -70,7 +82,8 @@ def run_recipe(
     if printing:
         args.remove("--print-config")
         for action in parser._actions:
-            action.required = False
+            if action.required:  # printed as not given (the dataclass's type check refuses None for a string)
+                action.required, action.default = False, NOT_GIVEN
     try:
         data_args, config, model_args = parse_with_config_file(parser, args)
         if printing:
@@ -143,7 +156,36 @@ def config_file_values(parser: argparse.ArgumentParser, path: str | Path) -> dic
         for option in action.option_strings
         if option.startswith("--")
     }
-    unknown = sorted(str(key) for key in content if str(key).replace("-", "_") not in destinations)
+    unknown = [str(key) for key in content if str(key).replace("-", "_") not in destinations]
     if unknown:
-        raise ValueError(f"--config {path}: unknown field(s) {unknown}; the fields are the flags of --help")
-    return {destinations[str(key).replace("-", "_")]: value for key, value in content.items()}
+        raise ValueError(f"--config {path}: unknown field(s) {_with_suggestions(sorted(unknown), list(destinations))}")
+    values = {destinations[str(key).replace("-", "_")]: value for key, value in content.items()}
+    return _without_run_only_fields(path, values)
+
+
+def _with_suggestions(unknown: list[str], known: Sequence[str]) -> str:
+    """``unknown`` field names, each with the closest known one (``'epochz' (did you mean 'epochs'?)``)."""
+    named = []
+    for name in unknown:
+        close = difflib.get_close_matches(name.replace("-", "_"), known, n=1)
+        named.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return ", ".join(named) + "; the fields are the flags of --help"
+
+
+def _without_run_only_fields(path: Path, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` without the fields of :data:`hfncl.config.RUN_ONLY_FIELDS` at their defaults (a run_config.yaml
+    written before they were left out holds them so).
+
+    Raises:
+        ValueError: the file sets one (``overwrite_output_dir: true``): a file that repeats a run never replaces or
+            resumes a directory; that is the command line's to ask.
+    """
+    for name in RUN_ONLY_FIELDS:
+        if values.get(name) not in (None, False):
+            flag = name if name != "resume_from_checkpoint" else f"{name} {values[name]}"
+            raise ValueError(
+                f"--config {path}: {name} is not a setting of the run but of one command: give --{flag} on the "
+                "command line instead"
+            )
+        values.pop(name, None)
+    return values

@@ -48,7 +48,7 @@ def test_a_config_file_trains_flags_override_it_and_the_saved_config_repeats_the
 @pytest.mark.parametrize(
     ("name", "text", "message"),
     [
-        ("bad.yaml", "epochs: 2\nepochz: 3\n", r"unknown field\(s\) \['epochz'\]"),
+        ("bad.yaml", "epochs: 2\nepochz: 3\n", r"unknown field\(s\) 'epochz' \(did you mean 'epochs'\?\)"),
         ("bad.yaml", "- 1\n", "expected a mapping"),
         ("bad.json", "{", "not valid JSON"),
         ("bad.txt", "", "expected a .yaml, .yml or .json file"),

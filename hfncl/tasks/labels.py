@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from transformers import PretrainedConfig
 
+from hfncl.config import check_field_types
 from hfncl.data import (
     LABEL_NOISE_KINDS,
     LabelledDataset,
@@ -73,6 +74,7 @@ class LabelDataArguments:
     feature_dtype: str = field(default="float32", metadata={"help": "Arrow storage of the features."})
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         arrays = (self.image_features, self.text_features, self.labels)
         if self.data_path is not None and any(a is not None for a in arrays):
             raise ValueError(
@@ -96,6 +98,9 @@ class CategoryModelArguments:
 
     embed_dim: int = field(default=512, metadata={"help": "Common space dimension (512 in the paper)."})
     hidden_dim: int = field(default=4096, metadata={"help": "Hidden width of each modality's 3-layer MLP."})
+
+    def __post_init__(self) -> None:
+        check_field_types(self)
 
 
 def load_labelled(args: LabelDataArguments) -> LabelledDataset:

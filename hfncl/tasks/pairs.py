@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from transformers import PretrainedConfig
 
+from hfncl.config import check_field_types
 from hfncl.data import (
     NOISE_KINDS,
     DataFormatError,
@@ -103,6 +104,7 @@ class DataArguments:
     )
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         if not 0.0 <= self.noise_ratio < 1.0:
             raise ValueError(f"noise_ratio must be in [0, 1), got {self.noise_ratio}")
         if self.noise_kind not in NOISE_KINDS:
@@ -180,6 +182,9 @@ class ModelArguments:
     lora_towers: list[str] | None = field(
         default=None, metadata={"help": "Transformer towers that get LoRA adapters: text, image (default: every one)."}
     )
+
+    def __post_init__(self) -> None:
+        check_field_types(self)
 
     def explicit(self) -> dict[str, Any]:
         """The fields given a value; ``text_tower`` NAME becomes ``text_tower="transformer"``, ``text_tower_name=NAME``
