@@ -276,6 +276,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
 
     from hfncl.data import DataFormatError
     from hfncl.engine.encoding import RetrievalSplit, evaluate_ensemble
+    from hfncl.evaluation import check_split_size
     from hfncl.hub import IncompatibleCheckpointError, load_text_vocabulary
     from hfncl.models import NCLModel
     from hfncl.plugins import build_plugin_manager
@@ -289,6 +290,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
             )
             for name, model in zip(args.checkpoints, models, strict=True)
         ]
+        check_split_size(splits[0].num_images, f"split {args.split!r} of {args.data_dir}", args.folds, "--folds")
         hooks = [build_plugin_manager(m.config.plugins).hook if m.config.plugins else None for m in models]
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.mixed_precision)
         with torch.autocast(torch.device(args.device).type, dtype=dtype, enabled=dtype is not None):

@@ -44,7 +44,7 @@ SPLITS = ["train", "dev", "test"]
 
 @pytest.fixture(scope="module")
 def raw_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """train / validation / test folders of 7 / 3 / 3 generated PNGs (sizes vary), 2 captions each."""
+    """train / validation / test folders of 7 / 11 / 11 generated PNGs (sizes vary), 2 captions each."""
     return write_imagefolder(tmp_path_factory.mktemp("raw"))
 
 
@@ -67,7 +67,7 @@ def test_a_pixel_split_gives_the_processors_pixel_values(raw_dir, tower_dir):
     train = splits["train"]
     assert (train.num_images, train.num_captions, train.captions_per_image) == (7, 14, 2)
     assert train.captions[:3] == ["train image 0 view 0", "train image 0 view 1", "train image 1 view 0"]
-    assert splits["dev"].num_images == 3 and splits["dev"].captions[0] == "validation image 0 view 0"
+    assert splits["dev"].num_images == 11 and splits["dev"].captions[0] == "validation image 0 view 0"
     assert train.image_shape == (3, 16, 16)
     pixels = train.image_inputs(np.array([4, 1, 4]))
     assert pixels.dtype == np.float32

@@ -1,20 +1,27 @@
 """Every setting checked before work starts, the same way from flags, configuration files and Python (issue 41).
 
 A run is what its files say it is: ``run_config.yaml`` repeats a run without replacing or resuming anything, a
-configuration file's values have their fields' types, and nonsensical rates are refused.
+configuration file's values have their fields' types, nonsensical rates are refused, and a split too small to
+score (or that the folds do not divide) is refused before training, in ``hfncl train`` and ``hfncl evaluate``.
 """
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
 
+from conftest import MICRO_DATA
 from hfncl.cli import main
 from hfncl.config import RUN_ONLY_FIELDS, TrainConfig
+from hfncl.data import Vocabulary, load_precomp_split
+from hfncl.evaluation import check_split_size
 from hfncl.experiment import DataArguments, ModelArguments
+from hfncl.hub import save_text_vocabulary
+from hfncl.models import NCLConfig, NCLModel
 
 MICRO = ["--embed_dim", "8", "--word_dim", "8", "--batch_size", "16", "--progress", "false"]
 ONE_EPOCH = ["--epochs", "1", "--warmup_epochs", "0", "--lr_decay_epochs", "1", "--plot_divisions", "false"]
@@ -107,3 +114,57 @@ def test_settings_that_make_no_sense_are_refused_in_one_line(micro_data_dir, tmp
 def test_the_edges_of_the_rate_settings_are_allowed():
     config = TrainConfig(epochs=3, lr_decay_factor=1.0, grad_clip=0.0, weight_decay=0.0, lr_decay_epochs=[0, 5])
     assert config.lr_decay_epochs == [0, 5]  # a decay epoch past the run (a shortened schedule) is never reached
+
+
+def test_split_sizes_and_folds_are_checked():
+    check_split_size(11, "test split 'test'")
+    check_split_size(5000, "test split 'test'", folds=5)
+    with pytest.raises(ValueError, match="the test split 'test' has 1 images; retrieval is scored on more than 10"):
+        check_split_size(1, "test split 'test'")
+    with pytest.raises(ValueError, match="R@10 is 100% for every caption"):
+        check_split_size(10, "test split 'test'")
+    with pytest.raises(ValueError, match="test_folds 3: the test split 'test' has 10 images, not 3 equal folds"):
+        check_split_size(10, "test split 'test'", folds=3, folds_name="test_folds")
+    with pytest.raises(ValueError, match=r"has 10 images per fold \(test_folds 4\)"):
+        check_split_size(40, "test split 'test'", folds=4, folds_name="test_folds")
+    with pytest.raises(ValueError, match="--folds must be >= 1, got 0"):
+        check_split_size(40, "split 'test'", folds=0, folds_name="--folds")
+
+
+def one_test_image(data_dir: Path, directory: Path) -> Path:
+    """A copy of the precomp ``data_dir`` whose test split holds its first image and that image's captions."""
+    copy = Path(shutil.copytree(data_dir, directory))
+    np.save(copy / "test_ims.npy", np.load(copy / "test_ims.npy")[:1])
+    captions = (copy / "test_caps.txt").read_text().splitlines()[: MICRO_DATA.captions_per_image]
+    (copy / "test_caps.txt").write_text("\n".join(captions) + "\n")
+    return copy
+
+
+@pytest.mark.parametrize(
+    ("folds", "message"),
+    [
+        (3, "test_folds 3: the test split 'test' has 11 images, not 3 equal folds"),
+        (1, "the test split 'test' has 1 images; retrieval is scored on more than 10"),
+    ],
+)
+def test_train_refuses_a_test_split_too_small_to_score_before_training(micro_data_dir, tmp_path, capsys, folds, message):
+    data_dir = micro_data_dir if folds > 1 else one_test_image(micro_data_dir, tmp_path / "data")
+    err = refused(capsys, tmp_path / "run", "--data_dir", str(data_dir), "--test_folds", str(folds), *MICRO)
+    assert message in err
+
+
+def test_evaluate_refuses_a_split_too_small_to_score(micro_data_dir, tmp_path, capsys):
+    train = load_precomp_split(micro_data_dir, "train")
+    vocab = Vocabulary.build(train.captions)
+    checkpoint = tmp_path / "model"
+    config = NCLConfig(image_dim=MICRO_DATA.feature_dim, vocab_size=len(vocab), embed_dim=8, word_dim=8)
+    NCLModel(config).save_pretrained(checkpoint)
+    save_text_vocabulary(vocab, checkpoint)
+    command = ["evaluate", str(checkpoint), "--no-progress", "--data-dir"]
+    assert main([*command, str(micro_data_dir)]) == 0
+    capsys.readouterr()
+    assert main([*command, str(micro_data_dir), "--folds", "2"]) == 1
+    assert "--folds 2: the split 'test' of" in capsys.readouterr().err
+    assert main([*command, str(one_test_image(micro_data_dir, tmp_path / "data"))]) == 1
+    error = capsys.readouterr().err.splitlines()[-1]  # after transformers' weight-loading bar
+    assert error.startswith("hfncl: error: the split 'test' of") and "has 1 images; retrieval is scored on" in error

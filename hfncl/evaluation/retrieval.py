@@ -33,6 +33,29 @@ RANK_KEYS = ("i2t_medr", "i2t_meanr", "t2i_medr", "t2i_meanr")
 _RECALL_AT = (1, 5, 10)
 
 
+def check_split_size(num_images: int, name: str, folds: int = 1, folds_name: str = "folds") -> None:
+    """Refuse a split whose recalls would not say anything: ``folds`` that do not divide its ``num_images`` into
+    equal folds, or a split (or fold) of at most ``K`` images for the largest ``K`` of R@K (10), where every
+    caption finds its image among the top ``K`` (t2i R@10 is 100%; one image scores rSum 600).
+
+    ``name`` names the split in the message (``"test split 'test'"``), ``folds_name`` the setting of the folds.
+
+    Raises:
+        ValueError: one line naming the split, its size and what it needs.
+    """
+    largest = max(_RECALL_AT)
+    if folds < 1:
+        raise ValueError(f"{folds_name} must be >= 1, got {folds}")
+    if num_images % folds:
+        raise ValueError(f"{folds_name} {folds}: the {name} has {num_images} images, not {folds} equal folds")
+    if num_images // folds <= largest:
+        where = f" per fold ({folds_name} {folds})" if folds > 1 else ""
+        raise ValueError(
+            f"the {name} has {num_images // folds} images{where}; retrieval is scored on more than {largest} "
+            f"(with {largest} or fewer, R@{largest} is 100% for every caption)"
+        )
+
+
 def _row_chunks(num_rows: int, chunk_size: int) -> list[slice]:
     """Consecutive slices of at most ``chunk_size`` rows covering ``range(num_rows)``."""
     return [slice(a, min(a + chunk_size, num_rows)) for a in range(0, num_rows, chunk_size)]

@@ -40,6 +40,7 @@ from hfncl.data.precomp import FEATURE_DTYPES
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
 from hfncl.engine.tasks import PairTask
+from hfncl.evaluation import check_split_size
 from hfncl.hub import DataDescription, save_text_vocabulary
 from hfncl.hub.card import CardTexts, plugin_names, register_card_texts
 from hfncl.hub.checkpoint import save_image_processor
@@ -446,11 +447,19 @@ class PairExperiment:
         self, args: DataArguments, model_args: ModelArguments, plugins: list[str], output_dir: str | Path
     ) -> PairData:
         """The data, read as the model's towers need them: tokenised by a transformer text tower, pixels for a
-        vision tower (:func:`prepare_data`)."""
+        vision tower (:func:`prepare_data`).
+
+        Raises:
+            ValueError: the validation or test split is too small to score, or ``test_folds`` do not divide the
+                test split (:func:`hfncl.evaluation.check_split_size`): refused before training, not after it.
+        """
         towers = model_fields(plugins, model_args)
         tokenizer = towers.get("text_tower_name") if towers.get("text_tower") == "transformer" else None
         pixels = towers.get("image_tower_name") if towers.get("image_tower") == "transformer" else None
-        return prepare_data(args, output_dir, tokenizer=tokenizer, image_processor=pixels)
+        data = prepare_data(args, output_dir, tokenizer=tokenizer, image_processor=pixels)
+        check_split_size(data.val.num_images, f"validation split {args.val_split!r}")
+        check_split_size(data.test.num_images, f"test split {args.test_split!r}", args.test_folds, "test_folds")
+        return data
 
     def model_config(self, data: PairData, model_args: ModelArguments, plugins: list[str]) -> NCLConfig:
         """The plugins' ``model_defaults`` under the explicit ``model_args``, fitted to the data's features (their
