@@ -350,7 +350,7 @@ def _mean_curve(records: list[list[dict[str, Any]]], key: str) -> tuple[list[int
     for record in records:
         for epoch in record:
             if epoch.get(key) is not None and epoch[key] == epoch[key]:  # NaN: AUC with one class
-                by_epoch.setdefault(epoch["epoch"] + 1, []).append(epoch[key])
+                by_epoch.setdefault(epoch["epoch"], []).append(epoch[key])
     epochs = sorted(e for e, values in by_epoch.items() if len(values) == len(records))
     return epochs, [statistics.mean(by_epoch[e]) for e in epochs]
 

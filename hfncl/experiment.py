@@ -33,7 +33,8 @@ def run_experiment(
     model_cards_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """Train on ``data_args`` with ``config``; evaluate the best checkpoint on the test split (without a
-    validation split: the last epoch's model, with ``best_epoch`` -1 and no best validation score).
+    validation split: the last epoch's model, with ``best_epoch`` None and no best validation score). Epochs in
+    the results, as on the console, in the checkpoints' names, the card and the plots, count from 1.
 
     ``data_args`` are the data arguments of a task (:func:`hfncl.tasks.task_of_arguments`),
     ``model_args`` its model arguments (default: theirs). Writes ``OUTPUT_DIR/results.json``
@@ -109,7 +110,7 @@ def _train_and_test(
         **task.results_header(data_args, data, trainer.accelerator.num_processes),
         "test": test,
         "best_epoch": summary["best_epoch"],
-        f"best_val_{trainer.task.best_metric}": summary["best_score"] if summary["best_epoch"] >= 0 else None,
+        f"best_val_{trainer.task.best_metric}": summary["best_score"] if summary["best_epoch"] is not None else None,
         "division": {k: v for k, v in divisions[-1].items() if k.startswith("division")} if divisions else {},
         "history": summary["history"],
     }

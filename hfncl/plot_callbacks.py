@@ -48,8 +48,8 @@ class DivisionPlots(TrainerCallback):
                         division.extras["statistic"],
                         division.clean_prob,
                         true_clean,
-                        trainer.output_dir / DIVISIONS_DIR / f"epoch-{epoch:03d}-net-{net}.png",
-                        title=f"{'+'.join(trainer.config.plugins)}: division of epoch {epoch}, network {net}",
+                        trainer.output_dir / DIVISIONS_DIR / f"epoch-{epoch + 1:03d}-net-{net}.png",
+                        title=f"{'+'.join(trainer.config.plugins)}: division of epoch {epoch + 1}, network {net}",
                         mixture=division.extras.get("mixture"),
                     )
                 except ImportError:

@@ -89,7 +89,7 @@ def plot_training_curves(history: list[dict], path: str | Path, metric: str = "r
 
     def series(keys: list[str]) -> dict[str, tuple[list[int], list[float]]]:
         return {
-            key: ([r["epoch"] + 1 for r in history if key in r], [r[key] for r in history if key in r]) for key in keys
+            key: ([r["epoch"] for r in history if key in r], [r[key] for r in history if key in r]) for key in keys
         }
 
     keys = sorted({key for record in history for key in record})

@@ -191,4 +191,4 @@ def test_a_plan_that_does_not_cover_the_training_set_is_refused_naming_the_part(
     trainer = noisy_trainer(tiny_data_dir, tiny_config(tmp_path / "run", ["short_planner"], epochs=2))
     with pytest.raises(plugins.PluginError, match="batch_plan's part 'short' masks 5 samples for 800"):
         trainer.train()
-    assert trainer.state.history[0]["epoch"] == 0 and trainer.state.global_step == 800 // BATCH
+    assert trainer.state.history[0]["epoch"] == 1 and trainer.state.global_step == 800 // BATCH

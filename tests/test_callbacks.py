@@ -57,7 +57,7 @@ def test_a_callback_receives_the_events_of_a_run_in_order(tiny_data_dir, tmp_pat
         step = _hook("train_step") + (_hook("warmup_loss") if warmup else _hook("rectify") + _hook("loss"))
         for _ in range(2):  # NCR trains its two networks in turn, one pass each
             events += _hook("batch_plan") + step * BATCHES + _hook("pass_end")
-        return events + _hook("epoch_end") + [("epoch_end", number)]
+        return events + _hook("epoch_end") + [("epoch_end", number + 1)]  # the record counts epochs from 1
 
     expected = [("train_begin",), *epoch(0, warmup=True), *epoch(1, warmup=False), ("train_end", 2)]
     assert recorder.events == expected
@@ -67,7 +67,7 @@ def test_a_callback_receives_the_events_of_a_run_in_order(tiny_data_dir, tmp_pat
 def test_the_figure_callbacks_draw_where_the_trainer_did_and_honour_plot_divisions(tiny_data_dir, tmp_path):
     noisy_trainer(tiny_data_dir, tiny_config(tmp_path / "on", ["ncr"], epochs=2), callbacks=training_figures()).train()
     pictures = sorted(path.name for path in (tmp_path / "on" / DIVISIONS_DIR).iterdir())
-    assert pictures == ["epoch-001-net-0.png", "epoch-001-net-1.png"]
+    assert pictures == ["epoch-002-net-0.png", "epoch-002-net-1.png"]  # the first division: epoch 2 of 2
     assert (tmp_path / "on" / CURVES_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     config = tiny_config(tmp_path / "off", ["ncr"], epochs=2, plot_divisions=False)

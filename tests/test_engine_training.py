@@ -75,7 +75,7 @@ def test_run_experiment_reports_test_metrics_and_division(tiny_data_dir, tmp_pat
     assert set(result["test"]) >= {"i2t_r1", "t2i_r10", "rsum", "i2t_medr", "fold_rsum", "fold_i2t_r1"}
     assert 0.3 < result["true_noise_ratio"] <= 0.4
     assert (tmp_path / "best" / "model.safetensors").exists() and (tmp_path / "noise_index.npy").exists()
-    picture = tmp_path / "divisions" / "epoch-001-net-0.png"
+    picture = tmp_path / "divisions" / "epoch-002-net-0.png"
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "training_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     check_epoch_lines(*capfd.readouterr())
@@ -201,7 +201,7 @@ def test_early_stopping_ends_the_run_after_patience_epochs_without_a_better_vali
     trainer = noisy_trainer(micro_data_dir, config)
     monkeypatch.setattr(trainer, "evaluate", lambda split: {"rsum": next(scores)})
     summary = trainer.train()
-    assert len(summary["history"]) == trained and summary["best_epoch"] == 1
+    assert len(summary["history"]) == trained and summary["best_epoch"] == 2
     per_epoch = trainer.num_train // 16
     assert [record["steps_per_network"] for record in summary["history"]] == [per_epoch * (e + 1) for e in range(trained)]
 
@@ -209,3 +209,21 @@ def test_early_stopping_ends_the_run_after_patience_epochs_without_a_better_vali
 def test_early_stopping_settings_are_checked():
     with pytest.raises(ValueError, match="early_stopping_patience must be >= 0"):
         tiny_config("out", ["vsepp"], early_stopping_patience=-1)
+
+
+def test_epochs_count_from_1_on_the_console_and_in_the_results_checkpoints_card_and_plots(tiny_data_dir, tmp_path, capfd):
+    """One convention: what a person reads of a run (epoch lines, results.json, the checkpoints' names, the card's
+    "weights of epoch N", the run record and the division plots) counts epochs from 1."""
+    from hfncl.hub.record import read_run_record
+
+    result = run_experiment(
+        DataArguments(data_dir=str(tiny_data_dir), noise_ratio=0.4), tiny_config(tmp_path, ["ncr"], epochs=2), TINY_MODEL
+    )
+    lines = [line for line in capfd.readouterr().out.splitlines() if line.startswith("epoch ")]
+    assert [line.split(" |")[0] for line in lines] == ["epoch 1/2 warmup", "epoch 2/2"]
+    assert [record["epoch"] for record in result["history"]] == [1, 2]
+    best = max(result["history"], key=lambda record: record["val/rsum"])
+    assert result["best_epoch"] == best["epoch"] == read_run_record(tmp_path / "best").best_epoch
+    assert f"weights of epoch {best['epoch']}," in (tmp_path / "best" / "README.md").read_text()
+    assert sorted(path.name.split("-epoch-")[1] for path in (tmp_path / "checkpoints").glob("step-*")) == ["0001", "0002"]
+    assert sorted(path.name for path in (tmp_path / "divisions").iterdir()) == ["epoch-002-net-0.png", "epoch-002-net-1.png"]

@@ -772,7 +772,7 @@ def test_run_writes_a_card_from_its_own_results(tiny_data_dir, tmp_path):
     best = output / "best"
     record = read_run_record(best)
     assert record.best_epoch == result["best_epoch"] and record.test == result["test"]
-    history = result["history"][result["best_epoch"]]
+    history = result["history"][result["best_epoch"] - 1]
     assert record.validation == {k[len("val/") :]: v for k, v in history.items() if k.startswith("val/")}
     assert record.division == {k: v for k, v in history.items() if k.startswith("division")}
     assert set(record.division) >= {"division/net0/auc", "division/net1/precision"}

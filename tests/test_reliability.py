@@ -342,7 +342,7 @@ def test_a_resume_across_a_mismatch_on_purpose_is_recorded_and_an_old_checkpoint
         result = micro_run(micro_data_dir, tmp_path, noise_ratio=0.2, epochs=2, resume=True, resume_ignore_mismatch=True)
     assert result["resumed_across_mismatch"] == ["data.noise_ratio", "noise_index", "training.epochs"]
     assert json.loads((tmp_path / "results.json").read_text())["resumed_across_mismatch"] == result["resumed_across_mismatch"]
-    assert [h["epoch"] for h in result["history"]] == [0, 1]
+    assert [h["epoch"] for h in result["history"]] == [1, 2]
     latest = tmp_path / "checkpoints" / (tmp_path / "checkpoints" / "latest").read_text()
     assert json.loads((latest / FINGERPRINT_FILE).read_text())["continued_across"] == result["resumed_across_mismatch"]
     (latest / FINGERPRINT_FILE).unlink()  # as a checkpoint saved before fingerprints

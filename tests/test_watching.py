@@ -7,7 +7,7 @@ from hfncl.engine.callbacks import format_epoch_line
 
 def test_the_epoch_line_shows_named_sets_and_other_metrics():
     record = {
-        "epoch": 4,
+        "epoch": 5,  # records count epochs from 1
         "warmup": False,
         "train/ce": 0.5,
         "val/mean_map": 0.71,

@@ -86,8 +86,9 @@ class TrainerCallback:
         first step. ``true_clean`` is the hidden clean mask of the division's units, for diagnostics only."""
 
     def on_epoch_end(self, trainer: Trainer, record: dict[str, Any], seconds: float) -> None:
-        """After an epoch's validation and history ``record`` (``train/TERM``, ``val/METRIC``, ``division/...``
-        or ``division/netK/...``), before its checkpoint; ``seconds`` since ``on_epoch_begin``."""
+        """After an epoch's validation and history ``record`` (``epoch``, counted from 1 as in every file and on the
+        console, where the events' ``epoch`` argument is the index from 0; ``train/TERM``, ``val/METRIC``,
+        ``division/...`` or ``division/netK/...``), before its checkpoint; ``seconds`` since ``on_epoch_begin``."""
 
     def on_train_end(self, trainer: Trainer, summary: dict[str, Any]) -> None:
         """After the last epoch, with the summary ``train`` returns."""
@@ -115,7 +116,7 @@ def format_epoch_line(record: dict[str, Any], epochs: int, seconds: float) -> st
     rSum; other metrics (mAP) print by name. Division quality is the AUC, precision and
     recall of each network's division, with the share of each named set.
     """
-    parts = [f"epoch {record['epoch'] + 1}/{epochs}" + (" warmup" if record.get("warmup") else "")]
+    parts = [f"epoch {record['epoch']}/{epochs}" + (" warmup" if record.get("warmup") else "")]
     losses = [f"{key[len('train/'):]} {value:.4f}" for key, value in record.items() if key.startswith("train/")]
     if losses:
         parts.append("loss " + " ".join(losses))

@@ -391,7 +391,7 @@ class Trainer:
         summary = {
             "best_metric": self.task.best_metric,
             "best_score": self.state.best_score,
-            "best_epoch": self.state.best_epoch,
+            "best_epoch": self.state.best_epoch + 1 if self.state.best_epoch >= 0 else None,
             "history": self.state.history,
         }
         self._event("on_train_end", summary)
@@ -412,7 +412,7 @@ class Trainer:
         self.epoch = epoch
         self.in_warmup = epoch < self.config.warmup_epochs
         self._set_learning_rate(epoch)
-        record: dict[str, Any] = {"epoch": epoch, "warmup": self.in_warmup}
+        record: dict[str, Any] = {"epoch": epoch + 1, "warmup": self.in_warmup}
         starting = self.state.pass_index == 0 and self.state.batch_in_pass == 0
         if starting:
             self._call_hook("epoch_start", epoch=epoch)
@@ -424,7 +424,7 @@ class Trainer:
             networks = self.passes[self.state.pass_index]
             steps = self._pass_steps(epoch, networks)
             stage = "warmup" if self.in_warmup else f"networks {networks}"
-            description = f"{'+'.join(self.config.plugins)} epoch {epoch} {stage}"
+            description = f"{'+'.join(self.config.plugins)} epoch {epoch + 1}/{self.config.epochs} {stage}"
             bar = self._progress(steps, description)
             for parts in bar:
                 for part, batch in parts:
@@ -485,7 +485,7 @@ class Trainer:
             stage = "warmup_loss" if self.in_warmup else "loss"
             raise PluginError(
                 f"No active plugin ({', '.join(self.config.plugins)}) returned a loss term from `{stage}` "
-                f"in epoch {self.epoch}; name a plugin that trains in this stage."
+                f"in epoch {self.epoch + 1}; name a plugin that trains in this stage."
             )
         return terms
 
@@ -650,7 +650,7 @@ class Trainer:
         if self.accelerator.is_main_process:
             record = RunRecord(
                 training=self.config.to_dict(),
-                best_epoch=self.epoch,
+                best_epoch=self.epoch + 1,
                 validation=dict(metrics),
                 division=dict(division_report),
             )

@@ -69,7 +69,7 @@ class RunRecord:
 
     Attributes:
         training: the :class:`hfncl.config.TrainConfig` fields of the run.
-        best_epoch: the epoch whose weights the checkpoint holds.
+        best_epoch: the epoch whose weights the checkpoint holds, counted from 1 as on the console.
         validation: retrieval metrics of that epoch on the validation split.
         division: division quality of that epoch against the hidden clean mask, keyed as
             the trainer reports it (``division/<metric>``, or ``division/net<K>/<metric>``
