@@ -165,11 +165,11 @@ def train(
     settings = {**run.config, "data_dir": str(data_dir), "output_dir": str(run_dir)}
     killed_before = (run_dir / "checkpoints").is_dir()
     continues = resume and killed_before
-    if killed_before:
-        settings |= {"resume_from_checkpoint": "latest"} if continues else {"overwrite_output_dir": True}
     config_file = run_dir / "reduced.json"
     config_file.write_text(json.dumps(settings, indent=1))
     command = [sys.executable, str(RECIPES / f"{run.name}.py"), "--config", str(config_file)]
+    if killed_before:  # what one command does with the run's folder is a flag, never in its settings file
+        command += ["--resume_from_checkpoint", "latest"] if continues else ["--overwrite_output_dir"]
     started = time.perf_counter()
     with (run_dir / "train.log").open("a" if continues else "w") as log:
         done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)

@@ -124,4 +124,21 @@ def _train_and_test(
     return result
 
 
-__all__ = ["DataArguments", "ModelArguments", "run_experiment"]
+def summary_line(result: dict[str, Any], output_dir: str | Path) -> str:
+    """The line a run ends with: the best epoch and its validation score, the test score, where the model and the
+    results are (``result`` as :func:`run_experiment` returns it)."""
+    metric = next(key for key in result if key.startswith("best_val_"))[len("best_val_"):]
+    epochs, test = len(result["history"]), result["test"].get(metric)
+    tested = f"test {metric} {test:.1f}" if metric == "rsum" else f"test {metric} {test:.3f}"
+    if result["best_epoch"] is None:
+        chosen = f"no validation split: the last epoch's model ({epochs}/{epochs})"
+        model = f"its checkpoint in {Path(output_dir) / 'checkpoints'}"
+    else:
+        score = result[f"best_val_{metric}"]
+        shown = f"{score:.1f}" if metric == "rsum" else f"{score:.3f}"
+        chosen = f"best epoch {result['best_epoch']}/{epochs} (validation {metric} {shown})"
+        model = f"model in {Path(output_dir) / 'best'}"
+    return f"done: {chosen}, {tested}; {model}, results in {Path(output_dir) / 'results.json'}"
+
+
+__all__ = ["DataArguments", "ModelArguments", "run_experiment", "summary_line"]

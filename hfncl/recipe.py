@@ -22,7 +22,7 @@ from transformers import HfArgumentParser
 
 from hfncl.config import RUN_ONLY_FIELDS, TrainConfig, one_line
 from hfncl.data import DataFormatError
-from hfncl.experiment import run_experiment
+from hfncl.experiment import run_experiment, summary_line
 from hfncl.plugins import PluginError, build_plugin_manager, resolve_options
 from hfncl.tasks import task_of_arguments, task_of_plugins
 
@@ -93,7 +93,7 @@ def run_recipe(
     except (DataFormatError, PluginError, ValueError, OSError) as error:
         print(f"error: {one_line(error)}", file=sys.stderr)
         return 2
-    print(json.dumps({"test": result["test"], "division": result["division"]}, indent=1))
+    print(summary_line(result, config.output_dir))
     return 0
 
 

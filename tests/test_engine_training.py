@@ -227,3 +227,17 @@ def test_epochs_count_from_1_on_the_console_and_in_the_results_checkpoints_card_
     assert f"weights of epoch {best['epoch']}," in (tmp_path / "best" / "README.md").read_text()
     assert sorted(path.name.split("-epoch-")[1] for path in (tmp_path / "checkpoints").glob("step-*")) == ["0001", "0002"]
     assert sorted(path.name for path in (tmp_path / "divisions").iterdir()) == ["epoch-002-net-0.png", "epoch-002-net-1.png"]
+
+
+def test_a_run_ends_with_one_line_saying_the_best_epoch_the_test_score_and_where_the_model_is():
+    from hfncl.experiment import summary_line
+
+    result = {"history": [{}, {}, {}], "best_epoch": 2, "best_val_rsum": 412.34, "test": {"rsum": 398.06}}
+    assert summary_line(result, "runs/x") == (
+        "done: best epoch 2/3 (validation rsum 412.3), test rsum 398.1; model in runs/x/best, results in runs/x/results.json"
+    )
+    labels = {"history": [{}, {}], "best_epoch": None, "best_val_mean_map": None, "test": {"mean_map": 0.7123}}
+    assert summary_line(labels, "out") == (
+        "done: no validation split: the last epoch's model (2/2), test mean_map 0.712; its checkpoint in out/checkpoints, "
+        "results in out/results.json"
+    )

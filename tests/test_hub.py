@@ -808,3 +808,18 @@ def test_a_dataset_named_by_its_hub_id_is_listed_in_the_cards_datasets(tmp_path)
 def test_generic_data_directory_names_take_their_parents():
     assert dataset_name_of("/x/runs/demo/data") == "demo-data"
     assert dataset_name_of("/data/f30k_precomp") == "f30k_precomp"
+
+
+def test_a_local_path_that_does_not_exist_is_said_so_at_once_without_asking_the_hub(tmp_path, monkeypatch):
+    """``hfncl evaluate out/nonexistent`` asked the Hub 10 times over 79 s, then blamed the network."""
+    import time
+
+    from hfncl.models import NCLModel
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out").mkdir()
+    started = time.perf_counter()
+    for name in ("out/nonexistent", str(tmp_path / "out" / "nonexistent"), "./nonexistent", "out/a/b"):
+        with pytest.raises(OSError, match=r"does not exist: no such local directory"):
+            NCLModel.from_pretrained(name)
+    assert time.perf_counter() - started < 5

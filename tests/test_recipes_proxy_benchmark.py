@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 from conftest import benchmark_module
@@ -87,15 +88,24 @@ def test_report_only_trains_nothing_and_reads_finished_runs(recipes_proxy, tmp_p
     assert outcome == {"results": {"test": {"rsum": 80.0}, "history": []}, "seconds": 12.0}
 
 
-@pytest.mark.parametrize(
-    ("resume", "expected"), [(True, {"resume_from_checkpoint": "latest"}), (False, {"overwrite_output_dir": True})]
-)
-def test_a_killed_run_continues_from_its_checkpoint_with_resume(recipes_proxy, tmp_path, resume, expected):
+@pytest.mark.parametrize(("resume", "expected"), [(True, ["--resume_from_checkpoint", "latest"]), (False, ["--overwrite_output_dir"])])
+def test_a_killed_run_continues_from_its_checkpoint_with_resume(recipes_proxy, tmp_path, monkeypatch, resume, expected):
+    """A killed run resumes (``--resume``) or starts again; the flag goes on the command line, as a --config file
+    may not carry it (it would repeat or delete the run whenever the file is reused)."""
     run = recipes_proxy.RecipeRun(("vsepp_f30k",), {"epochs": 1})
     (tmp_path / "runs" / "vsepp_f30k" / "checkpoints").mkdir(parents=True)
     (tmp_path / "runs" / "vsepp_f30k" / "train.log").write_text("epoch 1/3 | before the kill\n")
-    with pytest.raises(RuntimeError, match="not_there"):
+    commands = []
+
+    def recipe_fails(command, **kwargs):
+        commands.append(command)
+        return subprocess.CompletedProcess(command, 2)
+
+    monkeypatch.setattr(recipes_proxy.subprocess, "run", recipe_fails)
+    with pytest.raises(RuntimeError, match="exited with 2"):
         recipes_proxy.train(run, tmp_path / "not_there", tmp_path / "runs", resume=resume)
+    [command] = commands
+    assert command[-len(expected):] == expected and command[command.index("--config") + 1].endswith("reduced.json")
     saved = json.loads((tmp_path / "runs" / "vsepp_f30k" / "reduced.json").read_text())
-    assert {key: saved[key] for key in expected} == expected
+    assert not {"resume_from_checkpoint", "overwrite_output_dir"} & set(saved)
     assert ("before the kill" in (tmp_path / "runs" / "vsepp_f30k" / "train.log").read_text()) is resume

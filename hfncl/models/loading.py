@@ -55,6 +55,26 @@ def _read_when_loading(name: str) -> bool:
     return name == "config.json" or name.startswith("model") and ".safetensors" in name
 
 
+def refuse_missing_local_path(name: str) -> None:
+    """An ``OSError`` at once for a name that can only be meant as a local directory and is not one, instead of
+    a Hub lookup (with its retries) that then blames the network: a name that is no valid Hub id (``./run``,
+    ``/abs/run``, ``a/b/c``), or ``x/y`` where ``x`` is a local directory."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    path = Path(name).expanduser()
+    if path.exists():
+        return
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        raise OSError(f"{name} does not exist: no such local directory (nor is it a Hub id)") from None
+    if len(path.parts) > 1 and Path(path.parts[0]).is_dir():
+        raise OSError(
+            f"{name} does not exist: no such local directory in {path.parts[0]}/ (for the Hub id of that name, "
+            f"run from a directory without a {path.parts[0]}/ folder)"
+        )
+
+
 class HfnclPreTrainedModel(CheckpointPushMixin, PreTrainedModel):
     """A transformers model whose loading names the problem: a newer checkpoint format, damaged
     weights, an offline Hub id, a missing plugin; and whose ``push_to_hub`` publishes a whole
@@ -88,6 +108,7 @@ class HfnclPreTrainedModel(CheckpointPushMixin, PreTrainedModel):
         """
         name = str(pretrained_model_name_or_path)
         local = Path(name, kwargs.get("subfolder") or "")
+        refuse_missing_local_path(name)
         if local.is_dir():
             if not (local / "config.json").is_file():
                 raise OSError(f"{local} has no config.json: it is not a saved hfncl checkpoint")
