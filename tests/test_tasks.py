@@ -77,7 +77,7 @@ class _Built(Exception):
 def test_a_pair_run_tells_plugins_the_noise_it_injected(noise, expected, tiny_data_dir, tmp_path, monkeypatch):
     seen = []
 
-    def building(config, model_config, train, val, task, callbacks):
+    def building(config, model_config, train, val, task, callbacks, **more):
         seen.append(task.noise_rate)
         raise _Built
 
