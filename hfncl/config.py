@@ -203,7 +203,11 @@ class TrainConfig:
     )
     log_with: list[str] = field(
         default_factory=list,
-        metadata={"help": "Accelerate trackers (tensorboard, wandb, ...).", "aliases": ["--report_to"]},
+        metadata={
+            "help": "Accelerate trackers (tensorboard, wandb, ...; all; none), as TrainingArguments.report_to: "
+            "a list or one name.",
+            "aliases": ["--report_to"],
+        },
     )
     run_name: str | None = field(
         default=None, metadata={"help": "The run's name in the trackers (default: the output directory's name)."}
@@ -233,6 +237,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         self.options = PluginOptions(self.options)
+        self.log_with = tracker_names(self.log_with)
         check_field_types(self)
         if self.resume and self.resume_from_checkpoint is None:
             self.resume_from_checkpoint = LATEST
@@ -278,6 +283,17 @@ class TrainConfig:
     @classmethod
     def load(cls, path: str | Path) -> "TrainConfig":
         return cls(**json.loads(Path(path).read_text()))
+
+
+def tracker_names(value: Any) -> Any:
+    """``log_with`` (``report_to``) as transformers' ``TrainingArguments.report_to`` takes it: a list of tracker
+    names, one name as a string, ``"all"``, or ``"none"`` for no tracker (``[]``); other values are left to the
+    type check."""
+    if isinstance(value, str):
+        value = [value]
+    if isinstance(value, (list, tuple)) and [str(name).lower() for name in value] == ["none"]:
+        return []
+    return value
 
 
 def check_trackers(names: list[str]) -> None:

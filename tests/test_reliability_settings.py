@@ -66,7 +66,7 @@ def test_run_config_yaml_repeats_a_run_without_replacing_or_resuming_its_directo
         ("epochs: 2.5\n", "TrainConfig.epochs must be an integer, got 2.5 (float)"),
         ("lr_decay_epochs: 0\n", "TrainConfig.lr_decay_epochs must be a list of integers, got 0 (int)"),
         ("lr_decay_epochs: [1.5]\n", "TrainConfig.lr_decay_epochs must be a list of integers, got [1.5] (list)"),
-        ("log_with: tensorboard\n", "TrainConfig.log_with must be a list of strings, got 'tensorboard' (str)"),
+        ("log_with: 3\n", "TrainConfig.log_with must be a list of strings, got 3 (int)"),
         ("progress: 1\n", "TrainConfig.progress must be true or false, got 1 (int)"),
         ("noise_seed: 1.5\n", "DataArguments.noise_seed must be an integer, got 1.5 (float)"),
         ("embed_dim: [8]\n", "ModelArguments.embed_dim must be an integer or null, got [8] (list)"),
@@ -168,3 +168,13 @@ def test_evaluate_refuses_a_split_too_small_to_score(micro_data_dir, tmp_path, c
     assert main([*command, str(one_test_image(micro_data_dir, tmp_path / "data"))]) == 1
     error = capsys.readouterr().err.splitlines()[-1]  # after transformers' weight-loading bar
     assert error.startswith("hfncl: error: the split 'test' of") and "has 1 images; retrieval is scored on" in error
+
+
+def test_report_to_takes_a_name_a_list_all_or_none_as_training_arguments_does():
+    """``report_to: tensorboard`` in a config file was read as the trackers 't', 'e', ...; ``--report_to none`` was refused."""
+    from hfncl.config import TrainConfig
+
+    assert TrainConfig(log_with="none").log_with == [] and TrainConfig(log_with=["none"]).log_with == []
+    assert TrainConfig(log_with="all").log_with == ["all"] and TrainConfig(log_with=["all"]).log_with == ["all"]
+    with pytest.raises(ValueError, match="unknown tracker 'nonexistent_tracker'"):
+        TrainConfig(log_with="nonexistent_tracker")
