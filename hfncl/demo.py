@@ -108,11 +108,13 @@ def run_demo(
         if any(run.task.kind == task.kind for run in runs)
     }
     results = []
-    for run in runs:
+    for number, run in enumerate(runs, start=1):
         run_dir = output_dir / run.label
         started = time.perf_counter()
         try:
             config = demo_train_config(run, run_dir, seed, progress)
+            where = f"({number}/{len(runs)}): {config.epochs} epochs in {run_dir}"
+            print(f"{run.plugin} at {run.noise_ratio:.0%} noise {where}", flush=True)
             data_args = run.task.demo_arguments(data_paths[run.task.kind], run.noise_ratio, seed)
             result = run_experiment(data_args, config, run.task.demo_model)
         except Exception as error:

@@ -16,7 +16,9 @@ def test_a_failing_method_becomes_a_row_and_the_others_still_train(tmp_path, cap
     assert "no_such_option" in results[0]["error"] and "\n" not in results[0]["error"]
     assert "test" in results[1] and results[1]["test"]["rsum"] > 0
     assert "Traceback" in (tmp_path / broken.label / "error.txt").read_text()
-    assert "vsepp failed:" in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert "vsepp failed:" in captured.err
+    assert f"vsepp at 50% noise (2/2): 1 epochs in {tmp_path / 'vsepp_noise50'}" in captured.out  # each run named
     table = format_table(results).splitlines()
     assert "| vsepp | 50% | failed: " in table[2] and table[2].count("|") == table[0].count("|")
 
