@@ -61,7 +61,7 @@ class PluginOptions(dict[str, Any]):
             super().__init__(value or {})
         except (TypeError, ValueError) as error:  # neither a mapping nor (name, value) pairs
             raise SettingError(
-                f'TrainConfig.options must be a JSON object such as {{"ncr.alpha": 0.2}}, got {value!r} '
+                f'TrainConfig.options must be a JSON object such as {{"plugin.option": 0.2}}, got {value!r} '
                 f"({type(value).__name__})"
             ) from error
 

@@ -140,11 +140,8 @@ def hinge_prediction(similarity: torch.Tensor, alpha: float) -> torch.Tensor:
     Theta clamps s to [0, alpha], tau is the mean of Theta(s) over the top b // 10 + 1 pairs and P = min(Theta(s) / tau, 1).
     A pair whose negatives all stay alpha below it gets s = alpha, however far below they are.
     """
-    b, positive = similarity.size(0), similarity.diagonal()
-    off_diagonal = ~torch.eye(b, dtype=torch.bool, device=similarity.device)
-    image_cost = ((alpha + similarity - positive[:, None]).clamp(min=0) * off_diagonal).sum(dim=1) / b
-    text_cost = ((alpha + similarity - positive[None, :]).clamp(min=0) * off_diagonal).sum(dim=0) / b
-    clamped = (alpha - (image_cost + text_cost) / 2).clamp(min=0.0, max=alpha)
+    b = similarity.size(0)
+    clamped = (alpha - triplet_sum_negatives(similarity, alpha) / (2 * b)).clamp(min=0.0, max=alpha)
     tau = clamped.topk(min(b, b // 10 + 1)).values.mean()
     return (clamped / tau).clamp(max=1.0) if tau > 0 else torch.zeros_like(clamped)
 

@@ -72,7 +72,7 @@ def audit_settings(
     if not hook.divide.get_hookimpls():
         raise AuditError(
             f"plugin {' + '.join(plugins)} makes no division (no `divide` hook): an audit needs a method that "
-            "tells clean pairs from wrong ones, e.g. ncr, gsc, coteaching or ugncl"
+            "tells clean pairs from wrong ones (`hfncl plugins` lists the installed ones)"
         )
     settings = dict(hook.demo_settings() or {"epochs": DEFAULT_EPOCHS})
     if epochs is not None:
