@@ -65,6 +65,7 @@ from typing import Any
 from common import DEFAULT_CAPTIONS, machine, mean_spread, method_runs, proxy_sources, pyplot, quiet, write_report
 from oracle import half_data_split, oracle_split, training_vocabulary
 
+from hfncl.data.precomp import read_captions
 from hfncl.data.proxy import ProxyConfig, build_caption_proxy
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.demo import DEMO_SIZES, DemoRun, _division_of_network_a, demo_train_config, shortened_settings
@@ -168,9 +169,8 @@ def reference_run(args: argparse.Namespace, ratio: float, method: str | None = N
 
 
 def split_pairs(data_dir: str | Path, split: str) -> int:
-    """The number of training pairs (caption lines) of ``split``."""
-    with open(Path(data_dir) / f"{split}_caps.txt", encoding="utf-8") as lines:
-        return sum(1 for line in lines if line.strip())
+    """The number of training pairs (captions, as the precomp reader reads them) of ``split``."""
+    return sum(1 for _ in read_captions(Path(data_dir) / f"{split}_caps.txt"))
 
 
 def method_steps(row: dict[str, Any], pairs: int) -> float:
