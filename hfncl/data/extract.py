@@ -42,7 +42,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from huggingface_hub import HfApi, is_offline_mode
-from huggingface_hub.errors import HfHubHTTPError
+from huggingface_hub.errors import HfHubHTTPError, RevisionResolutionError
 
 from hfncl.data.captions import control_character
 from hfncl.data.precomp import DataFormatError, default_cache_root
@@ -54,18 +54,44 @@ SPLIT_NAMES = {"validation": "dev"}
 
 
 def _resolve_revision(model_name: str, revision: str | None, what: str) -> tuple[Any, str | None]:
-    """``(revision to load, commit)``: a local directory as is (no commit), a Hub id resolved to its commit once."""
+    """``(revision to load, commit)``: a local directory as is (no commit), a Hub id resolved to its commit once.
+
+    Raises:
+        OSError: one line; a Hub id that cannot be resolved (offline, or not in the Hub cache) says how to save
+            the model in a local folder to pass instead.
+    """
     if Path(model_name).is_dir():
         return revision, None
     try:
         resolved = HfApi().resolve_revision(model_name, revision=revision, local_files_only=is_offline_mode())
-    except (HfHubHTTPError, OSError, ValueError) as error:
+    except (HfHubHTTPError, OSError, ValueError, RevisionResolutionError) as error:
+        flag = "--detector" if what == "detector" else "--model"
         raise OSError(
-            f"Cannot load the {what} {model_name!r}: it is not a local directory, and as a Hub id "
-            f"its revision {revision or 'main'!r} cannot be resolved"
-            f"{' (HF_HUB_OFFLINE=1 and not in the Hub cache)' if is_offline_mode() else ''}: {error}"
-        ) from error
+            f"Cannot load the {what} {model_name!r}: it is not a local directory, and as a Hub id its revision "
+            f"{revision or 'main'!r} cannot be resolved"
+            f"{' (HF_HUB_OFFLINE=1 and not in the Hub cache)' if is_offline_mode() else ''} "
+            f"({_first_line(error)}). To work offline, save it in a folder where there is a network "
+            f"(`hf download {model_name} --local-dir DIR`) and pass {flag} DIR"
+        ) from None
     return resolved, resolved.resolved
+
+
+def _first_line(error: BaseException) -> str:
+    """The first line of an error's message, cut at 160 characters (a Hub error's message runs on)."""
+    lines = str(error).strip().splitlines()
+    return (lines[0] if lines else type(error).__name__)[:160]
+
+
+def _load_failure(what: str, model_name: str, error: Exception) -> OSError:
+    """A model or its image processor that did not load, in one line; a missing ``timm`` (the backbone of
+    ``facebook/detr-resnet-50``) names the package to install and the detectors that do without it."""
+    if isinstance(error, ImportError) and "timm" in str(error):
+        return OSError(
+            f"Cannot load the {what} {model_name!r}: its backbone is a timm model, and timm is not installed "
+            "(pip install timm, which needs torchvision); or take a detector without timm: RT-DETR "
+            "(PekingU/rtdetr_r50vd) or facebook/detr-resnet-50 at --revision no_timm"
+        )
+    return OSError(f"Cannot load the {what} or its image processor from {model_name!r}: {_first_line(error)}")
 
 
 def _model_identity(model_name: str, commit: str | None) -> dict[str, Any]:
@@ -105,8 +131,8 @@ class ImageFeatureExtractor:
         try:
             self.processor = AutoImageProcessor.from_pretrained(model_name, revision=revision)
             self.model = AutoModel.from_pretrained(model_name, revision=revision).to(device).eval()
-        except OSError as error:
-            raise OSError(f"Cannot load the image model or its image processor from {model_name!r}: {error}") from error
+        except (OSError, ImportError) as error:
+            raise _load_failure("image model", model_name, error) from error
         self.model_name = model_name
         self.feature = feature
         self.device = torch.device(device)
@@ -181,8 +207,8 @@ class RegionFeatureExtractor:
         try:
             self.processor = AutoImageProcessor.from_pretrained(detector_name, revision=revision)
             self.model = AutoModelForObjectDetection.from_pretrained(detector_name, revision=revision).to(device).eval()
-        except (OSError, ValueError) as error:
-            raise OSError(f"Cannot load the detector or its image processor from {detector_name!r}: {error}") from error
+        except (OSError, ValueError, ImportError) as error:
+            raise _load_failure("detector", detector_name, error) from error
         backbone = getattr(self.model.base_model, "backbone", None)
         if not isinstance(backbone, torch.nn.Module):
             raise ValueError(
@@ -429,14 +455,14 @@ def extract_features(
     if feature not in FEATURES:
         raise ValueError(f"feature must be one of {FEATURES}, got {feature!r}")
     cache = Path(cache_dir) if cache_dir is not None else default_cache_root() / "extract"
-    raw = load_raw_dataset(source, cache / "datasets")
-    extractor: RegionFeatureExtractor | ImageFeatureExtractor
+    extractor: RegionFeatureExtractor | ImageFeatureExtractor  # first: a model that cannot load stops at once
     if feature == "regions":
         extractor = RegionFeatureExtractor(
             model_name, num_regions, box_geometry, score_threshold, device=device, revision=revision
         )
     else:
         extractor = ImageFeatureExtractor(model_name, feature, device, revision=revision)
+    raw = load_raw_dataset(source, cache / "datasets")
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     shapes = {}

@@ -125,7 +125,7 @@ def _check_weights(config: PretrainedConfig, files: list[Path], checkpoint: Path
         )
 
 
-def checkpoint_files(checkpoint: str | Path) -> list[Path]:
+def checkpoint_files(checkpoint: str | Path, card: Path | None = None) -> list[Path]:
     """The files that make up a publishable checkpoint, after checking that each can be read.
 
     Checks that ``config.json`` parses (and is not of a newer checkpoint format), that
@@ -133,7 +133,8 @@ def checkpoint_files(checkpoint: str | Path) -> list[Path]:
     architecture needs, that ``vocab.json`` matches ``config.vocab_size`` (or, for a
     transformer text tower, that ``tokenizer/`` loads; a category-label model on
     precomputed features has neither), that a model whose image tower reads pixels has an
-    ``image_processor/`` that loads, and that the card parses. ``hfncl_run.json`` is included when present.
+    ``image_processor/`` that loads, and that the card exists. ``hfncl_run.json`` is included when present.
+    ``card``: the card file to publish instead of the checkpoint's ``README.md`` (one generated elsewhere).
 
     Raises:
         CheckpointError: naming the file that is missing or wrong.
@@ -143,7 +144,7 @@ def checkpoint_files(checkpoint: str | Path) -> list[Path]:
     weights = weight_files(checkpoint)
     _check_weights(config, weights, checkpoint)
     text_files = text_vocabulary_files(checkpoint, config)
-    card = checkpoint / CARD_FILE
+    card = card or checkpoint / CARD_FILE
     if not card.is_file():
         raise CheckpointError(f"{card} does not exist: generate the model card with `hfncl card {checkpoint}`")
     files = [checkpoint / CONFIG_FILE, *weights, *text_files, *_image_processor_files(checkpoint, config), card]

@@ -12,11 +12,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import CommitInfo, CommitOperationAdd, HfApi, snapshot_download
+from huggingface_hub import CommitInfo, CommitOperationAdd, HfApi, get_token, snapshot_download
+from huggingface_hub.errors import HfHubHTTPError
 from transformers import PretrainedConfig, PreTrainedModel
 
 from hfncl.data import TokenizerVocabulary, Vocabulary
-from hfncl.hub.card import card_name, write_model_card
+from hfncl.hub.card import CARD_FILE, build_model_card, card_name, read_config
 from hfncl.hub.checkpoint import (
     IMAGE_PROCESSOR_SUBFOLDER,
     VOCAB_FILE,
@@ -29,6 +30,23 @@ from hfncl.hub.checkpoint import (
 )
 from hfncl.hub.record import RUN_RECORD, CheckpointError, RunRecord, read_run_record
 from hfncl.hub.source import CheckpointSource
+from hfncl.integrity import atomic_write_text
+
+LOGIN_HINT = (
+    "check the network, and log in with `hf auth login` or set HF_TOKEN to a token that may write the repository"
+)
+_NETWORK_ERRORS: tuple[type[BaseException], ...] = (
+    HfHubHTTPError,
+    ConnectionError,  # huggingface_hub's OfflineModeIsEnabled
+    *(base for base in HfHubHTTPError.__mro__ if base.__name__ == "HTTPError"),  # the HTTP client's base error
+)
+"""What a Hub request raises when the Hub cannot be reached or refuses (connection, timeout, status)."""
+
+
+class HubUploadError(OSError):
+    """A push that did not reach the Hub or that the Hub refused, on one line saying what to do; nothing was
+    uploaded and the checkpoint directory is unchanged."""
+
 
 PUSH_OPTIONS = ("vocabulary", "record", "image_processor", "commit_message", "private", "token", "license")
 
@@ -61,22 +79,43 @@ def push_checkpoint(
 
     Returns:
         The commit (its ``commit_url`` and ``oid``).
+
+    Raises:
+        CheckpointError: a file of the checkpoint is missing or wrong (nothing sent).
+        HubUploadError: no token, no network, or the Hub refused; one line, and the checkpoint's ``README.md`` is
+            not rewritten (the regenerated card is written there only after the upload succeeded).
     """
     checkpoint = Path(checkpoint)
-    if not keep_card:
-        write_model_card(checkpoint, repo_id=repo_id, license=license)
-    files = checkpoint_files(checkpoint)
-    api = HfApi(token=token)
-    repo = api.create_repo(repo_id, private=private, exist_ok=True)
-    operations = [
-        CommitOperationAdd(path_in_repo=path.relative_to(checkpoint).as_posix(), path_or_fileobj=str(path))
-        for path in files
-    ]
-    return api.create_commit(
-        repo_id=repo.repo_id,
-        operations=operations,
-        commit_message=commit_message or f"Upload {card_name(repo_id)} with hfncl",
-    )
+    with tempfile.TemporaryDirectory(prefix="hfncl-card-") as temporary:
+        card = None
+        if not keep_card:  # published first; written into the checkpoint only once the Hub has it
+            card = Path(temporary) / CARD_FILE
+            text = build_model_card(read_config(checkpoint), read_run_record(checkpoint), repo_id, license)
+            card.write_text(str(text))
+        files = checkpoint_files(checkpoint, card=card)
+        api = HfApi(token=token)
+        if not (token or get_token()):
+            raise HubUploadError(f"Nothing was uploaded to {repo_id}: no Hub token; {LOGIN_HINT}")
+        operations = [
+            CommitOperationAdd(
+                path_in_repo=CARD_FILE if path == card else path.relative_to(checkpoint).as_posix(),
+                path_or_fileobj=str(path),
+            )
+            for path in files
+        ]
+        try:
+            repo = api.create_repo(repo_id, private=private, exist_ok=True)
+            commit = api.create_commit(
+                repo_id=repo.repo_id,
+                operations=operations,
+                commit_message=commit_message or f"Upload {card_name(repo_id)} with hfncl",
+            )
+        except _NETWORK_ERRORS as error:
+            reason = " ".join(str(error).split())[:200]
+            raise HubUploadError(f"Pushing to {repo_id} failed ({reason}): {LOGIN_HINT}") from None
+        if card is not None:
+            atomic_write_text(checkpoint / CARD_FILE, card.read_text())
+    return commit
 
 
 def push_model(

@@ -39,10 +39,15 @@ class CheckpointSource:
 
 
 def _resolved_revision(name: str, kwargs: dict[str, Any]) -> ResolvedRevision | None:
-    """The commit a Hub id's revision points to, or ``None`` when it cannot be resolved.
+    """The commit a Hub id's revision points to, or ``None`` when the Hub answered with an error.
 
     Resolved with :meth:`huggingface_hub.HfApi.resolve_revision` (from the local cache when
-    offline). Failures are left to ``from_pretrained``, whose errors say more.
+    offline). The Hub's own answers (no such repository, no access) are left to
+    ``from_pretrained``, whose errors say more.
+
+    Raises:
+        OSError: the Hub cannot be reached (no network, ``HF_HUB_OFFLINE=1``) and the local Hub cache has no copy:
+            one line saying so at once, instead of the downloads' retries that end blaming the network.
     """
     try:
         return HfApi().resolve_revision(
@@ -52,7 +57,19 @@ def _resolved_revision(name: str, kwargs: dict[str, Any]) -> ResolvedRevision | 
             local_files_only=bool(kwargs.get("local_files_only")) or is_offline_mode(),
             token=kwargs.get("token"),
         )
-    except (RevisionResolutionError, OSError, ValueError):
+    except RevisionResolutionError as error:
+        why = (
+            "HF_HUB_OFFLINE=1 forbids downloading it from the Hub"
+            if is_offline_mode()
+            else "local_files_only=True forbids downloading it from the Hub"
+            if error.__cause__ is None
+            else f"the Hub cannot be reached to download it ({type(error.__cause__).__name__})"
+        )
+        raise OSError(
+            f"{name!r} is not a local directory, and {why} (nor is a copy in the local Hub cache). Give the path of "
+            "a saved checkpoint directory (none of that name exists here), or check the network"
+        ) from None
+    except (OSError, ValueError):
         return None
 
 

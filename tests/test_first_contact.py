@@ -1,0 +1,122 @@
+"""Issue 43 (a newcomer's first contact): the Hub and the network, TrainingArguments names, the console, the number
+of processes, what the command line and the card tell."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import httpx2
+import pytest
+import torch
+from huggingface_hub import HfApi
+from huggingface_hub.errors import RevisionResolutionError
+from test_extract import write_imagefolder
+from test_hub import REPO_ID, FakeHub, make_checkpoint, offline  # noqa: F401 (offline: a fixture)
+from transformers import DetrConfig, DetrImageProcessor, PreTrainedModel
+
+from hfncl import cli
+from hfncl.hub import push_checkpoint
+from hfncl.hub.publish import HubUploadError
+
+
+def _unreachable_hub(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``HfApi.resolve_revision`` as it answers without a network: the Hub could not be reached, nothing cached."""
+
+    def resolve(self, repo_id, **kwargs):
+        try:
+            raise httpx2.ConnectError("[Errno -2] Name or service not known")
+        except httpx2.ConnectError as error:
+            raise RevisionResolutionError(f"Cannot resolve revision 'main' for model '{repo_id}'") from error
+
+    monkeypatch.setattr(HfApi, "resolve_revision", resolve)
+
+
+def _one_line_error(text: str) -> str:
+    lines = text.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hfncl: error: "), text
+    return lines[0]
+
+
+# --- 2: the Hub and the network -----------------------------------------------------------------
+
+
+def test_an_unreachable_hub_detector_is_one_line_saying_how_to_pass_a_local_folder(tmp_path, monkeypatch, capsys):
+    """``hfncl extract --detector PekingU/rtdetr_r50vd`` offline ended in a 106-line traceback."""
+    _unreachable_hub(monkeypatch)
+    raw = write_imagefolder(tmp_path / "raw", {"train": 2})
+    detector = ["--feature", "regions", "--detector", "PekingU/rtdetr_r50vd"]
+    assert cli.main(["extract", str(raw), str(tmp_path / "out"), *detector]) == 1
+    line = _one_line_error(capsys.readouterr().err)
+    assert "'PekingU/rtdetr_r50vd': it is not a local directory" in line
+    assert "`hf download PekingU/rtdetr_r50vd --local-dir DIR`) and pass --detector DIR" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_detector_with_a_timm_backbone_names_the_package_and_the_alternatives(tmp_path, capsys):
+    """``facebook/detr-resnet-50`` needs timm, which nothing installs: one line, not an ImportError's lines."""
+    if importlib.util.find_spec("timm") is not None:
+        pytest.skip("timm is installed here")
+    detector = tmp_path / "detr_timm"
+    DetrConfig(use_timm_backbone=True, backbone="resnet50", num_queries=4).save_pretrained(detector)
+    DetrImageProcessor().save_pretrained(detector)
+    from safetensors.torch import save_file
+
+    save_file({"unused": torch.zeros(1)}, detector / "model.safetensors")
+    raw = write_imagefolder(tmp_path / "raw", {"train": 2})
+    arguments = ["extract", str(raw), str(tmp_path / "out"), "--feature", "regions", "--detector", str(detector)]
+    assert cli.main(arguments) == 1
+    line = _one_line_error(capsys.readouterr().err)
+    assert "its backbone is a timm model, and timm is not installed (pip install timm" in line
+    assert "RT-DETR (PekingU/rtdetr_r50vd) or facebook/detr-resnet-50 at --revision no_timm" in line
+
+
+def test_a_name_that_is_neither_a_folder_here_nor_a_reachable_hub_id_is_said_so_without_downloading(
+    tmp_path, monkeypatch, capsys
+):
+    """``hfncl evaluate out/nonexistent`` (no out/ folder either) asked the Hub 10 times over 79 s, then blamed the
+    network in three lines."""
+    _unreachable_hub(monkeypatch)
+
+    def download(*args, **kwargs):
+        raise AssertionError("from_pretrained asked the Hub for the files")
+
+    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(download))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["evaluate", "out/nonexistent", "--data-dir", str(tmp_path)]) == 1
+    line = _one_line_error(capsys.readouterr().err)
+    assert "'out/nonexistent' is not a local directory, and the Hub cannot be reached to download it" in line
+    assert "Give the path of a saved checkpoint directory (none of that name exists here)" in line
+
+
+def test_push_without_a_token_is_one_error_and_changes_nothing(tmp_path, monkeypatch):
+    """``model.push_to_hub()`` without a token was a 76-line traceback."""
+    make_checkpoint(tmp_path)
+    card = (tmp_path / "README.md").read_bytes()
+    monkeypatch.setattr("hfncl.hub.publish.get_token", lambda: None)
+    with pytest.raises(HubUploadError, match=r"^Nothing was uploaded to hfncl-test/tiny-ncr: no Hub token; check the"):
+        push_checkpoint(tmp_path, REPO_ID)
+    from hfncl.models import NCLModel
+
+    with pytest.raises(HubUploadError) as raised:
+        NCLModel.from_pretrained(tmp_path).push_to_hub(REPO_ID)
+    assert "\n" not in str(raised.value) and raised.value.__cause__ is None and raised.value.__context__ is None
+    assert (tmp_path / "README.md").read_bytes() == card
+
+
+def test_a_failed_push_leaves_the_card_as_it_was_and_a_pushed_one_names_the_repository(
+    tmp_path, monkeypatch, offline, capsys  # noqa: F811
+):
+    """A failed ``hfncl push`` rewrote best/README.md to point at a repository it never created."""
+    make_checkpoint(tmp_path)
+    card = (tmp_path / "README.md").read_bytes()
+    monkeypatch.setenv("HF_TOKEN", "hf_a_token_with_no_network")
+    capsys.readouterr()
+    assert cli.main(["push", str(tmp_path), REPO_ID]) == 1  # HF_HUB_OFFLINE=1: the Hub cannot be reached
+    line = _one_line_error(capsys.readouterr().err)
+    assert f"Pushing to {REPO_ID} failed (" in line and "check the network, and log in" in line
+    assert (tmp_path / "README.md").read_bytes() == card
+    hub = FakeHub(tmp_path / "hub_cache", monkeypatch)
+    assert cli.main(["push", str(tmp_path), REPO_ID]) == 0
+    pushed = hub.commits[0]["files"]["README.md"]
+    assert pushed != card and REPO_ID.encode() in pushed
+    assert (tmp_path / "README.md").read_bytes() == pushed, "the local card is the published one"
