@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 import yaml
 from transformers import HfArgumentParser
 
-from hfncl.config import RUN_ONLY_FIELDS, TrainConfig, one_line
+from hfncl.config import RUN_ONLY_FIELDS, TrainConfig, add_field_aliases, alias_value, one_line
 from hfncl.data import DataFormatError
 from hfncl.experiment import run_experiment, summary_line
 from hfncl.plugins import PluginError, build_plugin_manager, resolve_options
@@ -71,6 +71,7 @@ def run_recipe(
         formatter_class=HelpFormatter,
     )
     parser.set_defaults(plugins=plugins, **defaults)
+    add_field_aliases(parser)
     parser.add_argument(
         "--print-config",
         action="store_true",
@@ -115,7 +116,9 @@ def parse_with_config_file(parser: HfArgumentParser, argv: Sequence[str] | None 
     defaults that the other flags override.
 
     Raises:
-        ValueError: the file is not a YAML or JSON mapping, or names a field the parser does not have.
+        ValueError: the file does not exist or is not a YAML or JSON mapping, names a field the parser does not
+            have, or it or the command line gives one field under two names (``--batch_size`` and
+            ``--per_device_train_batch_size``).
     """
     parser.add_argument(
         "--config",
@@ -125,6 +128,8 @@ def parse_with_config_file(parser: HfArgumentParser, argv: Sequence[str] | None 
     before = argparse.ArgumentParser(add_help=False)
     before.add_argument("--config")
     known, rest = before.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    flags = [token.split("=", 1)[0].lstrip("-") for token in rest if token.startswith("--")]
+    _refuse_two_names(flags, option_actions(parser), "the command line")
     if known.config is not None:
         values = config_file_values(parser, known.config)
         for action in parser._actions:
@@ -140,6 +145,8 @@ def config_file_values(parser: argparse.ArgumentParser, path: str | Path) -> dic
     A key is a flag's name without its dashes (``epochs``, ``num_train_epochs``, ``data-dir``).
     """
     path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"--config {path}: no such file" + (" (it is a directory)" if path.is_dir() else ""))
     if path.suffix not in (".yaml", ".yml", ".json"):
         raise ValueError(f"--config {path}: expected a .yaml, .yml or .json file")
     text = path.read_text()
@@ -149,18 +156,46 @@ def config_file_values(parser: argparse.ArgumentParser, path: str | Path) -> dic
         raise ValueError(f"--config {path}: not valid {path.suffix[1:].upper()}: {one_line(error)}") from error
     if not isinstance(content, dict):
         raise ValueError(f"--config {path}: expected a mapping of field names to values, got {type(content).__name__}")
-    destinations = {
-        option.lstrip("-").replace("-", "_"): action.dest
+    actions = option_actions(parser)
+    unknown = [str(key) for key in content if str(key).replace("-", "_") not in actions]
+    if unknown:
+        raise ValueError(f"--config {path}: unknown field(s) {_with_suggestions(sorted(unknown), list(actions))}")
+    _refuse_two_names([str(key) for key in content], actions, f"--config {path}")
+    values = {}
+    for key, value in content.items():
+        action = actions[str(key).replace("-", "_")]
+        try:
+            values[action.dest] = alias_value(action, value)
+        except ValueError as error:
+            raise ValueError(f"--config {path}: {error}") from None
+    return _without_run_only_fields(path, values)
+
+
+def option_actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """The parser's actions by long flag name without dashes (``epochs``, ``num_train_epochs``, ``bf16``); not
+    ``--help``, ``--config`` nor the ``--no_X`` complements of boolean fields."""
+    return {
+        option.lstrip("-").replace("-", "_"): action
         for action in parser._actions
         if not isinstance(action, (argparse._HelpAction, argparse._StoreFalseAction)) and action.dest != "config"
         for option in action.option_strings
         if option.startswith("--")
     }
-    unknown = [str(key) for key in content if str(key).replace("-", "_") not in destinations]
-    if unknown:
-        raise ValueError(f"--config {path}: unknown field(s) {_with_suggestions(sorted(unknown), list(destinations))}")
-    values = {destinations[str(key).replace("-", "_")]: value for key, value in content.items()}
-    return _without_run_only_fields(path, values)
+
+
+def _refuse_two_names(names: Sequence[str], actions: dict[str, argparse.Action], where: str) -> None:
+    """Refuse one field given under two of its names in ``where`` (``--epochs`` and ``--num_train_epochs``,
+    ``--bf16`` and ``--fp16``): which one should win is not for hfncl to guess."""
+    by_field: dict[str, list[str]] = {}
+    for name in dict.fromkeys(name.replace("-", "_") for name in names):
+        if name in actions:
+            by_field.setdefault(actions[name].dest, []).append(name)
+    for field_name, given in by_field.items():
+        if len(given) > 1:
+            raise ValueError(
+                f"{where} gives {field_name} twice, as {' and '.join(given)}: give one of them "
+                "(TrainingArguments' names are aliases of hfncl's fields)"
+            )
 
 
 def _with_suggestions(unknown: list[str], known: Sequence[str]) -> str:

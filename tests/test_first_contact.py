@@ -4,6 +4,7 @@ of processes, what the command line and the card tell."""
 from __future__ import annotations
 
 import importlib.util
+import json
 
 import httpx2
 import pytest
@@ -120,3 +121,61 @@ def test_a_failed_push_leaves_the_card_as_it_was_and_a_pushed_one_names_the_repo
     pushed = hub.commits[0]["files"]["README.md"]
     assert pushed != card and REPO_ID.encode() in pushed
     assert (tmp_path / "README.md").read_bytes() == pushed, "the local card is the published one"
+
+
+# --- 5: TrainingArguments names -----------------------------------------------------------------
+
+
+def _printed_training(arguments: list[str], capsys) -> dict:
+    """The training settings ``hfncl train ... --print-config`` prints."""
+    assert cli.main(["train", "--plugins", "vsepp", "--data-dir", "unused", *arguments, "--print-config"]) == 0
+    return json.loads(capsys.readouterr().out)["training"]
+
+
+def test_training_arguments_names_set_the_fields_from_flags_and_config_files(tmp_path, monkeypatch, capsys):
+    flags = [
+        "--per_device_train_batch_size", "32", "--per_device_eval_batch_size", "64", "--max_grad_norm", "1.5",
+        "--dataloader_num_workers", "2", "--bf16",
+    ]
+    training = _printed_training(flags, capsys)
+    assert (training["batch_size"], training["eval_batch_size"], training["grad_clip"]) == (32, 64, 1.5)
+    assert (training["num_workers"], training["mixed_precision"]) == (2, "bf16")
+    assert _printed_training(["--fp16", "true"], capsys)["mixed_precision"] == "fp16"
+    assert _printed_training(["--bf16", "false"], capsys)["mixed_precision"] == "no"
+    monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun / accelerate launch --multi_gpu start each process
+    assert _printed_training(["--per_device_train_batch_size", "32"], capsys)["batch_size"] == 64, "global batch"
+    monkeypatch.delenv("WORLD_SIZE")
+    config = tmp_path / "run.yaml"
+    config.write_text("per_device_train_batch_size: 16\nmax_grad_norm: 0.5\nfp16: true\ndataloader_num_workers: 1\n")
+    training = _printed_training(["--config", str(config)], capsys)
+    assert (training["batch_size"], training["grad_clip"], training["mixed_precision"]) == (16, 0.5, "fp16")
+    assert training["num_workers"] == 1
+
+
+@pytest.mark.parametrize(
+    ("flags", "content", "message"),
+    [
+        (["--batch_size", "8", "--per_device_train_batch_size", "4"], None,
+         "error: the command line gives batch_size twice, as batch_size and per_device_train_batch_size: give one"),
+        (["--bf16", "--fp16"], None, "gives mixed_precision twice, as bf16 and fp16"),
+        (["--epochs=2", "--num_train_epochs", "3"], None, "gives epochs twice, as epochs and num_train_epochs"),
+        ([], "grad_clip: 1\nmax_grad_norm: 2\n", "run.yaml gives grad_clip twice, as grad_clip and max_grad_norm"),
+        ([], "bf16: maybe\n", "run.yaml: bf16 must be true or false, got 'maybe'"),
+        ([], "per_device_train_batch_size: '8x'\n", "per_device_train_batch_size must be an integer, got '8x'"),
+        (["--bf16", "maybe"], None, "error: bf16 must be true or false, got 'maybe'"),
+    ],
+)
+def test_one_field_under_two_names_or_a_bad_alias_value_is_one_line(tmp_path, capsys, flags, content, message):
+    if content is not None:
+        (tmp_path / "run.yaml").write_text(content)
+        flags = [*flags, "--config", str(tmp_path / "run.yaml")]
+    assert cli.main(["train", "--plugins", "vsepp", "--data-dir", "unused", *flags, "--print-config"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and message in err, err
+
+
+def test_a_missing_config_file_is_one_line_naming_it(tmp_path, capsys):
+    """A missing --config file gave the raw ``[Errno 2] No such file or directory``."""
+    missing = tmp_path / "nowhere.yaml"
+    assert cli.main(["train", "--plugins", "vsepp", "--config", str(missing), "--print-config"]) == 2
+    assert capsys.readouterr().err.strip() == f"error: --config {missing}: no such file"
