@@ -10,6 +10,9 @@ parallel averaging divides it back, so one and several processes take the same s
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -69,3 +72,22 @@ def gather(tensor: torch.Tensor) -> torch.Tensor:
         return gathered
     keep = torch.cat([torch.arange(r * longest, r * longest + c, device=tensor.device) for r, c in enumerate(counts)])
     return gathered.index_select(0, keep)
+
+
+def fewer_processes_warning(num_processes: int, environ: Mapping[str, str] = os.environ) -> str | None:
+    """What to say when Accelerate runs fewer processes than the launch asked for; ``None`` when it does not.
+
+    ``WORLD_SIZE`` (torchrun, ``accelerate launch --multi_gpu``) above ``num_processes`` is one case. The other is
+    ``accelerate launch --num_processes N`` without ``--multi_gpu`` (as with ``ACCELERATE_USE_CPU=true``): its simple
+    launcher starts one process and sets ``MASTER_ADDR`` / ``MASTER_PORT`` for N, but no ``WORLD_SIZE``.
+    """
+    size = environ.get("WORLD_SIZE", "")
+    if size.isdigit() and int(size) > num_processes:
+        return f"WORLD_SIZE is {size} but Accelerate runs {num_processes} process(es): check the launch settings"
+    if num_processes == 1 and not size and ("MASTER_ADDR" in environ or "MASTER_PORT" in environ):
+        return (
+            "the launch set MASTER_ADDR / MASTER_PORT for several processes, but Accelerate runs 1 (accelerate launch "
+            "--num_processes N without --multi_gpu starts one; on CPUs too, with ACCELERATE_USE_CPU=true): add "
+            "--multi_gpu for N processes, or give --num_processes 1"
+        )
+    return None

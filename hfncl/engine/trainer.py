@@ -34,7 +34,7 @@ from safetensors.torch import load_file, save_file
 
 from hfncl.config import LATEST, TrainConfig, one_line
 from hfncl.engine.callbacks import EpochLine, TrainerCallback, library_progress_bars, progress_bar
-from hfncl.engine.distributed import gather, world
+from hfncl.engine.distributed import fewer_processes_warning, gather, world
 from hfncl.engine.fingerprint import check_fingerprint, run_fingerprint, save_fingerprint
 from hfncl.engine.ledger import Ledger
 from hfncl.engine.randomness import derived_seed, per_sample_uniform, purpose_key
@@ -64,7 +64,8 @@ CHECKPOINT_PREFIX = "step-"
 
 
 def _accelerator(config: TrainConfig) -> Accelerator:
-    """The run's accelerator, in ``config.mixed_precision``.
+    """The run's accelerator, in ``config.mixed_precision``; a warning when it runs fewer processes than the launch
+    asked for (:func:`hfncl.engine.distributed.fewer_processes_warning`).
 
     Accelerate keeps one precision per process; a run after one in another precision in the same
     process (a benchmark comparing them, a test suite) resets that shared state first, as
@@ -73,9 +74,13 @@ def _accelerator(config: TrainConfig) -> Accelerator:
     shared = AcceleratorState._shared_state
     if shared and shared.get("_mixed_precision", config.mixed_precision) != config.mixed_precision:
         AcceleratorState._reset_state()
-    return Accelerator(
+    accelerator = Accelerator(
         mixed_precision=config.mixed_precision, log_with=config.log_with or None, project_dir=config.output_dir
     )
+    fewer = fewer_processes_warning(accelerator.num_processes)
+    if fewer is not None and accelerator.is_main_process:
+        warnings.warn(fewer, stacklevel=3)
+    return accelerator
 
 
 @dataclass
