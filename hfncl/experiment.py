@@ -21,7 +21,7 @@ from hfncl.engine.trainer import Trainer, checkpoint_to_resume
 from hfncl.hub import add_test_results
 from hfncl.integrity import atomic_write_text, write_manifest
 from hfncl.plot_callbacks import training_figures
-from hfncl.plugins import build_plugin_manager, check_division_fields, resolve_options
+from hfncl.plugins import RunPlugins, run_plugins
 from hfncl.tasks import ExperimentTask, task_of_arguments
 from hfncl.tasks.pairs import DataArguments, ModelArguments
 
@@ -41,8 +41,9 @@ def run_experiment(
     (the task's data and noise fields, test metrics, the last division's quality, history);
     the test metrics and the task's data description are added to the best checkpoint's
     run record and its card (``OUTPUT_DIR/best/README.md``); with ``model_cards_dir`` the
-    card is also written to ``model_cards_dir/<output dir name>.md``. Options, the plugin
-    combination and the ownership of the output directory
+    card is also written to ``model_cards_dir/<output dir name>.md``. The plugins are set up once
+    (:func:`hfncl.plugins.run_plugins`: options and combination checked) and handed to the task and the
+    trainer; they and the ownership of the output directory
     (:mod:`hfncl.engine.ownership`) are checked before anything is read or written; a resume's
     checkpoint must have been trained on the same data and settings before the data are read,
     and with the same noise before training (:mod:`hfncl.engine.fingerprint`). A resume that
@@ -58,23 +59,26 @@ def run_experiment(
         raise TypeError(
             f"{type(data_args).__name__} takes {task.model_arguments.__name__}, got {type(model_args).__name__}"
         )
-    manager = build_plugin_manager(config.plugins)  # settings and plugin combination checked before any work
-    resolve_options(manager.hook, config.plugins, config.options)
-    check_division_fields(manager, config.plugins, config)
+    plugins = run_plugins(config)  # set up and checked once, before any work, and handed down
     with owned_run_dir(config), library_progress_bars(config.progress):
-        return _train_and_test(task, data_args, config, model_args, model_cards_dir)
+        return _train_and_test(task, plugins, data_args, config, model_args, model_cards_dir)
 
 
 def _train_and_test(
-    task: ExperimentTask, data_args: Any, config: TrainConfig, model_args: Any, model_cards_dir: str | Path | None
+    task: ExperimentTask,
+    plugins: RunPlugins,
+    data_args: Any,
+    config: TrainConfig,
+    model_args: Any,
+    model_cards_dir: str | Path | None,
 ) -> dict[str, Any]:
     fingerprint = run_fingerprint(config, data_args, model_args)
     resumed = checkpoint_to_resume(config)
     if resumed is not None:  # before the data are read; the noise index is compared once it is made
         refuse_mismatch(resumed, fingerprint, ignore_mismatch=config.resume_ignore_mismatch, skip=(NOISE_INDEX_FIELD,))
-    data = task.prepare(data_args, model_args, config.plugins, config.output_dir)
+    data = task.prepare(data_args, model_args, plugins, config.output_dir)
     fingerprint.update(noise_fingerprint(config.output_dir))
-    model_config = task.model_config(data, model_args, config.plugins)
+    model_config = task.model_config(data, model_args, plugins)
     trainer_task = task.trainer_task(data_args, data)
     trainer = Trainer(
         config,
@@ -84,6 +88,7 @@ def _train_and_test(
         task=trainer_task,
         callbacks=training_figures(),
         fingerprint=fingerprint,
+        plugins=plugins,
     )
     main = trainer.accelerator.is_main_process
     if main:

@@ -65,6 +65,11 @@ def options() -> "type[MethodOptions] | None":
     before training starts, and hooks read the checked object with
     ``trainer.options_of(TheClass)`` (at inference ``TheClass.read(model.config.plugin_options)``).
     An option no active plugin declares is rejected, so a typo never passes silently.
+
+    When: when a run starts, before anything is trained; also by ``hfncl plugins`` and ``--print-config``.
+    Arguments: none.
+    Built-in methods: each declares its options this way (``NCROptions``, ``UGNCLOptions``, ``GSCOptions``,
+        ``TcVSEOptions``, ``DMCMOptions``, ...).
     """
 
 
@@ -74,6 +79,10 @@ def option_defaults() -> dict[str, Any]:
 
     A value must have its default's type (a float takes an int; ``None`` takes anything);
     ``trainer.option(name)`` reads it.
+
+    When: as ``options``.
+    Arguments: none.
+    Built-in methods: none (they use ``options``); ``tests/toy_plugin`` uses it.
     """
 
 
@@ -85,6 +94,12 @@ def citation() -> str | None:
     entries are kept in the run record (``plugin_citations``) and shown in the card's
     Citation section. ``None`` (or no such hook) cites nothing, as for a baseline of
     one's own.
+
+    When: when a trained model is saved (the best checkpoint of a run, ``push_to_hub`` of a model built in
+        memory).
+    Arguments: none.
+    Built-in methods: each cites its paper from ``plugins/bibtex/*.bib`` (``gsc_intra`` cites GSC's); the
+        ``prototype_ce`` baseline has no paper and cites nothing.
     """
 
 
@@ -96,6 +111,25 @@ def demo_settings() -> dict[str, Any] | None:
     ``options``, ...). ``hfncl demo`` trains every installed plugin that answers, each
     alone, with the same data, noise and seed, and prints them side by side; a plugin
     that is only a stage to combine with others does not implement it.
+
+    When: by ``hfncl demo``, before it trains anything; never during a normal run.
+    Arguments: none.
+    Built-in methods: every method but ``gsc_intra`` (a stage) declares its demo epochs.
+    """
+
+
+@hookspec(firstresult=True)
+def audit_settings() -> dict[str, Any] | None:
+    """Return how this method trains to audit a user's own pairs (``hfncl audit``), or ``None`` (first result).
+
+    A dict of :class:`hfncl.config.TrainConfig` fields, as ``demo_settings``. Answering declares that the
+    method's ``divide`` is meant as a verdict on each pair: ``hfncl audit`` without ``--plugins`` trains the one
+    installed plugin that answers (and asks the user to name one when several do). A dividing plugin that does
+    not answer can still be named; it then trains with its ``demo_settings``.
+
+    When: by ``hfncl audit`` (and ``hfncl.audit.audit``), before it trains anything; never during a normal run.
+    Arguments: none.
+    Built-in methods: NCR (its demo settings); the others can be named with ``--plugins``.
     """
 
 
@@ -109,6 +143,11 @@ def data_kind() -> str | None:
     are :class:`hfncl.types.CategoryOutputs` and divisions cover every (modality,
     sample) unit (:mod:`hfncl.engine.tasks`). The trainer refuses to run a plugin on
     data of another kind, and ``hfncl demo`` picks the benchmark by it.
+
+    When: when a run starts (the trainer checks it against the run's data), and by ``hfncl demo`` to pick the
+        benchmark.
+    Arguments: none.
+    Built-in methods: DMCM and the cross-entropy baseline ``prototype_ce`` return ``"labels"``.
     """
 
 
@@ -123,6 +162,10 @@ def division_fields(config: "TrainConfig") -> dict[str, list[str]] | None:
     active ``divide`` (and ``rectify``) provide what the active ``rectify`` (and every
     ``loss``) read, and refuses the combination naming the plugins and the missing
     fields. A plugin that does not implement this hook is not checked.
+
+    When: when a run starts, before data are loaded.
+    Arguments: ``config`` (``TrainConfig``).
+    Built-in methods: NCR, UGNCL, GSC and DMCM declare theirs, so ``ncr + ugncl`` is refused at start.
     """
 
 
@@ -133,6 +176,10 @@ def model_defaults() -> dict[str, Any] | None:
     For example ``{"image_views": 2}`` for a multi-view method or ``{"text_pooling":
     "max"}``. A value the user sets explicitly (``--image-views``) wins; where two
     active plugins disagree, the one named first wins.
+
+    When: when a run builds its model.
+    Arguments: none.
+    Built-in methods: UGNCL asks for W = 2 image views; TcVSE for max-pooled regions and words.
     """
 
 
@@ -142,6 +189,11 @@ def num_networks(config: "TrainConfig") -> int | None:
 
     Co-teaching methods train two peers; branch methods train one network per branch.
     All of them live in one checkpoint, and inference averages their similarities.
+
+    When: when the run starts, before the networks are built.
+    Arguments: ``config`` (``TrainConfig``).
+    Built-in methods: NCR and GSC train two co-teaching peers, TcVSE one network per branch (i2t, t2i), UGNCL
+        ``ugncl.ensemble`` networks; VSE++ keeps the default of 1.
     """
 
 
@@ -151,6 +203,11 @@ def training_passes(config: "TrainConfig", num_networks: int) -> list[list[int]]
 
     ``[[0, 1]]`` (the default) trains all networks jointly in one pass; ``[[0], [1]]``
     trains them in turn, each on its own shuffle of the data, as co-teaching does.
+
+    When: when the run starts, after ``num_networks``.
+    Arguments: ``config`` (``TrainConfig``), ``num_networks`` (``int``).
+    Built-in methods: NCR and GSC train A and B in turn; TcVSE states its joint pass (both branches on one
+        batch); UGNCL's networks train jointly (the default).
     """
 
 
@@ -169,6 +226,13 @@ def batch_plan(trainer: "TrainerView", epoch: int, networks: list[int]) -> "Batc
     parts), with ``trainer.batch_part`` naming the part; a later part's batch on which
     no plugin returns a loss term takes no step. Its terms are logged as
     ``NAME/PART`` (the first part's as ``NAME``).
+
+    When: at the start of every pass over the training data (warmup epochs included), after ``divide`` and the
+        previous pass's ``pass_end``; again when a run resumes in the middle of the pass.
+    Arguments: ``trainer``, ``epoch`` (``int``), ``networks`` (``list[int]``, the networks the pass trains).
+    Built-in methods: NCR (``ncr.noisy_batch = "separate"``, the default) trains each network on its division's
+        clean set with a batch of the noisy set beside each clean batch, as the authors' loop does; the others
+        keep the default.
     """
 
 
@@ -181,6 +245,12 @@ def divide(trainer: "TrainerView", epoch: int) -> "list[Division] | Division | N
     ``trainer.collect`` (a pass over the training set, gathered over processes) or
     from ``trainer.ledger`` (values recorded during the previous epoch's steps); the
     result must be identical on every process.
+
+    When: once per epoch after the warmup epochs, before the epoch's first batch.
+    Arguments: ``trainer``, ``epoch`` (``int``).
+    Built-in methods: NCR fits a GMM on the per-sample loss of the *peer* network (co-divide); UGNCL divides
+        into clean, noisy and hard sets from Dirichlet uncertainty and belief; GSC divides from the indicators
+        its ledger recorded; DMCM fits a Beta mixture on the per-sample loss.
     """
 
 
@@ -194,6 +264,15 @@ def rectify(trainer: "TrainerView", batch: "Batch", net: int, division: "Divisio
     The returned dict reaches ``loss`` as ``targets``; if it holds a batch under
     ``"inputs"`` (e.g. noisy samples mixed with clean ones), the network is trained on
     that batch instead of the loaded one.
+
+    When: for every batch after warmup, once per network of the pass, before that network's forward pass (not
+        called when ``train_step`` takes over the batch).
+    Arguments: ``trainer``, ``batch`` (``Batch``, this process's slice), ``net`` (``int``), ``division``
+        (``Division | None``, the division for ``net``). Under a batch plan, ``trainer.batch_part`` names the
+        part the batch comes from.
+    Built-in methods: NCR slices the division for the batch and predicts the correspondence with the peer
+        network (co-rectify); UGNCL turns its three sets into per-pair targets; DMCM mixes noisy samples with
+        clean ones and returns the mixed batch, which its ``loss`` encodes with a second forward pass.
     """
 
 
@@ -205,9 +284,16 @@ def loss(
 
     Every active plugin may contribute terms; the trainer sums all of them and logs
     each by name. Per-sample statistics for the next division can be stored here with
-    ``trainer.ledger.record(batch['index'], name, values)``. Under a :func:`batch_plan`,
+    ``trainer.ledger.record(outputs.index, name, values)`` (never by ``batch['index']``,
+    which is this process's slice of the batch). Under a :func:`batch_plan`,
     ``trainer.batch_part`` names the batch's part, and on a later part's batch no plugin
     need answer (the batch then takes no step).
+
+    When: for every batch after warmup, once per network of the pass, after the forward pass.
+    Arguments: ``trainer``, ``batch`` (``Batch``), ``outputs`` (``PairOutputs`` of network ``net``, global
+        batch), ``targets`` (what ``rectify`` returned, or ``None``), ``net`` (``int``).
+    Built-in methods: NCR's soft-margin triplet loss; VSE++'s hardest-negative triplet loss; GSC's y-weighted
+        InfoNCE plus its intra-modal term (``gsc_intra`` adds that term alone to another method).
     """
 
 
@@ -219,6 +305,12 @@ def warmup_loss(
 
     Warmup trains on all pairs before any division exists (``config.warmup_epochs``).
     A plugin without this hook contributes nothing during warmup.
+
+    When: for every batch of the warmup epochs (``epoch < config.warmup_epochs``), once per network of the pass,
+        after the forward pass; no division exists yet and ``rectify`` is not called.
+    Arguments: ``trainer``, ``batch`` (``Batch``), ``outputs`` (``PairOutputs``), ``net`` (``int``).
+    Built-in methods: NCR warms both networks up with the triplet loss over all negatives; UGNCL trains every
+        pair as determined-clean.
     """
 
 
@@ -234,12 +326,23 @@ def train_step(trainer: "TrainerView", batch: "Batch", networks: list[int]) -> d
     so that plugins combined with this one keep training, and draw per-sample
     randomness with ``trainer.sample_uniform`` so that it does not depend on the
     number of processes.
+
+    When: for every batch, before the default step; if it returns metrics, the default step (rectify, forward,
+        loss, backward) is skipped for that batch.
+    Arguments: ``trainer``, ``batch`` (``Batch``), ``networks`` (``list[int]``, the networks of the pass).
+    Built-in methods: TcVSE augments the batch, takes one update on ``compute_loss``, then optimises a
+        consistency objective on a fresh forward pass several times per batch.
     """
 
 
 @hookspec
 def epoch_start(trainer: "TrainerView", epoch: int) -> None:
-    """Called at the start of every epoch, before division."""
+    """Called at the start of every epoch, before division.
+
+    When: at the start of every epoch, warmup epochs included, before ``divide``.
+    Arguments: ``trainer``, ``epoch`` (``int``).
+    Built-in methods: none.
+    """
 
 
 @hookspec
@@ -250,6 +353,12 @@ def pass_end(trainer: "TrainerView", epoch: int, networks: list[int]) -> None:
     may fold what ``networks`` recorded and set ``trainer.divisions[k]`` of a network
     ``k`` that trains in a later pass of the same epoch (the epoch's record reports the
     divisions as they stand after the last pass).
+
+    When: after each pass of ``training_passes`` over the data, before the next pass (and before ``epoch_end``
+        after the last one).
+    Arguments: ``trainer``, ``epoch`` (``int``), ``networks`` (``list[int]``, the networks the pass trained).
+    Built-in methods: GSC folds network A's estimate after A's pass, so that B trains in epoch t on A's estimate
+        of epoch t (its Algorithm 1).
     """
 
 
@@ -259,6 +368,11 @@ def epoch_end(trainer: "TrainerView", epoch: int) -> None:
 
     For example, fold the statistics recorded in ``trainer.ledger`` into the labels the
     next epoch will use.
+
+    When: at the end of every epoch's training, before validation.
+    Arguments: ``trainer``, ``epoch`` (``int``).
+    Built-in methods: none (GSC folds its recorded statistics into the next labels in ``pass_end``, after each
+        network's pass).
     """
 
 
@@ -275,6 +389,12 @@ def inference_similarity(
     views). Evaluation calls it on blocks of image rows, so a row's scores must not
     depend on the other rows. The options the model was trained with are in
     ``model.config.plugin_options``.
+
+    When: whenever a trained model ranks: validation, test evaluation, and ``hfncl.retrieval`` on a loaded
+        checkpoint (the plugins named in its ``config.json`` are registered).
+    Arguments: ``model`` (``NCLModel``), ``image_embeds`` (K, n, W·d), ``text_embeds`` (K, m, d), ``direction``
+        (``"i2t"``: images query captions, ``"t2i"``: captions query images).
+    Built-in methods: TcVSE ranks with its i2t branch, its t2i branch or their ensemble.
     """
 
 
@@ -288,4 +408,8 @@ def query_uncertainty(
     modality's embeddings given. Return (n,) for ``"i2t"`` (one value per image query)
     or (m,) for ``"t2i"``; ``None`` when the method has no uncertainty. Evidential
     methods return the Dirichlet uncertainty mass u = K / sum(alpha).
+
+    When: when ``hfncl.retrieval`` ranks a set of queries against a gallery.
+    Arguments: as ``inference_similarity``.
+    Built-in methods: UGNCL and TcVSE return the Dirichlet uncertainty mass u = K / Σα.
     """

@@ -1,8 +1,10 @@
-"""Discovering installed methods and building the plugin manager of one run.
+"""Discovering installed methods and setting up the plugins of one run.
 
 Installed methods are the entry points of the ``hfncl`` group (the built-in ones too:
 ``pyproject.toml`` registers them exactly as a third-party package would). A run
-registers only the plugins its configuration names, in that order.
+registers only the plugins its configuration names, in that order: :func:`run_plugins`
+builds that plugin manager once, checks the combination and the options, and hands the
+result (:class:`RunPlugins`) down to the task and the trainer, which check nothing again.
 """
 
 from __future__ import annotations
@@ -165,14 +167,13 @@ def describe_installed() -> list[PluginInfo]:
     return infos
 
 
-def plugin_citations(names: Iterable[str]) -> dict[str, str]:
-    """The BibTeX each named plugin's ``citation`` hook returns, by plugin name.
+def plugin_citations(plugins: Mapping[str, Any]) -> dict[str, str]:
+    """The BibTeX each loaded plugin (by name) returns from its ``citation`` hook, by plugin name.
 
     A plugin without the hook, or whose hook returns ``None`` or blank text, is left out.
     """
     citations = {}
-    for name in names:
-        plugin = load_plugin(name)
+    for name, plugin in plugins.items():
         text = plugin.citation() if "citation" in implemented_hooks(plugin) else None
         if text and text.strip():
             citations[name] = text.strip()
@@ -295,6 +296,74 @@ def resolve_options(hook: Any, plugins: list[str], options: Mapping[str, Any]) -
                 f"({type(value).__name__})"
             )
     return merged | typed
+
+
+@dataclass(frozen=True)
+class PluginProvenance:
+    """What a checkpoint records of the plugins that trained it: each one's installing package and version, the
+    first line of its docstring and its BibTeX (read once per run, written with every saved model)."""
+
+    sources: dict[str, PluginSource]
+    summaries: dict[str, str]
+    citations: dict[str, str]
+
+
+def plugin_provenance(plugins: Mapping[str, Any]) -> PluginProvenance:
+    """The :class:`PluginProvenance` of loaded plugins by name (:func:`plugin_sources`, :func:`plugin_citations`)."""
+    return PluginProvenance(
+        sources=plugin_sources(plugins),
+        summaries={name: (inspect.getdoc(plugin) or "").split("\n")[0] for name, plugin in plugins.items()},
+        citations=plugin_citations(plugins),
+    )
+
+
+@dataclass(frozen=True)
+class RunPlugins:
+    """The plugins of one run, set up once by :func:`run_plugins` and handed to the task and the trainer.
+
+    ``options`` are the resolved options by full name; ``num_networks`` and ``passes`` the
+    networks the method trains and the networks each pass over the data updates.
+    """
+
+    names: tuple[str, ...]
+    manager: pluggy.PluginManager
+    options: dict[str, Any]
+    num_networks: int
+    passes: list[list[int]]
+    provenance: PluginProvenance
+
+    @property
+    def hook(self) -> Any:
+        """The manager's hook relay: ``plugins.hook.divide(...)``."""
+        return self.manager.hook
+
+
+def run_plugins(config: Any) -> RunPlugins:
+    """Set up the plugins ``config.plugins`` names for a run of ``config``: build the manager, check that their
+    division fields fit, resolve their options and check that they agree on the number of networks and the passes.
+
+    Raises:
+        PluginError: in one line, naming the plugin, option or hook at fault.
+    """
+    names = list(config.plugins)
+    manager = build_plugin_manager(names)
+    check_division_fields(manager, names, config)
+    options = resolve_options(manager.hook, names, config.options)
+    check_agreement(manager, names, "num_networks", config=config)
+    num_networks = int(manager.hook.num_networks(config=config) or 1)
+    check_agreement(manager, names, "training_passes", config=config, num_networks=num_networks)
+    passes = manager.hook.training_passes(config=config, num_networks=num_networks) or [list(range(num_networks))]
+    flat = [net for networks in passes for net in networks]
+    if not flat or any(not 0 <= net < num_networks for net in flat):
+        raise PluginError(f"training_passes {passes} must name networks in 0..{num_networks - 1}")
+    return RunPlugins(
+        names=tuple(names),
+        manager=manager,
+        options=options,
+        num_networks=num_networks,
+        passes=passes,
+        provenance=plugin_provenance({name: manager.get_plugin(name) for name in names}),
+    )
 
 
 def check_division_fields(manager: pluggy.PluginManager, names: list[str], config: Any) -> None:

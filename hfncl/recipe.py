@@ -23,7 +23,7 @@ from transformers import HfArgumentParser
 from hfncl.config import RUN_ONLY_FIELDS, TrainConfig, add_field_aliases, alias_value, one_line
 from hfncl.data import DataFormatError
 from hfncl.experiment import run_experiment, summary_line
-from hfncl.plugins import PluginError, build_plugin_manager, resolve_options
+from hfncl.plugins import PluginError, run_plugins
 from hfncl.tasks import task_of_arguments, task_of_plugins
 
 NOT_GIVEN = "(not given)"
@@ -102,12 +102,12 @@ def effective_settings(data_args: Any, config: TrainConfig, model_args: Any) -> 
     """What a run with these arguments trains with: data and training fields, the model's fields (for pairs, the
     plugins' ``model_defaults`` under explicit arguments) and every plugin option (declared defaults under
     ``--options``)."""
-    hook = build_plugin_manager(config.plugins).hook
+    plugins = run_plugins(config)
     return {
         "data": asdict(data_args),
         "training": config.to_dict(),
-        "model": task_of_arguments(data_args).model_settings(model_args, config.plugins),
-        "options": resolve_options(hook, config.plugins, config.options),
+        "model": task_of_arguments(data_args).model_settings(model_args, plugins),
+        "options": plugins.options,
     }
 
 

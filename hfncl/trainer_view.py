@@ -1,14 +1,16 @@
 """The trainer as a plugin sees it: everything a hook may call or read, and nothing else.
 
-Hooks that take a ``trainer`` (:mod:`hfncl.hookspecs`) receive the
-:class:`hfncl.engine.trainer.Trainer` of the run, typed as :class:`TrainerView`. A
-plugin uses only the members declared here; ``tests/test_plugin_contract.py`` reads
-every built-in plugin and fails on any other attribute of the trainer, on any private
-(``_name``) attribute and on an import of the engine's modules.
+Hooks that take a ``trainer`` (:mod:`hfncl.hookspecs`) receive a :class:`ContractView` of the
+run's :class:`hfncl.engine.trainer.Trainer`: a proxy with exactly the members of
+:class:`TrainerView`, so that reading or setting anything else fails at once with a message
+naming the member and the contract. ``tests/test_plugin_contract.py`` also reads every built-in
+plugin and fails on any other attribute of the trainer, on any private (``_name``) attribute and
+on an import of the engine's modules.
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -107,3 +109,55 @@ class TrainerView(Protocol):
 
     def gather(self, tensor: "torch.Tensor") -> "torch.Tensor":
         """A tensor of this process's batch slice gathered into the global batch (``forward(...).index`` order)."""
+
+
+def declared_members(protocol: type) -> frozenset[str]:
+    """The public attributes, properties and methods a Protocol class declares."""
+    declared = set(protocol.__dict__.get("__annotations__", {}))
+    declared |= {name for name in vars(protocol) if not name.startswith("_")}
+    return frozenset(declared)
+
+
+VIEW_MEMBERS = declared_members(TrainerView)
+"""The members a hook may use of ``trainer`` (:class:`TrainerView`'s)."""
+
+
+class ContractView:
+    """The trainer as hooks receive it: :class:`TrainerView`'s members of ``trainer``, read through, and nothing else.
+
+    A member outside the contract raises ``AttributeError`` naming it, the nearest members of the
+    contract and where the contract is written; no attribute can be set (a hook changes the run
+    through the contract's methods and mutable members, such as ``divisions[k]``).
+    """
+
+    __slots__ = ("_trainer",)
+
+    def __init__(self, trainer: object) -> None:
+        object.__setattr__(self, "_trainer", trainer)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in VIEW_MEMBERS:
+            return getattr(object.__getattribute__(self, "_trainer"), name)
+        raise AttributeError(_outside(name, "read"))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(_outside(name, "set"))
+
+    def __dir__(self) -> list[str]:
+        return sorted(VIEW_MEMBERS)
+
+    def __repr__(self) -> str:
+        return f"ContractView({object.__getattribute__(self, '_trainer')!r})"
+
+
+def _outside(name: str, action: str) -> str:
+    if action == "set":
+        what = f"trainer.{name} cannot be set by a plugin"
+    else:
+        what = f"trainer.{name} is not part of the plugin contract"
+    close = difflib.get_close_matches(name, sorted(VIEW_MEMBERS), n=3)
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    return (
+        f"{what}{hint}: hooks use only the members of hfncl.trainer_view.TrainerView "
+        f"({', '.join(sorted(VIEW_MEMBERS))}); see docs/plugins.md"
+    )

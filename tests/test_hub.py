@@ -41,7 +41,7 @@ from hfncl.hub import (
 from hfncl.hub.card import division_rows, eval_results, metric_label, write_model_card
 from hfncl.models import CategoryConfig, CategoryModel, NCLConfig, NCLModel
 from hfncl.models.configuration import CHECKPOINT_FORMAT, IncompatibleCheckpointError
-from hfncl.plugins import MissingPluginError, plugin_citations
+from hfncl.plugins import MissingPluginError, load_plugin, plugin_citations
 
 WORDS = ["a", "dog", "runs", "on", "the", "grass", "cat", "sits"]
 REPO = Path(__file__).resolve().parents[1]
@@ -572,7 +572,8 @@ def test_card_of_an_ncr_checkpoint_cites_ncr_in_bibtex(tmp_path):
 
 
 def test_a_plugin_without_the_citation_hook_cites_nothing():
-    assert plugin_citations(["prototype_ce", "gsc", "gsc_intra"]).keys() == {"gsc", "gsc_intra"}
+    loaded = {name: load_plugin(name) for name in ("prototype_ce", "gsc", "gsc_intra")}
+    assert plugin_citations(loaded).keys() == {"gsc", "gsc_intra"}
     text = build_model_card(NCLConfig(**TINY, plugins=["prototype_ce"]), tiny_record(), "m").text
     assert "None of the plugins that trained this model names a paper." in text and "```bibtex" not in text
     cited_twice = tiny_record(plugin_citations={"gsc": "@misc{gsc}", "gsc_intra": "@misc{gsc}"})

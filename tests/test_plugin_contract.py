@@ -13,20 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from hfncl.trainer_view import LedgerView, TrainerView
+from hfncl.trainer_view import VIEW_MEMBERS, LedgerView, declared_members
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN_FILES = sorted((ROOT / "plugins").glob("*.py")) + sorted((ROOT / "tests" / "toy_plugin").rglob("*.py"))
 
 
-def declared(protocol: type) -> set[str]:
-    """The members a Protocol declares: its annotated attributes, properties and methods."""
-    names = set(getattr(protocol, "__annotations__", {}))
-    names |= {name for name in vars(protocol) if not name.startswith("_")}
-    return names
-
-
-TRAINER_MEMBERS, LEDGER_MEMBERS = declared(TrainerView), declared(LedgerView)
+TRAINER_MEMBERS, LEDGER_MEMBERS = VIEW_MEMBERS, declared_members(LedgerView)
 
 
 def violations(source: str) -> list[str]:
@@ -87,3 +80,55 @@ def test_the_trainer_implements_the_view(tiny_data_dir, tmp_path) -> None:
     trainer = noisy_trainer(tiny_data_dir, tiny_config(tmp_path, ["vsepp"], epochs=1, warmup_epochs=0))
     assert all(hasattr(trainer, name) for name in TRAINER_MEMBERS), TRAINER_MEMBERS - set(dir(trainer))
     assert all(hasattr(trainer.ledger, name) for name in LEDGER_MEMBERS | {"__contains__"})
+
+
+READS_OUTSIDE = '''
+from hfncl.hookspecs import hookimpl
+
+@hookimpl
+def warmup_loss(trainer, outputs):
+    return {"x": trainer.task.noise_rate * outputs.sims.sum()}
+'''
+SETS_A_MEMBER = '''
+from hfncl.hookspecs import hookimpl
+import torch
+
+@hookimpl
+def epoch_start(trainer, epoch):
+    trainer.epoch = 7
+'''
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        (READS_OUTSIDE, "trainer.task is not part of the plugin contract"),
+        (SETS_A_MEMBER, "trainer.epoch cannot be set by a plugin"),
+    ],
+    ids=["reads trainer.task", "sets trainer.epoch"],
+)
+def test_a_hook_that_leaves_the_contract_fails_at_once_naming_the_member(
+    source, expected, tiny_data_dir, tmp_path, tmp_path_factory, monkeypatch
+) -> None:
+    from conftest import noisy_trainer, tiny_config
+    from test_batch_plan import install
+
+    install("outside", source, tmp_path_factory.mktemp("outside"), monkeypatch)
+    trainer = noisy_trainer(tiny_data_dir, tiny_config(tmp_path, ["vsepp", "outside"], epochs=1, warmup_epochs=1))
+    with pytest.raises(AttributeError, match=expected) as raised:
+        trainer.train()
+    assert "hfncl.trainer_view.TrainerView" in str(raised.value)
+
+
+def test_the_view_reads_every_member_of_the_contract_through_and_nothing_else(tiny_data_dir, tmp_path) -> None:
+    from conftest import noisy_trainer, tiny_config
+
+    trainer = noisy_trainer(tiny_data_dir, tiny_config(tmp_path, ["vsepp"], epochs=1, warmup_epochs=0))
+    view = trainer.view
+    assert view.config is trainer.config and view.ledger is trainer.ledger and view.divisions is trainer.divisions
+    assert view.num_train == trainer.num_train and view.noise_rate == trainer.noise_rate
+    with pytest.raises(AttributeError, match=r"trainer\.optimizer is not part .*did you mean optimize"):
+        view.optimizer
+    with pytest.raises(AttributeError, match="trainer._hidden_masks is not part of the plugin contract"):
+        view._hidden_masks
+    assert sorted(dir(view)) == sorted(TRAINER_MEMBERS)

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 from conftest import noisy_trainer, tiny_config
-from test_plugin_contract import declared, violations
+from test_plugin_contract import violations
 
 from hfncl import plugins, toolkit
 from hfncl.engine.trainer import Trainer
-from hfncl.trainer_view import LedgerView, TrainerView
+from hfncl.trainer_view import LedgerView, TrainerView, declared_members
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = (REPO / "docs" / "plugins.md").read_text()
@@ -109,7 +109,8 @@ def test_the_trainer_view_table_lists_every_member_and_the_trainer_has_them(micr
     trainer_names = {m.group(1) for row in rows if (m := re.search(r"`trainer\.(\w+)", row)) and "ledger." not in row}
     ledger_names = {m.group(1) for row in rows if (m := re.search(r"`trainer\.ledger\.(\w+)", row))}
     ledger_names |= {"__contains__"} if any("in trainer.ledger" in row for row in rows) else set()
-    assert trainer_names == declared(TrainerView) and ledger_names == declared(LedgerView) | {"__contains__"}
+    assert trainer_names == declared_members(TrainerView)
+    assert ledger_names == declared_members(LedgerView) | {"__contains__"}
     trainer = noisy_trainer(micro_data_dir, tiny_config(tmp_path, ["vsepp"], epochs=1, warmup_epochs=0))
     assert all(hasattr(trainer, name) for name in trainer_names) and callable(Trainer.collect)
     assert all(hasattr(trainer.ledger, name) for name in ledger_names)
@@ -168,3 +169,15 @@ def test_the_docs_test_module_passes(installed, tmp_path):
     assert len(tests) == 3
     for number, test in enumerate(tests):
         test(**({"tmp_path": tmp_path / str(number)} if "tmp_path" in inspect.signature(test).parameters else {}))
+
+
+def test_the_hook_reference_is_generated_from_the_hook_specifications() -> None:
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import hook_reference
+    finally:
+        sys.path.pop(0)
+    assert hook_reference.updated(DOCS) == DOCS, "docs/plugins.md's hook reference is stale: python scripts/hook_reference.py"
+    for name in plugins.hook_names():
+        assert f"\n### {name}\n\n`{name}(" in DOCS, name
+        assert "- **When:**" in DOCS.split(f"\n### {name}\n", 1)[1].split("\n### ", 1)[0], f"{name} says when it runs"

@@ -163,7 +163,7 @@ class CategoryTask:
 
     ``noise_rate`` is the rate the training labels were corrupted with when the run
     knows it (it generated the noise): the label-noise paper assumes it known (Sec.
-    3.2), and a method that does reads it as ``trainer.task.noise_rate``. ``None``
+    3.2), and a method that does reads it as ``trainer.noise_rate``. ``None``
     when it is not known (e.g. noisy labels read from a file).
     """
 

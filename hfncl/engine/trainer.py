@@ -51,13 +51,8 @@ from hfncl.integrity import (
     writing,
 )
 from hfncl.options import OptionsT
-from hfncl.plugins import (
-    PluginError,
-    build_plugin_manager,
-    check_agreement,
-    check_division_fields,
-    resolve_options,
-)
+from hfncl.plugins import PluginError, RunPlugins, run_plugins
+from hfncl.trainer_view import ContractView
 from hfncl.types import Batch, BatchPlan, Division
 
 CHECKPOINT_PREFIX = "step-"
@@ -185,7 +180,9 @@ class Trainer:
     never handed to a plugin. ``callbacks`` (:class:`hfncl.engine.callbacks.TrainerCallback`)
     follow the run's events after the built-in epoch line. ``fingerprint``
     (:mod:`hfncl.engine.fingerprint`, default: the training settings of ``config``) is saved with
-    every checkpoint, and a resume refuses a checkpoint whose fingerprint differs.
+    every checkpoint, and a resume refuses a checkpoint whose fingerprint differs. ``plugins`` are the
+    run's plugins set up once (:func:`hfncl.plugins.run_plugins`, as :func:`hfncl.experiment.run_experiment`
+    hands them down; default: set up here from ``config``).
     """
 
     def __init__(
@@ -198,17 +195,20 @@ class Trainer:
         task: Task | None = None,
         callbacks: list[TrainerCallback] | None = None,
         fingerprint: dict[str, Any] | None = None,
+        plugins: RunPlugins | None = None,
     ) -> None:
         self.config = config
         self.fingerprint = fingerprint if fingerprint is not None else run_fingerprint(config)
         self.continued_across: list[str] = []  # fingerprint fields a resume continued across on purpose
         self.callbacks = [EpochLine(), *(callbacks or [])]
         self.task = task if task is not None else PairTask()
-        manager = build_plugin_manager(config.plugins)
-        check_division_fields(manager, config.plugins, config)
-        self.hook = manager.hook
+        if plugins is not None and list(plugins.names) != list(config.plugins):
+            raise ValueError(f"plugins were set up for {list(plugins.names)}, config.plugins names {config.plugins}")
+        self.plugins = plugins if plugins is not None else run_plugins(config)
+        self.view = ContractView(self)  # what hooks receive: the members of the plugin contract only
+        self.hook = self.plugins.hook
         self._check_data_kind()
-        self.options = resolve_options(self.hook, config.plugins, config.options)
+        self.options = self.plugins.options
         if len(train_data) < config.batch_size:
             raise ValueError(
                 f"TrainConfig.batch_size {config.batch_size} exceeds the {len(train_data)} training samples: "
@@ -216,13 +216,8 @@ class Trainer:
             )
         self.accelerator = accelerator or _accelerator(config)
         set_seed(config.seed)
-        check_agreement(manager, config.plugins, "num_networks", config=config)
-        self.num_networks = int(self.hook.num_networks(config=config) or 1)
-        check_agreement(manager, config.plugins, "training_passes", config=config, num_networks=self.num_networks)
-        self.passes = self.hook.training_passes(config=config, num_networks=self.num_networks) or [
-            list(range(self.num_networks))
-        ]
-        self._check_passes()
+        self.num_networks = self.plugins.num_networks
+        self.passes = self.plugins.passes
         model_config.num_networks = self.num_networks
         model_config.plugins = list(config.plugins)
         model_config.plugin_options = dict(self.options)
@@ -662,17 +657,18 @@ class Trainer:
             staging = self.output_dir / "best.tmp"
             shutil.rmtree(staging, ignore_errors=True)
             with writing(self.output_dir, "best/"):
-                save_trained_model(self.model, staging, record)
+                save_trained_model(self.model, staging, record, self.plugins.provenance)
                 write_manifest(staging)
             replace_directory(staging, self.output_dir / "best")
 
     # ------------------------------------------------------------------ internals
     def _call_hook(self, name: str, **arguments: Any) -> Any:
-        """Call the plugins' hook ``name`` (one of ``TRAINING_HOOKS``) with this trainer and ``arguments``,
-        between the callbacks' ``on_hook_begin`` and ``on_hook_end``."""
+        """Call the plugins' hook ``name`` (one of ``TRAINING_HOOKS``) with this trainer's contract view
+        (:class:`hfncl.trainer_view.ContractView`) and ``arguments``, between the callbacks' ``on_hook_begin`` and
+        ``on_hook_end``."""
         self._event("on_hook_begin", name)
         try:
-            return getattr(self.hook, name)(trainer=self, **arguments)
+            return getattr(self.hook, name)(trainer=self.view, **arguments)
         finally:
             self._event("on_hook_end", name)
 
@@ -695,11 +691,6 @@ class Trainer:
                 f"Plugin(s) {wrong} do not train on {self.task.kind!r} data, which this run has "
                 "(see each plugin's data_kind hook); name methods for this kind of data."
             )
-
-    def _check_passes(self) -> None:
-        flat = [net for networks in self.passes for net in networks]
-        if not flat or any(not 0 <= net < self.num_networks for net in flat):
-            raise PluginError(f"training_passes {self.passes} must name networks in 0..{self.num_networks - 1}")
 
     def _pass_steps(self, epoch: int, networks: list[int]) -> PassSteps:
         """The current pass's steps from ``batch_in_pass`` on: one shuffle of all, or the ``batch_plan`` parts."""

@@ -9,7 +9,6 @@ image tower reads pixels also keeps its image processor in ``image_processor/``.
 
 from __future__ import annotations
 
-import inspect
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -25,7 +24,7 @@ from hfncl.data import DataFormatError, TokenizerVocabulary, Vocabulary
 from hfncl.data.pixels import image_processor_from_pretrained
 from hfncl.hub.card import CARD_FILE, CONFIG_FILE, read_config, write_model_card
 from hfncl.hub.record import RUN_RECORD, CheckpointError, DataDescription, RunRecord, read_run_record, write_run_record
-from hfncl.plugins import load_plugin, plugin_citations, plugin_sources
+from hfncl.plugins import PluginProvenance, load_plugin, plugin_provenance
 
 WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
@@ -34,23 +33,28 @@ IMAGE_PROCESSOR_SUBFOLDER = "image_processor"
 """Where a checkpoint with a pixel image tower keeps the image processor it was trained with."""
 
 
-def save_trained_model(model: PreTrainedModel, directory: str | Path, record: RunRecord) -> Path:
+def save_trained_model(
+    model: PreTrainedModel, directory: str | Path, record: RunRecord, provenance: PluginProvenance | None = None
+) -> Path:
     """Save a trained model with ``save_pretrained``, its run record and its card.
 
-    The package and version of every plugin that trained it are read from the installed
-    entry points and written into ``config.json`` first, so that loading the model
-    where a plugin is missing names the package to install; the first line of each
-    plugin's docstring and the BibTeX of its ``citation`` hook go into the record, for the card.
+    The package and version of every plugin that trained it (``provenance``, the run's
+    :class:`hfncl.plugins.RunPlugins.provenance`; default: read from the installed entry
+    points) are written into ``config.json`` first, so that loading the model where a plugin
+    is missing names the package to install; the first line of each plugin's docstring and
+    the BibTeX of its ``citation`` hook go into the record, for the card.
     """
     directory = Path(directory)
-    names = model.config.plugins
-    sources = plugin_sources(names)
+    if provenance is None:
+        provenance = plugin_provenance({name: load_plugin(name) for name in model.config.plugins})
+    sources = provenance.sources
     model.config.plugin_distributions = {name: source.distribution for name, source in sources.items()}
     model.config.plugin_versions = {name: source.version for name, source in sources.items()}
-    summaries = {name: (inspect.getdoc(load_plugin(name)) or "").split("\n")[0] for name in names}
     model.save_pretrained(str(directory))
-    citations = plugin_citations(names)
-    write_run_record(directory, replace(record, plugin_summaries=summaries, plugin_citations=citations))
+    write_run_record(
+        directory,
+        replace(record, plugin_summaries=provenance.summaries, plugin_citations=provenance.citations),
+    )
     write_model_card(directory)
     return directory
 

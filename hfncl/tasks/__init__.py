@@ -41,7 +41,7 @@ from hfncl.data.synthetic import SyntheticConfig
 from hfncl.engine.tasks import Task
 from hfncl.hub import DataDescription
 from hfncl.hub.card import CardTexts
-from hfncl.plugins import PluginError, build_plugin_manager
+from hfncl.plugins import PluginError, RunPlugins, build_plugin_manager
 from hfncl.tasks.labels import LABELS
 from hfncl.tasks.pairs import PAIRS
 
@@ -56,11 +56,11 @@ class ExperimentTask(Protocol):
     demo_model: Any
     demo_training: dict[str, Any]
 
-    def prepare(self, args: Any, model_args: Any, plugins: list[str], output_dir: str | Path) -> Any: ...
+    def prepare(self, args: Any, model_args: Any, plugins: RunPlugins, output_dir: str | Path) -> Any: ...
 
-    def model_config(self, data: Any, model_args: Any, plugins: list[str]) -> PretrainedConfig: ...
+    def model_config(self, data: Any, model_args: Any, plugins: RunPlugins) -> PretrainedConfig: ...
 
-    def model_settings(self, model_args: Any, plugins: list[str]) -> dict[str, Any]: ...
+    def model_settings(self, model_args: Any, plugins: RunPlugins) -> dict[str, Any]: ...
 
     def trainer_task(self, args: Any, data: Any) -> Task: ...
 

@@ -47,7 +47,7 @@ from hfncl.hub.checkpoint import save_image_processor
 from hfncl.models import NCLConfig, NCLModel
 from hfncl.models.configuration import sgraf_layer_defaults
 from hfncl.models.towers import parameter_counts
-from hfncl.plugins import build_plugin_manager, plugin_model_defaults
+from hfncl.plugins import RunPlugins, build_plugin_manager, plugin_model_defaults
 
 DATA_FORMATS = ("auto", "precomp", "imagefolder")
 
@@ -200,9 +200,11 @@ class ModelArguments:
         return values
 
 
-def model_fields(plugins: list[str], model_args: ModelArguments | None) -> dict[str, Any]:
-    """NCLConfig fields of a run: the plugins' ``model_defaults`` under the explicit ``model_args``."""
-    values = plugin_model_defaults(build_plugin_manager(plugins).hook)
+def model_fields(plugins: RunPlugins | list[str], model_args: ModelArguments | None) -> dict[str, Any]:
+    """NCLConfig fields of a run: the plugins' ``model_defaults`` under the explicit ``model_args`` (``plugins``: a
+    run's plugins as set up, or the names of plugins to load for this answer)."""
+    hook = plugins.hook if isinstance(plugins, RunPlugins) else build_plugin_manager(plugins).hook
+    values = plugin_model_defaults(hook)
     values.update((model_args or ModelArguments()).explicit())
     return values
 
@@ -444,7 +446,7 @@ class PairExperiment:
     demo_training: dict[str, Any] = {}
 
     def prepare(
-        self, args: DataArguments, model_args: ModelArguments, plugins: list[str], output_dir: str | Path
+        self, args: DataArguments, model_args: ModelArguments, plugins: RunPlugins, output_dir: str | Path
     ) -> PairData:
         """The data, read as the model's towers need them: tokenised by a transformer text tower, pixels for a
         vision tower (:func:`prepare_data`).
@@ -461,7 +463,7 @@ class PairExperiment:
         check_split_size(data.test.num_images, f"test split {args.test_split!r}", args.test_folds, "test_folds")
         return data
 
-    def model_config(self, data: PairData, model_args: ModelArguments, plugins: list[str]) -> NCLConfig:
+    def model_config(self, data: PairData, model_args: ModelArguments, plugins: RunPlugins) -> NCLConfig:
         """The plugins' ``model_defaults`` under the explicit ``model_args``, fitted to the data's features (their
         size and regions per image) and vocabulary."""
         image: dict[str, Any] = {} if data.image_dim is None else {"image_dim": data.image_dim}
@@ -469,7 +471,7 @@ class PairExperiment:
             image["image_regions"] = data.image_regions
         return NCLConfig(**image, vocab_size=len(data.vocab), **model_fields(plugins, model_args))
 
-    def model_settings(self, model_args: ModelArguments, plugins: list[str]) -> dict[str, Any]:
+    def model_settings(self, model_args: ModelArguments, plugins: RunPlugins) -> dict[str, Any]:
         """Every model field a run would use: NCLConfig's defaults under :meth:`model_config`'s fields (the
         SGRAF layer fields left at None as NCLConfig resolves them for the similarity head)."""
         signature = inspect.signature(NCLConfig.__init__).parameters

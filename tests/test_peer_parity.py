@@ -1,0 +1,112 @@
+"""benchmarks/peer_parity.py's pure parts: reading the official run's log and divisions, hfncl's results, the table."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import benchmark_module
+
+peer_parity = benchmark_module("peer_parity")
+
+# The official code's stdout as it prints it: warmup of A then B per epoch (running means at --log_step 1), the
+# comma-separated validation lines (one validation per epoch), and the final test's space-separated lines.
+OFFICIAL_LOG = """\
+train  data has a size of 256
+[1/2] Warmup model_A
+Warmup Step[0/2]\tbatch 20.1 (20.1)\tdata 0.0 ( 0.0)\tloss 5.0800e+01 (5.0800e+01)
+Warmup Step[1/2]\tbatch 20.1 (20.1)\tdata 0.0 ( 0.0)\tloss 4.9000e+01 (4.9900e+01)
+[1/2] Warmup model_B
+Warmup Step[0/2]\tbatch 20.1 (20.1)\tdata 0.0 ( 0.0)\tloss 5.1000e+01 (5.1000e+01)
+Warmup Step[1/2]\tbatch 20.1 (20.1)\tdata 0.0 ( 0.0)\tloss 5.0000e+01 (5.0500e+01)
+Validattion ...
+Image to text: 10.0, 30.0, 40.0, 5.0, 9.1
+Text to image: 5.5, 20.0, 33.5, 8.0, 12.2
+[2/2] Warmup model_A
+Warmup Step[0/2]\tbatch 20.1 (20.1)\tdata 0.0 ( 0.0)\tloss 4.0000e+01 (4.0000e+01)
+Warmup Step[1/2]\tbatch 20.1 (20.1)\tdata 0.0 ( 0.0)\tloss 3.0000e+01 (3.5000e+01)
+[2/2] Warmup model_B
+Warmup Step[1/2]\tbatch 20.1 (20.1)\tdata 0.0 ( 0.0)\tloss 3.0000e+01 (3.6000e+01)
+Validattion ...
+Image to text: 20.0, 40.0, 50.0, 3.0, 6.0
+Text to image: 10.0, 30.0, 45.0, 4.0, 7.0
+Training Step[0/2]\tbatch 20.1 (20.1)\tdata 0.0 ( 0.0)\tloss 9.0000e+00 (9.0000e+00)
+Image to text: 25.0, 45.0, 55.0, 3.0, 6.0
+Text to image: 10.0, 30.0, 45.0, 4.0, 7.0
+rsum: 180.5
+Average i2t Recall: 40.0
+Image to text: 20.0 40.0 60.0 3.0 6.0
+Average t2i Recall: 30.0
+Text to image: 10.0 30.0 40.5 4.0 7.0
+"""
+
+
+def test_official_log_gives_an_rsum_per_validation_network_a_s_warmup_means_and_the_test_rsum():
+    curve = peer_parity.parse_official_log(OFFICIAL_LOG, warmup_epochs=2)
+    assert curve["val_rsum"] == [139.0, 195.0, 210.0]  # the test's space-separated lines are not a validation
+    assert curve["warmup_loss"] == [49.9, 35.0]  # A's last running means; B's are skipped
+    assert curve["test_rsum"] == 180.5
+
+
+def test_a_log_cut_mid_run_gives_the_epochs_it_reached_and_no_test():
+    cut = OFFICIAL_LOG[: OFFICIAL_LOG.index("[2/2] Warmup model_A")]
+    curve = peer_parity.parse_official_log(cut, warmup_epochs=2)
+    assert curve == {"val_rsum": [139.0], "warmup_loss": [49.9], "test_rsum": None}
+
+
+def test_division_scores_rank_against_the_noise_index_s_clean_pairs_and_apply_the_official_threshold():
+    noise = np.array([0, 0, 0, 0, 2, 2, 2, 1])  # 2 captions per image: captions 2, 3, 6, 7 re-paired
+    clean = peer_parity.clean_pairs(noise, 2)
+    assert clean.tolist() == [True, True, False, False, True, True, False, False]
+    perfect = peer_parity.division_scores(clean * 0.8 + 0.1, clean)
+    assert perfect == {"auc": 1.0, "clean_share": 0.5}
+    inverted = peer_parity.division_scores(1.0 - (clean * 0.8 + 0.1), clean)
+    assert inverted["auc"] == 0.0
+    # every probability above 0.5: the official split_prob moves its threshold to the lowest 1% (here the minimum)
+    assert peer_parity.division_scores(np.linspace(0.6, 0.9, 8), clean)["clean_share"] == 7 / 8
+    with pytest.raises(ValueError, match="shapes differ"):
+        peer_parity.division_scores(np.ones(3), clean)
+
+
+def test_official_curve_adds_network_a_s_dumped_division_of_each_co_training_epoch(tmp_path):
+    noise = np.array([0, 0, 0, 0, 1, 1, 1, 0])  # 4 captions per image: caption 7 re-paired
+    np.save(tmp_path / "noise.npy", noise)
+    (tmp_path / "train.log").write_text(OFFICIAL_LOG)
+    network_a = np.array([0.9, 0.9, 0.8, 0.9, 0.7, 0.9, 0.9, 0.1])
+    np.save(tmp_path / "prob_0.npy", np.stack([network_a, 1.0 - network_a]))
+    curve = peer_parity.official_curve(tmp_path, tmp_path / "noise.npy", warmup_epochs=2)
+    assert curve["division"] == [{"auc": 1.0, "clean_share": 7 / 8}]
+    assert curve["val_rsum"] == [139.0, 195.0, 210.0]
+
+
+def test_hfncl_curve_reads_network_a_from_results_json():
+    results = {
+        "history": [
+            {"epoch": 1, "warmup": True, "train/warmup_lw/net0": 50.0, "train/warmup_lw/net1": 51.0, "val/rsum": 100.0},
+            {
+                "epoch": 2, "warmup": False, "division/net0/auc": 0.9, "division/net0/predicted_clean_ratio": 0.7,
+                "division/net1/auc": 0.5, "division/net1/predicted_clean_ratio": 0.2, "val/rsum": 120.0,
+            },
+        ],
+        "test": {"rsum": 111.0},
+    }
+    curve = peer_parity.hfncl_curve(json.loads(json.dumps(results)))
+    assert curve == {
+        "val_rsum": [100.0, 120.0], "warmup_loss": [50.0], "division": [{"auc": 0.9, "clean_share": 0.7}],
+        "test_rsum": 111.0,
+    }
+
+
+def test_table_gives_mean_and_spread_over_seeds_and_a_dash_where_no_seed_reached_the_epoch():
+    official = [
+        {"val_rsum": [100.0, 200.0, 150.0], "warmup_loss": [50.0, 40.0], "division": [{"auc": 0.6, "clean_share": 0.5}],
+         "test_rsum": 140.0},
+        {"val_rsum": [110.0, 210.0], "warmup_loss": [52.0, 42.0], "division": [], "test_rsum": None},
+    ]
+    hfncl = [{"val_rsum": [120.0, 220.0, 230.0], "warmup_loss": [49.0, 39.0],
+              "division": [{"auc": 0.9, "clean_share": 0.75}], "test_rsum": 225.0}]
+    rows = peer_parity.table({"official": official, "hfncl": hfncl}, warmup_epochs=2, cotrain_epochs=1).splitlines()
+    assert rows[2] == "| 1 (warmup) | 105.0 ± 7.1 | 120.0 | 51.00 ± 1.41 | 49.00 | - | - | - | - |"
+    assert rows[4] == "| 3 (co-training 1) | 150.0 | 230.0 | - | - | 0.600 | 0.900 | 0.500 | 0.750 |"
+    assert rows[5] == "| test (best checkpoint) | 140.0 | 225.0 | | | | | | |"
