@@ -78,22 +78,32 @@ def test_run_experiment_reports_test_metrics_and_division(tiny_data_dir, tmp_pat
     picture = tmp_path / "divisions" / "epoch-002-net-0.png"
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "training_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    check_epoch_lines(*capfd.readouterr())
+    check_epoch_lines(*capfd.readouterr(), (tmp_path / "epochs.log").read_text())
 
 
-def check_epoch_lines(out: str, err: str) -> None:
-    """The two epochs' lines of an NCR run (warmup, then divided: clean batches and the noisy batches beside them), and no bar with progress off."""
+def check_epoch_lines(out: str, err: str, log: str) -> None:
+    """The two epochs' lines of an NCR run (warmup, then divided: clean batches and the noisy batches beside them):
+    on the console each network's loss, rSum, R@1 and division AUC in at most 120 characters; in epochs.log every
+    term, recall and division measure; and no bar with progress off."""
     lines = [line for line in out.splitlines() if line.startswith("epoch ")]
     assert len(lines) == 2 and lines[0].startswith("epoch 1/2 warmup | loss ")
+    assert all(len(line) <= 120 for line in lines), lines
     number = r"\d+\.\d+"
+    assert re.fullmatch(
+        rf"epoch 2/2 \| loss {number}/{number} \| val rSum {number}, R@1 i2t {number} t2i {number} \| "
+        rf"division AUC {number}/{number}, clean \d+%/\d+% \| {number}s",
+        lines[1],
+    ), lines[1]
+    details = log.splitlines()
+    assert len(details) == 2 and details[0].startswith("epoch 1/2 warmup | loss warmup_")
     division = rf"AUC {number} P {number} R {number} clean \d+%"
     assert re.fullmatch(
         rf"epoch 2/2 \| loss soft_margin_triplet/net0 {number} soft_margin_triplet/net0/noisy {number} "
         rf"soft_margin_triplet/net1 {number} soft_margin_triplet/net1/noisy {number} \| "
         rf"val i2t R@1/5/10 {number}/{number}/{number} t2i R@1/5/10 {number}/{number}/{number} rSum {number} \| "
         rf"division net0 {division} net1 {division} \| {number}s",
-        lines[1],
-    ), lines[1]
+        details[1],
+    ), details[1]
     assert "Writing model shards" not in err and "it/s" not in err  # progress off: no bar at all
 
 

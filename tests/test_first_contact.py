@@ -201,3 +201,22 @@ def test_accelerate_running_fewer_processes_than_launched_is_a_warning(tmp_path,
     assert "WORLD_SIZE is 2 but Accelerate runs 1" in fewer_processes_warning(1, {"WORLD_SIZE": "2"})
     assert fewer_processes_warning(2, {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}) is None
     assert fewer_processes_warning(1, {}) is None
+
+
+# --- 6: the end of a run ------------------------------------------------------------------------
+
+
+def test_a_run_with_bars_shows_none_of_transformers_checkpoint_bars(micro_data_dir, tmp_path, capfd):
+    """transformers' ``Writing model shards`` (saving best/) and ``Loading weights`` (reloading it for the test)
+    bars stayed on screen between the epoch lines."""
+    from conftest import TINY_MODEL, tiny_config
+
+    from hfncl.experiment import run_experiment
+    from hfncl.tasks.pairs import DataArguments
+
+    config = tiny_config(tmp_path, ["vsepp"], epochs=1, warmup_epochs=0, batch_size=8, progress=True)
+    run_experiment(DataArguments(data_dir=str(micro_data_dir), noise_ratio=0.2), config, TINY_MODEL)
+    out, err = capfd.readouterr()
+    assert "epoch 1/1" in err and "Writing model shards" not in err + out and "Loading weights" not in err + out
+    line = next(line for line in out.splitlines() if line.startswith("epoch 1/1 | loss "))
+    assert (tmp_path / "epochs.log").read_text().startswith("epoch 1/1 | loss triplet_hardest ") and len(line) <= 120

@@ -9,6 +9,7 @@ Progress bars and the libraries' own bars are switched here too.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -34,17 +35,16 @@ def progress_bar(iterable: Iterable, description: str, enabled: bool, **options:
 
 @contextmanager
 def library_progress_bars(enabled: bool) -> Iterator[None]:
-    """Unless ``enabled``, hide the bars of transformers (checkpoint shards), huggingface_hub and datasets
-    inside the block; their previous setting is restored after it."""
-    if enabled:
-        yield
-        return
+    """Inside the block, hide transformers' bars (``Loading weights``, ``Writing model shards``: a checkpoint read or
+    written in a second, whose bars would stay between the epoch lines), and unless ``enabled`` also those of
+    datasets; their previous setting is restored after it."""
     import datasets
     from transformers.utils import logging as transformers_logging
 
     before = transformers_logging.is_progress_bar_enabled(), datasets.is_progress_bar_enabled()
     transformers_logging.disable_progress_bar()
-    datasets.disable_progress_bars()
+    if not enabled:
+        datasets.disable_progress_bars()
     try:
         yield
     finally:
@@ -94,9 +94,16 @@ class TrainerCallback:
         """After the last epoch, with the summary ``train`` returns."""
 
 
+EPOCH_LINE_WIDTH = 120
+"""The most characters of an epoch's console line (a terminal of 120 columns shows it on one line)."""
+EPOCH_LOG = "epochs.log"
+"""``OUTPUT_DIR/epochs.log``: each epoch's line with every loss term, recall and division measure."""
+
+
 class EpochLine(TrainerCallback):
-    """Print one line per epoch on the main process (see :func:`format_epoch_line`), and where a resumed run
-    continues from."""
+    """Print one line per epoch on the main process, at most :data:`EPOCH_LINE_WIDTH` characters (see
+    :func:`format_epoch_line`), and append the detailed line (:func:`format_epoch_details`) to
+    ``OUTPUT_DIR/epochs.log``; say where a resumed run continues from. The trackers get every number."""
 
     def on_train_begin(self, trainer: Trainer) -> None:
         state = trainer.state
@@ -107,10 +114,70 @@ class EpochLine(TrainerCallback):
     def on_epoch_end(self, trainer: Trainer, record: dict[str, Any], seconds: float) -> None:
         if trainer.accelerator.is_main_process:
             tqdm.write(format_epoch_line(record, trainer.config.epochs, seconds))
+            with (trainer.output_dir / EPOCH_LOG).open("a", encoding="utf-8") as log:
+                log.write(format_epoch_details(record, trainer.config.epochs, seconds) + "\n")
 
 
-def format_epoch_line(record: dict[str, Any], epochs: int, seconds: float) -> str:
-    """``epoch E/N [warmup] | loss TERM v ... | val ... | division ... | Ts`` from an epoch's history record.
+def format_epoch_line(record: dict[str, Any], epochs: int, seconds: float, width: int = EPOCH_LINE_WIDTH) -> str:
+    """``epoch E/N [warmup] | loss L | val rSum S, R@1 i2t a t2i b | division AUC A, clean C | Ts`` in at most
+    ``width`` characters, from an epoch's history record.
+
+    The loss is each network's sum of its terms (``a/b`` for two networks), the division each network's ROC-AUC
+    against the hidden mask and the share of each set it made; a metric other than recalls (mAP) prints by name.
+    A line still too long drops the R@1 recalls, then the shares, then is cut. Every term, recall, precision and
+    recall of a division is in :func:`format_epoch_details`.
+    """
+    head = f"epoch {record['epoch']}/{epochs}" + (" warmup" if record.get("warmup") else "")
+    losses = _by_network(record, "train/")
+    loss = ["loss " + "/".join(f"{value:.3f}" for value in losses.values())] if losses else []
+    validation = {key[len("val/"):]: value for key, value in record.items() if key.startswith("val/")}
+    if "rsum" in validation:
+        score = f"val rSum {validation['rsum']:.1f}"
+    else:
+        score = "val " + ", ".join(f"{name} {value:.4f}" for name, value in list(validation.items())[:2])
+    sides = [side for side in ("i2t", "t2i") if side + "_r1" in validation]
+    recalls = " ".join(f"{side} {validation[side + '_r1']:.1f}" for side in sides)
+    divisions = _division_columns(record)
+    auc = "division AUC " + "/".join(f"{value:.3f}" for value in divisions.pop("auc")) if "auc" in divisions else ""
+    shares = " ".join(f"{name} " + "/".join(f"{share:.0%}" for share in values) for name, values in divisions.items())
+    for keep_recalls, keep_shares in ((True, True), (False, True), (False, False)):
+        parts = [
+            head,
+            *loss,
+            (score + (f", R@1 {recalls}" if keep_recalls and recalls else "")) if validation else "",
+            auc + (f", {shares}" if keep_shares and auc and shares else ""),
+            f"{seconds:.1f}s",
+        ]
+        line = " | ".join(part for part in parts if part)
+        if len(line) <= width:
+            return line
+    return line[: width - 3] + "..."
+
+
+def _by_network(record: dict[str, Any], prefix: str) -> dict[str, float]:
+    """The sum of the values under ``prefix`` per network (``netK`` in the key; one sum without it), by network."""
+    sums: dict[str, float] = {}
+    for key, value in record.items():
+        if key.startswith(prefix):
+            network = next((part for part in key.split("/") if re.fullmatch(r"net\d+", part)), "")
+            sums[network] = sums.get(network, 0.0) + float(value)
+    return dict(sorted(sums.items()))
+
+
+def _division_columns(record: dict[str, Any]) -> dict[str, list[float]]:
+    """``auc`` and the share of each named set (the clean share without named sets), each a list over the
+    networks' divisions in ``record``."""
+    columns: dict[str, list[float]] = {}
+    for prefix in _division_prefixes(record):
+        columns.setdefault("auc", []).append(record[f"{prefix}/auc"])
+        for name, share in _shares(record, prefix):
+            columns.setdefault(name, []).append(share)
+    return columns
+
+
+def format_epoch_details(record: dict[str, Any], epochs: int, seconds: float) -> str:
+    """``epoch E/N [warmup] | loss TERM v ... | val ... | division ... | Ts`` from an epoch's history record: the line
+    of ``OUTPUT_DIR/epochs.log``.
 
     Validation recalls are grouped per direction (``i2t R@1/5/10 a/b/c``) followed by
     rSum; other metrics (mAP) print by name. Division quality is the AUC, precision and
@@ -143,20 +210,30 @@ def _validation(metrics: dict[str, float]) -> str:
     return " ".join(shown)
 
 
+def _division_prefixes(record: dict[str, Any]) -> list[str]:
+    """``division`` or ``division/netK``: one per division in ``record``."""
+    return sorted({key.rsplit("/", 1)[0] for key in record if key.startswith("division") and key.endswith("/auc")})
+
+
+def _shares(record: dict[str, Any], prefix: str) -> list[tuple[str, float]]:
+    """(set, share) of each set the division under ``prefix`` made; the clean share without named sets."""
+    shares = [
+        (key[len(prefix) + 1:-len("_share")], value)
+        for key, value in record.items()
+        if key.startswith(prefix + "/") and key.endswith("_share") and key.count("/") == prefix.count("/") + 1
+    ]
+    if not shares and f"{prefix}/predicted_clean_ratio" in record:
+        shares = [("clean", record[f"{prefix}/predicted_clean_ratio"])]
+    return shares
+
+
 def _divisions(record: dict[str, Any]) -> list[str]:
     """``[netK] AUC a P p R r SET share ...`` for each division in ``record`` (the clean share without named sets)."""
-    prefixes = sorted({key.rsplit("/", 1)[0] for key in record if key.startswith("division") and key.endswith("/auc")})
     shown = []
-    for prefix in prefixes:
+    for prefix in _division_prefixes(record):
         name = prefix[len("division"):].strip("/")
         auc, precision, recall = (record[f"{prefix}/{metric}"] for metric in ("auc", "precision", "recall"))
         text = f"AUC {auc:.3f} P {precision:.3f} R {recall:.3f}"
-        shares = [
-            f"{key[len(prefix) + 1:-len('_share')]} {value:.0%}"
-            for key, value in record.items()
-            if key.startswith(prefix + "/") and key.endswith("_share") and key.count("/") == prefix.count("/") + 1
-        ]
-        if not shares and f"{prefix}/predicted_clean_ratio" in record:
-            shares = [f"clean {record[f'{prefix}/predicted_clean_ratio']:.0%}"]
+        shares = [f"{set_name} {share:.0%}" for set_name, share in _shares(record, prefix)]
         shown.append(" ".join(filter(None, [name, text, *shares])))
     return shown
