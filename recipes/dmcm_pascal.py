@@ -2,7 +2,8 @@ r"""DMCM on Pascal-Sentence (category-labelled features) with noisy labels; mAP 
 
     accelerate launch recipes/dmcm_pascal.py --data-path /data/pascal_dscmr --noise-ratio 0.4 \
         --output-dir runs/dmcm_pascal_40
-    # one unsplit set of .npy files (split 40 / 5 / 5 per class), e.g. two text encoders' views:
+    # one unsplit set of .npy files (split 40 / 5 / 5 per class; --split-fractions 0.7 0.1 0.2 tests the
+    # paper's 200 samples, 10 per class), e.g. two text encoders' views:
     python recipes/dmcm_pascal.py --image-features ../shared/data/pascal_sentence/sentence_features.npy \
         --text-features ../shared/data/pascal_sentence/sentence_features_doc2vec_bert_768.npy \
         --labels ../shared/data/pascal_sentence/labels.npy --noise-ratio 0.4

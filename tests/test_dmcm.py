@@ -210,3 +210,26 @@ def test_dmcm_degrades_gracefully_where_cross_entropy_collapses_on_pascal(tmp_pa
     cross_entropy = _pascal_run("prototype_ce", tmp_path, 0.8)
     mixed = _pascal_run("dmcm", tmp_path, 0.8)
     assert mixed >= 0.65 and mixed - cross_entropy >= 0.25, (mixed, cross_entropy)
+
+
+def test_the_split_fractions_of_an_unsplit_set_are_a_data_argument(tmp_path):
+    """Pascal-Sentence as one unsplit set (20 classes x 50): DSCMR's 40 / 5 / 5 per class by default (100 test samples),
+    and ``split_fractions`` 0.7 0.1 0.2 gives the 200 test samples of DMCM's Table 1 (10 per class)."""
+    from hfncl.tasks.labels import load_labelled
+
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(20), 50)
+    paths = {}
+    for name, values in (("image", rng.standard_normal((1000, 6))), ("text", rng.standard_normal((1000, 4))), ("labels", labels)):
+        paths[name] = tmp_path / f"{name}.npy"
+        np.save(paths[name], values)
+
+    def sizes(**fields) -> tuple[int, int, int]:
+        arguments = LabelDataArguments(image_features=str(paths["image"]), text_features=str(paths["text"]), labels=str(paths["labels"]), **fields)
+        dataset = load_labelled(arguments)
+        return len(dataset.train.labels("image")), len(dataset.valid.labels("image")), len(dataset.test.labels("image"))
+
+    assert sizes() == (800, 100, 100)
+    assert sizes(split_fractions=[0.7, 0.1, 0.2]) == (700, 100, 200)
+    with pytest.raises(ValueError, match="split_fractions must be three fractions"):
+        LabelDataArguments(labels=str(paths["labels"]), split_fractions=[0.8, 0.2])

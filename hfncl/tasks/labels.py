@@ -37,7 +37,6 @@ from hfncl.engine.tasks import CategoryTask
 from hfncl.hub import DataDescription
 from hfncl.hub.card import CardTexts, plugin_names, register_card_texts
 from hfncl.models import CategoryConfig, CategoryModel
-from hfncl.plugins import RunPlugins
 
 NOISE_FILE = "label_noise.json"
 
@@ -56,6 +55,13 @@ class LabelDataArguments:
     image_features: str | None = field(default=None, metadata={"help": "Unsplit set: image (or view 1) features .npy."})
     text_features: str | None = field(default=None, metadata={"help": "Unsplit set: text (or view 2) features .npy."})
     labels: str | None = field(default=None, metadata={"help": "Unsplit set: labels .npy (split 80/10/10 per class)."})
+    split_fractions: list[float] = field(
+        default_factory=lambda: [0.8, 0.1, 0.1],
+        metadata={
+            "help": "Unsplit set: train / validation / test fractions per class, in file order (default 0.8 0.1 0.1: "
+            "Pascal-Sentence's 40 / 5 / 5 of DSCMR; 0.7 0.1 0.2 tests 10 per class, the 200 of DMCM's Table 1)."
+        },
+    )
     layout: str | None = field(default=None, metadata={"help": "imgs_deep, tr_te or per_file (default: detected)."})
     label_base: int = field(default=0, metadata={"help": "Index of the first class in the files (1 for Wikipedia)."})
     num_classes: int | None = field(default=None, metadata={"help": "Number of classes (default: from the labels)."})
@@ -80,6 +86,10 @@ class LabelDataArguments:
         if self.data_path is not None and any(a is not None for a in arrays):
             raise ValueError(
                 "give either data_path, or all of image_features, text_features and labels (one unsplit set)"
+            )
+        if len(self.split_fractions) != 3:
+            raise ValueError(
+                f"split_fractions must be three fractions (train, validation, test), got {self.split_fractions}"
             )
         if self.valid_size is not None and self.valid_size < 0:
             raise ValueError(f"valid_size must be >= 0 (0: no validation split), got {self.valid_size}")
@@ -113,7 +123,9 @@ def load_labelled(args: LabelDataArguments) -> LabelledDataset:
         return load_labelled_dataset(args.data_path, layout=args.layout, valid_size=args.valid_size, **options)
     if args.image_features is None or args.text_features is None or args.labels is None:
         raise ValueError("give either data_path, or all of image_features, text_features and labels (one unsplit set)")
-    return load_labelled_arrays(args.image_features, args.text_features, args.labels, **options)
+    fractions = (args.split_fractions[0], args.split_fractions[1], args.split_fractions[2])
+    arrays = (args.image_features, args.text_features, args.labels)
+    return load_labelled_arrays(*arrays, split_fractions=fractions, **options)
 
 
 def prepare_labelled_data(args: LabelDataArguments, output_dir: str | Path) -> LabelData:
@@ -185,12 +197,12 @@ class LabelExperiment:
     """The label-noise paper's optimiser: Adam 1e-4, batch 100, no decay."""
 
     def prepare(
-        self, args: LabelDataArguments, model_args: CategoryModelArguments, plugins: RunPlugins, output_dir: str | Path
+        self, args: LabelDataArguments, model_args: CategoryModelArguments, plugins: list[str], output_dir: str | Path
     ) -> LabelData:
         """The splits and the noisy training labels (:func:`prepare_labelled_data`)."""
         return prepare_labelled_data(args, output_dir)
 
-    def model_config(self, data: LabelData, model_args: CategoryModelArguments, plugins: RunPlugins) -> CategoryConfig:
+    def model_config(self, data: LabelData, model_args: CategoryModelArguments, plugins: list[str]) -> CategoryConfig:
         """``model_args`` with the features' sizes and the number of classes of the data."""
         return CategoryConfig(
             image_dim=data.dataset.train.feature_dim("image"),
@@ -199,7 +211,7 @@ class LabelExperiment:
             **asdict(model_args),
         )
 
-    def model_settings(self, model_args: CategoryModelArguments, plugins: RunPlugins) -> dict[str, Any]:
+    def model_settings(self, model_args: CategoryModelArguments, plugins: list[str]) -> dict[str, Any]:
         """The model fields a run would use besides those the data decide."""
         return asdict(model_args)
 
