@@ -59,7 +59,7 @@ class LabelDataArguments:
         default_factory=lambda: [0.8, 0.1, 0.1],
         metadata={
             "help": "Unsplit set: train / validation / test fractions per class, in file order (default 0.8 0.1 0.1: "
-            "Pascal-Sentence's 40 / 5 / 5 of DSCMR; 0.7 0.1 0.2 tests 10 per class, the 200 of DMCM's Table 1)."
+            "Pascal-Sentence's 40 / 5 / 5 of DSCMR; 0.7 0.1 0.2 tests 10 per class, 200 samples)."
         },
     )
     layout: str | None = field(default=None, metadata={"help": "imgs_deep, tr_te or per_file (default: detected)."})
