@@ -90,7 +90,10 @@ def _plugins_arguments(parser: argparse.ArgumentParser) -> None:
     add_arguments=_plugins_arguments,
 )
 def plugins_command(args: argparse.Namespace) -> int:
-    """Print every plugin of the ``hfncl`` entry-point group; a broken one shows its error."""
+    """Print every plugin of the ``hfncl`` entry-point group (its summary, data kind, hooks and options, each with
+    its default and what it takes); a broken one shows its error."""
+    import textwrap
+
     from hfncl.plugin_listing import listed_plugins, plugin_record
 
     plugins = listed_plugins(refresh=args.refresh)
@@ -104,12 +107,17 @@ def plugins_command(args: argparse.Namespace) -> int:
         print(f"{info.name}  {info.distribution}=={info.version}  ({info.value})")
         if info.error is not None:
             print(f"    error: {info.error}")
-        else:
-            print(f"    hooks: {', '.join(info.hooks) or '(none)'}")
-            if info.options:
-                print("    options (defaults):")
-            for option, default in info.options.items():
-                print(f"        {option} = {json.dumps(default, default=str)}")
+            continue
+        if info.summary:
+            print(f"    {info.summary}")
+        print(f"    data: {info.data_kind}    hooks: {', '.join(info.hooks) or '(none)'}")
+        if info.options:
+            print("    options, set with --options '{\"NAME\": VALUE}' (default, what it takes):")
+        if info.options and info.options_doc:
+            print(textwrap.fill(info.options_doc, 110, initial_indent=" " * 6, subsequent_indent=" " * 6))
+        for option, default in info.options.items():
+            described = info.option_help.get(option)
+            print(f"        {option} = {json.dumps(default, default=str)}" + (f"  ({described})" if described else ""))
     return 0
 
 
@@ -384,12 +392,27 @@ def extract_command(args: argparse.Namespace) -> int:
     return 0
 
 
+TRAIN_DESCRIPTION = """hfncl train: train the named plugin(s) on a data directory; the run ends with one line saying
+where the best model and results.json are.
+
+installed plugins: {plugins} (`hfncl plugins` describes each, with its options)
+
+examples (NAME: an installed plugin):
+  hfncl train --plugins NAME --data-dir /data/f30k_precomp --noise-ratio 0.5 --output-dir runs/NAME_50
+  hfncl train --plugins NAME --data-dir DIR --options '{{"NAME.OPTION": 0.3}}' --epochs 10 --print-config
+  hfncl train --config runs/NAME_50/run_config.yaml --output-dir runs/NAME_50_again
+  ACCELERATE_USE_CPU=true accelerate launch --multi_gpu --num_processes 2 -m hfncl.cli train --plugins NAME ..."""
+
+
 def train(arguments: list[str]) -> int:
-    """``hfncl train``: like a recipe, with the plugins named on the command line (``--help`` lists all)."""
+    """``hfncl train``: like a recipe, with the plugins named on the command line (``--help`` lists the installed
+    ones, with examples)."""
+    from hfncl.plugins import installed_entry_points
     from hfncl.recipe import run_recipe
 
+    plugins = ", ".join(sorted(installed_entry_points())) or "none"
     return run_recipe(
-        "hfncl train: train the named plugins.", plugins=[], defaults={}, argv=arguments, prog="hfncl train"
+        TRAIN_DESCRIPTION.format(plugins=plugins), plugins=[], defaults={}, argv=arguments, prog="hfncl train"
     )
 
 

@@ -38,15 +38,37 @@ class OptionError(ValueError):
     """An option value that its declaration refuses; the message names the option, the value and what was expected."""
 
 
-def option(default: Any, *, choices: tuple[Any, ...] | None = None, **bounds: float) -> Any:
-    """A dataclass field for an option: its ``default`` and, to check, ``choices`` or bounds.
+def option(default: Any, *, choices: tuple[Any, ...] | None = None, help: str = "", **bounds: float) -> Any:
+    """A dataclass field for an option: its ``default`` and, to check, ``choices`` or bounds; ``help``, one line
+    that ``hfncl plugins`` prints after the option's type and range.
 
     ``bounds`` are any of ``minimum``, ``exclusive_minimum``, ``maximum``, ``exclusive_maximum``.
     """
     unknown = set(bounds) - set(BOUNDS)
     if unknown:
         raise TypeError(f"option() takes bounds {sorted(BOUNDS)}, got {sorted(unknown)}")
-    return field(default=default, metadata={"choices": choices, **bounds})
+    return field(default=default, metadata={"choices": choices, "help": help, **bounds})
+
+
+def option_help(options: type[MethodOptions]) -> dict[str, str]:
+    """What each option of ``options`` takes, by full name, read from its declaration: the type, the choices or
+    bounds, and its ``help`` (``float >= 0, < 1 or null; the share of ...``)."""
+    hints = typing.get_type_hints(options)
+    described = {}
+    for declared in fields(options):  # type: ignore[arg-type]
+        expected = hints[declared.name]
+        members = typing.get_args(expected) if typing.get_origin(expected) in (typing.Union, types.UnionType) else ()
+        kinds = [member for member in members if member is not type(None)] or [expected]
+        text = getattr(kinds[0], "__name__", str(kinds[0]))
+        choices = declared.metadata.get("choices")
+        if choices is not None:
+            text = "one of " + ", ".join(str(choice) for choice in choices)
+        limits = {bound: declared.metadata.get(bound) for bound in BOUNDS}
+        bounds = [f"{BOUNDS[bound][0]} {limit}" for bound, limit in limits.items() if limit is not None]
+        text += (" " + ", ".join(bounds) if bounds else "") + (" or null" if len(kinds) < len(members) else "")
+        note = declared.metadata.get("help")
+        described[options.full_name(declared.name)] = f"{text}; {note}" if note else text
+    return described
 
 
 class MethodOptions:

@@ -19,7 +19,7 @@ from typing import Any
 import pluggy
 
 from hfncl import hookspecs
-from hfncl.options import MethodOptions, OptionError
+from hfncl.options import MethodOptions, OptionError, option_help
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT
 
@@ -39,6 +39,14 @@ class PluginInfo:
     hooks: tuple[str, ...]
     error: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    summary: str = ""
+    """The first line of the plugin module's docstring."""
+    data_kind: str = "pairs"
+    """What it learns from (its ``data_kind`` hook): ``pairs`` or ``labels``."""
+    options_doc: str = ""
+    """The docstring of its options class, on one line."""
+    option_help: dict[str, str] = field(default_factory=dict)
+    """What each option takes (:func:`hfncl.options.option_help`), by full name."""
 
 
 def _package(entry_point: EntryPoint) -> str:
@@ -143,12 +151,20 @@ def describe_installed() -> list[PluginInfo]:
         dist = entry_point.dist
         hooks: tuple[str, ...] = ()
         options: dict[str, Any] = {}
+        described: dict[str, Any] = {}
         problem = None
         try:
             plugin = load_plugin(name)
             hooks = implemented_hooks(plugin)
             options = dict(plugin.option_defaults() or {}) if "option_defaults" in hooks else {}
-            options.update(plugin.options().defaults() if "options" in hooks else {})
+            declared = plugin.options() if "options" in hooks else None
+            options.update(declared.defaults() if declared is not None else {})
+            described = {
+                "summary": (inspect.getdoc(plugin) or "").strip().split("\n")[0],
+                "data_kind": (plugin.data_kind() if "data_kind" in hooks else None) or "pairs",
+                "options_doc": " ".join((inspect.getdoc(declared) or "").split()) if declared is not None else "",
+                "option_help": option_help(declared) if declared is not None else {},
+            }
         except PluginError as error:
             problem = str(error)
         except Exception as error:  # a plugin's own options or option_defaults failing
@@ -162,6 +178,7 @@ def describe_installed() -> list[PluginInfo]:
                 hooks=hooks,
                 error=problem,
                 options=options,
+                **described,
             )
         )
     return infos

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shlex
 
 import httpx2
 import pytest
@@ -220,3 +221,35 @@ def test_a_run_with_bars_shows_none_of_transformers_checkpoint_bars(micro_data_d
     assert "epoch 1/1" in err and "Writing model shards" not in err + out and "Loading weights" not in err + out
     line = next(line for line in out.splitlines() if line.startswith("epoch 1/1 | loss "))
     assert (tmp_path / "epochs.log").read_text().startswith("epoch 1/1 | loss triplet_hardest ") and len(line) <= 120
+
+
+# --- 8: discoverability and the card ------------------------------------------------------------
+
+
+def test_plugins_lists_each_method_s_summary_data_kind_and_what_each_option_takes(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HFNCL_CACHE", str(tmp_path))
+    assert cli.main(["plugins", "--refresh"]) == 0
+    text = capsys.readouterr().out
+    ncr = text[text.index("\nncr  "):text.index("\nprototype_ce  ")]
+    assert "\n    NCR: Noisy Correspondence Rectifier (Huang et al., NeurIPS 2021).\n    data: pairs    hooks: " in ncr
+    assert "(default, what it takes):\n      alpha and m of Eq. 7" in ncr
+    assert "\n        ncr.alpha = 0.2  (float >= 0)\n" in ncr
+    assert "ncr.prediction = \"paper\"  (one of paper, hinge)" in ncr
+    assert "\n    data: labels    hooks: " in text[text.index("\ndmcm  "):text.index("\ngsc  ")]
+    assert cli.main(["plugins", "--json"]) == 0  # read back from the cache
+    listed = {record["name"]: record for record in json.loads(capsys.readouterr().out)}
+    assert listed["coteaching"]["option_help"]["coteaching.forget_rate"] == "float >= 0, < 1 or null"
+    assert listed["dmcm"]["data_kind"] == "labels" and listed["vsepp"]["summary"].startswith("VSE++")
+
+
+def test_train_help_names_the_installed_plugins_and_gives_examples_that_run(capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["train", "--help"])
+    assert exited.value.code == 0
+    text = capsys.readouterr().out
+    assert "installed plugins: coteaching, dmcm, gsc, gsc_intra, ncr, prototype_ce, tcvse, ugncl, vsepp" in text
+    example = next(line for line in text.splitlines() if "--print-config" in line and line.startswith("  hfncl train"))
+    arguments = shlex.split(example.replace("NAME.OPTION", "ncr.alpha").replace("NAME", "ncr"))[1:]
+    assert cli.main(arguments) == 0
+    settings = json.loads(capsys.readouterr().out)
+    assert settings["options"]["ncr.alpha"] == 0.3 and settings["training"]["epochs"] == 10
