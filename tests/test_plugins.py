@@ -256,8 +256,13 @@ def test_cli_lists_builtin_plugins(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert re.search(r"^vsepp  hfncl==\S+  \(hfncl_plugins\.vsepp\)$", out, re.M)
     assert re.search(r"^ncr  hfncl==\S+  \(hfncl_plugins\.ncr\)$", out, re.M)
-    options = re.search(r"^ncr .*\n    hooks: .*\n    options \(defaults\):\n((        \S+ = .*\n)+)", out, re.M)
-    assert options and "        ncr.alpha = 0.2\n" in options.group(1)
+    options = re.search(
+        r"^ncr .*\n    NCR: .*\n    data: pairs    hooks: .*\n    options, set with --options .*\n(      \S.*\n)+"
+        r"((        \S+ = .*\n)+)",
+        out,
+        re.M,
+    )
+    assert options and "        ncr.alpha = 0.2  (float >= 0)\n" in options.group(2)
 
 
 def test_cli_json_lists_builtin_plugins(capsys: pytest.CaptureFixture[str]) -> None:
@@ -275,7 +280,7 @@ def test_cli_shows_a_broken_plugin_error_instead_of_crashing(
     assert cli.main(["plugins"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"^broken .*\n    error: Plugin 'broken' is installed but failed to import .*boom$", out, re.M)
-    assert re.search(r"^fine .*\n    hooks: option_defaults$", out, re.M)
+    assert re.search(r"^fine .*\n    data: pairs    hooks: option_defaults$", out, re.M)
 
     assert cli.main(["plugins", "--json"]) == 0
     records = {record["name"]: record for record in json.loads(capsys.readouterr().out)}
@@ -288,6 +293,10 @@ def test_cli_shows_a_broken_plugin_error_instead_of_crashing(
         "hooks": ["option_defaults"],
         "error": None,
         "options": {"x": 1},
+        "summary": "",
+        "data_kind": "pairs",
+        "options_doc": "",
+        "option_help": {},
     }
 
 
