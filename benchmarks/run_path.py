@@ -69,7 +69,7 @@ class Walk:
 
     @property
     def modules(self) -> list[str]:
-        return sorted({stop.rsplit(".", 1)[0].split(":")[0] for stop in self.stops})
+        return sorted({stop.split(":")[0] for stop in self.stops})
 
     def summary(self) -> dict[str, Any]:
         return {

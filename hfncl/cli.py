@@ -460,5 +460,28 @@ def audit_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_plugin_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``hfncl check-plugin``."""
+    parser.add_argument("name", help="An installed plugin (an entry point of the hfncl group).")
+    parser.add_argument(
+        "--train", action="store_true", help="Also train it for two epochs on a generated micro benchmark (seconds)."
+    )
+
+
+@command(
+    "check-plugin",
+    help="Run the plugin contract's checks on an installed plugin: hooks, trainer view, options, settings, training.",
+    add_arguments=_check_plugin_arguments,
+)
+def check_plugin_command(args: argparse.Namespace) -> int:
+    """Print one line per check of :func:`hfncl.plugin_check.check_plugin`; exit 1 if one fails."""
+    from hfncl.plugin_check import check_plugin
+
+    checks = check_plugin(args.name, train=args.train)
+    for check in checks:
+        print(check.line())
+    return 1 if any(check.problem is not None for check in checks) else 0
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -8,11 +8,11 @@ private (``_name``) attribute of anything, imports no private name of hfncl and 
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
 
+from hfncl.plugin_check import violations
 from hfncl.trainer_view import VIEW_MEMBERS, LedgerView, declared_members
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,29 +20,6 @@ PLUGIN_FILES = sorted((ROOT / "plugins").glob("*.py")) + sorted((ROOT / "tests" 
 
 
 TRAINER_MEMBERS, LEDGER_MEMBERS = VIEW_MEMBERS, declared_members(LedgerView)
-
-
-def violations(source: str) -> list[str]:
-    """What a plugin's ``source`` uses beyond the contract, one line per use."""
-    found = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Attribute):
-            owner = node.value
-            if node.attr.startswith("_") and not node.attr.startswith("__"):
-                if not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
-                    found.append(f"line {node.lineno}: private attribute {ast.unparse(node)}")
-            if isinstance(owner, ast.Name) and owner.id == "trainer" and node.attr not in TRAINER_MEMBERS:
-                found.append(f"line {node.lineno}: trainer.{node.attr} is not in TrainerView")
-            if ast.unparse(owner) == "trainer.ledger" and node.attr not in LEDGER_MEMBERS:
-                found.append(f"line {node.lineno}: trainer.ledger.{node.attr} is not in LedgerView")
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("hfncl"):
-            module = node.module or ""
-            if module.startswith("hfncl.engine") or any(part.startswith("_") for part in module.split(".")):
-                found.append(f"line {node.lineno}: imports {module}")
-            found += [f"line {node.lineno}: imports private {module}.{a.name}" for a in node.names if a.name.startswith("_")]
-        elif isinstance(node, ast.Import):
-            found += [f"line {node.lineno}: imports {a.name}" for a in node.names if a.name.startswith("hfncl.engine")]
-    return found
 
 
 @pytest.mark.parametrize("path", PLUGIN_FILES, ids=lambda path: path.name)

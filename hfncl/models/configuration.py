@@ -9,6 +9,7 @@ from typing import Any
 from transformers import PretrainedConfig
 
 from hfncl.hub.record import IncompatibleCheckpointError
+from hfncl.models.head_registry import check_head_name
 from hfncl.models.towers import resolve_tower_config
 
 CHECKPOINT_FORMAT = 2
@@ -132,7 +133,6 @@ TRANSFORMER_POOLINGS = ("mean", "max", "pooler")
 TEXT_TOWERS = ("gru", "transformer")
 IMAGE_TOWERS = ("regions", "transformer")
 LORA_TOWERS = ("text", "image")
-SIMILARITIES = ("cosine", "sgr", "saf", "scan")
 SCAN_POOLINGS = ("lse", "avg")
 _POSITIVE_INTS = (
     "image_dim", "embed_dim", "word_dim", "vocab_size", "text_layers", "num_networks", "image_views", "sim_dim",
@@ -370,8 +370,7 @@ class NCLConfig(HfnclConfig):
         text_poolings = TRANSFORMER_POOLINGS if self.text_tower == "transformer" else TEXT_POOLINGS
         if self.text_pooling not in text_poolings:
             raise ValueError(f"NCLConfig.text_pooling must be one of {text_poolings}, got {self.text_pooling!r}")
-        if self.similarity not in SIMILARITIES:
-            raise ValueError(f"NCLConfig.similarity must be one of {SIMILARITIES}, got {self.similarity!r}")
+        check_head_name(self.similarity)
         lam = self.attention_lambda
         if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not math.isfinite(lam) or lam <= 0:
             raise ValueError(f"NCLConfig.attention_lambda must be a positive finite number, got {lam!r}")

@@ -10,17 +10,28 @@ networks' similarities, as NCR evaluates its two networks.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import cast
+from typing import Any, cast
 
 import torch
 from torch import nn
 
 from hfncl.models.configuration import NCLConfig
 from hfncl.models.encoders import init_word_embedding, init_xavier_linear
+from hfncl.models.head_registry import BUILT_IN_HEADS, installed_head_builder
 from hfncl.models.loading import HfnclPreTrainedModel
 from hfncl.models.scan import build_scan_head
 from hfncl.models.sgraf import build_similarity_head, full_precision, pack_local
 from hfncl.models.towers import PretrainedTower, build_image_encoder, build_text_encoder
+
+
+def build_head(config: NCLConfig) -> torch.nn.Module | None:
+    """The similarity head ``config.similarity`` names: ``None`` for cosine, SGRAF's SGR / SAF, SCAN's, or the
+    one an installed package registers (:mod:`hfncl.models.head_registry`)."""
+    if config.similarity == "scan":
+        return build_scan_head(config)
+    if config.similarity in BUILT_IN_HEADS:
+        return build_similarity_head(config)
+    return installed_head_builder(config.similarity)(config)
 
 
 class MatchingNetwork(nn.Module):
@@ -44,7 +55,7 @@ class MatchingNetwork(nn.Module):
         self.views = config.image_views
         self.image_encoder = build_image_encoder(config)
         self.text_encoder = build_text_encoder(config)
-        self.head = build_scan_head(config) if config.similarity == "scan" else build_similarity_head(config)
+        self.head: Any = build_head(config)
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
         """Region features (B, R, D) -> image embeddings (B, W * embed_dim): W unit-norm views, concatenated.

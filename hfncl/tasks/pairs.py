@@ -23,19 +23,16 @@ from hfncl.data import (
     NOISE_KINDS,
     DataFormatError,
     NoisyPairDataset,
-    PairSplit,
     TokenizerVocabulary,
     Vocabulary,
     caption_level_noise,
     caption_pairing,
     image_level_noise,
-    is_imagefolder,
     load_noise_index,
-    load_pixel_splits,
-    load_precomp_split,
     save_noise_index,
 )
-from hfncl.data.pixels import METADATA_FILE, image_processor_from_pretrained
+from hfncl.data.formats import AUTO, check_format_name, detect_format, get_format
+from hfncl.data.pixels import image_processor_from_pretrained
 from hfncl.data.precomp import FEATURE_DTYPES
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
@@ -48,8 +45,6 @@ from hfncl.models import NCLConfig, NCLModel
 from hfncl.models.configuration import sgraf_layer_defaults
 from hfncl.models.towers import parameter_counts
 from hfncl.plugins import RunPlugins, build_plugin_manager, plugin_model_defaults
-
-DATA_FORMATS = ("auto", "precomp", "imagefolder")
 
 
 @dataclass
@@ -65,8 +60,9 @@ class DataArguments:
     data_format: str = field(
         default="auto",
         metadata={
-            "help": "precomp, imagefolder, or auto: an imagefolder when {train_split}/metadata.jsonl exists, "
-            "else precomp."
+            "help": "precomp, imagefolder, a format an installed package registers (entry-point group "
+            "hfncl.data_formats), or auto: the first installed format or imagefolder ({train_split}/metadata.jsonl) "
+            "that recognises the data, else precomp."
         },
     )
     dataset_name: str | None = field(
@@ -110,8 +106,7 @@ class DataArguments:
             raise ValueError(f"noise_ratio must be in [0, 1), got {self.noise_ratio}")
         if self.noise_kind not in NOISE_KINDS:
             raise ValueError(f"noise_kind must be one of {NOISE_KINDS}, got {self.noise_kind!r}")
-        if self.data_format not in DATA_FORMATS:
-            raise ValueError(f"data_format must be one of {DATA_FORMATS}, got {self.data_format!r}")
+        check_format_name(self.data_format)
         if self.feature_dtype not in FEATURE_DTYPES:
             raise ValueError(f"feature_dtype must be one of {FEATURE_DTYPES}, got {self.feature_dtype!r}")
         if self.test_folds < 1:
@@ -137,7 +132,10 @@ class ModelArguments:
     text_pooling: str | None = field(default=None, metadata={"help": "Pooling over words: mean or max."})
     similarity: str | None = field(
         default=None,
-        metadata={"help": "Similarity head: cosine (default), sgr or saf (SGRAF), scan (SCAN t2i attention)."},
+        metadata={
+            "help": "Similarity head: cosine (default), sgr or saf (SGRAF), scan (SCAN t2i attention), or a head an "
+            "installed package registers (entry-point group hfncl.similarity_heads)."
+        },
     )
     sim_dim: int | None = field(
         default=None, metadata={"help": "SGR / SAF similarity representation size (default 256)."}
@@ -223,34 +221,29 @@ def _noise_index(args: DataArguments, num_images: int, captions_per_image: int, 
 
 
 def data_format(requested: str, data_dir: Path, split: str, image_tower_name: str | None) -> str:
-    """``"precomp"`` or ``"imagefolder"`` for ``split`` of ``data_dir``, checked against the model's image tower.
+    """The name of the data format (:mod:`hfncl.data.formats`) to read ``split`` of ``data_dir`` with, checked
+    against the model's image tower.
 
-    ``requested`` is ``DataArguments.data_format`` (``"auto"``: an imagefolder when
-    ``{split}/metadata.jsonl`` exists); ``image_tower_name`` is the source of a pixel
-    image tower, ``None`` for the region tower.
+    ``requested`` is ``DataArguments.data_format`` (``"auto"``: the first installed format, or the imagefolder,
+    that recognises the split, else precomp); ``image_tower_name`` is the source of a pixel image tower, ``None``
+    for the region tower.
 
     Raises:
-        DataFormatError: naming the data directory and ``NCLConfig.image_tower`` when raw
-            images meet a region tower or precomputed features a pixel tower, or when an
-            imagefolder asked for lacks the split's metadata.
+        DataFormatError: naming the data directory and ``NCLConfig.image_tower`` when raw images meet a region
+            tower or precomputed features a pixel tower.
     """
-    found = is_imagefolder(data_dir, split) or (split == "dev" and is_imagefolder(data_dir, "validation"))
-    if requested == "imagefolder" and not found:
+    chosen = detect_format(data_dir, split) if requested == AUTO else requested
+    pixels = get_format(chosen).reads_pixels
+    if pixels and image_tower_name is None:
         raise DataFormatError(
-            f"{data_dir / split / METADATA_FILE} does not exist: an imagefolder holds one folder per split "
-            f"with its images and a {METADATA_FILE} of rows " '{"file_name": ..., "captions": [...]}'
-        )
-    chosen = "imagefolder" if requested == "imagefolder" or (requested == "auto" and found) else "precomp"
-    if chosen == "imagefolder" and image_tower_name is None:
-        raise DataFormatError(
-            f"{data_dir} is an imagefolder of raw images, but the model's image tower (NCLConfig.image_tower) is "
+            f"{data_dir} is an {chosen} of raw images, but the model's image tower (NCLConfig.image_tower) is "
             "'regions', which reads precomputed features: train on pixels with a vision tower (--image-tower "
             f"<CLIP model>), or extract features first (hfncl extract {data_dir} OUT --model <image model>) "
             "and train on OUT"
         )
-    if chosen == "precomp" and image_tower_name is not None:
+    if not pixels and image_tower_name is not None:
         raise DataFormatError(
-            f"{data_dir} holds precomputed image features (precomp), but the model's image tower reads pixels: "
+            f"{data_dir} holds precomputed image features ({chosen}), but the model's image tower reads pixels: "
             f"NCLConfig.image_tower 'transformer' (image_tower_name {image_tower_name!r}): give an "
             "imagefolder of raw images (a folder per split with its images and a metadata.jsonl), or leave "
             "image_tower at 'regions'"
@@ -285,7 +278,6 @@ class PairData:
 def prepare_data(
     args: DataArguments,
     output_dir: str | Path,
-    image_dim: int | None = None,
     tokenizer: str | None = None,
     image_processor: str | None = None,
 ) -> PairData:
@@ -293,11 +285,12 @@ def prepare_data(
 
     With ``tokenizer`` (the Hub id or directory of a transformer text tower), captions are
     tokenised by its ``AutoTokenizer`` (:class:`~hfncl.data.TokenizerVocabulary`) instead
-    of a word vocabulary. With ``image_processor`` (the Hub id or directory of a pixel
-    image tower), the data are an imagefolder of raw images whose pixel values that
-    source's ``AutoImageProcessor`` makes (:class:`~hfncl.data.PixelSplit`, the processor
-    returned as ``image_processor``; ``image_dim`` is then ``None``); without it, a precomp
-    directory of features of ``image_dim`` (default: whatever the training split holds).
+    of a word vocabulary. The splits are read in ``args.data_format`` (:mod:`hfncl.data.formats`;
+    :func:`data_format`). With ``image_processor`` (the Hub id or directory of a pixel image
+    tower), the data are raw images (an imagefolder) whose pixel values that source's
+    ``AutoImageProcessor`` makes (:class:`~hfncl.data.PixelSplit`, the processor returned as
+    ``image_processor``; ``image_dim`` is then ``None``); without it, precomputed features
+    (precomp), of the dimension the training split holds.
 
     Raises:
         DataFormatError: a missing directory, malformed data, or data that do not fit the
@@ -307,34 +300,15 @@ def prepare_data(
     if not data_dir.is_dir():
         raise DataFormatError(f"Data directory {str(data_dir)!r} does not exist or is not a directory")
     names = (args.train_split, args.val_split, args.test_split)
-    processor = None
-    train: PairSplit
-    val: PairSplit
-    test: PairSplit
-    feature_dim: int | None
-    regions: int | None
-    chosen = data_format(args.data_format, data_dir, args.train_split, image_processor)
-    if chosen == "imagefolder" and image_processor is not None:  # data_format refuses images without one
-        processor = image_processor_from_pretrained(image_processor)
-        pixel_splits = load_pixel_splits(data_dir, names, processor)
-        train, val, test = (pixel_splits[name] for name in names)
-        feature_dim = regions = None
-    else:
-        precomp_train = load_precomp_split(
-            data_dir, args.train_split, feature_dtype=args.feature_dtype, expected_feature_dim=image_dim
-        )
-        regions, feature_dim = precomp_train.region_shape
-        train = precomp_train
-        val, test = (
-            load_precomp_split(
-                data_dir,
-                split,
-                feature_dtype=args.feature_dtype,
-                expected_feature_dim=feature_dim,
-                expected_regions=regions,
-            )
-            for split in (args.val_split, args.test_split)
-        )
+    chosen = get_format(data_format(args.data_format, data_dir, args.train_split, image_processor))
+    processor = image_processor_from_pretrained(image_processor) if image_processor and chosen.reads_pixels else None
+    dtype = args.feature_dtype
+    train = chosen.load_split(data_dir, args.train_split, feature_dtype=dtype, image_processor=processor, like=None)
+    val, test = (
+        chosen.load_split(data_dir, split, feature_dtype=dtype, image_processor=processor, like=train)
+        for split in names[1:]
+    )
+    regions, feature_dim = (None, None) if chosen.reads_pixels else train.image_shape
     vocab: Vocabulary | TokenizerVocabulary
     if tokenizer is not None:
         if args.vocab_file:

@@ -1,0 +1,132 @@
+"""Data formats of image-caption pairs by name: the built-in ones and those a package registers in the
+``hfncl.data_formats`` entry-point group (``DataArguments.data_format`` names one).
+
+A format reads one split of a data directory as a :class:`hfncl.data.pairs.PairSplit` (its
+captions and each image's input: region features, or pixel values for a vision tower). The
+built-in ``precomp`` reads SCAN's precomputed features (``{split}_ims.npy`` with
+``{split}_caps.txt``, or CC152K's ``{split}_caps.tsv``), ``imagefolder`` raw images with a
+``metadata.jsonl`` per split. A package adds one without any change to hfncl::
+
+    [project.entry-points."hfncl.data_formats"]
+    jsonl = "my_package.formats:JSONL"     # an object implementing DataFormat
+
+and a run reads it with ``--data_format jsonl`` (or ``auto``, when its ``detect`` answers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, Protocol
+
+from hfncl.data.pairs import PairSplit
+from hfncl.data.pixels import METADATA_FILE, is_imagefolder, load_pixel_splits
+from hfncl.data.precomp import DataFormatError, load_precomp_split
+
+FORMAT_GROUP = "hfncl.data_formats"
+AUTO = "auto"
+
+
+class DataFormat(Protocol):
+    """One way of storing the splits of image-caption pairs."""
+
+    @property
+    def reads_pixels(self) -> bool:
+        """Whether its splits hold raw images (read by a vision tower) rather than precomputed features."""
+
+    def detect(self, data_dir: Path, split: str) -> bool:
+        """Whether ``data_dir`` holds ``split`` in this format (``data_format="auto"`` picks the first that does)."""
+
+    def load_split(
+        self, data_dir: Path, split: str, *, feature_dtype: str, image_processor: Any, like: PairSplit | None
+    ) -> PairSplit:
+        """Split ``split`` of ``data_dir``; ``like`` is the training split when a validation or test split is read
+        (its images must have the same input shape); ``image_processor`` the vision tower's, for pixels."""
+
+
+@dataclass(frozen=True)
+class PrecompFormat:
+    """SCAN's precomputed region features (:func:`hfncl.data.precomp.load_precomp_split`); the default."""
+
+    reads_pixels: bool = False
+
+    def detect(self, data_dir: Path, split: str) -> bool:
+        return (data_dir / f"{split}_ims.npy").is_file()
+
+    def load_split(
+        self, data_dir: Path, split: str, *, feature_dtype: str, image_processor: Any, like: PairSplit | None
+    ) -> PairSplit:
+        regions, dim = like.image_shape if like is not None else (None, None)
+        return load_precomp_split(
+            data_dir, split, feature_dtype=feature_dtype, expected_feature_dim=dim, expected_regions=regions
+        )
+
+
+@dataclass(frozen=True)
+class ImagefolderFormat:
+    """Raw images, a folder per split with a ``metadata.jsonl`` (:func:`hfncl.data.pixels.load_pixel_splits`)."""
+
+    reads_pixels: bool = True
+
+    def detect(self, data_dir: Path, split: str) -> bool:
+        return is_imagefolder(data_dir, split) or (split == "dev" and is_imagefolder(data_dir, "validation"))
+
+    def load_split(
+        self, data_dir: Path, split: str, *, feature_dtype: str, image_processor: Any, like: PairSplit | None
+    ) -> PairSplit:
+        if not self.detect(data_dir, split):
+            raise DataFormatError(
+                f"{data_dir / split / METADATA_FILE} does not exist: an imagefolder holds one folder per split "
+                f"with its images and a {METADATA_FILE} of rows " '{"file_name": ..., "captions": [...]}'
+            )
+        return load_pixel_splits(data_dir, [split], image_processor)[split]
+
+
+BUILT_IN_FORMATS: dict[str, DataFormat] = {"precomp": PrecompFormat(), "imagefolder": ImagefolderFormat()}
+
+
+def installed_formats() -> dict[str, Any]:
+    """The entry points of the ``hfncl.data_formats`` group, by name (built-in names cannot be replaced)."""
+    return {point.name: point for point in entry_points(group=FORMAT_GROUP) if point.name not in BUILT_IN_FORMATS}
+
+
+def format_names() -> tuple[str, ...]:
+    """Every value ``DataArguments.data_format`` may take: ``auto``, the built-in formats, the installed ones."""
+    return (AUTO, *BUILT_IN_FORMATS, *sorted(installed_formats()))
+
+
+def check_format_name(name: str) -> None:
+    """Refuse a format that is neither built in nor installed, in one line naming the field and the formats."""
+    if name != AUTO and name not in BUILT_IN_FORMATS and name not in installed_formats():
+        raise ValueError(
+            f"DataArguments.data_format must be one of {format_names()}, got {name!r} (a format of another package "
+            f"is installed with it, registered in the {FORMAT_GROUP!r} entry-point group)"
+        )
+
+
+def get_format(name: str) -> DataFormat:
+    """The format registered as ``name``.
+
+    Raises:
+        ValueError: no such format, or its entry point fails to import.
+    """
+    check_format_name(name)
+    if name in BUILT_IN_FORMATS:
+        return BUILT_IN_FORMATS[name]
+    point = installed_formats()[name]
+    try:
+        return point.load()
+    except Exception as error:
+        raise ValueError(
+            f"data format {name!r} is installed but failed to import ({point.value}): {type(error).__name__}: {error}"
+        ) from error
+
+
+def detect_format(data_dir: Path, split: str) -> str:
+    """The name of the first format whose ``detect`` recognises ``split`` of ``data_dir``: the installed ones, then
+    ``imagefolder``; ``precomp`` when none does (its reader names what is missing)."""
+    for name in [*sorted(installed_formats()), "imagefolder"]:
+        if get_format(name).detect(data_dir, split):
+            return name
+    return "precomp"

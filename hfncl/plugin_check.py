@@ -1,0 +1,128 @@
+"""``hfncl check-plugin NAME``: the contract checks a plugin's author runs on an installed plugin.
+
+Each check gives one line, ``ok`` or ``FAIL`` with what is wrong:
+
+- **import**: the entry point loads (:func:`hfncl.plugins.load_plugin`);
+- **hooks**: it registers alone against the hook specification (names and signatures);
+- **trainer view**: its source uses only :class:`hfncl.trainer_view.TrainerView`'s members of ``trainer``
+  (and :class:`~hfncl.trainer_view.LedgerView`'s of ``trainer.ledger``), no private attribute and no
+  module of ``hfncl.engine`` (:func:`violations`, read from its files);
+- **options**: its declared options resolve with their defaults (:func:`hfncl.plugins.resolve_options`);
+- **data kind**: ``data_kind`` answers a kind some task trains on;
+- **settings**: ``demo_settings`` and ``audit_settings`` are valid :class:`~hfncl.config.TrainConfig` fields;
+- **training** (``--train``): a short run on the task's generated micro benchmark, warmup and a divided epoch,
+  every hook called through the contract view, so a member outside the contract fails here.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hfncl.config import TrainConfig, one_line
+from hfncl.data.synthetic import SyntheticConfig
+from hfncl.demo import DemoRun, demo_train_config, run_demo, shortened_settings
+from hfncl.plugins import build_plugin_manager, load_plugin, resolve_options
+from hfncl.tasks import TASKS
+from hfncl.trainer_view import VIEW_MEMBERS, LedgerView, declared_members
+
+LEDGER_MEMBERS = declared_members(LedgerView)
+MICRO_DATA = SyntheticConfig(num_train=48, num_dev=12, num_test=12, num_concepts=8, num_regions=6, feature_dim=8)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check of :func:`check_plugin`: its name and ``None`` when it passed, else what is wrong."""
+
+    name: str
+    problem: str | None
+
+    def line(self) -> str:
+        return f"ok    {self.name}" if self.problem is None else f"FAIL  {self.name}: {self.problem}"
+
+
+def violations(source: str) -> list[str]:
+    """What a plugin's ``source`` uses beyond the contract, one line per use (``line N: ...``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute):
+            owner = node.value
+            if node.attr.startswith("_") and not node.attr.startswith("__"):
+                if not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
+                    found.append(f"line {node.lineno}: private attribute {ast.unparse(node)}")
+            if isinstance(owner, ast.Name) and owner.id == "trainer" and node.attr not in VIEW_MEMBERS:
+                found.append(f"line {node.lineno}: trainer.{node.attr} is not in TrainerView")
+            if ast.unparse(owner) == "trainer.ledger" and node.attr not in LEDGER_MEMBERS:
+                found.append(f"line {node.lineno}: trainer.ledger.{node.attr} is not in LedgerView")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("hfncl"):
+            module = node.module or ""
+            if module.startswith("hfncl.engine") or any(part.startswith("_") for part in module.split(".")):
+                found.append(f"line {node.lineno}: imports {module}")
+            private = [alias.name for alias in node.names if alias.name.startswith("_")]
+            found += [f"line {node.lineno}: imports private {module}.{name}" for name in private]
+        elif isinstance(node, ast.Import):
+            found += [f"line {node.lineno}: imports {a.name}" for a in node.names if a.name.startswith("hfncl.engine")]
+    return found
+
+
+def source_files(plugin: Any) -> list[Path]:
+    """The Python files of a plugin: its module's file, or every file of its package."""
+    module = inspect.getmodule(plugin) or plugin
+    path = Path(inspect.getsourcefile(module) or "")
+    return sorted(path.parent.rglob("*.py")) if path.name == "__init__.py" else [path]
+
+
+def _checked(name: str, check: Callable[[], object]) -> Check:
+    try:
+        check()
+    except Exception as error:
+        return Check(name, f"{type(error).__name__}: {one_line(error)}")
+    return Check(name, None)
+
+
+def check_plugin(name: str, *, train: bool = False) -> list[Check]:
+    """Run the contract checks (see the module docstring) on installed plugin ``name``; stop at the first that
+    leaves nothing to check further (an import or a hook specification failing)."""
+    loaded = _checked("import", lambda: load_plugin(name))
+    if loaded.problem is not None:
+        return [loaded]
+    hooks = _checked("hooks", lambda: build_plugin_manager([name]))
+    if hooks.problem is not None:
+        return [loaded, hooks]
+    plugin, hook = load_plugin(name), build_plugin_manager([name]).hook
+    found = [f"{path.name} {use}" for path in source_files(plugin) for use in violations(path.read_text())]
+    checks = [loaded, hooks, Check("trainer view", "; ".join(found) if found else None)]
+    checks.append(_checked("options", lambda: resolve_options(hook, [name], {})))
+
+    def data_kind() -> None:
+        kinds = [kind for kind in hook.data_kind() if kind is not None]
+        if kinds and kinds[0] not in TASKS:
+            raise ValueError(f"data_kind must return one of {sorted(TASKS)}, got {kinds[0]!r}")
+
+    checks.append(_checked("data kind", data_kind))
+
+    def settings() -> None:
+        for declared in (hook.demo_settings(), hook.audit_settings()):
+            if declared is not None:
+                TrainConfig(**{"plugins": [name], **declared})
+
+    checks.append(_checked("settings", settings))
+    if train:
+        checks.append(_checked("training", lambda: _train_briefly(name, hook)))
+    return checks
+
+
+def _train_briefly(name: str, hook: Any) -> None:
+    """Two epochs (one of warmup when the plugin warms up) on the generated micro benchmark of its task."""
+    kinds = [kind for kind in hook.data_kind() if kind is not None]
+    task = TASKS[kinds[0]] if kinds else next(iter(TASKS.values()))
+    settings = shortened_settings(dict(hook.demo_settings() or {}), 2)
+    run = DemoRun(name, 0.4, {**settings, "batch_size": 16, "progress": False, "plot_divisions": False}, task)
+    with tempfile.TemporaryDirectory() as directory:
+        demo_train_config(run, Path(directory, "run"), 0, False)  # the settings are checked before any data
+        run_demo(Path(directory), (run,), data=MICRO_DATA, progress=False)
