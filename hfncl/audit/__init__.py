@@ -1,20 +1,24 @@
 """``hfncl audit``: find the wrong pairs in your own image-text data.
 
-    from hfncl.audit import audit, estimated_noise_rate
+    import hfncl
+    from hfncl.audit import estimated_noise_rate
 
-    table = audit("my_precomp", plugins=["ncr"], output_dir="audit", epochs=10)   # a datasets.Dataset
-    print(estimated_noise_rate(table))                                             # 12.3% (95% interval ...)
-    table.sort("rank").select(range(20))                                           # the 20 most suspicious pairs
+    table = hfncl.audit("my_precomp", output_dir="audit")     # a datasets.Dataset
+    print(estimated_noise_rate(table))                       # 12.3% (95% interval ...)
+    table.sort("rank").select(range(20))                     # the 20 most suspicious pairs
 
-Trains a method that divides the training pairs into clean and wrong ones on the data as
-they are (no noise added), reads every network's last division and the trained model, and
-writes the verdict on each pair (:func:`~hfncl.audit.table.audit_table`) with the files of
+Trains a method that divides the training pairs into clean and wrong ones (by default the one
+installed plugin that declares the ``audit_settings`` hook) on the data as they are (no noise
+added), reads every network's last division and the trained model, and writes the verdict on
+each pair (:func:`~hfncl.audit.table.audit_table`) with the files of
 :mod:`hfncl.audit.report`. The data are a precomp directory (:mod:`hfncl.data.precomp`);
 other formats are not read yet.
 """
 
 from __future__ import annotations
 
+import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +35,7 @@ from hfncl.audit.report import (
     write_table,
 )
 from hfncl.audit.table import audit_table
-from hfncl.audit.training import AuditError, audit_settings, read_split, train_method
+from hfncl.audit.training import AuditError, audit_settings, default_plugins, read_split, train_method
 from hfncl.tasks.pairs import ModelArguments
 
 
@@ -48,22 +52,24 @@ def audit(
     seed: int = 0,
     progress: bool = True,
 ) -> datasets.Dataset:
-    """Train ``plugins`` (default ``["ncr"]``) on split ``split`` of the precomp directory ``data_dir`` and return
+    """Train ``plugins`` (default: :func:`~hfncl.audit.training.default_plugins`, the one installed plugin that
+    declares ``audit_settings``) on split ``split`` of the precomp directory ``data_dir`` and return
     the audit table (one row per pair; :func:`~hfncl.audit.table.audit_table`), also written to ``output_dir`` as
     ``audit.parquet``, ``audit.csv`` and ``audit.html``.
 
-    The method trains with its own ``demo_settings`` (cut to ``epochs`` when given), under ``training``
-    (:class:`~hfncl.config.TrainConfig` fields, e.g. ``batch_size``), on the model of ``model_args`` (default: the
-    papers' encoder). With ``write_clean`` NAME, the unflagged pairs are also written to ``output_dir`` as the
-    precomp split NAME, one image row per pair (:func:`~hfncl.audit.report.write_clean_split`).
+    The method trains with its own ``audit_settings`` or else ``demo_settings`` (cut to ``epochs`` when given),
+    under ``training`` (:class:`~hfncl.config.TrainConfig` fields, e.g. ``batch_size``), on the model of
+    ``model_args`` (default: the papers' encoder). With ``write_clean`` NAME, the unflagged pairs are also written
+    to ``output_dir`` as the precomp split NAME, one image row per pair (:func:`~hfncl.audit.report.write_clean_split`).
 
     Raises (before training, in one line):
-        AuditError: a method that makes no division, too few epochs, or a model that reads raw images.
+        AuditError: no method named and not exactly one installed plugin declaring ``audit_settings``, a method
+            that makes no division, too few epochs, or a model that reads raw images.
         ValueError: a ``write_clean`` that is no split name, or settings ``TrainConfig`` refuses.
         DataFormatError: no such directory or split, or an empty or malformed one (naming the file).
         PluginError: a plugin that is not installed, or options it refuses.
     """
-    plugins = list(plugins or ["ncr"])
+    plugins = list(plugins or default_plugins())
     model_args = model_args or ModelArguments()
     config = audit_settings(plugins, epochs, seed, progress, training)
     if write_clean is not None:
@@ -89,6 +95,16 @@ def audit_summary(table: datasets.Dataset, output_dir: str | Path, write_clean: 
         lines.append(f"cleaned split {write_clean!r} (one image row per kept pair): {files}")
     return lines
 
+
+class _CallableModule(types.ModuleType):
+    """This package, callable as :func:`audit`: importing ``hfncl.audit`` makes ``hfncl.audit`` the package (the
+    import system sets the attribute), so ``hfncl.audit(...)`` calls the function either way."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> datasets.Dataset:
+        return audit(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
 
 __all__ = [
     "AuditError",

@@ -5,7 +5,8 @@ from __future__ import annotations
 import datasets
 import numpy as np
 
-from hfncl.audit.repairing import Repairings, suggest_repairings
+from hfncl.audit.calibration import PairPValues, pair_p_values, storey_noise_rate, suspicion_order
+from hfncl.audit.repairing import suggest_repairings
 from hfncl.audit.training import TrainedMethod
 from hfncl.retrieval import Retriever
 from hfncl.types import Division
@@ -19,35 +20,57 @@ def network_column(net: int) -> str:
     return f"clean_prob_net{net}"
 
 
-def verdicts(divisions: dict[int, Division]) -> dict[str, np.ndarray]:
-    """Every network's clean probability (``clean_prob_netK``), their mean (``clean_prob``), whether the networks
-    agree (all at or above 0.5, or all below), the ``rank`` (1: the lowest mean, the most suspicious; ties in pair
-    order) and ``flagged``: in the noisy set of most networks, a tie going to a mean below 0.5."""
+def method_verdicts(divisions: dict[int, Division]) -> dict[str, np.ndarray]:
+    """The method's own verdict: every network's clean probability (``clean_prob_netK``), their mean
+    (``clean_prob``) and whether the networks agree (all at or above 0.5, or all below)."""
     probs = {network_column(net): d.clean_prob.detach().float().cpu().numpy() for net, d in divisions.items()}
     stacked = np.stack(list(probs.values()))
-    mean = stacked.mean(axis=0)
-    noisy_votes = np.stack([~d.clean.cpu().numpy() for d in divisions.values()]).mean(axis=0)
-    rank = np.empty(len(mean), dtype=np.int64)
-    rank[np.argsort(mean, kind="stable")] = np.arange(1, len(mean) + 1)
     return probs | {
-        "clean_prob": mean,
+        "clean_prob": stacked.mean(axis=0),
         "agree": (stacked >= 0.5).all(axis=0) | (stacked < 0.5).all(axis=0),
+    }
+
+
+def model_verdicts(p_values: PairPValues) -> dict[str, np.ndarray]:
+    """The trained model's verdict (:mod:`hfncl.audit.calibration`): the two rank p-values (``p_image``,
+    ``p_caption``), the pair's ``similarity`` (mean of both directions), the ``rank`` (1: the most suspicious,
+    :func:`~hfncl.audit.calibration.suspicion_order`) and ``flagged``: the round(pi^ M) first ranks, pi^ Storey's
+    estimated noise rate."""
+    similarity = (p_values.similarity_t2i + p_values.similarity_i2t) / 2
+    order = suspicion_order(p_values.image, p_values.caption, similarity)
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(1, len(order) + 1)
+    flagged_count = round(storey_noise_rate(p_values.image, p_values.caption) * len(order))
+    return {
+        "p_image": p_values.image,
+        "p_caption": p_values.caption,
+        "similarity": similarity,
         "rank": rank,
-        "flagged": (noisy_votes > 0.5) | ((noisy_votes == 0.5) & (mean < 0.5)),
+        "flagged": rank <= flagged_count,
     }
 
 
 def audit_table(trained: TrainedMethod) -> datasets.Dataset:
-    """One row per training pair, in pair order: ``pair``, ``image``, ``caption``, the :func:`verdicts` and, for a
-    flagged pair (``None`` otherwise), ``suggested_caption`` / ``suggested_caption_text`` /
-    ``suggested_caption_similarity`` (its image's best other caption) and ``suggested_image`` /
-    ``suggested_image_similarity`` (its caption's best other image) under the trained model."""
+    """One row per training pair, in pair order: ``pair``, ``image``, ``caption``, the :func:`method_verdicts` and
+    :func:`model_verdicts` and, for a flagged pair (``None`` otherwise), ``suggested_caption`` /
+    ``suggested_caption_text`` / ``suggested_caption_similarity`` (its image's best other caption) and
+    ``suggested_image`` / ``suggested_image_similarity`` (its caption's best other image) under the trained model."""
     split = trained.split
     pairs = np.arange(split.num_captions)
     images = pairs // split.captions_per_image
-    columns = verdicts(trained.divisions)
+    retriever = Retriever(trained.model, trained.vocab, device=trained.device)
+    image_embeds = trained.model.join_embeddings(
+        [
+            retriever.encode_images(split.regions(np.arange(start, min(start + ENCODING_CHUNK, split.num_images))))
+            for start in range(0, split.num_images, ENCODING_CHUNK)
+        ]
+    )
+    text_embeds = retriever.encode_texts(list(split.captions))
+    columns = method_verdicts(trained.divisions) | model_verdicts(
+        pair_p_values(retriever, image_embeds, text_embeds, split.captions_per_image)
+    )
     flagged = np.flatnonzero(columns["flagged"])
-    repairings = _repairings(trained, flagged, images[flagged])
+    repairings = suggest_repairings(retriever, image_embeds, text_embeds, flagged, images[flagged])
     captions = list(split.captions)
     suggested = _scatter(len(pairs), flagged, repairings.caption)
     table = {
@@ -62,23 +85,6 @@ def audit_table(trained: TrainedMethod) -> datasets.Dataset:
         "suggested_image_similarity": _scatter(len(pairs), flagged, repairings.image_similarity),
     }
     return datasets.Dataset.from_dict(table, features=_features(trained.divisions))
-
-
-def _repairings(trained: TrainedMethod, pairs: np.ndarray, images: np.ndarray) -> Repairings:
-    """The re-pairings of ``pairs`` (nothing encoded when there are none)."""
-    if len(pairs) == 0:
-        empty = np.empty(0)
-        return Repairings(empty.astype(np.int64), empty, empty.astype(np.int64), empty)
-    retriever = Retriever(trained.model, trained.vocab, device=trained.device)
-    split = trained.split
-    image_embeds = trained.model.join_embeddings(
-        [
-            retriever.encode_images(split.regions(np.arange(start, min(start + ENCODING_CHUNK, split.num_images))))
-            for start in range(0, split.num_images, ENCODING_CHUNK)
-        ]
-    )
-    text_embeds = retriever.encode_texts(list(split.captions))
-    return suggest_repairings(retriever, image_embeds, text_embeds, pairs, images)
 
 
 def _scatter(size: int, positions: np.ndarray, values: np.ndarray) -> list:
@@ -100,6 +106,9 @@ def _features(divisions: dict[int, Division]) -> datasets.Features:
             **{network_column(net): value("float64") for net in divisions},
             "clean_prob": value("float64"),
             "agree": value("bool"),
+            "p_image": value("float64"),
+            "p_caption": value("float64"),
+            "similarity": value("float64"),
             "rank": value("int64"),
             "flagged": value("bool"),
             "suggested_caption": value("int64"),

@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+import hfncl.plugins as plugin_registry
 from hfncl.config import TrainConfig
 from hfncl.data import NoisyPairDataset, PrecompSplit, TokenizerVocabulary, Vocabulary, load_precomp_split
 from hfncl.demo import shortened_settings
 from hfncl.engine.callbacks import TrainerCallback
 from hfncl.engine.trainer import Trainer
 from hfncl.models import NCLConfig, NCLModel
-from hfncl.plugins import build_plugin_manager
 from hfncl.tasks.pairs import ModelArguments, model_fields
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from hfncl.types import Division
 
 DEFAULT_EPOCHS = 10
-"""Epochs of a method that declares no ``demo_settings`` when ``epochs`` is not given."""
+"""Epochs of a method that declares neither ``audit_settings`` nor ``demo_settings`` when ``epochs`` is not given."""
 
 
 class AuditError(ValueError):
@@ -58,23 +58,54 @@ class TrainedMethod:
     device: torch.device
 
 
+def audit_plugins() -> list[str]:
+    """The installed plugins that declare the ``audit_settings`` hook (those that fail to import left out), by name."""
+    names = []
+    for name in sorted(plugin_registry.installed_entry_points()):
+        try:
+            hooks = plugin_registry.implemented_hooks(plugin_registry.load_plugin(name))
+        except plugin_registry.PluginError:
+            continue
+        if "audit_settings" in hooks:
+            names.append(name)
+    return names
+
+
+def default_plugins() -> list[str]:
+    """The method an audit trains when none is named: the one installed plugin that declares ``audit_settings``.
+
+    Raises:
+        AuditError: no installed plugin declares it, or several do (naming them).
+    """
+    candidates = audit_plugins()
+    if len(candidates) == 1:
+        return candidates
+    if not candidates:
+        raise AuditError(
+            "no installed plugin declares audit_settings: name a method that divides the pairs with --plugins "
+            "(`hfncl plugins` lists the installed ones)"
+        )
+    raise AuditError(f"several installed plugins can audit ({', '.join(candidates)}): name one with --plugins")
+
+
 def audit_settings(
     plugins: list[str], epochs: int | None, seed: int, progress: bool, training: dict[str, Any] | None
 ) -> TrainConfig:
-    """The method's own ``demo_settings`` (its settings for a small benchmark; :data:`DEFAULT_EPOCHS` epochs without
-    them), cut to ``epochs`` (its warmup shortened so that an epoch divides), under the ``training`` overrides
-    (:class:`~hfncl.config.TrainConfig` fields). The output directory is set when training.
+    """The method's own ``audit_settings``, else its ``demo_settings`` (its settings for a small benchmark;
+    :data:`DEFAULT_EPOCHS` epochs without either), cut to ``epochs`` (its warmup shortened so that an epoch
+    divides), under the ``training`` overrides (:class:`~hfncl.config.TrainConfig` fields). The output directory
+    is set when training.
 
     Raises:
         AuditError: the plugins make no division, or the epochs leave none after warmup.
     """
-    hook = build_plugin_manager(plugins).hook
+    hook = plugin_registry.build_plugin_manager(plugins).hook
     if not hook.divide.get_hookimpls():
         raise AuditError(
             f"plugin {' + '.join(plugins)} makes no division (no `divide` hook): an audit needs a method that "
             "tells clean pairs from wrong ones (`hfncl plugins` lists the installed ones)"
         )
-    settings = dict(hook.demo_settings() or {"epochs": DEFAULT_EPOCHS})
+    settings = dict(hook.audit_settings() or hook.demo_settings() or {"epochs": DEFAULT_EPOCHS})
     if epochs is not None:
         settings = shortened_settings(settings, epochs)
     values: dict[str, Any] = {"plugins": list(plugins), "seed": seed, "progress": progress, "plot_divisions": False}
@@ -99,19 +130,28 @@ def read_split(data_dir: str | Path, split: str, model_args: ModelArguments, plu
     return load_precomp_split(data_dir, split)
 
 
-def train_method(split: PrecompSplit, config: TrainConfig, model_args: ModelArguments) -> TrainedMethod:
+def train_model(
+    split: PrecompSplit, config: TrainConfig, model_args: ModelArguments, callbacks: list[TrainerCallback] | None = None
+) -> tuple[Trainer, Vocabulary | TokenizerVocabulary]:
     """Train ``config``'s method on the pairs of ``split`` as they are (no noise added; the checkpoints in a
-    temporary directory) and keep every network's last division."""
+    temporary directory); return the trainer and the vocabulary."""
     fields = model_fields(config.plugins, model_args)
     tokenizer = fields.get("text_tower_name") if fields.get("text_tower") == "transformer" else None
     vocab = TokenizerVocabulary.from_pretrained(tokenizer) if tokenizer else Vocabulary.build(split.captions)
     regions, image_dim = split.region_shape
     model_config = NCLConfig(image_dim=image_dim, image_regions=regions, vocab_size=len(vocab), **fields)
-    last = LastDivisions()
     with tempfile.TemporaryDirectory(prefix="hfncl-audit-") as scratch:
-        config = replace(config, output_dir=scratch)
-        trainer = Trainer(config, model_config, NoisyPairDataset(split, vocab), callbacks=[last])
+        dataset = NoisyPairDataset(split, vocab)
+        trainer = Trainer(replace(config, output_dir=scratch), model_config, dataset, callbacks=callbacks)
         trainer.train()
+    return trainer, vocab
+
+
+def train_method(split: PrecompSplit, config: TrainConfig, model_args: ModelArguments) -> TrainedMethod:
+    """Train ``config``'s method on the pairs of ``split`` (:func:`train_model`) and keep every network's last
+    division."""
+    last = LastDivisions()
+    trainer, vocab = train_model(split, config, model_args, [last])
     divisions = {net: division for net, division in enumerate(last.divisions) if division is not None}
     if not divisions:
         raise AuditError(f"{' + '.join(config.plugins)} made no division in {config.epochs} epochs")

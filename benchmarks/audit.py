@@ -1,0 +1,234 @@
+"""How well ``hfncl audit`` finds the wrong pairs, against the cosine-score filter users apply today.
+
+    python benchmarks/audit.py                                       # generated benchmark, 0 / 20 / 50 / 70% noise
+    python benchmarks/audit.py --benchmark proxy --ratios 0.5        # real-text proxy (about 25 min per ratio, 1 core)
+    python benchmarks/audit.py --quick                               # both, tiny: checks the script
+
+Each run writes the training captions of a benchmark re-paired for a share of them (the NCR protocol, caption
+level, into the file as a user's data would hold them; the images untouched) and audits the copy:
+
+- **audit**: ``hfncl audit``'s default method (the installed plugin declaring ``audit_settings``) trained on the
+  copy with its audit settings and the demo's model; the flagged set is the round(pi^ M) pairs of highest rank
+  p-value, pi^ Storey's estimate (:mod:`hfncl.audit.calibration`);
+- **cosine (vsepp)**: the baseline, VSE++'s plain triplet loss trained on all pairs with its demo settings and the
+  same model; pairs ranked by the model's score of the pair, lowest first. Its noise rate is the weight of the
+  low-mean component of a two-component Gaussian mixture on the scores (what a user thresholding a score would
+  fit); its flagged set is that many lowest scores;
+- **calibrated (vsepp)**: the audit's p-values and estimate on the baseline's model (the calibration without the
+  noise-robust method).
+
+Per row: the true and estimated noise rate and its error (points), precision and recall of the flagged set,
+precision of the first k ranks (k = the true number of wrong pairs, and 100 / 1000), ROC-AUC of the ranking, and
+seconds of training and of scoring (the table with a trained model: encoding, p-values, re-pairings, per 10K
+pairs). Writes ``audit_<benchmark>.md`` and each run's ``rows.json`` (``--resume`` reuses them) with the p-values
+of both models (``audit_p_values.npz``, ``baseline_p_values.npz``, beside the hidden mask) to ``--output-dir``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from common import DEFAULT_CAPTIONS, machine, proxy_sources, quiet, write_report
+from sklearn.metrics import roc_auc_score
+from sklearn.mixture import GaussianMixture
+
+from hfncl.audit.calibration import pair_p_values, storey_noise_rate, suspicion_order
+from hfncl.audit.table import ENCODING_CHUNK, audit_table
+from hfncl.audit.training import audit_settings, default_plugins, read_split, train_method, train_model
+from hfncl.config import TrainConfig
+from hfncl.data import caption_level_noise, read_captions
+from hfncl.data.proxy import ProxyConfig, build_caption_proxy
+from hfncl.data.synthetic import SyntheticConfig, generate_precomp
+from hfncl.demo import DEMO_SIZES, shortened_settings
+from hfncl.integrity import atomic_write_text
+from hfncl.plugins import build_plugin_manager
+from hfncl.retrieval import Retriever
+from hfncl.tasks.pairs import DEMO_MODEL, ModelArguments
+
+GENERATED = DEMO_SIZES["small"]
+QUICK_GENERATED = SyntheticConfig(num_train=80, num_dev=20, num_test=40, num_concepts=16, feature_dim=16)
+QUICK_PROXY = ProxyConfig(num_test=50, num_dev=30, max_images=200)
+QUICK_MODEL = ModelArguments(embed_dim=32, word_dim=16)
+QUICK_EPOCHS = 3
+BASELINE = "vsepp"
+TOP_K = (100, 1000)
+
+
+def prepare(name: str, args: argparse.Namespace, output_dir: Path) -> Path | None:
+    """The benchmark's precomp directory (built when not given), or ``None`` with a message when it cannot be."""
+    if name == "generated":
+        return generate_precomp(output_dir / "data_generated", QUICK_GENERATED if args.quick else GENERATED)
+    if args.proxy_dir:
+        return Path(args.proxy_dir)
+    sources = proxy_sources(args.captions_file)
+    if isinstance(sources, str):
+        print(f"proxy skipped: {sources}")
+        return None
+    captions, encoder = sources
+    config = QUICK_PROXY if args.quick else ProxyConfig()
+    return build_caption_proxy(captions, output_dir / "data_proxy", encoder, config)
+
+
+def noisy_copy(data_dir: Path, target: Path, ratio: float, seed: int) -> np.ndarray:
+    """Write the training split of ``data_dir`` to ``target`` with ``ratio`` of its captions re-paired (the images
+    linked, the caption lines permuted so that line c holds a caption of image c // k or, for a wrong pair, of
+    another); return the mask of the wrong lines."""
+    captions = list(read_captions(data_dir / "train_caps.txt"))
+    images = np.load(data_dir / "train_ims.npy", mmap_mode="r").shape[0]
+    k = len(captions) // images
+    lines = np.argsort(caption_level_noise(images, k, ratio, seed), kind="stable")
+    target.mkdir(parents=True, exist_ok=True)
+    link = target / "train_ims.npy"
+    if not link.exists():
+        link.symlink_to((data_dir / "train_ims.npy").resolve())
+    (target / "train_caps.txt").write_text("".join(captions[c] + "\n" for c in lines), encoding="utf-8")
+    return lines // k != np.arange(len(lines)) // k
+
+
+def scores(flagged_count: int, order: np.ndarray, wrong: np.ndarray, suspicion: np.ndarray) -> dict[str, Any]:
+    """Precision and recall of the first ``flagged_count`` of ``order``, precision at k, ROC-AUC of ``suspicion``."""
+    flagged = np.zeros(len(order), dtype=bool)
+    flagged[order[:flagged_count]] = True
+    true_count = int(wrong.sum())
+    row: dict[str, Any] = {
+        "flagged": int(flagged_count),
+        "precision": float(wrong[flagged].mean()) if flagged_count else None,
+        "recall": float(flagged[wrong].mean()) if true_count else None,
+        "precision_at_true": float(wrong[order[:true_count]].mean()) if true_count else None,
+        "auc": float(roc_auc_score(wrong, suspicion)) if 0 < true_count < len(wrong) else None,
+    }
+    row.update({f"precision_at_{k}": float(wrong[order[:k]].mean()) for k in TOP_K if k <= len(order)})
+    return row
+
+
+def audit_rows(data: Path, wrong: np.ndarray, model: ModelArguments, epochs: int | None, seed: int) -> list[dict]:
+    """The audit's row and the two baseline rows on the noisy copy ``data``."""
+    plugins = default_plugins()
+    split = read_split(data, "train", model, plugins)
+    started = time.perf_counter()
+    trained = train_method(split, audit_settings(plugins, epochs, seed, False, None), model)
+    training = time.perf_counter() - started
+    started = time.perf_counter()
+    table = audit_table(trained)
+    scoring = time.perf_counter() - started
+    rank = np.asarray(table["rank"])
+    order = np.argsort(rank)
+    np.savez_compressed(data.parent / "audit_p_values.npz", p_image=table["p_image"], p_caption=table["p_caption"],
+                        clean_prob=table["clean_prob"], wrong=wrong)
+    rate = storey_noise_rate(np.asarray(table["p_image"]), np.asarray(table["p_caption"]))
+    audit = {"row": f"audit ({'+'.join(plugins)})", "estimate": rate, "train_s": training,
+             "score_s_per_10k": scoring / len(rank) * 1e4,
+             **scores(int(np.count_nonzero(table["flagged"])), order, wrong, -rank.astype(float))}
+
+    started = time.perf_counter()
+    settings = build_plugin_manager([BASELINE]).hook.demo_settings()
+    settings = shortened_settings(settings, epochs) if epochs else settings
+    config = TrainConfig(plugins=[BASELINE], seed=seed, progress=False, plot_divisions=False, **settings)
+    baseline_trainer, vocab = train_model(split, config, model)
+    training = time.perf_counter() - started
+    started = time.perf_counter()
+    retriever = Retriever(baseline_trainer.model, vocab, device=baseline_trainer.accelerator.device)
+    image_embeds = baseline_trainer.model.join_embeddings(
+        [retriever.encode_images(split.regions(np.arange(s, min(s + ENCODING_CHUNK, split.num_images))))
+         for s in range(0, split.num_images, ENCODING_CHUNK)]
+    )
+    text_embeds = retriever.encode_texts(list(split.captions))
+    p_values = pair_p_values(retriever, image_embeds, text_embeds, split.captions_per_image)
+    scoring = time.perf_counter() - started
+    similarity = (p_values.similarity_i2t + p_values.similarity_t2i) / 2
+    np.savez_compressed(data.parent / "baseline_p_values.npz", p_image=p_values.image, p_caption=p_values.caption,
+                        similarity=similarity, wrong=wrong)
+    order = np.argsort(similarity, kind="stable")
+    mixture = GaussianMixture(2, random_state=seed).fit(similarity.reshape(-1, 1))
+    gmm_rate = float(mixture.weights_[np.argmin(mixture.means_.ravel())])
+    cosine = {"row": f"cosine ({BASELINE})", "estimate": gmm_rate, "train_s": training,
+              "score_s_per_10k": scoring / len(order) * 1e4,
+              **scores(round(gmm_rate * len(order)), order, wrong, -similarity)}
+    rate = storey_noise_rate(p_values.image, p_values.caption)
+    order = suspicion_order(p_values.image, p_values.caption, similarity)
+    suspicion = np.empty(len(order))
+    suspicion[order] = -np.arange(len(order), dtype=float)
+    calibrated = {"row": f"calibrated ({BASELINE})", "estimate": rate, "train_s": training,
+                  "score_s_per_10k": scoring / len(order) * 1e4,
+                  **scores(round(rate * len(order)), order, wrong, suspicion)}
+    return [audit, cosine, calibrated]
+
+
+def cell(value: Any, percent: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.1%}" if percent else f"{value:.3f}"
+
+
+def markdown(rows: list[dict[str, Any]], header: str) -> str:
+    lines = [header, "",
+             "| benchmark | noise | row | estimated rate | error (points) | precision | recall | P@true | P@100 | "
+             "P@1000 | AUC | train (s) | scoring (s / 10K pairs) |",
+             "|" + "---|" * 13]
+    for r in rows:
+        error = None if r["estimate"] is None else abs(r["estimate"] - r["true_rate"]) * 100
+        lines.append(
+            f"| {r['benchmark']} | {r['true_rate']:.1%} | {r['row']} | {cell(r['estimate'], True)} | "
+            f"{'-' if error is None else f'{error:.1f}'} | {cell(r['precision'])} | {cell(r['recall'])} | "
+            f"{cell(r['precision_at_true'])} | {cell(r.get('precision_at_100'))} | "
+            f"{cell(r.get('precision_at_1000'))} | "
+            f"{cell(r['auc'])} | {r['train_s']:.0f} | {r['score_s_per_10k']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--benchmark", nargs="+", choices=("generated", "proxy"), default=None,
+                        help="Default: generated (with --quick: both).")
+    parser.add_argument("--ratios", nargs="+", type=float, default=[0.0, 0.2, 0.5, 0.7])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--captions-file", default=str(DEFAULT_CAPTIONS), help="Flickr8k captions.txt for the proxy.")
+    parser.add_argument("--proxy-dir", help="A built proxy (precomp) to use instead of building one.")
+    parser.add_argument("--output-dir", default="runs/audit_benchmark")
+    parser.add_argument("--resume", action="store_true", help="Reuse the rows of finished runs.")
+    parser.add_argument("--quick", action="store_true", help="Tiny data, model and epochs: checks the script.")
+    args = parser.parse_args(argv)
+    args.benchmark = args.benchmark or (["generated", "proxy"] if args.quick else ["generated"])
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    quiet()
+    output_dir = Path(args.output_dir)
+    model = QUICK_MODEL if args.quick else DEMO_MODEL
+    epochs = QUICK_EPOCHS if args.quick else None
+    for name in args.benchmark:
+        data = prepare(name, args, output_dir)
+        if data is None:
+            continue
+        rows = []
+        for ratio in args.ratios:
+            for seed in args.seeds:
+                run_dir = output_dir / f"{name}_noise{round(ratio * 100)}_seed{seed}"
+                saved = run_dir / "rows.json"
+                if args.resume and saved.is_file():
+                    rows += json.loads(saved.read_text())
+                    continue
+                wrong = noisy_copy(data, run_dir / "data", ratio, seed)
+                found = audit_rows(run_dir / "data", wrong, model, epochs, seed)
+                found = [{**r, "benchmark": name, "true_rate": float(wrong.mean()), "seed": seed} for r in found]
+                atomic_write_text(saved, json.dumps(found, indent=1))
+                print(markdown(found, f"{name} at {ratio:.0%}, seed {seed}"), flush=True)
+                rows += found
+        command = f"python benchmarks/audit.py {' '.join(sys.argv[1:])}"
+        header = f"{machine()}, torch threads {torch.get_num_threads()}; `{command}`"
+        write_report(output_dir / f"audit_{name}.md", markdown(rows, header))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
