@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import shlex
+from pathlib import Path
 
 import httpx2
 import pytest
@@ -207,12 +208,13 @@ def test_accelerate_running_fewer_processes_than_launched_is_a_warning(tmp_path,
 # --- 6: the end of a run ------------------------------------------------------------------------
 
 
-def test_a_run_with_bars_shows_none_of_transformers_checkpoint_bars(micro_data_dir, tmp_path, capfd):
+def test_a_run_hides_checkpoint_bars_records_its_compute_and_the_readme_scores_its_similarities(micro_data_dir, tmp_path, capfd):
     """transformers' ``Writing model shards`` (saving best/) and ``Loading weights`` (reloading it for the test)
     bars stayed on screen between the epoch lines."""
     from conftest import TINY_MODEL, tiny_config
 
     from hfncl.experiment import run_experiment
+    from hfncl.hub import read_run_record
     from hfncl.tasks.pairs import DataArguments
 
     config = tiny_config(tmp_path, ["vsepp"], epochs=1, warmup_epochs=0, batch_size=8, progress=True)
@@ -221,6 +223,25 @@ def test_a_run_with_bars_shows_none_of_transformers_checkpoint_bars(micro_data_d
     assert "epoch 1/1" in err and "Writing model shards" not in err + out and "Loading weights" not in err + out
     line = next(line for line in out.splitlines() if line.startswith("epoch 1/1 | loss "))
     assert (tmp_path / "epochs.log").read_text().startswith("epoch 1/1 | loss triplet_hardest ") and len(line) <= 120
+    compute = read_run_record(tmp_path / "best").compute
+    assert compute["processes"] == 1 and compute["device"].startswith("cpu") and compute["seconds"] > 0
+    assert "process(es) of cpu" in (tmp_path / "best" / "README.md").read_text()
+    # the README's example of the retrieval metric on a trained model's similarities prints hfncl evaluate's numbers
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    blocks = [block.split("```")[0] for block in readme.split("```python\n")[1:]]
+    example = next(block for block in blocks if "retriever.similarity(images, texts" in block)
+    example = example.replace("runs/ncr_f30k_50/best", str(tmp_path / "best"))
+    example = example.replace("/data/f30k_precomp", str(micro_data_dir))
+    lines = example.strip().splitlines()
+    namespace: dict = {}
+    exec("\n".join([*lines[:-1], "metrics = " + lines[-1]]), namespace)
+    capfd.readouterr()
+    assert cli.main(["evaluate", str(tmp_path / "best"), "--data-dir", str(micro_data_dir), "--no-progress"]) == 0
+    evaluated = json.loads(capfd.readouterr().out)["metrics"]
+    assert namespace["metrics"] == pytest.approx(evaluated)
+    # one vocabulary loader named everywhere: the README's and the card's
+    card = (tmp_path / "best" / "README.md").read_text()
+    assert "load_text_vocabulary(" in card and "load_text_vocabulary(" in readme and "load_vocabulary(" not in readme
 
 
 # --- 8: discoverability and the card ------------------------------------------------------------
@@ -253,3 +274,33 @@ def test_train_help_names_the_installed_plugins_and_gives_examples_that_run(caps
     assert cli.main(arguments) == 0
     settings = json.loads(capsys.readouterr().out)
     assert settings["options"]["ncr.alpha"] == 0.3 and settings["training"]["epochs"] == 10
+
+
+def test_the_card_has_a_pipeline_tag_uses_and_compute_and_lists_only_the_fields_the_model_uses():
+    from huggingface_hub import ModelCard
+    from test_hub import TINY, WORDS, tiny_record
+
+    from hfncl.hub import build_model_card
+    from hfncl.models import NCLConfig
+
+    def table_fields(card: str) -> set[str]:
+        table = card[card.index("that this model uses:"):card.index("## Training data")]
+        return {line.split("`")[1] for line in table.splitlines() if line.startswith("| `")}
+
+    record = tiny_record(compute={"processes": 2, "device": "cpu (x86_64)", "mixed_precision": "bf16", "seconds": 7200})
+    config = NCLConfig(**TINY, vocab_size=len(WORDS) + 4, plugins=["ncr"])
+    card = ModelCard(str(build_model_card(config, record, "user/model")))
+    assert card.data.pipeline_tag == "feature-extraction"
+    assert "## Uses\n\nIntended:\n\n- Ranking one modality's items" in card.text
+    assert "Out of scope:\n\n- Other domains" in card.text
+    assert (
+        "## Compute\n\n4 of 5 epoch(s) to the saved weights, 2 hour(s) of training on 2 process(es) of cpu (x86_64), "
+        "mixed precision `bf16`." in card.text
+    )
+    cosine = table_fields(card.text)
+    assert {"embed_dim", "word_dim", "similarity", "vocab_size"} <= cosine
+    assert not cosine & {"sim_dim", "reasoning_steps", "scan_pooling", "text_tower_name", "lora_alpha"}
+    sgr = table_fields(str(build_model_card(NCLConfig(**TINY, similarity="sgr", plugins=["ncr"]), record, "user/m")))
+    assert {"sim_dim", "reasoning_steps", "pooling_dropout"} <= sgr and not sgr & {"scan_pooling", "scan_lse_lambda"}
+    unrecorded = build_model_card(config, tiny_record(), "user/model").text
+    assert "the device and time were not recorded" in unrecorded

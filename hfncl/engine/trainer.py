@@ -16,6 +16,7 @@ import json
 import math
 import operator
 import pickle
+import platform
 import shutil
 import time
 import warnings
@@ -382,6 +383,7 @@ class Trainer:
         if self.config.resume_from_checkpoint is not None:
             self.resume()
         self.model.train()
+        self._train_started = time.perf_counter()
         self._event("on_train_begin")
         with library_progress_bars(self.config.progress):
             while self.state.epoch < self.config.epochs and not self.stops_early():
@@ -396,6 +398,23 @@ class Trainer:
         }
         self._event("on_train_end", summary)
         return summary
+
+    _train_started: float | None = None
+    """When :meth:`train` started in this process (``time.perf_counter``)."""
+
+    def _compute(self) -> dict[str, Any]:
+        """What trains the run, for the card's Compute section (:attr:`hfncl.hub.RunRecord.compute`): processes,
+        device, mixed precision and the seconds since this process started training (``None`` outside ``train``)."""
+        device = self.accelerator.device
+        host = platform.processor() or platform.machine()
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else host
+        started = self._train_started
+        return {
+            "processes": self.accelerator.num_processes,
+            "device": f"{device.type} ({name})" if name else device.type,
+            "mixed_precision": self.config.mixed_precision,
+            "seconds": None if started is None else round(time.perf_counter() - started, 1),
+        }
 
     def stops_early(self) -> bool:
         """Whether early stopping ends the run before the next epoch: ``early_stopping_patience`` epochs trained
@@ -653,6 +672,7 @@ class Trainer:
                 best_epoch=self.epoch + 1,
                 validation=dict(metrics),
                 division=dict(division_report),
+                compute=self._compute(),
             )
             staging = self.output_dir / "best.tmp"
             shutil.rmtree(staging, ignore_errors=True)

@@ -78,6 +78,20 @@ class CardTexts:
     selection_metric: str
     evaluation: str
     usage: str
+    pipeline_tag: str = "feature-extraction"
+    """The Hub's task of the model: it encodes each modality into a joint space that ranks the other."""
+    intended_uses: tuple[str, ...] = (
+        "Ranking one modality's items for a query of the other (the usage below), on data prepared as the "
+        "training data was, in a domain like the training data's.",
+        "Research on learning from noisy correspondence: comparing methods, and the division quality below, on "
+        "benchmarks with injected noise.",
+    )
+    out_of_scope: tuple[str, ...] = (
+        "Other domains, or features from another extractor, without measuring the model there first.",
+        "Decisions about people: the training captions' biases carry over, and nothing here measures them.",
+        "Taking the model's clean / noisy division as a verdict on real data: its quality was measured against "
+        "injected noise only.",
+    )
 
 
 CardTextsOf = Callable[[PretrainedConfig, str], CardTexts]
@@ -263,17 +277,37 @@ def noise_sentence(data: DataDescription) -> str:
 
 
 def architecture_fields(config: PretrainedConfig) -> dict[str, Any]:
-    """The config class's constructor fields that describe the architecture, with their values.
+    """The config class's constructor fields that describe the architecture and that this model uses, with their
+    values: not those its own choices leave unread (``config.unused_fields()``, such as a GRU's sizes beside a
+    transformer text tower, or a similarity head's settings beside another head).
 
     Read from the class of ``config`` (any hfncl model config: :class:`hfncl.models.NCLConfig`,
     :class:`hfncl.models.CategoryConfig`, ...).
     """
+    unused = set(config.unused_fields()) if hasattr(config, "unused_fields") else set()
     names = [
         name
         for name, parameter in inspect.signature(type(config).__init__).parameters.items()
-        if name != "self" and parameter.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and name not in CONFIG_METADATA
+        if name != "self"
+        and parameter.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+        and name not in CONFIG_METADATA
+        and name not in unused
     ]
     return {name: getattr(config, name) for name in names}
+
+
+def compute_sentence(record: RunRecord) -> str:
+    """The card's Compute section: the processes, device, precision and training time the run recorded."""
+    epochs = f"{record.best_epoch} of {record.training.get('epochs', '?')} epoch(s) to the saved weights"
+    compute = record.compute
+    if not compute:
+        return f"{epochs}; the device and time were not recorded (a checkpoint saved before hfncl recorded them)."
+    seconds = compute.get("seconds")
+    took = "" if seconds is None else f", {seconds / 3600:.2g} hour(s) of training"
+    return (
+        f"{epochs}{took} on {compute.get('processes', 1)} process(es) of {compute.get('device', '?')}, "
+        f"mixed precision `{compute.get('mixed_precision', 'no')}`."
+    )
 
 
 def _plugins_table(config: PretrainedConfig, record: RunRecord) -> str:
@@ -363,6 +397,7 @@ def build_model_card(
         license: a Hub license identifier for the metadata, if known.
         template: the Jinja template to render (``card_data`` is its YAML header).
     """
+    texts = card_texts(config, model_id)
     hub_dataset = record.data.dataset if record.data and HUB_ID.fullmatch(record.data.dataset) else None
     published = HUB_ID.fullmatch(model_id) is not None and not Path(model_id).exists()
     card_data = ModelCardData(
@@ -372,10 +407,10 @@ def build_model_card(
         datasets=[hub_dataset] if hub_dataset else None,
         tags=[LIBRARY_NAME, TASK_TYPE, "noisy-correspondence", *config.plugins],
         eval_results=eval_results(record) or None,
+        pipeline_tag=texts.pipeline_tag,
     )
     hyperparameters = {k: v for k, v in record.training.items() if k not in NOT_HYPERPARAMETERS}
     options = sorted(config.plugin_options.items())
-    texts = card_texts(config, model_id)
     return ModelCard.from_template(
         card_data,
         template_path=str(template),
@@ -407,6 +442,9 @@ def build_model_card(
         requirements=_requirements(config),
         license=license,
         limitations=limitations(config, record),
+        intended_uses=texts.intended_uses,
+        out_of_scope=texts.out_of_scope,
+        compute=compute_sentence(record),
         citations=citations(config, record),
     )
 

@@ -80,6 +80,9 @@ class RunRecord:
             model was saved (what the method is, in its author's words).
         plugin_citations: the BibTeX each plugin's ``citation`` hook gave when the model was
             saved, by plugin name (absent from records written before the hook: empty).
+        compute: what trained it, for the card's Compute section: ``processes``, ``device`` (its kind and
+            name), ``mixed_precision`` and ``seconds`` of training up to the saved epoch in the process that
+            saved it (empty in records written before it was recorded).
     """
 
     training: dict[str, Any]
@@ -90,6 +93,7 @@ class RunRecord:
     test: dict[str, float] | None = None
     plugin_summaries: dict[str, str] = field(default_factory=dict)
     plugin_citations: dict[str, str] = field(default_factory=dict)
+    compute: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -114,6 +118,9 @@ class RunRecord:
         if data is not None:
             data = _data_description(data, source)
         summaries, citations = (_texts(payload, name, source) for name in ("plugin_summaries", "plugin_citations"))
+        compute = payload.get("compute") or {}
+        if not isinstance(compute, dict):
+            raise CheckpointError(f"{source}: 'compute' must be an object, got {type(compute).__name__}")
         return cls(
             training=payload["training"],
             best_epoch=payload["best_epoch"],
@@ -123,6 +130,7 @@ class RunRecord:
             test=payload.get("test"),
             plugin_summaries=summaries,
             plugin_citations=citations,
+            compute=compute,
         )
 
 

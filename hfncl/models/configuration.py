@@ -179,6 +179,12 @@ def _image_positions(tower_config: dict[str, Any] | None) -> int:
     return (int(tower_config["image_size"]) // int(tower_config["patch_size"])) ** 2 + 1
 
 
+_SGRAF_FIELDS = {
+    "sim_dim", "attention_lambda", "attention_negative_slope", "pooling_dropout", "pooling_batch_norm", "image_regions"
+}
+"""The settings of SGRAF's SGR and SAF heads (:class:`NCLConfig`)."""
+
+
 class NCLConfig(HfnclConfig):
     """Architecture of a two-tower retrieval model and the plugins that trained it.
 
@@ -415,6 +421,30 @@ class NCLConfig(HfnclConfig):
         modules = self.lora_target_modules
         if modules is not None and (not isinstance(modules, list) or not all(isinstance(m, str) for m in modules)):
             raise ValueError(f"NCLConfig.lora_target_modules must be None or a list of module names, got {modules!r}")
+
+    def unused_fields(self) -> set[str]:
+        """The fields this model's own choices leave unread (the card's architecture table omits them): the GRU's
+        beside a transformer text tower, a pretrained tower's name and config beside a GRU or region tower, LoRA's
+        without LoRA, and the settings of the built-in similarity heads this model's head does not read (a head
+        of another package may read any of them)."""
+        unused = set()
+        if self.text_tower == "transformer":
+            unused |= {"word_dim", "text_layers", "bidirectional", "word_dropout"}
+        else:
+            unused |= {"text_tower_name", "text_tower_config"}
+        if self.image_tower != "transformer":
+            unused |= {"image_tower_name", "image_tower_config"}
+        if not self.lora_rank:
+            unused |= {"lora_alpha", "lora_dropout", "lora_towers", "lora_target_modules"}
+        head_fields = {
+            "cosine": set(),
+            "sgr": _SGRAF_FIELDS | {"reasoning_steps"},
+            "saf": _SGRAF_FIELDS,
+            "scan": {"attention_lambda", "attention_negative_slope", "scan_pooling", "scan_lse_lambda"},
+        }
+        if self.similarity in head_fields:
+            unused |= set().union(*head_fields.values()) - head_fields[self.similarity]
+        return unused
 
     def lora_applies_to(self, tower: str) -> bool:
         """Whether the ``tower`` (``"text"`` or ``"image"``) gets LoRA adapters."""
