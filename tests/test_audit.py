@@ -258,12 +258,12 @@ def _chromium() -> str | None:
     return next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
 
 
-def test_the_page_opens_in_a_real_browser_and_shows_the_most_suspicious_pairs_first(audited):
+def test_the_page_opens_in_a_real_browser_and_shows_the_most_suspicious_pairs_first(request):
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
     executable = _chromium()
     if executable is None:
         pytest.skip("no chromium on PATH (apt-get install chromium)")
-    table, output = audited
+    table, output = request.getfixturevalue("audited")  # trained only when the browser is there
     ranked = table.sort("rank")
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
