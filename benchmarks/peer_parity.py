@@ -35,6 +35,11 @@ against the noise file's clean pairs and its clean share (pairs above the 0.5 th
 share the peer trains on as clean). The test rSum is of each program's best checkpoint (the
 official code keeps the best co-training epoch; hfncl the best epoch of all).
 
+``--transplant-check`` adds, in seconds, whether the two compute the same thing: the official model's weights
+copied into hfncl's network (:func:`hfncl_name` maps every layer), their similarities on the first 128 training
+pairs in eval mode and in training mode without dropout, the warmup loss and every gradient; and the initial
+standard deviation of each parameter of fresh models of both (:func:`init_spread`).
+
 Every run keeps its folder under ``--work-dir`` (``official_seedS/``, ``hfncl_seedS/``): a finished
 run is reused (its ``curve.json`` / ``results.json``), so runs stopped part way can be run again
 later; ``--report-only`` tables what exists, partial official runs included (from their log).
@@ -345,6 +350,124 @@ def run_hfncl(args: argparse.Namespace, seed: int, noise: Path) -> dict[str, Any
     return None if outcome is None else hfncl_curve(outcome["results"])
 
 
+OFFICIAL_NAMES = {
+    "img_enc.fc": "image_encoder.fc", "txt_enc.embed": "text_encoder.embed", "txt_enc.cap_rnn": "text_encoder.rnn",
+    "sim_enc.v_global_w.embedding_local.0": "head.image_pool.local_proj",
+    "sim_enc.v_global_w.embedding_local.1": "head.image_pool.local_norm",
+    "sim_enc.v_global_w.embedding_global.0": "head.image_pool.query_proj",
+    "sim_enc.v_global_w.embedding_global.1": "head.image_pool.query_norm",
+    "sim_enc.v_global_w.embedding_common.0": "head.image_pool.score",
+    "sim_enc.t_global_w.embedding_local.0": "head.text_pool.local_proj",
+    "sim_enc.t_global_w.embedding_global.0": "head.text_pool.query_proj",
+    "sim_enc.t_global_w.embedding_common.0": "head.text_pool.score",
+    "sim_enc.sim_tranloc_w": "head.local_sim.transform", "sim_enc.sim_tranglo_w": "head.global_sim.transform",
+    "sim_enc.sim_eval_w": "head.output",
+}
+"""The official SGRAF's layers (``img_enc`` / ``txt_enc`` / ``sim_enc`` prefixed) and hfncl's network layers they
+correspond to; SGR step k's ``graph_query_w`` / ``graph_key_w`` / ``sim_graph_w`` are ``steps.k.query`` / ``key`` /
+``update``."""
+
+
+def hfncl_name(official: str) -> str:
+    """hfncl's name (within one network) of the official SGRAF parameter or buffer ``official``."""
+    if match := re.fullmatch(r"sim_enc\.SGR_module\.(\d+)\.(graph_query_w|graph_key_w|sim_graph_w)\.(\w+)", official):
+        step, layer, field = match.groups()
+        kind = {"graph_query_w": "query", "graph_key_w": "key", "sim_graph_w": "update"}[layer]
+        return f"head.steps.{step}.{kind}.{field}"
+    layer, _, field = official.rpartition(".")
+    if layer not in OFFICIAL_NAMES:
+        raise KeyError(f"no hfncl layer for the official {official}")
+    return f"{OFFICIAL_NAMES[layer]}.{field}"
+
+
+def init_spread(official: Any, hfncl: Any, draws: int = 5) -> list[float]:
+    """The range over parameters of the standard deviation of hfncl's fresh initialisation over the official one's,
+    each the mean ratio of ``draws`` fresh models of each (``official()`` an SGRAF, ``hfncl()`` one network); 1: the
+    same initial distributions."""
+    ratios: dict[str, list[float]] = {}
+    for _ in range(draws):
+        model, network = official(), hfncl()
+        ours = network.state_dict()
+        for part in ("img_enc", "txt_enc", "sim_enc"):
+            for name, value in getattr(model, part).state_dict().items():
+                if value.numel() > 1 and float(value.float().std()) > 0:
+                    mine = ours[hfncl_name(f"{part}.{name}")]
+                    ratios.setdefault(f"{part}.{name}", []).append(float(mine.float().std() / value.float().std()))
+    means = [float(np.mean(r)) for r in ratios.values()]
+    return [min(means), max(means)]
+
+
+def transplant_check(peer: Path, data: Path, vocab_file: Path, seed: int = 0) -> dict[str, Any]:
+    """The official SGRAF (256/64) and hfncl's network with the official weights copied in, on the first 128 training
+    pairs of ``data``: the largest absolute difference of their similarity matrices in eval mode, and in training
+    mode with dropout off (batch-norm statistics of the batch) of the warmup loss and, relative to the largest
+    gradient entry, of every parameter's gradient. Equal up to float32 rounding means the two compute the same
+    function and the same update from the same weights."""
+    import torch
+
+    from hfncl.losses import triplet_sum_negatives
+    from hfncl.models import NCLConfig, NCLModel
+
+    sys.path.insert(0, str(peer))
+    import data as peer_data  # the official NCR code, for measurement only
+    import model as peer_model
+    import vocab as peer_vocab
+
+    torch.manual_seed(seed)
+    vocabulary = peer_vocab.deserialize_vocab(str(vocab_file))
+    captions, images = peer_data.get_dataset(str(data.parent), data.name, "train", vocabulary)
+    regions, image_dim = images.shape[1:]
+    tokens = [torch.tensor(c) for c in captions[:128]]
+    lengths = torch.tensor([len(t) for t in tokens])
+    text = torch.nn.utils.rnn.pad_sequence(tokens, batch_first=True)
+    pixels = torch.from_numpy(np.asarray(images[np.arange(128) // CAPTIONS_PER_IMAGE]))
+    options = argparse.Namespace(
+        grad_clip=2.0, img_dim=image_dim, embed_size=256, vocab_size=len(vocabulary), word_dim=300, num_layers=1,
+        bi_gru=True, no_imgnorm=False, no_txtnorm=False, sim_dim=64, module_name="SGR", sgr_step=3, margin=0.2,
+        learning_rate=2e-4,
+    )
+    official = peer_model.SGRAF(options)
+    config = NCLConfig(image_dim=image_dim, embed_dim=256, word_dim=300, vocab_size=len(vocabulary),
+                       similarity="sgr", sim_dim=64, num_networks=1, image_regions=regions)
+    network = NCLModel(config).networks[0]
+    parts = {"img_enc": official.img_enc, "txt_enc": official.txt_enc, "sim_enc": official.sim_enc}
+    state = {hfncl_name(f"{part}.{k}"): v for part, m in parts.items() for k, v in m.state_dict().items()}
+    network.load_state_dict(state, strict=True)
+    modules = [*parts.values(), network]
+
+    def similarities(train: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        for module in modules:
+            module.train(train)
+        ours = network.similarity(network.encode_image(pixels), network.encode_text(text, lengths))
+        theirs = official.forward_sim(*official.forward_emb(pixels, text, lengths.tolist()))
+        return ours, theirs
+
+    with torch.no_grad():
+        ours, theirs = similarities(False)
+    result = {"eval_similarity": float((ours - theirs).abs().max())}
+    for module in modules:
+        for layer in module.modules():
+            if isinstance(layer, torch.nn.Dropout):
+                layer.p = 0.0
+    ours, theirs = similarities(True)
+    loss = triplet_sum_negatives(ours, 0.2).sum() / ours.size(0)  # the official warmup loss: per-pair means, summed
+    official_loss = official.criterion(theirs, mode="warmup")
+    (loss + official_loss).backward()
+    named = {f"{part}.{k}": p for part, m in parts.items() for k, p in m.named_parameters()}
+    ours_named = dict(network.named_parameters())
+    scale = max(float(p.grad.abs().max()) for p in named.values() if p.grad is not None)
+    differences = []
+    for name, parameter in named.items():
+        mine = ours_named[hfncl_name(name)].grad  # None: a parameter the loss does not reach (SGR's key bias)
+        theirs_grad = torch.zeros_like(parameter) if parameter.grad is None else parameter.grad
+        differences.append(float((theirs_grad - (torch.zeros_like(parameter) if mine is None else mine)).abs().max()))
+    gradient = max(differences) / scale
+    result.update(train_similarity=float((ours - theirs).abs().max()), warmup_loss=float(loss.detach()),
+                  init_spread=init_spread(lambda: peer_model.SGRAF(options), lambda: NCLModel(config).networks[0]),
+                  official_warmup_loss=float(official_loss.detach()), gradient=gradient)
+    return result
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--peer-dir", type=Path, required=True, help="NCR/ of ncr_peer.sh (4 captions).")
@@ -362,6 +485,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--work-dir", type=Path, default=Path("runs/peer_parity"))
     parser.add_argument("--output-dir", type=Path, default=Path("runs/peer_parity"))
     parser.add_argument("--report-only", action="store_true", help="Train nothing: table and plot what exists.")
+    parser.add_argument("--transplant-check", action="store_true",
+                        help="Also compare both programs from the same weights (transplant_check; seconds).")
     args = parser.parse_args(argv)
     if not (args.peer_dir / "co_train.py").is_file():
         parser.error(f"--peer-dir {args.peer_dir}: no co_train.py there; prepare it with ../shared/tools/ncr_peer.sh")
@@ -375,6 +500,10 @@ def main(argv: list[str] | None = None) -> int:
     data = prepare_data(args)
     regions, args.image_dim = np.load(data / "train_ims.npy", mmap_mode="r").shape[1:]
     peer = prepare_peer(args, regions)
+    transplant = args.work_dir / "transplant.json"
+    if args.transplant_check:
+        vocab = args.work_dir / "vocab" / "f30k_precomp_vocab.json"
+        transplant.write_text(json.dumps(transplant_check(peer.resolve(), data, vocab)))
     curves: dict[str, list[dict[str, Any]]] = {program: [] for program in PROGRAMS}
     reached = []
     for seed in args.seeds:
@@ -398,6 +527,17 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.cotrain_epochs} co-training epochs; validation on {args.dev_images} dev images, test on "
         f"{args.test_images}; seeds {reached} (mean ± spread over them)."
     )
+    if transplant.is_file():
+        check = json.loads(transplant.read_text())
+        header += (
+            " From the same weights (the official model's copied into hfncl's network, the first 128 training pairs): "
+            f"similarities differ by at most {check['eval_similarity']:.1e} in eval mode and "
+            f"{check['train_similarity']:.1e} in training mode without dropout, the warmup loss is "
+            f"{check['warmup_loss']:.4f} against the official {check['official_warmup_loss']:.4f}, and the gradients "
+            f"differ by at most {check['gradient']:.1e} of the largest gradient entry; each parameter's initial "
+            f"standard deviation is {check['init_spread'][0]:.2f}-{check['init_spread'][1]:.2f} times the official one "
+            "(the mean of 5 fresh models each)."
+        )
     report = header + "\n\n" + table(curves, args.warmup_epochs, args.cotrain_epochs) + "\n"
     args.output_dir.mkdir(parents=True, exist_ok=True)
     write_report(args.output_dir / "peer_parity.md", report)

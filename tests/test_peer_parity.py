@@ -110,3 +110,32 @@ def test_table_gives_mean_and_spread_over_seeds_and_a_dash_where_no_seed_reached
     assert rows[2] == "| 1 (warmup) | 105.0 ± 7.1 | 120.0 | 51.00 ± 1.41 | 49.00 | - | - | - | - |"
     assert rows[4] == "| 3 (co-training 1) | 150.0 | 230.0 | - | - | 0.600 | 0.900 | 0.500 | 0.750 |"
     assert rows[5] == "| test (best checkpoint) | 140.0 | 225.0 | | | | | | |"
+
+
+def test_every_official_sgraf_layer_has_one_hfncl_layer():
+    names = {
+        "img_enc.fc.weight": "image_encoder.fc.weight",
+        "txt_enc.cap_rnn.weight_hh_l0_reverse": "text_encoder.rnn.weight_hh_l0_reverse",
+        "sim_enc.v_global_w.embedding_local.1.running_var": "head.image_pool.local_norm.running_var",
+        "sim_enc.t_global_w.embedding_common.0.bias": "head.text_pool.score.bias",
+        "sim_enc.SGR_module.2.graph_key_w.weight": "head.steps.2.key.weight",
+        "sim_enc.SGR_module.0.sim_graph_w.bias": "head.steps.0.update.bias",
+        "sim_enc.sim_eval_w.weight": "head.output.weight",
+    }
+    assert {official: peer_parity.hfncl_name(official) for official in names} == names
+    layers = list(peer_parity.OFFICIAL_NAMES.values())
+    assert len(set(layers)) == len(layers)
+    with pytest.raises(KeyError, match="sim_enc.SAF_module.attn_sim_w.weight"):
+        peer_parity.hfncl_name("sim_enc.SAF_module.attn_sim_w.weight")
+
+
+def test_the_mapped_layers_are_the_layers_of_an_hfncl_sgr_network():
+    from hfncl.models import NCLConfig, NCLModel
+
+    config = NCLConfig(image_dim=8, embed_dim=8, word_dim=8, vocab_size=10, similarity="sgr", sim_dim=4,
+                       num_networks=1, image_regions=3, reasoning_steps=2)
+    state = NCLModel(config).networks[0].state_dict()
+    layers = {name.rpartition(".")[0] for name in state}
+    mapped = set(peer_parity.OFFICIAL_NAMES.values())
+    mapped |= {f"head.steps.{k}.{kind}" for k in range(2) for kind in ("query", "key", "update")}
+    assert mapped == layers
