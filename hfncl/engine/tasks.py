@@ -44,9 +44,6 @@ from hfncl.evaluation.map import cross_modal_map
 from hfncl.models import CategoryConfig, CategoryModel, CategoryNetwork, MatchingNetwork, NCLConfig, NCLModel
 from hfncl.types import Batch, CategoryOutputs, PairOutputs
 
-DATA_KINDS = ("pairs", "labels")
-
-
 class Task(Protocol):
     """The data-dependent part of training (see the module docstring)."""
 
@@ -232,3 +229,7 @@ class CategoryTask:
     def clean_masks(self, train_data: Any) -> dict[str, np.ndarray]:
         masks = train_data.clean_masks
         return {m: np.asarray(masks[m], dtype=bool) for m in MODALITIES}
+
+
+DATA_KINDS = (PairTask.kind, CategoryTask.kind)
+"""The kinds of training data, each named once, by its task class."""

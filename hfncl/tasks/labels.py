@@ -37,6 +37,7 @@ from hfncl.engine.tasks import CategoryTask
 from hfncl.hub import DataDescription
 from hfncl.hub.card import CardTexts, plugin_names, register_card_texts
 from hfncl.models import CategoryConfig, CategoryModel
+from hfncl.plugins import RunPlugins
 
 NOISE_FILE = "label_noise.json"
 
@@ -184,7 +185,7 @@ image_embeds, text_embeds = model.encode_image(image_features), model.encode_tex
 class LabelExperiment:
     """Category-labelled samples with noisy labels: :class:`CategoryModel`, selected and tested by mAP."""
 
-    kind = "labels"
+    kind = CategoryTask.kind
     data_arguments = LabelDataArguments
     model_arguments = CategoryModelArguments
     metric_columns: tuple[tuple[str, str, int], ...] = (
@@ -197,12 +198,12 @@ class LabelExperiment:
     """The label-noise paper's optimiser: Adam 1e-4, batch 100, no decay."""
 
     def prepare(
-        self, args: LabelDataArguments, model_args: CategoryModelArguments, plugins: list[str], output_dir: str | Path
+        self, args: LabelDataArguments, model_args: CategoryModelArguments, plugins: RunPlugins, output_dir: str | Path
     ) -> LabelData:
         """The splits and the noisy training labels (:func:`prepare_labelled_data`)."""
         return prepare_labelled_data(args, output_dir)
 
-    def model_config(self, data: LabelData, model_args: CategoryModelArguments, plugins: list[str]) -> CategoryConfig:
+    def model_config(self, data: LabelData, model_args: CategoryModelArguments, plugins: RunPlugins) -> CategoryConfig:
         """``model_args`` with the features' sizes and the number of classes of the data."""
         return CategoryConfig(
             image_dim=data.dataset.train.feature_dim("image"),
@@ -211,7 +212,7 @@ class LabelExperiment:
             **asdict(model_args),
         )
 
-    def model_settings(self, model_args: CategoryModelArguments, plugins: list[str]) -> dict[str, Any]:
+    def model_settings(self, model_args: CategoryModelArguments, plugins: RunPlugins) -> dict[str, Any]:
         """The model fields a run would use besides those the data decide."""
         return asdict(model_args)
 

@@ -404,7 +404,7 @@ vocab = load_text_vocabulary("{model_id}", model.config)  # the SCAN vocabulary 
 class PairExperiment:
     """Image-caption pairs with noisy correspondence: :class:`NCLModel`, selected and tested by recall (rSum)."""
 
-    kind = "pairs"
+    kind = PairTask.kind
     data_arguments = DataArguments
     model_arguments = ModelArguments
     metric_columns: tuple[tuple[str, str, int], ...] = (
