@@ -8,8 +8,8 @@ through its warmup epochs with its demo settings, then asks it for the division 
 when the first epoch after warmup starts, and draws each network's division with
 :func:`hfncl.plots.plot_division`: the histogram of the per-sample statistic (NCR: the
 peer's L_w) for truly clean and truly noisy pairs (the hidden mask, which the method never
-sees), the fitted mixture's density where the division carries ``extras["mixture"]``, and
-the clean probability. Writes ``division_<method>_net<K>.png`` and prints the division's
+sees), the fitted mixture's density where the division carries ``extras["mixture"]``, and below,
+the histogram of the clean probability the method assigned. Writes ``division_<method>_net<K>.png`` and prints the division's
 ROC-AUC, precision and recall against the hidden mask.
 """
 
@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             output_dir / f"division_{args.method}_net{net}.png",
             title=f"{args.method}, {args.noise_ratio:.0%} noise: division after {warmup} warmup epochs, network {net}",
             mixture=division.extras.get("mixture"),
+            statistic_name=division.statistic_name,
         )
         quality = division_quality(division.clean_prob, division.clean, true_clean)
         print(f"{path}: " + ", ".join(f"{k} {float(v):.3f}" for k, v in quality.items()))

@@ -51,6 +51,7 @@ class DivisionPlots(TrainerCallback):
                         trainer.output_dir / DIVISIONS_DIR / f"epoch-{epoch + 1:03d}-net-{net}.png",
                         title=f"{'+'.join(trainer.config.plugins)}: division of epoch {epoch + 1}, network {net}",
                         mixture=division.extras.get("mixture"),
+                        statistic_name=division.statistic_name,
                     )
                 except ImportError:
                     return

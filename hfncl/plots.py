@@ -18,9 +18,14 @@ def plot_division(
     path: str | Path,
     title: str = "",
     mixture: torch.Tensor | np.ndarray | None = None,
+    statistic_name: str = "",
 ) -> Path:
-    """Histogram of the min-max normalised statistic for truly clean and noisy pairs, with the
-    clean probability the method assigned, as a PNG. Needs matplotlib (``pip install hfncl[plots]``).
+    """A division as a PNG in two panels, each a histogram of the truly clean and the noisy pairs (the hidden
+    mask): above, the per-sample statistic the division was made from (min-max normalised, named on its axis
+    by ``statistic_name``); below, the clean probability the method assigned. Histograms read the same for any
+    method, also where the clean probability is no function of the statistic (a line through the sorted
+    statistic drew a comb of vertical lines there). The legend sits outside both panels. Needs matplotlib
+    (``pip install hfncl[plots]``).
 
     ``mixture`` (K, 3), a division's ``extras["mixture"]`` (weight, mean, standard deviation
     per Gaussian component on the normalised scale), adds the fitted density, scaled to
@@ -35,10 +40,12 @@ def plot_division(
     values = min_max_normalise(statistic)
     probability = np.asarray(torch.as_tensor(clean_prob).detach().cpu().float())
     truth = np.asarray(true_clean, dtype=bool)
-    figure, counts = plt.subplots(figsize=(6.4, 4.0))
-    bins = np.linspace(0.0, 1.0, 61)
-    counts.hist(values[truth], bins, alpha=0.6, color="tab:green", label="clean pairs (hidden mask)")
-    counts.hist(values[~truth], bins, alpha=0.6, color="tab:red", label="noisy pairs (hidden mask)")
+    figure, (counts, probabilities) = plt.subplots(2, 1, figsize=(8.0, 5.6), layout="constrained")
+    bins = np.linspace(0.0, 1.0, 41)
+    for axes, shown in ((counts, values), (probabilities, probability)):
+        axes.hist(shown[truth], bins, alpha=0.6, color="tab:green", label="clean pairs (hidden mask)")
+        axes.hist(shown[~truth], bins, alpha=0.6, color="tab:red", label="noisy pairs (hidden mask)")
+        axes.set_ylabel("pairs")
     if mixture is not None:
         counts.hist(values, bins, histtype="step", color="dimgray", linewidth=0.8, label="all pairs")
         grid = np.linspace(0.0, 1.0, 400)
@@ -46,16 +53,10 @@ def plot_division(
         for component, style in zip(expected, ("--", ":"), strict=False):
             counts.plot(grid, component, color="tab:blue", linestyle=style, linewidth=1.2)
         counts.plot(grid, expected.sum(axis=0), color="tab:blue", linewidth=1.5, label="fitted mixture (all pairs)")
-    counts.set_xlabel("per-sample statistic, min-max normalised")
-    counts.set_ylabel("pairs")
-    curve = counts.twinx()
-    order = np.argsort(values)
-    curve.plot(values[order], probability[order], color="black", linewidth=1.5, label="clean probability")
-    curve.set_ylim(0.0, 1.02)
-    curve.set_ylabel("clean probability")
-    handles = counts.get_legend_handles_labels()[0] + curve.get_legend_handles_labels()[0]
-    counts.legend(handles, [h.get_label() for h in handles], loc="upper center", fontsize=8)
-    counts.set_title(title, fontsize=10)
+    counts.set_xlabel(f"{statistic_name or 'per-sample statistic of the division'}, min-max normalised")
+    probabilities.set_xlabel("clean probability the method assigned")
+    figure.legend(*counts.get_legend_handles_labels(), loc="outside right upper", fontsize=8)
+    figure.suptitle(title, fontsize=10)
     return save_png(figure, path)
 
 
@@ -114,7 +115,8 @@ def save_png(figure, path: str | Path) -> Path:
     """Lay out ``figure``, write it as a PNG at ``path`` (parents created), close it; return the path."""
     import matplotlib.pyplot as plt
 
-    figure.tight_layout()
+    if figure.get_layout_engine() is None:  # a figure laid out as it was made ("constrained") keeps its layout
+        figure.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)

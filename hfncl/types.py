@@ -109,11 +109,14 @@ class Division:
                     component of a mixture fitted to the min-max normalised
                     statistic (:func:`hfncl.division.fit_loss_mixture`); the division
                     plot draws its density over the histogram.
+    ``statistic_name`` what ``extras["statistic"]`` is, in words (``"per-pair loss L_w (Eq. 2)"``):
+                    the division plot's axis names it.
     """
 
     clean_prob: torch.Tensor
     clean: torch.Tensor
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
+    statistic_name: str = ""
 
     def __post_init__(self) -> None:
         if self.clean_prob.shape != self.clean.shape or self.clean_prob.dim() != 1:

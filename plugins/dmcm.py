@@ -169,7 +169,7 @@ def divide(trainer, epoch) -> Division:
 
     losses = trainer.collect(statistic, description=f"epoch {epoch} BMM division")["loss"]
     clean_prob, clean = divide_units(losses, known_noise_rate(trainer), opts.threshold, opts.bmm_max_iter)
-    return Division(clean_prob, clean, {"statistic": losses.t().reshape(-1)})
+    return Division(clean_prob, clean, {"statistic": losses.t().reshape(-1)}, "per-sample robust loss L_m (Eq. 3)")
 
 
 def mix_batch(

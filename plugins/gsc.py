@@ -17,7 +17,7 @@ demo settings: ``docs/methods/gsc.md``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -224,7 +224,8 @@ def network_division(trainer: "TrainerView", net: int) -> Division:
     extras = {"y_cm": y_cm, "y_im": y_im}
     if Y_CM.format(source) in trainer.ledger:
         extras["statistic"] = labels.clone()
-    return threshold_division(labels, trainer.options_of(GSCOptions).threshold, **extras)
+    division = threshold_division(labels, trainer.options_of(GSCOptions).threshold, **extras)
+    return replace(division, statistic_name="correspondence label y = min(y_CM, y_IM) (Eq. 5)")
 
 
 @hookimpl

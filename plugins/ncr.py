@@ -13,7 +13,7 @@ part joins, co-divide's losses from the steps) and measurements: ``docs/methods/
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -184,7 +184,8 @@ def divide(trainer, epoch) -> list[Division]:
         peer_loss = losses[peer(net, NETWORKS)]
         gmm = {"max_iter": settings.gmm_max_iter, "reg_covar": settings.gmm_reg_covar, "clip_quantile": settings.gmm_clip_quantile}
         clean_prob, mixture = fit_loss_mixture(peer_loss, seed=trainer.config.seed + epoch, **gmm)
-        divisions.append(threshold_division(clean_prob, settings.threshold, statistic=peer_loss, mixture=mixture))
+        division = threshold_division(clean_prob, settings.threshold, statistic=peer_loss, mixture=mixture)
+        divisions.append(replace(division, statistic_name="the peer network's per-pair loss L_w (Eq. 2)"))
     return divisions
 
 

@@ -151,7 +151,9 @@ def uncertainty_division(
     extras = {"soft_label": soft_label.float(), "uncertainty": uncertainty.float(), "sets": sets}
     extras["statistic"] = extras["uncertainty"]
     extras.update({f"set/{name}": sets == code for code, name in SET_NAMES.items()})
-    return Division(soft_label.float(), (sets == CLEAN) | (sets == HARD_CLEAN), extras)
+    return Division(
+        soft_label.float(), (sets == CLEAN) | (sets == HARD_CLEAN), extras, "uncertainty u of the pair's opinion (Eq. 7)"
+    )
 
 
 @hookimpl

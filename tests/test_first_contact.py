@@ -208,7 +208,9 @@ def test_accelerate_running_fewer_processes_than_launched_is_a_warning(tmp_path,
 # --- 6: the end of a run ------------------------------------------------------------------------
 
 
-def test_a_run_hides_checkpoint_bars_records_its_compute_and_the_readme_scores_its_similarities(micro_data_dir, tmp_path, capfd):
+def test_a_run_hides_checkpoint_bars_records_its_compute_and_the_readme_scores_its_similarities(
+    micro_data_dir, tmp_path, capfd
+):
     """transformers' ``Writing model shards`` (saving best/) and ``Loading weights`` (reloading it for the test)
     bars stayed on screen between the epoch lines."""
     from conftest import TINY_MODEL, tiny_config
@@ -304,3 +306,54 @@ def test_the_card_has_a_pipeline_tag_uses_and_compute_and_lists_only_the_fields_
     assert {"sim_dim", "reasoning_steps", "pooling_dropout"} <= sgr and not sgr & {"scan_pooling", "scan_lse_lambda"}
     unrecorded = build_model_card(config, tiny_record(), "user/model").text
     assert "the device and time were not recorded" in unrecorded
+
+
+@pytest.mark.parametrize(
+    ("plugin", "statistic"),
+    [
+        ("ncr", "the peer network's per-pair loss L_w (Eq. 2)"),
+        ("ugncl", "uncertainty u of the pair's opinion (Eq. 7)"),
+        ("gsc", "correspondence label y = min(y_CM, y_IM) (Eq. 5)"),
+        ("dmcm", "per-sample robust loss L_m (Eq. 3)"),
+    ],
+)
+def test_every_method_s_division_plot_names_its_statistic_histograms_its_clean_probability_and_keeps_the_legend_out(
+    plugin, statistic, micro_data_dir, tmp_path, monkeypatch
+):
+    """UGNCL's clean probability was a line through the sorted statistic (a comb of vertical lines, as it is no
+    function of it); no plot named its statistic, and the legend covered the data."""
+    from conftest import TINY_MODEL, tiny_config
+
+    import hfncl.plots
+    from hfncl.data.synthetic_labels import LabelledSyntheticConfig, generate_labelled
+    from hfncl.experiment import run_experiment
+    from hfncl.tasks.labels import CategoryModelArguments, LabelDataArguments
+    from hfncl.tasks.pairs import DataArguments
+
+    drawn = []
+    save_png = hfncl.plots.save_png
+
+    def keep(figure, path):
+        drawn.append(figure)
+        return save_png(figure, path)
+
+    monkeypatch.setattr(hfncl.plots, "save_png", keep)
+    if plugin == "dmcm":
+        sizes = LabelledSyntheticConfig(train_per_class=8, valid_per_class=4, test_per_class=4, seed=2)
+        data = LabelDataArguments(data_path=str(generate_labelled(tmp_path / "data", sizes)), noise_ratio=0.4)
+        model = CategoryModelArguments(embed_dim=16, hidden_dim=32)
+    else:
+        data, model = DataArguments(data_dir=str(micro_data_dir), noise_ratio=0.4), TINY_MODEL
+    config = tiny_config(tmp_path / "run", [plugin], epochs=2, warmup_epochs=1, batch_size=8, plot_divisions=True)
+    run_experiment(data, config, model)
+    assert sorted(path.name for path in (tmp_path / "run" / "divisions").iterdir())[0].startswith("epoch-002-net-0")
+    divisions = [figure for figure in drawn if "division of epoch" in figure.get_suptitle()]
+    assert divisions, "no division plot"
+    for figure in divisions:
+        above, below = figure.axes
+        assert above.get_xlabel() == f"{statistic}, min-max normalised"
+        assert below.get_xlabel() == "clean probability the method assigned"
+        assert not below.lines and len(below.patches) == 2 * 40, "the clean probability as two histograms"
+        assert figure.legends and above.get_legend() is None and below.get_legend() is None
+        legend, panels = figure.legends[0].get_window_extent(), [axes.get_window_extent() for axes in figure.axes]
+        assert all(legend.x0 >= panel.x1 for panel in panels), "the legend right of both panels"
