@@ -5,7 +5,8 @@
 
 Defaults follow the paper (Sec. 3.1), whose settings are those of Flickr30K "on both Flickr30K
 and MS-COCO" (``recipes/tcvse_f30k.py``): clean pairs, max-pooled regions and words, a 1024-d
-joint space, batch K = 128, AdamW lr 5e-4 with weight decay 1e-4 (the paper prints "10e-4"),
+joint space, batch K = 128, AdamW lr 5e-4 with weight decay 1e-4 (the paper prints "10e-4"; the
+authors' Bi-GRU code leaves AdamW at PyTorch's 0.01: ``--weight-decay 0.01``),
 25 epochs, tau = 0.05, MaxTimes = 3; the lr decays x0.1 at epoch 15 as in the authors' code
 (docs/reproduction.md).
 The test split is ``testall`` (5K images), reported whole (Table 2) and averaged over 5 folds of

@@ -5,7 +5,8 @@
 
 Defaults follow the paper (Sec. 3.1): clean pairs, max-pooled regions and words, a
 1024-d joint space, batch K = 128, AdamW lr 5e-4 with weight decay 1e-4 (the paper prints
-"10e-4"; 1e-4 is VSE-infinity's AdamW, whose code TcVSE follows), 25 epochs, tau = 0.05,
+"10e-4"; 1e-4 is VSE-infinity's AdamW on its BERT path; the authors' Bi-GRU code gives AdamW none,
+so PyTorch's 0.01 applies: ``--weight-decay 0.01``), 25 epochs, tau = 0.05,
 MaxTimes = 3. The lr decays x0.1 at epoch 15 as in the authors' code (the paper prints
 "decaying by 10% every 10 epochs"; docs/reproduction.md). ``--noise-ratio`` trains on
 noisy pairs instead; the test ranks with the ensemble of both branches unless
