@@ -433,6 +433,9 @@ def _audit_arguments(parser: argparse.ArgumentParser) -> None:
         help="A method that divides the pairs (default: the one installed plugin that declares audit_settings).",
     )
     parser.add_argument("--epochs", type=int, help="Epochs (default: the method's demo settings).")
+    parser.add_argument(
+        "--model", help="Score with this trained model (a run's best/, an audit's model/) instead of training one."
+    )
     parser.add_argument("--split", default="train", help="The split to audit (default train).")
     parser.add_argument("--write-clean", metavar="NAME", help="Also write the unflagged pairs as precomp split NAME.")
     parser.add_argument("--seed", type=int, default=0, help="Seeds training.")
@@ -451,7 +454,7 @@ def audit_command(args: argparse.Namespace) -> int:
     try:
         table = audit(
             args.data_dir, args.plugins, args.output_dir, args.epochs, split=args.split, write_clean=args.write_clean,
-            seed=args.seed,
+            model=args.model, seed=args.seed,
         )
     except (OSError, ValueError) as error:  # AuditError and DataFormatError are ValueErrors
         print(f"hfncl: error: {one_line(error)}", file=sys.stderr)

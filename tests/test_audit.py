@@ -20,7 +20,7 @@ from hfncl.audit import AuditError, audit, audit_summary, estimated_noise_rate, 
 from hfncl.audit.calibration import LAMBDA, pair_p_values, storey_noise_rate
 from hfncl.audit.report import audit_page
 from hfncl.audit.training import default_plugins
-from hfncl.data import DataFormatError, caption_level_noise, load_precomp_split, read_captions
+from hfncl.data import DataFormatError, Vocabulary, caption_level_noise, load_precomp_split, read_captions
 from hfncl.models import NCLConfig, NCLModel
 from hfncl.plugins import PluginError
 from hfncl.retrieval import Retriever
@@ -287,3 +287,45 @@ def test_the_page_opens_in_a_real_browser_and_shows_the_most_suspicious_pairs_fi
 def rows_shown(cells: list[str]) -> tuple[int, int, str]:
     """A page row's rank, pair and caption as the browser renders them."""
     return int(cells[0]), int(cells[1]), cells[3]
+
+
+def test_the_saved_model_audits_the_same_pairs_alike_without_training(audited, noisy_data, tmp_path):
+    table, output = audited
+    again = hfncl.audit(noisy_data[0], output_dir=tmp_path, model=output / "model", progress=False)
+    for column in ("p_image", "p_caption", "similarity", "rank", "flagged", "suggested_caption", "suggested_image"):
+        assert np.allclose(np.asarray(again[column], dtype=float), np.asarray(table[column], dtype=float),
+                           equal_nan=True), column
+    assert "clean_prob" not in again.column_names and "agree" not in again.column_names  # no division read
+    page = (tmp_path / "audit.html").read_text()
+    assert html.escape(again.filter(lambda row: row["rank"] == 1)[0]["caption"]) in page
+
+
+def _other_model(directory: Path, image_dim: int, captions: list[str]) -> Path:
+    """A checkpoint of an untrained model for ``image_dim`` region features with a vocabulary of ``captions``."""
+    vocab = Vocabulary.build(captions)
+    NCLModel(NCLConfig(image_dim=image_dim, vocab_size=len(vocab), embed_dim=8, word_dim=8)).save_pretrained(directory)
+    vocab.save_json(directory / "vocab.json")
+    return directory
+
+
+def test_a_model_trained_on_other_data_is_refused_in_one_line(noisy_data, tmp_path, capsys):
+    data = noisy_data[0]
+    captions = list(read_captions(data / "train_caps.txt"))
+    dim = np.load(data / "train_ims.npy", mmap_mode="r").shape[-1]
+    cases = [
+        (_other_model(tmp_path / "dims", dim + 1, captions), rf"train_ims.npy: region features of {dim} dims, the "
+         rf"model at \S+ reads {dim + 1}: a model trained on other data"),
+        (_other_model(tmp_path / "words", dim, ["zebra quartz violin"] * 5), r"train_caps.txt: 100% of the caption "
+         r"words are outside the vocabulary of the model at \S+ \(at most 50%\): a model trained on other data"),
+    ]
+    capsys.readouterr()  # saving the models wrote progress bars
+    for model, said in cases:
+        with pytest.raises(AuditError, match=said):
+            hfncl.audit(data, output_dir=tmp_path / "out", model=model)
+        command = ["audit", "--data-dir", str(data), "--output-dir", str(tmp_path / "out"), "--model", str(model)]
+        assert cli.main(command) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "a model trained on other data" in err
+    with pytest.raises(AuditError, match="give a trained model or the plugins to train, not both"):
+        hfncl.audit(data, ["ncr"], tmp_path / "out", model=cases[0][0])
+    assert not (tmp_path / "out").exists()

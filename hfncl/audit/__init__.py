@@ -35,7 +35,16 @@ from hfncl.audit.report import (
     write_table,
 )
 from hfncl.audit.table import audit_table
-from hfncl.audit.training import AuditError, audit_settings, default_plugins, read_split, train_method
+from hfncl.audit.training import (
+    MODEL_FOLDER,
+    AuditError,
+    audit_settings,
+    default_plugins,
+    load_trained,
+    read_split,
+    save_trained,
+    train_method,
+)
 from hfncl.tasks.pairs import ModelArguments
 
 
@@ -47,6 +56,7 @@ def audit(
     *,
     split: str = "train",
     write_clean: str | None = None,
+    model: str | Path | None = None,
     model_args: ModelArguments | None = None,
     training: dict[str, Any] | None = None,
     seed: int = 0,
@@ -61,22 +71,36 @@ def audit(
     under ``training`` (:class:`~hfncl.config.TrainConfig` fields, e.g. ``batch_size``), on the model of
     ``model_args`` (default: the papers' encoder). With ``write_clean`` NAME, the unflagged pairs are also written
     to ``output_dir`` as the precomp split NAME, one image row per pair (:func:`~hfncl.audit.report.write_clean_split`).
+    The trained model is saved in ``output_dir/model``.
+
+    With ``model`` (a checkpoint directory: a run's ``best/``, an earlier audit's ``model/``), nothing trains: that
+    model scores the pairs, and the table has no method columns (``clean_prob``, ``agree``).
 
     Raises (before training, in one line):
         AuditError: no method named and not exactly one installed plugin declaring ``audit_settings``, a method
-            that makes no division, too few epochs, or a model that reads raw images.
+            that makes no division, too few epochs, a model that reads raw images, ``model`` with ``plugins``, or
+            a ``model`` trained on other data (:func:`~hfncl.audit.training.load_trained`).
         ValueError: a ``write_clean`` that is no split name, or settings ``TrainConfig`` refuses.
         DataFormatError: no such directory or split, or an empty or malformed one (naming the file).
         PluginError: a plugin that is not installed, or options it refuses.
     """
-    plugins = list(plugins or default_plugins())
-    model_args = model_args or ModelArguments()
-    config = audit_settings(plugins, epochs, seed, progress, training)
     if write_clean is not None:
         check_split_name(write_clean)
-    pairs = read_split(data_dir, split, model_args, plugins)
-    table = audit_table(train_method(pairs, config, model_args))
     output = Path(output_dir)
+    if model is not None:
+        if plugins:
+            raise AuditError("give a trained model or the plugins to train, not both")
+        trained = load_trained(model, data_dir, split)
+        pairs = trained.split
+        table = audit_table(trained)
+    else:
+        plugins = list(plugins or default_plugins())
+        model_args = model_args or ModelArguments()
+        config = audit_settings(plugins, epochs, seed, progress, training)
+        pairs = read_split(data_dir, split, model_args, plugins)
+        trained = train_method(pairs, config, model_args)
+        table = audit_table(trained)
+        save_trained(trained, output / MODEL_FOLDER)
     write_table(table, output)
     if write_clean is not None:
         write_clean_split(pairs, np.asarray(table["flagged"]), output, write_clean)

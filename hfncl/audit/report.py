@@ -100,8 +100,8 @@ def audit_page(table: datasets.Dataset, rows: int = HTML_ROWS) -> str:
     order = np.argsort(np.asarray(table["rank"]))[:rows]
     shown = table.select(order.tolist())
     networks = [name for name in table.column_names if name.startswith("clean_prob_net")]
-    header = ["rank", "pair", "image", "caption", "p_image", "p_caption", *networks, "clean_prob", "agree", "flagged",
-              "suggested re-pairing"]
+    method = [*networks, "clean_prob", "agree"] if networks else []
+    header = ["rank", "pair", "image", "caption", "p_image", "p_caption", *method, "flagged", "suggested re-pairing"]
     body = "\n".join(_row(row, networks) for row in shown)
     histogram = _histogram(table)
     figure = f'<img alt="p-values, clean probabilities" src="data:image/png;base64,{histogram}">' if histogram else ""
@@ -123,8 +123,10 @@ padding:.3em .5em;vertical-align:top}}tr.flagged{{background:#fee}}</style></hea
 def _row(row: dict, networks: list[str]) -> str:
     """One table row of the page."""
     cells = [str(row["rank"]), str(row["pair"]), str(row["image"]), html.escape(row["caption"])]
-    cells += [f"{row[name]:.3f}" for name in ["p_image", "p_caption", *networks, "clean_prob"]]
-    cells += ["yes" if row["agree"] else "no", "yes" if row["flagged"] else "no", _repairing(row)]
+    method = [*networks, "clean_prob"] if networks else []
+    cells += [f"{row[name]:.3f}" for name in ["p_image", "p_caption", *method]]
+    cells += ["yes" if row["agree"] else "no"] if networks else []
+    cells += ["yes" if row["flagged"] else "no", _repairing(row)]
     css = ' class="flagged"' if row["flagged"] else ""
     return f"<tr{css}>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>"
 
@@ -142,8 +144,8 @@ def _repairing(row: dict) -> str:
 
 def _histogram(table: datasets.Dataset) -> str | None:
     """A base64 PNG of two histograms: the pairs' p-values in both directions, with the level a share pi^ of
-    uniform p-values reaches (wrong pairs fill the flat part), and the method's mean clean probabilities;
-    ``None`` without matplotlib."""
+    uniform p-values reaches (wrong pairs fill the flat part), and the method's mean clean probabilities (when the
+    table has them); ``None`` without matplotlib."""
     try:
         import matplotlib
     except ImportError:
@@ -152,7 +154,9 @@ def _histogram(table: datasets.Dataset) -> str | None:
     import matplotlib.pyplot as plt
 
     bins, rate = 50, estimated_noise_rate(table).rate
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 3))
+    method = "clean_prob" in table.column_names
+    figure, panels = plt.subplots(1, 2 if method else 1, figsize=(11 if method else 5.5, 3), squeeze=False)
+    left = panels[0, 0]
     for column, colour in (("p_image", "#4477aa"), ("p_caption", "#ee6677")):
         left.hist(table[column], bins=bins, range=(0.0, 1.0), histtype="step", color=colour, label=column)
     if rate > 0:
@@ -161,8 +165,9 @@ def _histogram(table: datasets.Dataset) -> str | None:
     left.set_xlabel("p-value (rank among the other side)")
     left.set_ylabel("pairs")
     left.legend()
-    right.hist(table["clean_prob"], bins=bins, range=(0.0, 1.0), color="#4477aa")
-    right.set_xlabel("the method's clean probability (mean over the networks)")
+    if method:
+        panels[0, 1].hist(table["clean_prob"], bins=bins, range=(0.0, 1.0), color="#4477aa")
+        panels[0, 1].set_xlabel("the method's clean probability (mean over the networks)")
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
     plt.close(figure)

@@ -22,7 +22,9 @@ def network_column(net: int) -> str:
 
 def method_verdicts(divisions: dict[int, Division]) -> dict[str, np.ndarray]:
     """The method's own verdict: every network's clean probability (``clean_prob_netK``), their mean
-    (``clean_prob``) and whether the networks agree (all at or above 0.5, or all below)."""
+    (``clean_prob``) and whether the networks agree (all at or above 0.5, or all below); none without divisions."""
+    if not divisions:
+        return {}
     probs = {network_column(net): d.clean_prob.detach().float().cpu().numpy() for net, d in divisions.items()}
     stacked = np.stack(list(probs.values()))
     return probs | {
@@ -104,8 +106,7 @@ def _features(divisions: dict[int, Division]) -> datasets.Features:
             "image": value("int64"),
             "caption": value("string"),
             **{network_column(net): value("float64") for net in divisions},
-            "clean_prob": value("float64"),
-            "agree": value("bool"),
+            **({"clean_prob": value("float64"), "agree": value("bool")} if divisions else {}),
             "p_image": value("float64"),
             "p_caption": value("float64"),
             "similarity": value("float64"),

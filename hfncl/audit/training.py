@@ -4,23 +4,30 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import dataclass, replace
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 import hfncl.plugins as plugin_registry
 from hfncl.config import TrainConfig
-from hfncl.data import NoisyPairDataset, PrecompSplit, TokenizerVocabulary, Vocabulary, load_precomp_split
+from hfncl.data import (
+    NoisyPairDataset,
+    PrecompSplit,
+    TokenizerVocabulary,
+    Vocabulary,
+    load_precomp_split,
+    read_captions,
+)
 from hfncl.demo import shortened_settings
-from hfncl.engine.callbacks import TrainerCallback
+from hfncl.engine.callbacks import TrainerCallback, library_progress_bars
 from hfncl.engine.trainer import Trainer
 from hfncl.models import NCLConfig, NCLModel
 from hfncl.tasks.pairs import ModelArguments, model_fields
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from hfncl.types import Division
 
 DEFAULT_EPOCHS = 10
@@ -48,7 +55,8 @@ class TrainedMethod:
     """What an audit reads after training: the split, its vocabulary, the model, every network's last division and
     the device the model is on.
 
-    ``divisions`` maps a network's number to its last division (networks without one left out).
+    ``divisions`` maps a network's number to its last division (networks without one left out; none for a model
+    read from a checkpoint, :func:`load_trained`).
     """
 
     split: PrecompSplit
@@ -156,3 +164,63 @@ def train_method(split: PrecompSplit, config: TrainConfig, model_args: ModelArgu
     if not divisions:
         raise AuditError(f"{' + '.join(config.plugins)} made no division in {config.epochs} epochs")
     return TrainedMethod(split, vocab, trainer.model, divisions, trainer.accelerator.device)
+
+
+MODEL_FOLDER = "model"
+"""The folder of an audit's output directory that holds the trained model (``audit(..., model=...)`` reads it)."""
+UNKNOWN_WORDS = 0.5
+"""The share of a split's caption words outside a model's vocabulary above which the model is refused."""
+
+
+def save_trained(trained: TrainedMethod, directory: Path) -> Path:
+    """Save the trained model (safetensors) and its vocabulary or tokenizer into ``directory``, which
+    ``audit(..., model=directory)`` and :meth:`hfncl.retrieval.Retriever.from_pretrained` read."""
+    with library_progress_bars(True):
+        trained.model.save_pretrained(directory)
+    if isinstance(trained.vocab, Vocabulary):
+        trained.vocab.save_json(directory / "vocab.json")
+    else:
+        trained.vocab.save_pretrained(directory)
+    return directory
+
+
+def load_trained(model_dir: str | Path, data_dir: str | Path, split: str) -> TrainedMethod:
+    """A trained model (a checkpoint directory: ``best/`` of a run, an audit's ``model/``) and split ``split`` of the
+    precomp directory ``data_dir`` to score with it, without divisions. The model is checked against the split's
+    files before the split is read.
+
+    Raises:
+        AuditError: the model reads raw images, has no vocabulary, or was trained on other data: region features of
+            another size, or more than :data:`UNKNOWN_WORDS` of the split's caption words outside its vocabulary.
+        OSError, CheckpointError: no checkpoint there. DataFormatError: as :func:`read_split`.
+    """
+    from hfncl.retrieval import Retriever
+
+    with library_progress_bars(True):  # a checkpoint read in a second: no bar before an error line
+        retriever = Retriever.from_pretrained(model_dir)
+    config, vocab = retriever.model.config, retriever.vocab
+    if vocab is None:
+        raise AuditError(f"the model at {model_dir} has no vocabulary (vocab.json) or tokenizer to read captions with")
+    if config.image_tower == "transformer":
+        raise AuditError(f"the model at {model_dir} reads raw images; an audit reads precomputed region features")
+    images, captions = Path(data_dir) / f"{split}_ims.npy", Path(data_dir) / f"{split}_caps.txt"
+    image_dim = np.load(images, mmap_mode="r").shape[-1] if images.is_file() else config.image_dim
+    if image_dim != config.image_dim:
+        raise AuditError(
+            f"{images}: region features of {image_dim} dims, the model at {model_dir} reads {config.image_dim}: "
+            "a model trained on other data"
+        )
+    if isinstance(vocab, Vocabulary) and captions.is_file():
+        unknown = _unknown_share(vocab, captions)
+        if unknown > UNKNOWN_WORDS:
+            raise AuditError(
+                f"{captions}: {unknown:.0%} of the caption words are outside the vocabulary of the model at "
+                f"{model_dir} (at most {UNKNOWN_WORDS:.0%}): a model trained on other data"
+            )
+    return TrainedMethod(load_precomp_split(data_dir, split), vocab, retriever.model, {}, retriever.device)
+
+
+def _unknown_share(vocab: Vocabulary, captions_file: Path, captions: int = 2000) -> float:
+    """The share of ``<unk>`` tokens among the words of the first ``captions`` captions of ``captions_file``."""
+    ids = [token for caption in islice(read_captions(captions_file), captions) for token in vocab.encode(caption)[1:-1]]
+    return sum(token == vocab.unk_id for token in ids) / max(len(ids), 1)
