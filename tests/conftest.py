@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -55,6 +57,16 @@ def micro_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """16/11/11 images x 5 captions with 6 x 8 region features: a method on an SGR / SAF head trains an epoch in seconds
     (11: the fewest images a split is scored on, more than R@10's K)."""
     return generate_precomp(tmp_path_factory.mktemp("micro_precomp"), MICRO_DATA)
+
+
+def pip_installed(package: Path, directory: Path) -> dict[str, str]:
+    """Install the package at ``package`` as a user would (pip, no network: ``--no-deps --no-build-isolation``) into
+    ``directory / "site"``; return the environment that puts it on the path of a subprocess."""
+    source, site = directory / "src", directory / "site"
+    shutil.copytree(package, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    pip = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--target", str(site)]
+    subprocess.run([*pip, str(source)], check=True, capture_output=True)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
 
 
 def tiny_config(output_dir: Path, plugins: list[str], **overrides) -> TrainConfig:

@@ -8,8 +8,6 @@ test installs it with pip, as a user would, and trains with both.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from importlib.metadata import EntryPoint
@@ -18,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import pip_installed
 
 from hfncl.data import formats
 from hfncl.data.formats import check_format_name, detect_format, get_format
@@ -77,11 +76,7 @@ def test_a_registered_format_is_detected_and_read_and_a_registered_head_scores(
 
 
 def test_an_installed_package_adds_a_format_and_a_head_and_trains_with_them(micro_data_dir: Path, tmp_path: Path) -> None:
-    source, site = tmp_path / "src", tmp_path / "site"
-    shutil.copytree(PACKAGE, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    pip = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--target", str(site)]
-    subprocess.run([*pip, str(source)], check=True, capture_output=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
+    env = pip_installed(PACKAGE, tmp_path)
     data_dir = npz_benchmark(micro_data_dir, tmp_path / "npz")
     trained = subprocess.run(
         [sys.executable, "-m", "hfncl.cli", "train", "--plugins", "vsepp", "--data-dir", str(data_dir)]

@@ -5,9 +5,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -19,6 +17,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import pip_installed
 
 from hfncl import cli, hookspecs, plugins
 from hfncl.plugins import PluginError, build_plugin_manager
@@ -215,11 +214,7 @@ def test_toy_plugin_loss_is_symmetric_infonce(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_toy_plugin_installs_is_listed_and_trains(tmp_path: Path, tiny_data_dir: Path) -> None:
-    source, site = tmp_path / "src", tmp_path / "site"
-    shutil.copytree(TOY_PLUGIN, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    pip = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--target", str(site)]
-    subprocess.run([*pip, str(source)], check=True, capture_output=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
+    env = pip_installed(TOY_PLUGIN, tmp_path)
     listed = subprocess.run(
         [sys.executable, "-m", "hfncl.cli", "plugins", "--json"],
         check=True,
