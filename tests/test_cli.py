@@ -42,16 +42,18 @@ def test_push_without_a_token_says_how_to_log_in_before_reading_anything(monkeyp
 
 
 def test_a_network_failure_while_pushing_is_one_line(monkeypatch, tmp_path, capsys):
-    import hfncl.hub
+    from test_hub import make_checkpoint
 
     def refused(*args, **kwargs):  # what the Hub client raises when the connection is refused
         raise HfHubHTTPError.__mro__[1]("[Errno 111] Connection refused")
 
+    make_checkpoint(tmp_path)
     monkeypatch.setattr(huggingface_hub, "get_token", lambda: "hf_test")
-    monkeypatch.setattr(hfncl.hub, "push_checkpoint", refused)
+    monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", refused)
+    capsys.readouterr()
     assert cli.main(["push", str(tmp_path), "user/model"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("hfncl: error: pushing to user/model failed ([Errno 111] Connection refused)")
+    assert err.startswith("hfncl: error: Pushing to user/model failed ([Errno 111] Connection refused)")
     assert err.count("\n") == 1
     assert "hf auth login" in err
 

@@ -9,6 +9,7 @@ import shlex
 from pathlib import Path
 
 import httpx2
+import huggingface_hub
 import pytest
 import torch
 from huggingface_hub import HfApi
@@ -95,7 +96,7 @@ def test_push_without_a_token_is_one_error_and_changes_nothing(tmp_path, monkeyp
     """``model.push_to_hub()`` without a token was a 76-line traceback."""
     make_checkpoint(tmp_path)
     card = (tmp_path / "README.md").read_bytes()
-    monkeypatch.setattr("hfncl.hub.publish.get_token", lambda: None)
+    monkeypatch.setattr(huggingface_hub, "get_token", lambda: None)
     with pytest.raises(HubUploadError, match=r"^Nothing was uploaded to hfncl-test/tiny-ncr: no Hub token; check the"):
         push_checkpoint(tmp_path, REPO_ID)
     from hfncl.models import NCLModel

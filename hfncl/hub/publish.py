@@ -12,7 +12,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import CommitInfo, CommitOperationAdd, HfApi, get_token, snapshot_download
+import huggingface_hub
+from huggingface_hub import CommitInfo, CommitOperationAdd, HfApi, snapshot_download
 from huggingface_hub.errors import HfHubHTTPError
 from transformers import PretrainedConfig, PreTrainedModel
 
@@ -86,6 +87,8 @@ def push_checkpoint(
             not rewritten (the regenerated card is written there only after the upload succeeded).
     """
     checkpoint = Path(checkpoint)
+    if not (token or huggingface_hub.get_token()):  # HF_TOKEN or the saved login; before reading anything
+        raise HubUploadError(f"Nothing was uploaded to {repo_id}: no Hub token; {LOGIN_HINT}")
     with tempfile.TemporaryDirectory(prefix="hfncl-card-") as temporary:
         card = None
         if not keep_card:  # published first; written into the checkpoint only once the Hub has it
@@ -94,8 +97,6 @@ def push_checkpoint(
             card.write_text(str(text))
         files = checkpoint_files(checkpoint, card=card)
         api = HfApi(token=token)
-        if not (token or get_token()):
-            raise HubUploadError(f"Nothing was uploaded to {repo_id}: no Hub token; {LOGIN_HINT}")
         operations = [
             CommitOperationAdd(
                 path_in_repo=CARD_FILE if path == card else path.relative_to(checkpoint).as_posix(),
