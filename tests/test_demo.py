@@ -5,8 +5,23 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
-from hfncl.demo import DEMO_SIZES, DemoRun, format_table, run_demo, shortened_settings
+import pytest
+
+from hfncl.demo import (
+    DEMO_SIZES,
+    QUICK,
+    DemoRun,
+    _division_of_network_a,
+    demo_runs,
+    format_table,
+    planned_runs,
+    run_demo,
+    shortened_settings,
+)
+
+HFNCL = Path(sys.executable).with_name("hfncl")
 
 
 def test_a_failing_method_becomes_a_row_and_the_others_still_train(tmp_path, capsys):
@@ -42,3 +57,29 @@ def test_demo_command_trains_the_tiny_benchmark_for_the_given_epochs(tmp_path):
     assert len(record["history"]) == 1
     refused = subprocess.run(command[:4] + ["--size", "huge"], capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "invalid choice: 'huge'" in refused.stderr
+
+
+def test_the_quick_plan_shortens_and_speeds_up_the_pair_methods_only():
+    runs = {run.plugin: run for run in planned_runs(demo_runs(plugins=["ncr", "tcvse", "dmcm"]), QUICK)}
+    assert runs["ncr"].settings["epochs"] == 4 and runs["ncr"].settings["warmup_epochs"] == 3
+    assert runs["ncr"].settings["learning_rate"] == pytest.approx(1e-3)  # 5 x the demo's 2e-4
+    assert runs["ncr"].settings["batch_size"] == 64
+    assert runs["tcvse"].settings["epochs"] == 2  # never lengthened
+    assert runs["tcvse"].settings["learning_rate"] == pytest.approx(2.5e-3)  # 5 x its own 5e-4
+    assert runs["dmcm"].settings == demo_runs(plugins=["dmcm"])[0].settings  # category labels: as declared
+
+
+@pytest.mark.slow
+def test_the_readme_first_command_divides_far_better_than_chance(tmp_path):
+    """``bash scripts/run.sh demo`` runs ``hfncl demo``: its default, the quick demo, trains every method with demo
+    settings, and each one that divides the pairs ranks them far better than chance (ROC-AUC 0.5)."""
+    command = [str(HFNCL), "demo", "--no-progress", "--output-dir", str(tmp_path)]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=3600)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "hfncl demo --full trains the README's comparison" in completed.stdout
+    rows = json.loads((tmp_path / "comparison.json").read_text())
+    assert {row["label"] for row in rows} == {run.plugin for run in demo_runs()}
+    divisions = {row["label"]: _division_of_network_a(row["division"]) for row in rows}
+    aucs = {label: division["auc"] for label, division in divisions.items() if "auc" in division}
+    assert {"ncr", "coteaching", "dmcm"} <= set(aucs)  # methods that divide, of both kinds of data
+    assert all(value >= 0.75 for value in aucs.values()), aucs  # chance is 0.5
