@@ -199,6 +199,8 @@ def _audit_as_the_command(arguments: list[str], data: Path, output: Path) -> dat
     [
         ("no train split", [], DataFormatError, "train_ims.npy"),
         ("empty split", [], DataFormatError, "train_caps.txt: no captions"),
+        ("captions without images", [], DataFormatError, "train_ims.npy"),
+        ("more captions than images", [], DataFormatError, "train_caps.txt"),
         ("no division", ["--plugins", "vsepp"], AuditError, "plugin vsepp makes no division"),
         ("not installed", ["--plugins", "nosuchmethod"], PluginError, "nosuchmethod"),
         ("bad split name", ["--write-clean", "a/b"], ValueError, "'a/b'"),
@@ -212,6 +214,11 @@ def test_bad_input_is_refused_in_one_line_before_training(tmp_path, capsys, case
         (data / "train_caps.txt").write_text("")
     elif case == "no train split":
         np.save(data / "dev_ims.npy", np.zeros((2, 8, 16), dtype=np.float32))
+    elif case == "captions without images":
+        (data / "train_caps.txt").write_text("a dog\na cat\n")
+    elif case == "more captions than images":
+        np.save(data / "train_ims.npy", np.zeros((2, 8, 16), dtype=np.float32))
+        (data / "train_caps.txt").write_text("a dog\na cat\na bird\n")
     output = tmp_path / "out"
     with pytest.raises(error, match=said):
         _audit_as_the_command(arguments, data, output)
