@@ -1,0 +1,56 @@
+"""scripts/run.sh, the README's two commands: the demo installs hfncl[plots] only, the test command the developer
+tools on top, each once; every set-up step says what it does. Run here with a stand-in interpreter that records
+what the script asks of it, so nothing is installed."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+RECORDER = """#!/usr/bin/env bash
+echo "$(basename "$0") $*" >> "$(dirname "$0")/../calls.txt"
+"""
+
+
+def run_script(venv: Path, command: str) -> tuple[str, list[str]]:
+    """stderr of ``bash scripts/run.sh COMMAND`` with ``HFNCL_VENV=venv``, and the calls it made since the last one."""
+    calls = venv / "calls.txt"
+    calls.write_text("")
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "run.sh"), command, "--no-progress"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, HFNCL_VENV=str(venv)),
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stderr, calls.read_text().splitlines()
+
+
+def test_the_demo_installs_the_runtime_and_the_tests_add_the_developer_tools(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    for name in ("python", "hfncl"):
+        (venv / "bin" / name).write_text(RECORDER)
+        (venv / "bin" / name).chmod(stat.S_IRWXU)
+
+    setup, calls = run_script(venv, "demo")
+    assert calls[-1] == "hfncl demo --no-progress"
+    installs = [call for call in calls if " pip install " in call]
+    assert any(call.endswith(" torch==2.13.0") for call in installs)
+    assert installs[-1].endswith("-e .[plots]")  # no mypy, ruff or MiniLM for the demo
+    assert [line.split(":")[0] for line in setup.splitlines()] == ["hfncl setup"] * len(setup.splitlines())
+    assert len(setup.splitlines()) == 3  # torch, hfncl, done: one line per step
+
+    assert run_script(venv, "demo") == ("", ["hfncl demo --no-progress"])  # set up once
+
+    setup, calls = run_script(venv, "test")
+    assert [call for call in calls if " pip install " in call][-1].endswith("-e .[dev]")
+    assert calls[-1] == "python -m pytest --no-progress" and "developer tools" in setup
+
+    assert run_script(venv, "test")[1] == ["python -m pytest --no-progress"]
+    assert run_script(venv, "demo")[1] == ["hfncl demo --no-progress"]  # the dev install serves the demo too
