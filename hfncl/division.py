@@ -94,6 +94,18 @@ def fit_loss_mixture(
     return torch.as_tensor(posterior, dtype=torch.float32), torch.as_tensor(parameters, dtype=torch.float32)
 
 
-def threshold_division(clean_prob: torch.Tensor, threshold: float = 0.5, **extras: torch.Tensor) -> Division:
-    """The clean set is every pair whose clean probability reaches ``threshold``."""
-    return Division(clean_prob=clean_prob, clean=clean_prob >= threshold, extras=dict(extras))
+def threshold_division(
+    clean_prob: torch.Tensor, threshold: float = 0.5, forced_noisy_share: float = 0.0, **extras: torch.Tensor
+) -> Division:
+    """The clean set is every pair whose clean probability reaches ``threshold``.
+
+    When every pair reaches it and ``forced_noisy_share`` is positive, the threshold becomes the
+    clean probability of rank ``floor(share * N)`` from the lowest, and the pairs at or below it
+    are noisy (``floor(share * N) + 1`` pairs, more on ties), so that a method that trains a noisy
+    set beside the clean one always has one.
+    """
+    clean = clean_prob >= threshold
+    if forced_noisy_share > 0 and bool(clean.all()):
+        cut = clean_prob.sort().values[min(int(forced_noisy_share * clean_prob.numel() + 1e-9), clean_prob.numel() - 1)]
+        clean = clean_prob > cut
+    return Division(clean_prob=clean_prob, clean=clean, extras=dict(extras))

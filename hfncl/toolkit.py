@@ -81,14 +81,15 @@ def batch_view(division: "Division", index: torch.Tensor, names: Iterable[str], 
     return {name: columns[name][index].to(device) for name in names}
 
 
-def division_plan(division: "Division", noisy: bool = True) -> BatchPlan:
+def division_plan(division: "Division", noisy: bool = True, keep_last: bool = False) -> BatchPlan:
     """A ``batch_plan`` of a division: a pass over its clean set, with a batch of its noisy set beside each clean batch.
 
     The parts are named ``"clean"`` (the lead: every clean sample once per pass) and, with
     ``noisy``, ``"noisy"`` (cycling through shuffles of the noisy set), as co-training
-    methods that train each set with its own loss draw them (NCR's authors' loop).
+    methods that train each set with its own loss draw them (NCR's authors' loop);
+    ``keep_last`` trains each shuffle's last partial batch too (:class:`hfncl.types.BatchPlan`).
     """
-    return BatchPlan({"clean": division.clean, **({"noisy": ~division.clean} if noisy else {})})
+    return BatchPlan({"clean": division.clean, **({"noisy": ~division.clean} if noisy else {})}, keep_last=keep_last)
 
 
 def epoch_seed(seed: int, epoch: int) -> int:

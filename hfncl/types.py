@@ -155,9 +155,14 @@ class BatchPlan:
     its own, a new one each time it runs out (it cycles). An empty later part is left out; an
     empty lead part makes a pass without steps. Each part's batch reaches the hooks on its own,
     with ``trainer.batch_part`` naming the part.
+
+    ``keep_last`` trains every shuffle's last partial batch too, as a ``DataLoader`` without
+    ``drop_last`` does: the lead's pass and each cycle of a later part then end with it, unless it
+    has fewer than two samples per process (BatchNorm in training mode needs two).
     """
 
     parts: dict[str, torch.Tensor]
+    keep_last: bool = False
 
     def __post_init__(self) -> None:
         if not self.parts:

@@ -45,6 +45,7 @@ class NCROptions(MethodOptions, namespace="ncr"):
     co_rectify: bool = True
     noisy_part_start: float = option(0.5, minimum=0, maximum=1)
     division_statistics: str = option("steps", choices=DIVISION_STATISTICS)
+    first_division: str = option("pass", choices=DIVISION_STATISTICS)
     noisy_batch: str = option("separate", choices=NOISY_BATCHES)
     prediction: str = option("paper", choices=PREDICTIONS)
 
@@ -93,11 +94,9 @@ def record_step_loss(trainer, outputs, net: int, hinge_sums: torch.Tensor | None
     ``hinge_sums`` are the per-pair sums of Eq. 2 when the caller has them (warmup's loss);
     otherwise they are computed from the batch's similarity.
     """
-    if trainer.options_of(NCROptions).division_statistics != "steps":
-        return
-    if hinge_sums is None:
-        hinge_sums = triplet_sum_negatives(outputs.similarity.detach(), trainer.options_of(NCROptions).alpha)
-    trainer.ledger.record(outputs.index, STEP_LOSS.format(net), per_sample_lw(hinge_sums))
+    if trainer.options_of(NCROptions).division_statistics == "steps":
+        sums = triplet_sum_negatives(outputs.similarity.detach(), trainer.options_of(NCROptions).alpha) if hinge_sums is None else hinge_sums
+        trainer.ledger.record(outputs.index, STEP_LOSS.format(net), per_sample_lw(sums))
 
 
 @hookimpl
@@ -109,17 +108,18 @@ def warmup_loss(trainer, batch, outputs, net) -> dict[str, torch.Tensor]:
 
 
 @hookimpl
-def batch_plan(trainer, networks) -> BatchPlan | None:
+def batch_plan(trainer, networks) -> BatchPlan:
     """``ncr.noisy_batch = "separate"``: a pass over the clean set with a batch of the noisy set beside each clean batch.
 
     The noisy batches come only once their part trains (``ncr.noisy_part_start``, with co-rectify): before, a
     noisy batch would take no step, and co-divide after a co-training epoch runs a pass all the same
-    (:func:`records_are_current`), so its forward pass would be wasted.
+    (:func:`records_are_current`), so its forward pass would be wasted. In warmup and with ``"split"``, one
+    shuffle of every pair. Every shuffle's last partial batch trains too, as the authors' loaders keep it.
     """
     settings = trainer.options_of(NCROptions)
     if settings.noisy_batch != "separate" or trainer.in_warmup:
-        return None
-    return division_plan(trainer.divisions[networks[0]], noisy=settings.co_rectify and noisy_part_trains(trainer))
+        return BatchPlan({"all": torch.ones(trainer.num_train, dtype=torch.bool)}, keep_last=True)
+    return division_plan(trainer.divisions[networks[0]], settings.co_rectify and noisy_part_trains(trainer), keep_last=True)
 
 
 def adaptive_prediction(similarity: torch.Tensor, alpha: float, top_fraction: float = 0.1) -> torch.Tensor:
@@ -173,7 +173,8 @@ def divide(trainer, epoch) -> list[Division]:
     """Co-divide: network k's division is the GMM fitted on its peer's per-sample L_w.
 
     Its extras carry that L_w (``statistic``) and the fitted GMM (``mixture``), which the
-    division plot draws over the losses (Fig. 3b).
+    division plot draws over the losses (Fig. 3b). When every pair looks clean, the 1/100 of
+    the pairs with the lowest clean probability are made noisy, as the authors' ``split_prob`` does.
     """
     settings = trainer.options_of(NCROptions)
     names, recorded = [STEP_LOSS.format(net) for net in range(NETWORKS)], settings.division_statistics == "steps"
@@ -182,9 +183,8 @@ def divide(trainer, epoch) -> list[Division]:
     divisions = []
     for net in range(NETWORKS):
         peer_loss = losses[peer(net, NETWORKS)]
-        gmm = {"max_iter": settings.gmm_max_iter, "reg_covar": settings.gmm_reg_covar, "clip_quantile": settings.gmm_clip_quantile}
-        clean_prob, mixture = fit_loss_mixture(peer_loss, seed=trainer.config.seed + epoch, **gmm)
-        division = threshold_division(clean_prob, settings.threshold, statistic=peer_loss, mixture=mixture)
+        clean_prob, mixture = fit_loss_mixture(peer_loss, seed=trainer.config.seed + epoch, max_iter=settings.gmm_max_iter, reg_covar=settings.gmm_reg_covar, clip_quantile=settings.gmm_clip_quantile)
+        division = threshold_division(clean_prob, settings.threshold, 0.01, statistic=peer_loss, mixture=mixture)
         divisions.append(replace(division, statistic_name="the peer network's per-pair loss L_w (Eq. 2)"))
     return divisions
 
@@ -209,14 +209,16 @@ def pass_losses(trainer, epoch: int) -> list[torch.Tensor]:
 def records_are_current(trainer, epoch: int) -> bool:
     """Whether the per-sample L_w recorded during the previous epoch's steps (``"steps"``) can divide this epoch.
 
-    Not right after the epoch in which the noisy part first trained: the networks change fast
-    within it, and the losses recorded along it mix two regimes; nor after a co-training epoch
-    with the separate noisy batch, whose pass over the clean set draws only as many noisy
-    batches as clean ones, leaving the other noisy pairs' records epochs old (the authors' loop
-    divides after a pass, ``eval_train``, every epoch).
+    Not for the first division after warmup with ``ncr.first_division = "pass"``: the authors' ``eval_train``
+    makes it with an eval-mode pass of the warmed-up networks. Not right after the epoch in which the noisy
+    part first trained: the networks change fast within it, and the losses recorded along it mix two
+    regimes; nor after a co-training epoch with the separate noisy batch, whose pass over the clean set draws
+    only as many noisy batches as clean ones, leaving the other noisy pairs' records epochs old (the authors'
+    loop divides after a pass, ``eval_train``, every epoch).
     """
-    separate = trainer.options_of(NCROptions).noisy_batch == "separate"
-    return epoch != noisy_part_start_epoch(trainer) + 1 and not (separate and epoch > trainer.config.warmup_epochs)
+    settings, warmup = trainer.options_of(NCROptions), trainer.config.warmup_epochs
+    first = epoch == warmup and settings.first_division == "pass"
+    return not (first or epoch == noisy_part_start_epoch(trainer) + 1 or settings.noisy_batch == "separate" and epoch > warmup)
 
 
 def noisy_part_start_epoch(trainer) -> int:

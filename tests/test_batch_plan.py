@@ -33,6 +33,7 @@ from hfncl.types import BatchPlan
 
 SEEN = []
 """(epoch, pass, part, dataset positions) of every loss call."""
+KEEP_LAST = False
 
 
 @hookimpl
@@ -40,7 +41,7 @@ def batch_plan(trainer, epoch, networks):
     if trainer.in_warmup:
         return None
     position = torch.arange(trainer.num_train)
-    return BatchPlan({"even": position % 2 == 0, "odd": (position % 2 == 1) & (position < 140)})
+    return BatchPlan({"even": position % 2 == 0, "odd": (position % 2 == 1) & (position < 140)}, keep_last=KEEP_LAST)
 
 
 def terms(trainer, outputs):
@@ -100,6 +101,39 @@ def test_a_cycling_sampler_gives_full_batches_each_shuffle_drawing_every_sample_
     halves = [CyclingBatchSampler(subset, 32, seed=5, num_batches=7, rank=rank, world_size=2) for rank in (0, 1)]
     for batch, first, second in zip(batches, *halves, strict=True):
         assert first + second == batch.tolist() and first == local_slice(batch, 0, 2).tolist()
+
+
+def test_with_keep_last_each_shuffle_ends_with_its_partial_batch_unless_it_is_smaller_than_min_size():
+    subset = np.arange(1, 140, 2)  # 70 samples: 32 + 32 + 6 per shuffle
+    sampler = CyclingBatchSampler(subset, 32, seed=5, num_batches=7, keep_last=True, min_size=2)
+    batches = [np.asarray(batch) for batch in sampler]
+    assert [len(batch) for batch in batches] == [32, 32, 6, 32, 32, 6, 32]
+    assert sorted(np.concatenate(batches[:3]).tolist()) == subset.tolist(), "a shuffle draws every sample once"
+    full = [np.asarray(batch) for batch in CyclingBatchSampler(subset, 32, seed=5, num_batches=2)]
+    assert all(np.array_equal(a, b) for a, b in zip(full, batches[:2], strict=True)), "the same shuffles"
+    resumed = [np.asarray(batch) for batch in CyclingBatchSampler(subset, 32, seed=5, num_batches=7, start_batch=4,
+                                                                  keep_last=True, min_size=2)]
+    assert all(np.array_equal(a, b) for a, b in zip(batches[4:], resumed, strict=True))
+    # a last batch of one sample (65 = 2 x 32 + 1) is dropped: BatchNorm cannot train on it
+    odd = CyclingBatchSampler(np.arange(65), 32, seed=5, num_batches=3, keep_last=True, min_size=2)
+    assert [len(batch) for batch in odd] == [32, 32, 32]
+    lead = GlobalBatchSampler(100, 16, seed=3, drop_last=False, subset=np.arange(0, 100, 2), min_size=2)
+    assert len(lead) == 4 and [len(batch) for batch in lead] == [16, 16, 16, 2]
+    assert len(GlobalBatchSampler(100, 16, seed=3, drop_last=False, subset=np.arange(49), min_size=2)) == 3
+
+
+def test_a_plan_that_keeps_the_last_batch_trains_every_lead_sample_and_cycles_with_partial_batches(
+    planner, tiny_data_dir, tmp_path
+):
+    planner.KEEP_LAST = True
+    trainer = noisy_trainer(tiny_data_dir, tiny_config(tmp_path, ["planner"], epochs=2, warmup_epochs=1))
+    trainer.train()
+    seen = [(part, index) for e, _, part, index in planner.SEEN if e == 1]
+    lead = [index for part, index in seen if part == "even"]
+    assert [len(index) for index in lead] == [BATCH] * LEAD_BATCHES + [400 - LEAD_BATCHES * BATCH]
+    assert sorted(i for index in lead for i in index) == list(range(0, 800, 2)), "every lead sample trains once"
+    beside = [len(index) for part, index in seen if part == "odd"]
+    assert beside == ([BATCH, BATCH, ODD - 2 * BATCH] * 5)[: LEAD_BATCHES + 1]
 
 
 def test_a_subset_sampler_draws_each_sample_of_the_subset_once_and_all_samples_as_the_default_order():

@@ -70,3 +70,16 @@ def test_same_seed_same_division():
 def test_threshold_division():
     division = threshold_division(torch.tensor([0.1, 0.5, 0.9]), 0.5, extra=torch.zeros(3))
     assert division.clean.tolist() == [False, True, True] and "extra" in division.extras
+
+
+def test_a_threshold_division_with_a_forced_noisy_share_makes_the_lowest_pairs_noisy_only_when_none_is():
+    from hfncl.division import threshold_division
+
+    clean_prob = torch.tensor([0.9, 0.7, 0.8, 0.95, 0.6, 0.85, 0.75, 0.65, 0.99, 0.55])
+    assert threshold_division(clean_prob, 0.5).clean.all(), "without the share, every pair is clean"
+    forced = threshold_division(clean_prob, 0.5, forced_noisy_share=0.2, statistic=clean_prob)
+    # rank 10 * 0.2 = 2 from the lowest is 0.65: it and the two below are noisy
+    assert (~forced.clean).nonzero().squeeze(1).tolist() == [4, 7, 9] and "statistic" in forced.extras
+    mixed = clean_prob.clone()
+    mixed[0] = 0.1
+    assert (~threshold_division(mixed, 0.5, forced_noisy_share=0.2).clean).nonzero().squeeze(1).tolist() == [0]

@@ -160,7 +160,7 @@ def test_division_from_the_training_steps_uses_the_recorded_losses_and_runs_no_p
 
     options = {
         "ncr.alpha": 0.2, "ncr.division_statistics": "steps", "ncr.threshold": 0.5, "ncr.gmm_max_iter": 10,
-        "ncr.gmm_reg_covar": 5e-4, "ncr.noisy_part_start": 0.5, "ncr.noisy_batch": "split",
+        "ncr.gmm_reg_covar": 5e-4, "ncr.noisy_part_start": 0.5, "ncr.noisy_batch": "split", "ncr.first_division": "steps",
     }
     passes = []
     pass_losses = {"loss0": torch.rand(6), "loss1": torch.rand(6)}
@@ -213,17 +213,23 @@ def test_division_from_the_training_steps_uses_the_recorded_losses_and_runs_no_p
     assert not torch.equal(expected, fit_loss_mixture(peer_loss, max_iter=10, reg_covar=5e-4, seed=9)[0])
 
 
-def test_with_the_separate_noisy_batch_co_divide_runs_a_pass_after_every_co_training_epoch():
+@pytest.mark.parametrize("first_division", ["pass", "steps"])
+def test_with_the_separate_noisy_batch_co_divide_runs_a_pass_after_every_co_training_epoch(first_division):
     """The separate batch's pass over the clean set leaves most noisy pairs untrained, so their recorded L_w is stale:
-    after warmup (every pair trained) the steps' records serve; after a co-training epoch a pass runs, as eval_train."""
+    after a co-training epoch a pass runs, as eval_train. The first division after warmup comes from a pass, as
+    eval_train makes it, by default (``ncr.first_division = "pass"``), or from the last warmup epoch's records."""
     from types import SimpleNamespace
 
     from hfncl.engine.ledger import Ledger
     from hfncl_plugins.ncr import divide
 
     pass_losses = {"loss0": torch.rand(6), "loss1": torch.rand(6)}
-    for setting, expected in (("separate", ["epoch 5 co-divide", "epoch 6 co-divide"]), ("split", ["epoch 5 co-divide"])):
-        options = {"ncr.division_statistics": "steps", "ncr.noisy_batch": setting, "ncr.noisy_part_start": 0.0}
+    first = ["epoch 4 co-divide"] if first_division == "pass" else []
+    for setting, expected in (("separate", first + ["epoch 5 co-divide", "epoch 6 co-divide"]), ("split", first + ["epoch 5 co-divide"])):
+        options = {
+            "ncr.division_statistics": "steps", "ncr.noisy_batch": setting, "ncr.noisy_part_start": 0.0,
+            "ncr.first_division": first_division,
+        }
         passes: list[str] = []
         trainer = SimpleNamespace(
             options_of=lambda kind, options=options: kind.read(options),
@@ -304,14 +310,15 @@ def test_the_batch_plan_is_the_peer_division_s_clean_set_with_its_noisy_set_besi
         options = {"ncr.noisy_batch": noisy_batch, "ncr.noisy_part_start": 0.5, "ncr.co_rectify": co_rectify}
         return SimpleNamespace(
             options_of=lambda kind: kind.read(options), in_warmup=in_warmup, divisions=divisions, epoch=epoch,
-            config=SimpleNamespace(epochs=10, warmup_epochs=4),
+            config=SimpleNamespace(epochs=10, warmup_epochs=4), num_train=3,
         )
 
     plan = batch_plan(trainer=trainer("separate"), networks=[1])
-    assert list(plan.parts) == ["clean", "noisy"]
+    assert list(plan.parts) == ["clean", "noisy"] and plan.keep_last
     assert plan.parts["clean"].tolist() == [False, True, True] and plan.parts["noisy"].tolist() == [True, False, False]
-    assert batch_plan(trainer=trainer("split"), networks=[1]) is None
-    assert batch_plan(trainer=trainer("separate", in_warmup=True), networks=[0]) is None
+    # warmup and the split batch: one shuffle of every pair; the authors' loaders keep each last partial batch
+    for whole in (batch_plan(trainer=trainer("split"), networks=[1]), batch_plan(trainer=trainer("separate", in_warmup=True), networks=[0])):
+        assert list(whole.parts) == ["all"] and whole.parts["all"].tolist() == [True] * 3 and whole.keep_last
     # no noisy batch while it would take no step: before its part trains (epoch 4 + 3 here), or without co-rectify
     for idle in (trainer("separate", epoch=6), trainer("separate", co_rectify=False)):
         plan = batch_plan(trainer=idle, networks=[1])
@@ -404,3 +411,26 @@ def test_the_prediction_option_picks_the_reading_of_eq5():
     torch.testing.assert_close(predict(S, paper), adaptive_prediction(S, 0.2, 0.1))
     torch.testing.assert_close(predict(S, hinge), hinge_prediction(S, 0.2))
     assert not torch.equal(predict(S, paper), predict(S, hinge))
+
+
+def test_when_every_pair_looks_clean_the_hundredth_with_the_lowest_clean_probability_is_noisy(monkeypatch):
+    """The authors' ``split_prob``: with no pair below the threshold, the threshold becomes the clean probability of
+    rank N // 100, so that the noisy loader has pairs; a division with noisy pairs is left as it is."""
+    from types import SimpleNamespace
+
+    import hfncl_plugins.ncr as ncr
+
+    clean_prob = torch.linspace(0.6, 0.99, 300)[torch.randperm(300, generator=torch.Generator().manual_seed(0))]
+    monkeypatch.setattr(ncr, "fit_loss_mixture", lambda losses, **gmm: (clean_prob, torch.zeros(2, 3)))
+    options = {"ncr.division_statistics": "pass"}
+    trainer = SimpleNamespace(
+        options_of=lambda kind: kind.read(options), config=SimpleNamespace(seed=0, epochs=10, warmup_epochs=4, batch_size=3),
+        collect=lambda statistic, description, **loader: {"loss0": torch.rand(300), "loss1": torch.rand(300)},
+    )
+    for division in ncr.divide(trainer=trainer, epoch=5):
+        noisy = (~division.clean).nonzero().squeeze(1)
+        assert sorted(noisy.tolist()) == sorted(clean_prob.argsort()[:4].tolist()), "300 // 100 + 1 pairs at or below rank 3"
+    mixed = clean_prob.clone()
+    mixed[:10] = 0.2
+    monkeypatch.setattr(ncr, "fit_loss_mixture", lambda losses, **gmm: (mixed, torch.zeros(2, 3)))
+    assert [int((~d.clean).sum()) for d in ncr.divide(trainer=trainer, epoch=5)] == [10, 10]

@@ -39,7 +39,7 @@ from hfncl.engine.distributed import fewer_processes_warning, gather, world
 from hfncl.engine.fingerprint import check_fingerprint, run_fingerprint, save_fingerprint
 from hfncl.engine.ledger import Ledger
 from hfncl.engine.randomness import derived_seed, per_sample_uniform, purpose_key
-from hfncl.engine.sampler import CyclingBatchSampler, GlobalBatchSampler
+from hfncl.engine.sampler import CyclingBatchSampler, GlobalBatchSampler, batch_count
 from hfncl.engine.tasks import DATA_KINDS, PairTask, Task
 from hfncl.evaluation import division_quality, partition_report
 from hfncl.hub import RunRecord, save_trained_model
@@ -729,17 +729,20 @@ class Trainer:
         lead = subsets.pop(plan.lead)
         if not len(lead):
             return PassSteps({plan.lead: []})
-        size = min(self.config.batch_size, len(lead))
-        num_batches = len(lead) // size
+        size, drop_last, min_size = min(self.config.batch_size, len(lead)), not plan.keep_last, 2 * self.world_size
+        num_batches = batch_count(len(lead), size, drop_last, min_size)
         loaders: dict[str | None, Any] = {
-            plan.lead: self._loader(seed=seed, drop_last=True, batch_size=size, start_batch=start, subset=lead)
+            plan.lead: self._loader(
+                seed=seed, drop_last=drop_last, batch_size=size, start_batch=start, subset=lead, min_size=min_size
+            )
         }
         for position, (name, subset) in enumerate(subsets.items(), start=1):
             if len(subset):
                 part_seed = derived_seed(self.config.seed, epoch, self.state.pass_index, position)
                 sampler = CyclingBatchSampler(
                     subset, min(self.config.batch_size, len(subset)), seed=part_seed, num_batches=num_batches,
-                    rank=self.rank, world_size=self.world_size, start_batch=start,
+                    rank=self.rank, world_size=self.world_size, start_batch=start, keep_last=plan.keep_last,
+                    min_size=min_size,
                 )
                 loaders[name] = self._data_loader(sampler)
         return PassSteps(loaders)
@@ -752,6 +755,7 @@ class Trainer:
         batch_size: int,
         start_batch: int = 0,
         subset: np.ndarray | None = None,
+        min_size: int = 1,
     ) -> torch.utils.data.DataLoader:
         sampler = GlobalBatchSampler(
             self.num_train,
@@ -762,6 +766,7 @@ class Trainer:
             world_size=self.world_size,
             start_batch=start_batch,
             subset=subset,
+            min_size=min_size,
         )
         return self._data_loader(sampler)
 
