@@ -218,10 +218,14 @@ def is_reference(method: str) -> bool:
     return method in REFERENCES or method.startswith(f"{ORACLE} (")
 
 
-def train(job: Job, output_dir: Path, quick: bool, progress: bool, resume: bool, report_only: bool = False) -> dict[str, Any] | None:
+def train(
+    job: Job, output_dir: Path, quick: bool, progress: bool, resume: bool, report_only: bool = False,
+    model: dict[str, Any] | None = None,
+) -> dict[str, Any] | None:
     """One run; the row of the JSON report (read back from ``row.json`` with ``resume`` when the run finished before).
 
-    With ``report_only``, a run that has not finished is not trained: ``None``.
+    With ``report_only``, a run that has not finished is not trained: ``None``. ``model`` replaces fields of the
+    demo's model (``--model``).
     """
     run_dir = output_dir / job.name
     saved = run_dir / "row.json"
@@ -234,7 +238,7 @@ def train(job: Job, output_dir: Path, quick: bool, progress: bool, resume: bool,
     config = demo_train_config(DemoRun(run.plugin, run.noise_ratio, settings), run_dir, job.seed, progress)
     config.plot_divisions = False
     started = time.perf_counter()
-    result = run_experiment(job.data, config, QUICK_MODEL if quick else DEMO_MODEL)
+    result = run_experiment(job.data, config, dataclasses.replace(QUICK_MODEL if quick else DEMO_MODEL, **(model or {})))
     row = {
         "method": job.row,
         "plugin": run.plugin,
@@ -364,6 +368,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="JSON training settings (epochs, warmup_epochs, options) replacing the demo settings "
                         "of the --methods, e.g. for a method that declares none; their schedule (all but "
                         "warmup_epochs and options) also trains the oracle and the half-data control.")
+    parser.add_argument("--model", type=json.loads, default=None,
+                        help='JSON of ModelArguments fields replacing the demo model\'s, e.g. \'{"similarity": "sgr", "sim_dim": 32}\'.')
     parser.add_argument("--ratios", type=float, nargs="+", default=[0.0, 0.2, 0.5, 0.7], help="Noise ratios.")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="Seeds of noise and training.")
     parser.add_argument("--captions-file", default=str(DEFAULT_CAPTIONS), help="Flickr8k captions.txt for the proxy.")
@@ -417,7 +423,8 @@ def main(argv: list[str] | None = None) -> int:
         planned = jobs(args, data_dir)
         rows: list[dict[str, Any]] = []
         for job in planned:
-            row = train(bounded_job(job, rows, args), output_dir / name, args.quick, args.progress, args.resume, args.report_only)
+            row = train(bounded_job(job, rows, args), output_dir / name, args.quick, args.progress, args.resume, args.report_only,
+                        args.model)
             if row:
                 rows.append(row)
         if not rows:
@@ -436,6 +443,8 @@ def main(argv: list[str] | None = None) -> int:
             header += f"; {len(planned) - len(rows)} of the {len(planned)} planned runs not finished yet (not shown)"
         if args.settings is not None:
             header += f"; settings {json.dumps(args.settings)}"
+        if args.model is not None:
+            header += f"; model {json.dumps(args.model)}"
         write_report(output_dir / f"accuracy_{name}.md", markdown(rows, header))
         plot_curves(rows, output_dir / f"accuracy_{name}_curves.png")
         report["benchmarks"][name] = {"description": description, "minutes": minutes, "runs": rows}

@@ -56,6 +56,7 @@ class GSCOptions(MethodOptions, namespace="gsc"):
     threshold: float = option(0.5, minimum=0, maximum=1)
     gmm_max_iter: int = option(10, minimum=1)
     gmm_reg_covar: float = option(5e-4, exclusive_minimum=0)
+    structure: str = option("pooled", choices=("pooled", "head"))
 
 
 # Ledger columns, per network k: the values recorded during this epoch's steps (NaN where
@@ -144,8 +145,7 @@ def _train_terms(trainer: "TrainerView", batch, outputs: "PairOutputs", net: int
     """
     labels, similarity, settings = batch_labels(trainer, outputs, net), outputs.similarity, trainer.options_of(GSCOptions)
     tau1 = settings.tau1
-    image_structure = intra_modal_similarity(outputs.image_embeds)
-    text_structure = intra_modal_similarity(outputs.text_embeds)
+    image_structure, text_structure = structures(trainer, outputs, net)
     trainer.ledger.record(outputs.index, STEP_CM.format(net), cross_modal_indicator(similarity.detach(), tau1))
     trainer.ledger.record(
         outputs.index,
@@ -159,6 +159,19 @@ def _train_terms(trainer: "TrainerView", batch, outputs: "PairOutputs", net: int
 
 
 loss, warmup_loss = same_terms_in_warmup(_train_terms)
+
+
+def structures(trainer: "TrainerView", outputs: "PairOutputs", net: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """<I_i, I_k> and <T_i, T_k> of the batch (Eq. 7-8), (B, B) each, as ``gsc.structure`` reads them.
+
+    ``"head"``: scored by network ``net``'s similarity module, the two extra forward passes of Sec. 3.5
+    (``MatchingNetwork.within_similarity``; with a cosine head the cosine of the embeddings);
+    ``"pooled"``: the cosine of the embeddings, of the masked means of an SGR / SAF / SCAN head's local features.
+    """
+    if trainer.options_of(GSCOptions).structure == "pooled":
+        return intra_modal_similarity(outputs.image_embeds), intra_modal_similarity(outputs.text_embeds)
+    network = trainer.model.networks[net]
+    return network.within_similarity(outputs.image_embeds, "image"), network.within_similarity(outputs.text_embeds, "text")
 
 
 def fold_epoch(trainer: "TrainerView", net: int, epoch: int) -> None:

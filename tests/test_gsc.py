@@ -382,3 +382,52 @@ def test_gsc_ranks_the_noisy_pairs_and_beats_hard_negatives_at_40_percent(gsc_an
 def test_gsc_division_accuracy_reaches_0_9_at_40_percent(gsc_and_vsepp_at_40_percent):
     division = gsc_and_vsepp_at_40_percent["gsc"]["division"]
     assert division["division/net0/accuracy"] >= 0.9 and division["division/net1/accuracy"] >= 0.9
+
+
+@pytest.mark.parametrize("similarity", ["sgr", "saf", "scan"])
+def test_the_head_reading_scores_each_modality_s_pairs_through_the_similarity_module(similarity):
+    """Sec. 3.5's two extra forward passes: <I_i, I_k> and <T_i, T_k> are the head's similarities of two images and of
+    two captions (``gsc.structure = "head"``), each entry depending on its two items only, and L_IM then trains the
+    head; ``"pooled"`` (the default) is the cosine of the masked means, which no head parameter reaches."""
+    from hfncl.models.configuration import NCLConfig
+    from hfncl.models.modeling import MatchingNetwork
+
+    torch.manual_seed(0)
+    fields = {"sgr": {"similarity": "sgr", "sim_dim": 8}, "saf": {"similarity": "saf", "sim_dim": 8}, "scan": {"similarity": "scan"}}
+    network = MatchingNetwork(NCLConfig(image_dim=12, vocab_size=30, embed_dim=16, word_dim=8, image_regions=6, **fields[similarity]))
+    network.eval()
+    images = network.encode_image(torch.randn(5, 6, 12))
+    texts = network.encode_text(torch.randint(1, 30, (5, 7)), torch.tensor([7, 5, 4, 6, 3]))
+    outputs = SimpleNamespace(image_embeds=images, text_embeds=texts)
+    trainer = SimpleNamespace(options_of=lambda kind: kind.read({"gsc.structure": "head"}), model=SimpleNamespace(networks=[network]))
+    image_structure, text_structure = gsc.structures(trainer, outputs, 0)
+    assert image_structure.shape == text_structure.shape == (5, 5)
+    for embeds, structure, modality in ((images, image_structure, "image"), (texts, text_structure, "text")):
+        torch.testing.assert_close(structure, network.within_similarity(embeds, modality))
+        pair = network.within_similarity(embeds[[1, 3]], modality)
+        torch.testing.assert_close(pair[0, 1], structure[1, 3])
+        torch.testing.assert_close(pair[1, 0], structure[3, 1])
+    pooled_trainer = SimpleNamespace(options_of=lambda kind: kind.read({}), model=trainer.model)
+    assert gsc.GSCOptions().structure == "pooled"
+    pooled = gsc.structures(pooled_trainer, outputs, 0)
+    torch.testing.assert_close(pooled[0], intra_modal_similarity(images))
+    assert not torch.allclose(pooled[0], image_structure)
+    if similarity != "scan":  # SCAN's score has no parameter
+        network.train()
+        image_structure, text_structure = gsc.structures(trainer, outputs, 0)
+        intra_modal_loss(image_structure, text_structure, torch.ones(5)).backward()
+        assert network.head.global_sim.transform.weight.grad.abs().sum() > 0
+
+
+def test_with_a_cosine_head_both_readings_of_the_structure_are_the_cosine_of_the_embeddings():
+    from hfncl.models.configuration import NCLConfig
+    from hfncl.models.modeling import MatchingNetwork
+
+    network = MatchingNetwork(NCLConfig(image_dim=12, vocab_size=30, embed_dim=16, word_dim=8))
+    images = network.encode_image(torch.randn(5, 6, 12))
+    texts = network.encode_text(torch.randint(1, 30, (5, 7)), torch.tensor([7, 5, 4, 6, 3]))
+    outputs = SimpleNamespace(image_embeds=images, text_embeds=texts)
+    for structure in ("head", "pooled"):
+        trainer = SimpleNamespace(options_of=lambda kind, s=structure: kind.read({"gsc.structure": s}), model=SimpleNamespace(networks=[network]))
+        for got, embeds in zip(gsc.structures(trainer, outputs, 0), (images, texts), strict=True):
+            torch.testing.assert_close(got, intra_modal_similarity(embeds))

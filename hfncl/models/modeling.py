@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from hfncl.models.configuration import NCLConfig
@@ -122,6 +123,37 @@ class MatchingNetwork(nn.Module):
     def similarity(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:
         """Similarity of every image (n, W * d) with every caption (m, d) -> (n, m): the mean over the W views."""
         return self.view_similarity(image_embeds, text_embeds).mean(dim=0)
+
+    def within_similarity(self, embeds: torch.Tensor, modality: str) -> torch.Tensor:
+        """Similarity (B, B) of every image (``modality="image"``) or caption (``"text"``) of a batch with every other.
+
+        The cosine of the embeddings with a cosine head (of the concatenated unit-norm views: the mean of the
+        views' cosines); with an SGR / SAF / SCAN head, the head's similarity of the two items' local features
+        (the head's ``within``), for an image the mean over its views.
+        """
+        if self.head is None:
+            unit = F.normalize(embeds.float(), dim=1)
+            return unit @ unit.t()
+        if modality != "image":
+            return self.head.squash(self._within_scores(embeds, modality))
+        flag = embeds[..., -1:]
+        views = embeds[..., :-1].chunk(self.views, dim=-1)
+        scores = [self._within_scores(torch.cat([view, flag], dim=-1), modality) for view in views]
+        return self.head.squash(torch.stack(scores)).mean(dim=0)
+
+    def _within_scores(self, embeds: torch.Tensor, modality: str) -> torch.Tensor:
+        """The head's raw scores of ``embeds`` with themselves (``logits`` switched on, as in :meth:`view_scores`)."""
+        head = cast(Any, self.head)
+        if not callable(getattr(head, "within", None)):
+            raise ValueError(
+                f"the similarity head {type(head).__name__} has no within(embeds, modality) method: it cannot score "
+                "two images or two captions"
+            )
+        head.logits = True
+        try:
+            return head.within(embeds, modality)
+        finally:
+            head.logits = False
 
 
 class NCLModel(HfnclPreTrainedModel):

@@ -93,6 +93,11 @@ class ScanHead(nn.Module):
         """Similarities of the scores: the scores themselves (SCAN uses its score as the similarity)."""
         return scores
 
+    def within(self, embeds: torch.Tensor, modality: str) -> torch.Tensor:
+        """Score (B, B) of every item (B, T, d + 1), packed, with every other of the same modality: the rows
+        in the image's place, the columns in the caption's (the attention has no per-modality part)."""
+        return self(embeds, embeds)
+
     def forward(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:
         """S(I, T) (n, m) of every image (n, R, d + 1) with every caption (m, L, d + 1), both packed.
 

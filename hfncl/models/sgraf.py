@@ -338,11 +338,29 @@ class SimilarityHead(nn.Module, ABC):
 
     def forward(self, image_embeds: torch.Tensor, text_embeds: torch.Tensor) -> torch.Tensor:
         """Similarity (n, m) of every image (n, R, d + 1) with every caption (m, L, d + 1), packed."""
-        images = self._encode_side(image_embeds, self.image_pool)
-        texts = self._encode_side(text_embeds, self.text_pool)
+        images, texts = self._encode_side(image_embeds, self.image_pool), self._encode_side(text_embeds, self.text_pool)
+        return self._pair_scores(images, texts)
+
+    def within(self, embeds: torch.Tensor, modality: str) -> torch.Tensor:
+        """Similarity (B, B) of every item (B, T, d + 1), packed, with every other of the same ``modality``.
+
+        The rows take the image's place and the columns the caption's: each item's local features attend
+        to the other's (Eq. 1-2 with both sets from one modality), its global feature comes from its own
+        modality's pooling (``"image"``: the image pooling with its batch norms, ``"text"``: the text
+        pooling), and the similarity nodes, reasoning and output layer are the pair scoring's. For methods
+        that score intra-modal structure through the similarity module.
+        """
+        if modality not in ("image", "text"):
+            raise ValueError(f"within: modality must be 'image' or 'text', got {modality!r}")
+        side = self._encode_side(embeds, self.image_pool if modality == "image" else self.text_pool)
+        return self._pair_scores(side, side)
+
+    def _pair_scores(self, images: _Side, texts: _Side) -> torch.Tensor:
+        """Scores (n, m) of every item of ``images`` (the attended side) with every item of ``texts``."""
+        n = images.local.size(0)
         images = images.take(slice(None), int(valid_length(images.mask).max().item())).with_gram()
         blocks, order = plan_blocks(
-            image_embeds.size(0), valid_length(texts.mask), texts.local.size(-1),
+            n, valid_length(texts.mask), texts.local.size(-1),
             texts.local.element_size(), block_budget(self.block_bytes, texts.local.device),
         )
         columns = self.score_blocks(images, texts.take(order.to(texts.local.device)), blocks)
