@@ -207,7 +207,7 @@ def plot(curves: dict[str, list[dict[str, Any]]], seeds: list[int], warmup_epoch
         axis.axvline(warmup_epochs + 0.5, color="grey", linewidth=0.8, linestyle=":")
         axis.set_title(title, fontsize=10)
         axis.set_xlabel("epoch (dotted: end of warmup)")
-        if axis.lines:
+        if axis.get_legend_handles_labels()[0]:
             axis.legend(fontsize=7)
     return save_png(figure, path)
 
