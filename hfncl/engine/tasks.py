@@ -44,6 +44,7 @@ from hfncl.evaluation.map import cross_modal_map
 from hfncl.models import CategoryConfig, CategoryModel, CategoryNetwork, MatchingNetwork, NCLConfig, NCLModel
 from hfncl.types import Batch, CategoryOutputs, PairOutputs
 
+
 class Task(Protocol):
     """The data-dependent part of training (see the module docstring)."""
 
