@@ -1,7 +1,7 @@
 """How well ``hfncl audit`` finds the wrong pairs, against the cosine-score filter users apply today.
 
     python benchmarks/audit.py                                       # generated benchmark, 0 / 20 / 50 / 70% noise
-    python benchmarks/audit.py --benchmark proxy --ratios 0.5        # real-text proxy (hours per ratio on a loaded core)
+    python benchmarks/audit.py --benchmark proxy --ratios 0.5        # real-text proxy (hours a ratio, loaded core)
     python benchmarks/audit.py --quick                               # both, tiny: checks the script
 
 Each run writes the training captions of a benchmark re-paired for a share of them (the NCR protocol, caption
