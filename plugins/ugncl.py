@@ -149,11 +149,9 @@ def uncertainty_division(
         torch.where(soft_label > epsilon, HARD_CLEAN, HARD_NOISY),
     )
     extras = {"soft_label": soft_label.float(), "uncertainty": uncertainty.float(), "sets": sets}
-    extras["statistic"] = extras["uncertainty"]
-    extras.update({f"set/{name}": sets == code for code, name in SET_NAMES.items()})
-    return Division(
-        soft_label.float(), (sets == CLEAN) | (sets == HARD_CLEAN), extras, "uncertainty u of the pair's opinion (Eq. 7)"
-    )
+    extras.update({"statistic": extras["uncertainty"]} | {f"set/{n}": sets == code for code, n in SET_NAMES.items()})
+    clean, statistic_name = (sets == CLEAN) | (sets == HARD_CLEAN), "uncertainty u of the pair's opinion (Eq. 7)"
+    return Division(soft_label.float(), clean, extras, statistic_name)
 
 
 @hookimpl
