@@ -27,7 +27,8 @@ import torch
 import torch.nn.functional as F
 
 from hfncl.hookspecs import hookimpl
-from hfncl.models.sgraf import l2norm, unpack_local
+from hfncl.models.encoders import l2norm
+from hfncl.models.sgraf import unpack_local
 from hfncl.options import MethodOptions, option
 from hfncl.toolkit import bibtex_citation, same_terms_in_warmup
 

@@ -30,7 +30,7 @@ from hfncl.data import TokenizerVocabulary, read_captions
 from hfncl.experiment import DataArguments, ModelArguments, run_experiment
 from hfncl.hub import checkpoint_files
 from hfncl.models import NCLConfig, NCLModel
-from hfncl.models.encoders import l2_normalize
+from hfncl.models.encoders import l2norm
 from hfncl.models.towers import TowerLoadError, lora_target_regex, parameter_counts
 from hfncl.retrieval import Retriever
 
@@ -125,7 +125,7 @@ def test_text_tower_local_and_pooled_agree(bert_dir):
     assert mask.sum(dim=1).tolist() == lengths.tolist()
     # mean pooling commutes with the affine head: forward = l2norm(masked mean of the local states)
     mean = (states * mask[..., None]).sum(dim=1) / lengths[:, None]
-    torch.testing.assert_close(tower(captions, lengths), l2_normalize(mean), rtol=0, atol=1e-6)
+    torch.testing.assert_close(tower(captions, lengths), l2norm(mean), rtol=0, atol=1e-6)
     # padded positions are never read: other ids there give the same embedding
     noisy = captions.clone()
     noisy[~mask] = 7

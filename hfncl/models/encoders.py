@@ -49,9 +49,9 @@ def init_word_embedding(embedding: nn.Embedding) -> None:
     nn.init.uniform_(embedding.weight, -0.1, 0.1)
 
 
-def l2_normalize(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """Scale every row of ``x`` (last dimension) to unit L2 norm, as SCAN's ``l2norm``."""
-    return x / x.norm(dim=-1, keepdim=True).clamp_min(eps)
+def l2norm(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """``x`` scaled to unit L2 norm along ``dim`` (zero vectors stay zero), as SCAN's and SGRAF's ``l2norm``."""
+    return x / x.norm(dim=dim, keepdim=True).clamp_min(1e-8)
 
 
 def masked_pool(states: torch.Tensor, mask: torch.Tensor | None, pooling: str) -> torch.Tensor:
@@ -108,7 +108,7 @@ class RegionImageEncoder(nn.Module):
             float tensor (B, W * embed_dim): W unit-norm view embeddings, concatenated.
         """
         regions = self.fc(images).unflatten(-1, (self.views, self.embed_dim))
-        return l2_normalize(masked_pool(regions, None, self.pooling)).flatten(1)
+        return l2norm(masked_pool(regions, None, self.pooling)).flatten(1)
 
     def local(self, images: torch.Tensor) -> tuple[torch.Tensor, None]:
         """Projected region features before pooling (local features for SGR / SAF heads).
@@ -176,7 +176,7 @@ class GRUTextEncoder(nn.Module):
         Returns:
             float tensor (B, embed_dim) of unit-norm caption embeddings.
         """
-        return l2_normalize(masked_pool(*self.local(captions, lengths), self.pooling))
+        return l2norm(masked_pool(*self.local(captions, lengths), self.pooling))
 
     def local(self, captions: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-word GRU states (local features for SGR / SAF heads), before pooling.

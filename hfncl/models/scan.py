@@ -37,12 +37,12 @@ import torch
 from torch import nn
 
 from hfncl.models.configuration import SCAN_POOLINGS
+from hfncl.models.encoders import l2norm
 from hfncl.models.sgraf import (
     assemble,
     attention_weights,
     concat_packed,
     full_precision,
-    l2norm,
     unpack_local,
     valid_length,
 )

@@ -77,6 +77,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hfncl.models.encoders import l2norm
 from hfncl.models.sgraf_kernels import PairBlock, block_budget, local_nodes, plan_blocks, region_gram
 
 LOCAL_SIMILARITIES = ("sgr", "saf")
@@ -90,11 +91,6 @@ def full_precision(x: torch.Tensor) -> torch.Tensor:
     run in full precision, as CUDA's autocast keeps softmaxes (the CPU's would run them in bf16); only the
     products run in bf16 / fp16."""
     return x.to(torch.promote_types(x.dtype, torch.float32))
-
-
-def l2norm(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """``x`` scaled to unit L2 norm along ``dim`` (zero vectors stay zero)."""
-    return x / x.norm(dim=dim, keepdim=True).clamp_min(_EPS)
 
 
 def pack_local(states: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:

@@ -34,7 +34,7 @@ from peft.tuners.lora import LoraLayer
 from torch import nn
 from transformers import AutoConfig, AutoModel, PretrainedConfig
 
-from hfncl.models.encoders import GRUTextEncoder, RegionImageEncoder, l2_normalize, masked_pool
+from hfncl.models.encoders import GRUTextEncoder, RegionImageEncoder, l2norm, masked_pool
 
 if TYPE_CHECKING:
     from hfncl.models.modeling import NCLModel
@@ -212,7 +212,7 @@ class TransformerTextEncoder(PretrainedTower):
     def forward(self, captions: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """Token ids (B, L) and lengths (B,) -> unit-norm caption embeddings (B, embed_dim)."""
         output, states, mask = self._encode(captions, lengths)
-        return l2_normalize(self._pool(output, states, mask))
+        return l2norm(self._pool(output, states, mask))
 
     def local(self, captions: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Projected token states (B, L, embed_dim) and the valid-token mask (B, L)."""
@@ -234,7 +234,7 @@ class TransformerImageEncoder(PretrainedTower):
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
         """Pixel values (B, C, H, W) -> unit-norm image embeddings (B, embed_dim)."""
         output, states = self._encode(pixel_values)
-        return l2_normalize(self._pool(output, states, None))
+        return l2norm(self._pool(output, states, None))
 
     def local(self, pixel_values: torch.Tensor) -> tuple[torch.Tensor, None]:
         """Projected patch-token states (B, T, embed_dim) (class token included); every token is valid."""
