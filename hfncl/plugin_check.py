@@ -26,7 +26,7 @@ from typing import Any
 
 from hfncl.config import TrainConfig, one_line
 from hfncl.data.synthetic import SyntheticConfig
-from hfncl.demo import DemoRun, demo_train_config, run_demo, shortened_settings
+from hfncl.demo import DemoRun, run_demo, shortened_settings
 from hfncl.plugins import build_plugin_manager, load_plugin, resolve_options
 from hfncl.tasks import TASKS
 from hfncl.trainer_view import VIEW_MEMBERS, LedgerView, declared_members
@@ -77,43 +77,44 @@ def source_files(plugin: Any) -> list[Path]:
     return sorted(path.parent.rglob("*.py")) if path.name == "__init__.py" else [path]
 
 
-def _checked(name: str, check: Callable[[], object]) -> Check:
+def _checked(name: str, check: Callable[[], Any]) -> tuple[Check, Any]:
+    """The check's line and what ``check()`` returned (``None`` when it raised)."""
     try:
-        check()
+        answer = check()
     except Exception as error:
-        return Check(name, f"{type(error).__name__}: {one_line(error)}")
-    return Check(name, None)
+        return Check(name, f"{type(error).__name__}: {one_line(error)}"), None
+    return Check(name, None), answer
 
 
 def check_plugin(name: str, *, train: bool = False) -> list[Check]:
     """Run the contract checks (see the module docstring) on installed plugin ``name``; stop at the first that
     leaves nothing to check further (an import or a hook specification failing)."""
-    loaded = _checked("import", lambda: load_plugin(name))
+    loaded, plugin = _checked("import", lambda: load_plugin(name))
     if loaded.problem is not None:
         return [loaded]
-    hooks = _checked("hooks", lambda: build_plugin_manager([name]))
+    hooks, manager = _checked("hooks", lambda: build_plugin_manager([name]))
     if hooks.problem is not None:
         return [loaded, hooks]
-    plugin, hook = load_plugin(name), build_plugin_manager([name]).hook
+    hook = manager.hook
     found = [f"{path.name} {use}" for path in source_files(plugin) for use in violations(path.read_text())]
     checks = [loaded, hooks, Check("trainer view", "; ".join(found) if found else None)]
-    checks.append(_checked("options", lambda: resolve_options(hook, [name], {})))
+    checks.append(_checked("options", lambda: resolve_options(hook, [name], {}))[0])
 
     def data_kind() -> None:
         kinds = [kind for kind in hook.data_kind() if kind is not None]
         if kinds and kinds[0] not in TASKS:
             raise ValueError(f"data_kind must return one of {sorted(TASKS)}, got {kinds[0]!r}")
 
-    checks.append(_checked("data kind", data_kind))
+    checks.append(_checked("data kind", data_kind)[0])
 
     def settings() -> None:
         for declared in (hook.demo_settings(), hook.audit_settings()):
             if declared is not None:
                 TrainConfig(**{"plugins": [name], **declared})
 
-    checks.append(_checked("settings", settings))
+    checks.append(_checked("settings", settings)[0])
     if train:
-        checks.append(_checked("training", lambda: _train_briefly(name, hook)))
+        checks.append(_checked("training", lambda: _train_briefly(name, hook))[0])
     return checks
 
 
@@ -124,5 +125,4 @@ def _train_briefly(name: str, hook: Any) -> None:
     settings = shortened_settings(dict(hook.demo_settings() or {}), 2)
     run = DemoRun(name, 0.4, {**settings, "batch_size": 16, "progress": False, "plot_divisions": False}, task)
     with tempfile.TemporaryDirectory() as directory:
-        demo_train_config(run, Path(directory, "run"), 0, False)  # the settings are checked before any data
         run_demo(Path(directory), (run,), data=MICRO_DATA, progress=False)

@@ -54,21 +54,26 @@ def _package(entry_point: EntryPoint) -> str:
     return f"{dist.name} {dist.version} ({entry_point.value})" if dist else f"an unnamed package ({entry_point.value})"
 
 
-def installed_entry_points() -> dict[str, EntryPoint]:
-    """The entry points of the ``hfncl`` group, by name.
+def registered_entry_points(group: str, what: str = "Plugin") -> dict[str, EntryPoint]:
+    """The entry points of ``group`` by name (methods, data formats, similarity heads: ``what`` names the kind).
 
     Raises:
-        PluginError: naming both packages when two register the same plugin name.
+        PluginError: naming both packages when two register the same name.
     """
     installed: dict[str, EntryPoint] = {}
-    for entry_point in entry_points(group=ENTRY_POINT_GROUP):
+    for entry_point in entry_points(group=group):
         other = installed.setdefault(entry_point.name, entry_point)
         if other is not entry_point and _package(other) != _package(entry_point):
             raise PluginError(
-                f"Plugin name {entry_point.name!r} is registered by two packages, {_package(other)} and "
+                f"{what} name {entry_point.name!r} is registered by two packages, {_package(other)} and "
                 f"{_package(entry_point)}: uninstall one, or rename its entry point"
             )
     return installed
+
+
+def installed_entry_points() -> dict[str, EntryPoint]:
+    """The method plugins: the entry points of the ``hfncl`` group, by name (:func:`registered_entry_points`)."""
+    return registered_entry_points(ENTRY_POINT_GROUP)
 
 
 def load_plugin(name: str) -> Any:

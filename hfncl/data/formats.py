@@ -16,13 +16,13 @@ and a run reads it with ``--data_format jsonl`` (or ``auto``, when its ``detect`
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Protocol
 
 from hfncl.data.pairs import PairSplit
 from hfncl.data.pixels import METADATA_FILE, is_imagefolder, load_pixel_splits
 from hfncl.data.precomp import DataFormatError, load_precomp_split
+from hfncl.plugins import registered_entry_points
 
 FORMAT_GROUP = "hfncl.data_formats"
 AUTO = "auto"
@@ -88,7 +88,8 @@ BUILT_IN_FORMATS: dict[str, DataFormat] = {"precomp": PrecompFormat(), "imagefol
 
 def installed_formats() -> dict[str, Any]:
     """The entry points of the ``hfncl.data_formats`` group, by name (built-in names cannot be replaced)."""
-    return {point.name: point for point in entry_points(group=FORMAT_GROUP) if point.name not in BUILT_IN_FORMATS}
+    registered = registered_entry_points(FORMAT_GROUP, "Data format")
+    return {name: point for name, point in registered.items() if name not in BUILT_IN_FORMATS}
 
 
 def format_names() -> tuple[str, ...]:

@@ -16,8 +16,9 @@ so loading the model where the package is not installed fails naming the head.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Protocol
+
+from hfncl.plugins import registered_entry_points
 
 if TYPE_CHECKING:
     import torch
@@ -53,7 +54,7 @@ class UnknownHeadError(ValueError):
 
 def installed_heads() -> dict[str, Any]:
     """The entry points of the ``hfncl.similarity_heads`` group, by name."""
-    return {point.name: point for point in entry_points(group=HEAD_GROUP)}
+    return registered_entry_points(HEAD_GROUP, "Similarity head")
 
 
 def similarity_head_names() -> tuple[str, ...]:
