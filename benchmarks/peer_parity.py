@@ -261,6 +261,13 @@ def noise_file(args: argparse.Namespace, peer: Path, seed: int) -> Path:
     return path
 
 
+def device_name() -> str:
+    """Where both programs train: the GPU both move themselves to when torch sees one, else the CPU."""
+    import torch
+
+    return machine("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def _environment() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
@@ -271,6 +278,10 @@ sys.path.insert(0, sys.argv[1])
 import torch
 torch.set_num_threads(1)
 import co_train, run
+if torch.cuda.is_available():  # the model moves itself to the GPU; ncr_peer.sh left the evaluation shards on the CPU
+    import model
+    forward_sim = model.SGRAF.forward_sim
+    model.SGRAF.forward_sim = lambda self, im, ca, lens: forward_sim(self, im.cuda(), ca.cuda(), lens)
 warmup, models, val = co_train.warmup, [], []
 def warmup_then_validate(opt, loader, model, epoch):
     warmup(opt, loader, model, epoch)
@@ -521,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
             for program in PROGRAMS:
                 curves[program].append(runs[program])
     header = (
-        f"NCR-SGR, official code vs recipes/ncr_f30k.py ({machine()}, 1 thread each): the first {args.images} "
+        f"NCR-SGR, official code vs recipes/ncr_f30k.py ({device_name()}, 1 thread each): the first {args.images} "
         f"training images x {CAPTIONS_PER_IMAGE} captions of the real-text proxy, {args.noise_ratio:.0%} noise from "
         f"the official code's noise file, 256/64, batch 128, lr 2e-4, clip 2, {args.warmup_epochs} warmup + "
         f"{args.cotrain_epochs} co-training epochs; validation on {args.dev_images} dev images, test on "
