@@ -40,7 +40,7 @@ from sklearn.metrics import roc_auc_score
 from sklearn.mixture import GaussianMixture
 
 from hfncl.audit.calibration import pair_p_values, storey_noise_rate, suspicion_order
-from hfncl.audit.table import ENCODING_CHUNK, audit_table
+from hfncl.audit.table import audit_table, encode_images
 from hfncl.audit.training import audit_settings, default_plugins, read_split, train_method, train_model
 from hfncl.config import TrainConfig
 from hfncl.data import caption_level_noise, read_captions
@@ -111,9 +111,9 @@ def scores(flagged_count: int, order: np.ndarray, wrong: np.ndarray, suspicion: 
 def audit_rows(data: Path, wrong: np.ndarray, model: ModelArguments, epochs: int | None, seed: int) -> list[dict]:
     """The audit's row and the two baseline rows on the noisy copy ``data``."""
     plugins = default_plugins()
-    split = read_split(data, "train", model, plugins)
+    audited = read_split(data, "train", model, plugins)
     started = time.perf_counter()
-    trained = train_method(split, audit_settings(plugins, epochs, seed, False, None), model)
+    trained = train_method(audited, audit_settings(plugins, epochs, seed, False, None), model)
     training = time.perf_counter() - started
     started = time.perf_counter()
     table = audit_table(trained)
@@ -131,16 +131,13 @@ def audit_rows(data: Path, wrong: np.ndarray, model: ModelArguments, epochs: int
     settings = build_plugin_manager([BASELINE]).hook.demo_settings()
     settings = shortened_settings(settings, epochs) if epochs else settings
     config = TrainConfig(plugins=[BASELINE], seed=seed, progress=False, plot_divisions=False, **settings)
-    baseline_trainer, vocab = train_model(split, config, model)
+    baseline_trainer, vocab = train_model(audited, config, model)
     training = time.perf_counter() - started
     started = time.perf_counter()
     retriever = Retriever(baseline_trainer.model, vocab, device=baseline_trainer.accelerator.device)
-    image_embeds = baseline_trainer.model.join_embeddings(
-        [retriever.encode_images(split.regions(np.arange(s, min(s + ENCODING_CHUNK, split.num_images))))
-         for s in range(0, split.num_images, ENCODING_CHUNK)]
-    )
-    text_embeds = retriever.encode_texts(list(split.captions))
-    p_values = pair_p_values(retriever, image_embeds, text_embeds, split.captions_per_image)
+    image_embeds = encode_images(retriever, audited.split)
+    text_embeds = retriever.encode_texts(list(audited.split.captions))
+    p_values = pair_p_values(retriever, image_embeds, text_embeds, audited.split.captions_per_image)
     scoring = time.perf_counter() - started
     similarity = (p_values.similarity_i2t + p_values.similarity_t2i) / 2
     np.savez_compressed(data.parent / "baseline_p_values.npz", p_image=p_values.image, p_caption=p_values.caption,

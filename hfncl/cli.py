@@ -423,7 +423,20 @@ COMMANDS["train"] = Command(
 
 def _audit_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``hfncl audit``."""
-    parser.add_argument("--data-dir", required=True, help="Precomp directory ({split}_ims.npy, {split}_caps.txt).")
+    parser.add_argument(
+        "--data-dir", required=True,
+        help="The data: a precomp directory ({split}_ims.npy, {split}_caps.txt|tsv), an imagefolder of raw images "
+        "({split}/ with metadata.jsonl; give --image-tower), or a format an installed package registers.",
+    )
+    parser.add_argument(
+        "--data-format", default="auto",
+        help="precomp, imagefolder, an installed format, or auto (the format that recognises the data).",
+    )
+    parser.add_argument(
+        "--image-tower",
+        help="A Hub id or directory of a CLIP vision encoder and its image processor: train on the raw images of an "
+        "imagefolder (default: precomputed region features).",
+    )
     parser.add_argument("--output-dir", required=True, help="Where audit.parquet, audit.csv and audit.html go.")
     parser.add_argument(
         "--plugins", nargs="+",
@@ -434,7 +447,10 @@ def _audit_arguments(parser: argparse.ArgumentParser) -> None:
         "--model", help="Score with this trained model (a run's best/, an audit's model/) instead of training one."
     )
     parser.add_argument("--split", default="train", help="The split to audit (default train).")
-    parser.add_argument("--write-clean", metavar="NAME", help="Also write the unflagged pairs as precomp split NAME.")
+    parser.add_argument(
+        "--write-clean", metavar="NAME",
+        help="Also write the unflagged pairs as split NAME, in the format of the data (an imagefolder: folder NAME).",
+    )
     parser.add_argument("--seed", type=int, default=0, help="Seeds training.")
 
 
@@ -444,19 +460,21 @@ def _audit_arguments(parser: argparse.ArgumentParser) -> None:
     add_arguments=_audit_arguments,
 )
 def audit_command(args: argparse.Namespace) -> int:
-    """Run :func:`hfncl.audit.audit` and print its summary; bad input is one line."""
-    from hfncl.audit import audit, audit_summary
+    """Run :func:`hfncl.audit.run_audit` and print its summary; bad input is one line."""
+    from hfncl.audit import audit_summary, run_audit
     from hfncl.config import one_line
+    from hfncl.tasks.pairs import ModelArguments
 
     try:
-        table = audit(
-            args.data_dir, args.plugins, args.output_dir, args.epochs, split=args.split, write_clean=args.write_clean,
-            model=args.model, seed=args.seed,
+        result = run_audit(
+            args.data_dir, args.plugins, args.output_dir, args.epochs, split=args.split, data_format=args.data_format,
+            write_clean=args.write_clean, model=args.model, model_args=ModelArguments(image_tower=args.image_tower),
+            seed=args.seed,
         )
     except (OSError, ValueError) as error:  # AuditError and DataFormatError are ValueErrors
         print(f"hfncl: error: {one_line(error)}", file=sys.stderr)
         return 1
-    print("\n".join(audit_summary(table, args.output_dir, args.write_clean)))
+    print("\n".join(audit_summary(result.table, args.output_dir, result.clean_files)))
     return 0
 
 

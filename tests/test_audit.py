@@ -16,7 +16,7 @@ from conftest import TINY_DATA, TINY_MODEL
 
 import hfncl
 from hfncl import cli, plugins
-from hfncl.audit import AuditError, audit, audit_summary, estimated_noise_rate, wilson_interval
+from hfncl.audit import AuditError, AuditResult, audit, audit_summary, estimated_noise_rate, wilson_interval
 from hfncl.audit.calibration import LAMBDA, pair_p_values, storey_noise_rate
 from hfncl.audit.report import audit_page
 from hfncl.audit.training import default_plugins
@@ -80,7 +80,7 @@ def test_the_table_has_a_row_per_pair_with_every_networks_verdict_and_repairings
     table, _ = audited
     rows = table.to_pandas()
     assert len(rows) == TINY_DATA.num_train * 5 and list(rows["pair"]) == list(range(len(rows)))
-    assert (rows["image"] == rows["pair"] // 5).all()
+    assert (rows["image"] == rows["pair"] // 5).all() and (rows["image_id"] == rows["image"].astype(str)).all()
     networks = rows[["clean_prob_net0", "clean_prob_net1"]].to_numpy()
     assert np.allclose(rows["clean_prob"], networks.mean(axis=1))
     assert (rows["agree"] == ((networks >= 0.5).all(axis=1) | (networks < 0.5).all(axis=1))).all()
@@ -179,10 +179,11 @@ def test_the_cleaned_split_loads_and_holds_exactly_the_unflagged_pairs(audited, 
 
 def test_the_command_prints_the_summary(audited, monkeypatch, capsys):
     table, output = audited
-    monkeypatch.setattr("hfncl.audit.audit", lambda *args, **kwargs: table)
+    clean_files = [output / "train_clean_ims.npy", output / "train_clean_caps.txt"]
+    monkeypatch.setattr("hfncl.audit.run_audit", lambda *args, **kwargs: AuditResult(table, clean_files))
     assert cli.main(["audit", "--data-dir", "d", "--output-dir", str(output), "--write-clean", "train_clean"]) == 0
     printed = capsys.readouterr().out.splitlines()
-    assert printed == audit_summary(table, output, "train_clean")
+    assert printed == audit_summary(table, output, clean_files)
     assert printed[0].startswith(f"{len(table)} pairs, {sum(table['flagged'])} flagged: estimated noise rate ")
     assert str(output / "audit.html") in printed[1] and str(output / "train_clean_ims.npy") in printed[2]
 
@@ -320,10 +321,11 @@ def test_a_model_trained_on_other_data_is_refused_in_one_line(noisy_data, tmp_pa
     captions = list(read_captions(data / "train_caps.txt"))
     dim = np.load(data / "train_ims.npy", mmap_mode="r").shape[-1]
     cases = [
-        (_other_model(tmp_path / "dims", dim + 1, captions), rf"train_ims.npy: region features of {dim} dims, the "
-         rf"model at \S+ reads {dim + 1}: a model trained on other data"),
-        (_other_model(tmp_path / "words", dim, ["zebra quartz violin"] * 5), r"train_caps.txt: 100% of the caption "
-         r"words are outside the vocabulary of the model at \S+ \(at most 50%\): a model trained on other data"),
+        (_other_model(tmp_path / "dims", dim + 1, captions), rf"split 'train' of \S+ \(precomp\): region features "
+         rf"of {dim} dims, the model at \S+ reads {dim + 1}: a model trained on other data"),
+        (_other_model(tmp_path / "words", dim, ["zebra quartz violin"] * 5), r"split 'train' of \S+ \(precomp\): "
+         r"100% of the caption words are outside the vocabulary of the model at \S+ \(at most 50%\): a model "
+         r"trained on other data"),
     ]
     capsys.readouterr()  # saving the models wrote progress bars
     for model, said in cases:

@@ -3,7 +3,7 @@
     import hfncl
     from hfncl.audit import estimated_noise_rate
 
-    table = hfncl.audit("my_precomp", output_dir="audit")     # a datasets.Dataset
+    table = hfncl.audit("my_data", output_dir="audit")       # a datasets.Dataset
     print(estimated_noise_rate(table))                       # 12.3% (95% interval ...)
     table.sort("rank").select(range(20))                     # the 20 most suspicious pairs
 
@@ -11,20 +11,25 @@ Trains a method that divides the training pairs into clean and wrong ones (by de
 installed plugin that declares the ``audit_settings`` hook) on the data as they are (no noise
 added), reads every network's last division and the trained model, and writes the verdict on
 each pair (:func:`~hfncl.audit.table.audit_table`) with the files of
-:mod:`hfncl.audit.report`. The data are a precomp directory (:mod:`hfncl.data.precomp`);
-other formats are not read yet.
+:mod:`hfncl.audit.report`. The data are read in any format the project reads
+(:mod:`hfncl.data.formats`, :mod:`hfncl.audit.data`): SCAN's precomp with ``.txt`` or CC152K's
+``.tsv`` captions, an imagefolder of raw images (through the model's pixel tower; the page shows
+them as thumbnails), or a format a package registers. A cleaned split is written in the format
+read, where the format can write one (the built-in ones can).
 """
 
 from __future__ import annotations
 
 import sys
 import types
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import datasets
 import numpy as np
 
+from hfncl.audit.data import AuditError
 from hfncl.audit.report import (
     TABLE_FILES,
     NoiseRate,
@@ -37,7 +42,6 @@ from hfncl.audit.report import (
 from hfncl.audit.table import audit_table
 from hfncl.audit.training import (
     MODEL_FOLDER,
-    AuditError,
     audit_settings,
     default_plugins,
     load_trained,
@@ -45,7 +49,54 @@ from hfncl.audit.training import (
     save_trained,
     train_method,
 )
-from hfncl.tasks.pairs import ModelArguments
+from hfncl.tasks.pairs import AUTO, ModelArguments
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    """What :func:`run_audit` made: the table and the files of the cleaned split (none without ``write_clean``)."""
+
+    table: datasets.Dataset
+    clean_files: list[Path]
+
+
+def run_audit(
+    data_dir: str | Path,
+    plugins: list[str] | None = None,
+    output_dir: str | Path = "audit",
+    epochs: int | None = None,
+    *,
+    split: str = "train",
+    data_format: str = AUTO,
+    write_clean: str | None = None,
+    model: str | Path | None = None,
+    model_args: ModelArguments | None = None,
+    training: dict[str, Any] | None = None,
+    seed: int = 0,
+    progress: bool = True,
+) -> AuditResult:
+    """:func:`audit`, also returning the files of the cleaned split (what ``hfncl audit`` prints)."""
+    if write_clean is not None:
+        check_split_name(write_clean)
+    output = Path(output_dir)
+    if model is not None:
+        if plugins:
+            raise AuditError("give a trained model or the plugins to train, not both")
+        trained = load_trained(model, data_dir, split, data_format, write_clean)
+        table = audit_table(trained)
+    else:
+        plugins = list(plugins or default_plugins())
+        model_args = model_args or ModelArguments()
+        config = audit_settings(plugins, epochs, seed, progress, training)
+        data = read_split(data_dir, split, model_args, plugins, data_format, write_clean)
+        trained = train_method(data, config, model_args)
+        table = audit_table(trained)
+        save_trained(trained, output / MODEL_FOLDER)
+    write_table(table, output, images=trained.data.image_reader())
+    clean_files = []
+    if write_clean is not None:
+        clean_files = write_clean_split(trained.data, np.asarray(table["flagged"]), output, write_clean)
+    return AuditResult(table, clean_files)
 
 
 def audit(
@@ -55,6 +106,7 @@ def audit(
     epochs: int | None = None,
     *,
     split: str = "train",
+    data_format: str = AUTO,
     write_clean: str | None = None,
     model: str | Path | None = None,
     model_args: ModelArguments | None = None,
@@ -63,14 +115,18 @@ def audit(
     progress: bool = True,
 ) -> datasets.Dataset:
     """Train ``plugins`` (default: :func:`~hfncl.audit.training.default_plugins`, the one installed plugin that
-    declares ``audit_settings``) on split ``split`` of the precomp directory ``data_dir`` and return
-    the audit table (one row per pair; :func:`~hfncl.audit.table.audit_table`), also written to ``output_dir`` as
-    ``audit.parquet``, ``audit.csv`` and ``audit.html``.
+    declares ``audit_settings``) on split ``split`` of ``data_dir`` and return the audit table (one row per pair;
+    :func:`~hfncl.audit.table.audit_table`), also written to ``output_dir`` as ``audit.parquet``, ``audit.csv`` and
+    ``audit.html``.
 
-    The method trains with its own ``audit_settings`` or else ``demo_settings`` (cut to ``epochs`` when given),
-    under ``training`` (:class:`~hfncl.config.TrainConfig` fields, e.g. ``batch_size``), on the model of
-    ``model_args`` (default: the papers' encoder). With ``write_clean`` NAME, the unflagged pairs are also written
-    to ``output_dir`` as the precomp split NAME, one image row per pair (:func:`~hfncl.audit.report.write_clean_split`).
+    The data are read in ``data_format`` (``"auto"``: the format that recognises them; :mod:`hfncl.data.formats`):
+    precomputed region features for a region tower, raw images (an imagefolder) for a pixel tower
+    (``model_args.image_tower``), whose images the page shows as thumbnails. The method trains with its own
+    ``audit_settings`` or else ``demo_settings`` (cut to ``epochs`` when given), under ``training``
+    (:class:`~hfncl.config.TrainConfig` fields, e.g. ``batch_size``), on the model of ``model_args`` (default: the
+    papers' encoder). With ``write_clean`` NAME, the unflagged pairs are also written to ``output_dir`` as split
+    NAME in the format read, one image per pair (:func:`~hfncl.audit.report.write_clean_split`: precomp files, the
+    captions ``.txt`` or ``.tsv`` as read; an imagefolder ``NAME/`` whose split folder links the kept images).
     The trained model is saved in ``output_dir/model``.
 
     With ``model`` (a checkpoint directory: a run's ``best/``, an earlier audit's ``model/``), nothing trains: that
@@ -78,45 +134,30 @@ def audit(
 
     Raises (before training, in one line):
         AuditError: no method named and not exactly one installed plugin declaring ``audit_settings``, a method
-            that makes no division, too few epochs, a model that reads raw images, ``model`` with ``plugins``, or
-            a ``model`` trained on other data (:func:`~hfncl.audit.training.load_trained`).
-        ValueError: a ``write_clean`` that is no split name, or settings ``TrainConfig`` refuses.
-        DataFormatError: no such directory or split, or an empty or malformed one (naming the file).
+            that makes no division, too few epochs, ``model`` with ``plugins``, a ``model`` trained on other data
+            (:func:`~hfncl.audit.training.load_trained`), or ``write_clean`` for a format that cannot write a split.
+        ValueError: a ``write_clean`` that is no split name, an unknown ``data_format``, or settings ``TrainConfig``
+            refuses.
+        DataFormatError: no such directory or split, an empty or malformed one (naming the file), or data that do
+            not fit the model's image tower (raw images for a region tower, features for a pixel tower).
         PluginError: a plugin that is not installed, or options it refuses.
     """
-    if write_clean is not None:
-        check_split_name(write_clean)
-    output = Path(output_dir)
-    if model is not None:
-        if plugins:
-            raise AuditError("give a trained model or the plugins to train, not both")
-        trained = load_trained(model, data_dir, split)
-        pairs = trained.split
-        table = audit_table(trained)
-    else:
-        plugins = list(plugins or default_plugins())
-        model_args = model_args or ModelArguments()
-        config = audit_settings(plugins, epochs, seed, progress, training)
-        pairs = read_split(data_dir, split, model_args, plugins)
-        trained = train_method(pairs, config, model_args)
-        table = audit_table(trained)
-        save_trained(trained, output / MODEL_FOLDER)
-    write_table(table, output)
-    if write_clean is not None:
-        write_clean_split(pairs, np.asarray(table["flagged"]), output, write_clean)
-    return table
+    return run_audit(
+        data_dir, plugins, output_dir, epochs, split=split, data_format=data_format, write_clean=write_clean,
+        model=model, model_args=model_args, training=training, seed=seed, progress=progress,
+    ).table
 
 
-def audit_summary(table: datasets.Dataset, output_dir: str | Path, write_clean: str | None = None) -> list[str]:
-    """What ``hfncl audit`` prints: the pairs, the flagged ones, the estimated noise rate and where the files are."""
+def audit_summary(table: datasets.Dataset, output_dir: str | Path, clean_files: list[Path] | None = None) -> list[str]:
+    """What ``hfncl audit`` prints: the pairs, the flagged ones, the estimated noise rate and where the files are
+    (``clean_files``: those of the cleaned split, :func:`run_audit`)."""
     output = Path(output_dir)
     lines = [
         f"{len(table)} pairs, {sum(table['flagged'])} flagged: estimated noise rate {estimated_noise_rate(table)}",
         "table: " + ", ".join(str(output / name) for name in TABLE_FILES),
     ]
-    if write_clean is not None:
-        files = ", ".join(str(output / f"{write_clean}_{suffix}") for suffix in ("ims.npy", "caps.txt"))
-        lines.append(f"cleaned split {write_clean!r} (one image row per kept pair): {files}")
+    if clean_files:
+        lines.append("cleaned split (one image per kept pair): " + ", ".join(map(str, clean_files)))
     return lines
 
 
@@ -132,10 +173,12 @@ sys.modules[__name__].__class__ = _CallableModule
 
 __all__ = [
     "AuditError",
+    "AuditResult",
     "NoiseRate",
     "audit",
     "audit_summary",
     "estimated_noise_rate",
+    "run_audit",
     "wilson_interval",
     "write_clean_split",
 ]

@@ -1,5 +1,5 @@
-"""What an audit writes: the table as Parquet and CSV, a self-contained HTML page, a cleaned copy of the split;
-and the estimated noise rate with its confidence interval."""
+"""What an audit writes: the table as Parquet and CSV, a self-contained HTML page (with thumbnails of raw images), a
+cleaned copy of the split in its own format; and the estimated noise rate with its confidence interval."""
 
 from __future__ import annotations
 
@@ -7,19 +7,26 @@ import base64
 import html
 import io
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
+from typing import Any
 
 import datasets
 import numpy as np
 
 from hfncl.audit.calibration import LAMBDA, exceeding, storey_noise_rate
-from hfncl.data import PrecompSplit
+from hfncl.audit.data import AuditData
 
 TABLE_FILES = ("audit.parquet", "audit.csv", "audit.html")
 HTML_ROWS = 500
 """The most suspicious pairs the page lists."""
+THUMBNAIL_PIXELS = 96
+"""The longest side of an image's thumbnail on the page (an inline JPEG of a few kilobytes)."""
+
+ImageReader = Callable[[Sequence[int] | np.ndarray], list[Any]]
+"""Image numbers -> PIL images (:meth:`hfncl.audit.data.AuditData.image_reader`)."""
 
 
 @dataclass(frozen=True)
@@ -82,27 +89,31 @@ def estimated_noise_rate(table: datasets.Dataset, confidence: float = 0.95) -> N
     return NoiseRate(flagged, pairs, rate, min(1.0, low / scale), min(1.0, high / scale), confidence)
 
 
-def write_table(table: datasets.Dataset, output_dir: Path, rows: int = HTML_ROWS) -> list[Path]:
-    """Write ``audit.parquet``, ``audit.csv`` and ``audit.html`` (the ``rows`` most suspicious pairs) into
-    ``output_dir``; return their paths."""
+def write_table(
+    table: datasets.Dataset, output_dir: Path, rows: int = HTML_ROWS, images: ImageReader | None = None
+) -> list[Path]:
+    """Write ``audit.parquet``, ``audit.csv`` and ``audit.html`` (the ``rows`` most suspicious pairs, with
+    thumbnails of ``images``' images) into ``output_dir``; return their paths."""
     output_dir.mkdir(parents=True, exist_ok=True)
     paths = [output_dir / name for name in TABLE_FILES]
     table.to_parquet(str(paths[0]))
     table.to_csv(str(paths[1]), index=False)
-    paths[2].write_text(audit_page(table, rows), encoding="utf-8")
+    paths[2].write_text(audit_page(table, rows, images), encoding="utf-8")
     return paths
 
 
-def audit_page(table: datasets.Dataset, rows: int = HTML_ROWS) -> str:
+def audit_page(table: datasets.Dataset, rows: int = HTML_ROWS, images: ImageReader | None = None) -> str:
     """One self-contained HTML page: the estimated noise rate, histograms of the p-values and of the method's clean
     probabilities (an inline PNG, when matplotlib is installed) and the ``rows`` most suspicious pairs, every
-    caption escaped."""
+    caption and image name escaped; with ``images`` (raw images), each shown pair's image as an inline JPEG
+    thumbnail (:func:`thumbnails`: only the shown rows' images are read)."""
     order = np.argsort(np.asarray(table["rank"]))[:rows]
     shown = table.select(order.tolist())
     networks = [name for name in table.column_names if name.startswith("clean_prob_net")]
     method = [*networks, "clean_prob", "agree"] if networks else []
     header = ["rank", "pair", "image", "caption", "p_image", "p_caption", *method, "flagged", "suggested re-pairing"]
-    body = "\n".join(_row(row, networks) for row in shown)
+    pictures = thumbnails(images, shown["image"]) if images is not None else {}
+    body = "\n".join(_row(row, networks, pictures.get(row["image"])) for row in shown)
     histogram = _histogram(table)
     figure = f'<img alt="p-values, clean probabilities" src="data:image/png;base64,{histogram}">' if histogram else ""
     return f"""<!DOCTYPE html>
@@ -120,9 +131,29 @@ padding:.3em .5em;vertical-align:top}}tr.flagged{{background:#fee}}</style></hea
 """
 
 
-def _row(row: dict, networks: list[str]) -> str:
-    """One table row of the page."""
-    cells = [str(row["rank"]), str(row["pair"]), str(row["image"]), html.escape(row["caption"])]
+def thumbnails(images: ImageReader, numbers: Sequence[int]) -> dict[int, str]:
+    """Base64 JPEG thumbnails (longest side :data:`THUMBNAIL_PIXELS`) of the images ``numbers``, each read once, by
+    image number."""
+    distinct = sorted(set(numbers))
+    pictures = {}
+    for number, image in zip(distinct, images(distinct), strict=True):
+        picture = image.convert("RGB")
+        picture.thumbnail((THUMBNAIL_PIXELS, THUMBNAIL_PIXELS))
+        buffer = io.BytesIO()
+        picture.save(buffer, format="JPEG", quality=80)
+        pictures[number] = base64.b64encode(buffer.getvalue()).decode("ascii")
+    return pictures
+
+
+def _row(row: dict, networks: list[str], thumbnail: str | None) -> str:
+    """One table row of the page: the image cell holds its number, its name in the data when that says more, and
+    its thumbnail when there is one."""
+    image = str(row["image"])
+    if row["image_id"] != image:
+        image += f"<br>{html.escape(row['image_id'])}"
+    if thumbnail is not None:
+        image += f'<br><img alt="image {row["image"]}" src="data:image/jpeg;base64,{thumbnail}">'
+    cells = [str(row["rank"]), str(row["pair"]), image, html.escape(row["caption"])]
     method = [*networks, "clean_prob"] if networks else []
     cells += [f"{row[name]:.3f}" for name in ["p_image", "p_caption", *method]]
     cells += ["yes" if row["agree"] else "no"] if networks else []
@@ -180,12 +211,10 @@ def check_split_name(name: str) -> None:
         raise ValueError(f"a split name is a file-name prefix without '/', got {name!r}")
 
 
-def write_clean_split(split: PrecompSplit, flagged: np.ndarray, output_dir: Path, name: str) -> list[Path]:
-    """Write split ``name`` of the unflagged pairs into ``output_dir`` in the precomp format: ``name_caps.txt``, one
-    caption per line, and ``name_ims.npy``, one row of region features per kept pair (its image's features repeated
-    for each of its kept captions: a precomp split holds the same number of captions for every image, which dropping
-    captions would break). Row r of both is the r-th unflagged pair in pair order. The ``.npy`` is written in chunks
-    under a temporary name and appears last, when complete. Returns the two paths.
+def write_clean_split(data: AuditData, flagged: np.ndarray, output_dir: Path, name: str) -> list[Path]:
+    """Write split ``name`` of the unflagged pairs into ``output_dir`` in the format the split was read from
+    (:meth:`~hfncl.audit.data.AuditData.write_pairs`): one image per kept pair (a format holds the same number of
+    captions for every image, which dropping captions would break), in pair order. Returns its files.
 
     Raises:
         ValueError: every pair is flagged (an empty split cannot be written), or ``name`` is no split name.
@@ -193,16 +222,5 @@ def write_clean_split(split: PrecompSplit, flagged: np.ndarray, output_dir: Path
     check_split_name(name)
     kept = np.flatnonzero(~np.asarray(flagged, dtype=bool))
     if kept.size == 0:
-        raise ValueError(f"every pair of split {split.split!r} is flagged: no cleaned split to write")
-    output_dir.mkdir(parents=True, exist_ok=True)
-    captions = output_dir / f"{name}_caps.txt"
-    captions.write_text("".join(split.captions[int(c)] + "\n" for c in kept), encoding="utf-8")
-    target, partial = output_dir / f"{name}_ims.npy", output_dir / f"{name}.partial.npy"
-    images = kept // split.captions_per_image
-    features = np.lib.format.open_memmap(partial, mode="w+", dtype=np.float32, shape=(kept.size, *split.region_shape))
-    for start in range(0, kept.size, 1024):
-        features[start : start + 1024] = split.regions(images[start : start + 1024])
-    features.flush()
-    del features
-    partial.replace(target)
-    return [target, captions]
+        raise ValueError(f"every pair of split {data.split.split!r} is flagged: no cleaned split to write")
+    return data.write_pairs(kept, output_dir, name)

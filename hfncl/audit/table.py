@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import datasets
 import numpy as np
+import torch
 
 from hfncl.audit.calibration import PairPValues, pair_p_values, storey_noise_rate, suspicion_order
 from hfncl.audit.repairing import suggest_repairings
 from hfncl.audit.training import TrainedMethod
+from hfncl.data.pairs import PairSplit
 from hfncl.retrieval import Retriever
 from hfncl.types import Division
 
@@ -52,21 +54,28 @@ def model_verdicts(p_values: PairPValues) -> dict[str, np.ndarray]:
     }
 
 
-def audit_table(trained: TrainedMethod) -> datasets.Dataset:
-    """One row per training pair, in pair order: ``pair``, ``image``, ``caption``, the :func:`method_verdicts` and
-    :func:`model_verdicts` and, for a flagged pair (``None`` otherwise), ``suggested_caption`` /
-    ``suggested_caption_text`` / ``suggested_caption_similarity`` (its image's best other caption) and
-    ``suggested_image`` / ``suggested_image_similarity`` (its caption's best other image) under the trained model."""
-    split = trained.split
-    pairs = np.arange(split.num_captions)
-    images = pairs // split.captions_per_image
-    retriever = Retriever(trained.model, trained.vocab, device=trained.device)
-    image_embeds = trained.model.join_embeddings(
+def encode_images(retriever: Retriever, split: PairSplit) -> torch.Tensor:
+    """Every image of ``split`` encoded by the retriever's model (K, N, ...), :data:`ENCODING_CHUNK` at a time: region
+    features, or pixel values made by the format's reader."""
+    return retriever.model.join_embeddings(
         [
-            retriever.encode_images(split.regions(np.arange(start, min(start + ENCODING_CHUNK, split.num_images))))
+            retriever.encode_images(split.image_inputs(np.arange(start, min(start + ENCODING_CHUNK, split.num_images))))
             for start in range(0, split.num_images, ENCODING_CHUNK)
         ]
     )
+
+
+def audit_table(trained: TrainedMethod) -> datasets.Dataset:
+    """One row per training pair, in pair order: ``pair``, ``image`` (its number in the split), ``image_id`` (its
+    name in the data: :meth:`~hfncl.audit.data.AuditData.image_ids`), ``caption``, the :func:`method_verdicts` and
+    :func:`model_verdicts` and, for a flagged pair (``None`` otherwise), ``suggested_caption`` /
+    ``suggested_caption_text`` / ``suggested_caption_similarity`` (its image's best other caption) and
+    ``suggested_image`` / ``suggested_image_similarity`` (its caption's best other image) under the trained model."""
+    split = trained.data.split
+    pairs = np.arange(split.num_captions)
+    images = pairs // split.captions_per_image
+    retriever = Retriever(trained.model, trained.vocab, device=trained.device)
+    image_embeds = encode_images(retriever, split)
     text_embeds = retriever.encode_texts(list(split.captions))
     columns = method_verdicts(trained.divisions) | model_verdicts(
         pair_p_values(retriever, image_embeds, text_embeds, split.captions_per_image)
@@ -78,6 +87,7 @@ def audit_table(trained: TrainedMethod) -> datasets.Dataset:
     table = {
         "pair": pairs,
         "image": images,
+        "image_id": np.asarray(trained.data.image_ids(), dtype=object)[images].tolist(),
         "caption": captions,
         **columns,
         "suggested_caption": suggested,
@@ -104,6 +114,7 @@ def _features(divisions: dict[int, Division]) -> datasets.Features:
         {
             "pair": value("int64"),
             "image": value("int64"),
+            "image_id": value("string"),
             "caption": value("string"),
             **{network_column(net): value("float64") for net in divisions},
             **({"clean_prob": value("float64"), "agree": value("bool")} if divisions else {}),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from itertools import islice
 from pathlib import Path
@@ -12,30 +13,21 @@ import numpy as np
 import torch
 
 import hfncl.plugins as plugin_registry
+from hfncl.audit.data import AuditData, AuditError, read_audit_data
 from hfncl.config import TrainConfig
-from hfncl.data import (
-    NoisyPairDataset,
-    PrecompSplit,
-    TokenizerVocabulary,
-    Vocabulary,
-    load_precomp_split,
-    read_captions,
-)
+from hfncl.data import NoisyPairDataset, TokenizerVocabulary, Vocabulary
 from hfncl.demo import shortened_settings
 from hfncl.engine.callbacks import TrainerCallback, library_progress_bars
 from hfncl.engine.trainer import Trainer
+from hfncl.hub.checkpoint import save_image_processor
 from hfncl.models import NCLConfig, NCLModel
-from hfncl.tasks.pairs import ModelArguments, model_fields
+from hfncl.tasks.pairs import AUTO, ModelArguments, model_fields
 
 if TYPE_CHECKING:
     from hfncl.types import Division
 
 DEFAULT_EPOCHS = 10
 """Epochs of a method that declares neither ``audit_settings`` nor ``demo_settings`` when ``epochs`` is not given."""
-
-
-class AuditError(ValueError):
-    """Input an audit refuses before training, said in one line."""
 
 
 class LastDivisions(TrainerCallback):
@@ -52,14 +44,14 @@ class LastDivisions(TrainerCallback):
 
 @dataclass(frozen=True)
 class TrainedMethod:
-    """What an audit reads after training: the split, its vocabulary, the model, every network's last division and
+    """What an audit reads after training: the data, its vocabulary, the model, every network's last division and
     the device the model is on.
 
     ``divisions`` maps a network's number to its last division (networks without one left out; none for a model
     read from a checkpoint, :func:`load_trained`).
     """
 
-    split: PrecompSplit
+    data: AuditData
     vocab: Vocabulary | TokenizerVocabulary
     model: NCLModel
     divisions: dict[int, Division]
@@ -126,44 +118,56 @@ def audit_settings(
     return config
 
 
-def read_split(data_dir: str | Path, split: str, model_args: ModelArguments, plugins: list[str]) -> PrecompSplit:
-    """Split ``split`` of the precomp directory ``data_dir`` (:func:`~hfncl.data.load_precomp_split`).
+def read_split(
+    data_dir: str | Path,
+    split: str,
+    model_args: ModelArguments,
+    plugins: list[str],
+    data_format: str = AUTO,
+    write_clean: str | None = None,
+) -> AuditData:
+    """Split ``split`` of ``data_dir`` in ``data_format`` (:func:`~hfncl.audit.data.read_audit_data`), read as the
+    model of ``plugins`` and ``model_args`` needs it: region features, or raw images through its pixel tower's image
+    processor.
 
     Raises:
-        AuditError: the model's image tower reads pixels (an audit reads precomputed features for now).
-        DataFormatError: a missing directory, split or file, an empty or malformed one, naming the file.
+        DataFormatError: a missing directory, split or file, an empty or malformed one (naming the file), or data
+            that do not fit the image tower.
+        AuditError: ``write_clean`` for a format that cannot write a split.
     """
-    if model_fields(plugins, model_args).get("image_tower") == "transformer":
-        raise AuditError("an audit reads precomputed region features (precomp) for now, not raw images")
-    return load_precomp_split(data_dir, split)
+    fields = model_fields(plugins, model_args)
+    tower = fields.get("image_tower_name") if fields.get("image_tower") == "transformer" else None
+    return read_audit_data(data_dir, split, data_format, tower, write_clean=write_clean)
 
 
 def train_model(
-    split: PrecompSplit, config: TrainConfig, model_args: ModelArguments, callbacks: list[TrainerCallback] | None = None
+    data: AuditData, config: TrainConfig, model_args: ModelArguments, callbacks: list[TrainerCallback] | None = None
 ) -> tuple[Trainer, Vocabulary | TokenizerVocabulary]:
-    """Train ``config``'s method on the pairs of ``split`` as they are (no noise added; the checkpoints in a
+    """Train ``config``'s method on the pairs of ``data`` as they are (no noise added; the checkpoints in a
     temporary directory); return the trainer and the vocabulary."""
     fields = model_fields(config.plugins, model_args)
     tokenizer = fields.get("text_tower_name") if fields.get("text_tower") == "transformer" else None
-    vocab = TokenizerVocabulary.from_pretrained(tokenizer) if tokenizer else Vocabulary.build(split.captions)
-    regions, image_dim = split.region_shape
-    model_config = NCLConfig(image_dim=image_dim, image_regions=regions, vocab_size=len(vocab), **fields)
+    vocab = TokenizerVocabulary.from_pretrained(tokenizer) if tokenizer else Vocabulary.build(data.split.captions)
+    image: dict[str, Any] = {}
+    if not data.data_format.reads_pixels:
+        image["image_regions"], image["image_dim"] = data.split.image_shape
+    model_config = NCLConfig(**image, vocab_size=len(vocab), **fields)
     with tempfile.TemporaryDirectory(prefix="hfncl-audit-") as scratch:
-        dataset = NoisyPairDataset(split, vocab)
+        dataset = NoisyPairDataset(data.split, vocab)
         trainer = Trainer(replace(config, output_dir=scratch), model_config, dataset, callbacks=callbacks)
         trainer.train()
     return trainer, vocab
 
 
-def train_method(split: PrecompSplit, config: TrainConfig, model_args: ModelArguments) -> TrainedMethod:
-    """Train ``config``'s method on the pairs of ``split`` (:func:`train_model`) and keep every network's last
+def train_method(data: AuditData, config: TrainConfig, model_args: ModelArguments) -> TrainedMethod:
+    """Train ``config``'s method on the pairs of ``data`` (:func:`train_model`) and keep every network's last
     division."""
     last = LastDivisions()
-    trainer, vocab = train_model(split, config, model_args, [last])
+    trainer, vocab = train_model(data, config, model_args, [last])
     divisions = {net: division for net, division in enumerate(last.divisions) if division is not None}
     if not divisions:
         raise AuditError(f"{' + '.join(config.plugins)} made no division in {config.epochs} epochs")
-    return TrainedMethod(split, vocab, trainer.model, divisions, trainer.accelerator.device)
+    return TrainedMethod(data, vocab, trainer.model, divisions, trainer.accelerator.device)
 
 
 MODEL_FOLDER = "model"
@@ -173,26 +177,37 @@ UNKNOWN_WORDS = 0.5
 
 
 def save_trained(trained: TrainedMethod, directory: Path) -> Path:
-    """Save the trained model (safetensors) and its vocabulary or tokenizer into ``directory``, which
-    ``audit(..., model=directory)`` and :meth:`hfncl.retrieval.Retriever.from_pretrained` read."""
+    """Save the trained model (safetensors), its vocabulary or tokenizer and a pixel tower's image processor into
+    ``directory``, which ``audit(..., model=directory)`` and :meth:`hfncl.retrieval.Retriever.from_pretrained`
+    read."""
     with library_progress_bars(True):
         trained.model.save_pretrained(directory)
     if isinstance(trained.vocab, Vocabulary):
         trained.vocab.save_json(directory / "vocab.json")
     else:
         trained.vocab.save_pretrained(directory)
+    if trained.data.image_processor is not None:
+        save_image_processor(trained.data.image_processor, directory)
     return directory
 
 
-def load_trained(model_dir: str | Path, data_dir: str | Path, split: str) -> TrainedMethod:
-    """A trained model (a checkpoint directory: ``best/`` of a run, an audit's ``model/``) and split ``split`` of the
-    precomp directory ``data_dir`` to score with it, without divisions. The model is checked against the split's
-    files before the split is read.
+def load_trained(
+    model_dir: str | Path,
+    data_dir: str | Path,
+    split: str,
+    data_format: str = AUTO,
+    write_clean: str | None = None,
+) -> TrainedMethod:
+    """A trained model (a checkpoint directory: ``best/`` of a run, an audit's ``model/``) and split ``split`` of
+    ``data_dir`` in ``data_format`` to score with it, without divisions: region features, or raw images through the
+    image processor saved with a pixel model. The model is checked against the split before anything is scored.
 
     Raises:
-        AuditError: the model reads raw images, has no vocabulary, or was trained on other data: region features of
-            another size, or more than :data:`UNKNOWN_WORDS` of the split's caption words outside its vocabulary.
-        OSError, CheckpointError: no checkpoint there. DataFormatError: as :func:`read_split`.
+        AuditError: the model has no vocabulary, or was trained on other data: region features of another size, or
+            more than :data:`UNKNOWN_WORDS` of the split's caption words outside its vocabulary; ``write_clean`` for a
+            format that cannot write a split.
+        OSError, CheckpointError: no checkpoint there. DataFormatError: as :func:`read_split`, or raw images for a
+            region model and features for a pixel model.
     """
     from hfncl.retrieval import Retriever
 
@@ -201,26 +216,27 @@ def load_trained(model_dir: str | Path, data_dir: str | Path, split: str) -> Tra
     config, vocab = retriever.model.config, retriever.vocab
     if vocab is None:
         raise AuditError(f"the model at {model_dir} has no vocabulary (vocab.json) or tokenizer to read captions with")
-    if config.image_tower == "transformer":
-        raise AuditError(f"the model at {model_dir} reads raw images; an audit reads precomputed region features")
-    images, captions = Path(data_dir) / f"{split}_ims.npy", Path(data_dir) / f"{split}_caps.txt"
-    image_dim = np.load(images, mmap_mode="r").shape[-1] if images.is_file() else config.image_dim
-    if image_dim != config.image_dim:
+    tower = config.image_tower_name if config.image_tower == "transformer" else None
+    data = read_audit_data(
+        data_dir, split, data_format, tower, write_clean=write_clean, image_processor=retriever.image_processor
+    )
+    where = f"split {split!r} of {data_dir} ({data.format_name})"
+    if not data.data_format.reads_pixels and data.split.image_shape[-1] != config.image_dim:
         raise AuditError(
-            f"{images}: region features of {image_dim} dims, the model at {model_dir} reads {config.image_dim}: "
-            "a model trained on other data"
+            f"{where}: region features of {data.split.image_shape[-1]} dims, the model at {model_dir} reads "
+            f"{config.image_dim}: a model trained on other data"
         )
-    if isinstance(vocab, Vocabulary) and captions.is_file():
-        unknown = _unknown_share(vocab, captions)
+    if isinstance(vocab, Vocabulary):
+        unknown = _unknown_share(vocab, data.split.captions)
         if unknown > UNKNOWN_WORDS:
             raise AuditError(
-                f"{captions}: {unknown:.0%} of the caption words are outside the vocabulary of the model at "
+                f"{where}: {unknown:.0%} of the caption words are outside the vocabulary of the model at "
                 f"{model_dir} (at most {UNKNOWN_WORDS:.0%}): a model trained on other data"
             )
-    return TrainedMethod(load_precomp_split(data_dir, split), vocab, retriever.model, {}, retriever.device)
+    return TrainedMethod(data, vocab, retriever.model, {}, retriever.device)
 
 
-def _unknown_share(vocab: Vocabulary, captions_file: Path, captions: int = 2000) -> float:
-    """The share of ``<unk>`` tokens among the words of the first ``captions`` captions of ``captions_file``."""
-    ids = [token for caption in islice(read_captions(captions_file), captions) for token in vocab.encode(caption)[1:-1]]
+def _unknown_share(vocab: Vocabulary, captions: Sequence[str], count: int = 2000) -> float:
+    """The share of ``<unk>`` tokens among the words of the first ``count`` ``captions``."""
+    ids = [token for caption in islice(captions, count) for token in vocab.encode(caption)[1:-1]]
     return sum(token == vocab.unk_id for token in ids) / max(len(ids), 1)

@@ -15,13 +15,18 @@ and a run reads it with ``--data_format jsonl`` (or ``auto``, when its ``detect`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
+import numpy as np
+
+from hfncl.data.pair_subsets import write_imagefolder_pairs, write_precomp_pairs
 from hfncl.data.pairs import PairSplit
-from hfncl.data.pixels import METADATA_FILE, is_imagefolder, load_pixel_splits
-from hfncl.data.precomp import DataFormatError, load_precomp_split
+from hfncl.data.pixels import METADATA_FILE, PixelSplit, is_imagefolder, load_pixel_splits
+from hfncl.data.precomp import DataFormatError, PrecompSplit, load_precomp_split
+from hfncl.data.precomp_ids import precomp_image_ids
 from hfncl.plugins import registered_entry_points
 
 FORMAT_GROUP = "hfncl.data_formats"
@@ -45,6 +50,25 @@ class DataFormat(Protocol):
         (its images must have the same input shape); ``image_processor`` the vision tower's, for pixels."""
 
 
+class AuditedFormat(DataFormat, Protocol):
+    """What ``hfncl audit`` also reads of a format, where it has it (a format may define any of these methods):
+
+    ``image_ids``    the name a person finds each image by (without it: the image's number in the split);
+    ``images``       for raw images, the decoded images, of which the audit page shows thumbnails;
+    ``write_pairs``  a cleaned split written in this format (without it, ``--write-clean`` is refused).
+    """
+
+    def image_ids(self, split: PairSplit) -> Sequence[str]:
+        """Each image's name in the data (a file, an id), in image order."""
+
+    def images(self, split: PairSplit, indices: Sequence[int] | np.ndarray) -> list[Any]:
+        """The images ``indices`` as PIL images (before the image processor)."""
+
+    def write_pairs(self, split: PairSplit, pairs: np.ndarray, output_dir: Path, name: str) -> list[Path]:
+        """Write the pairs ``pairs`` (caption positions of ``split``, in that order) into ``output_dir`` as split
+        ``name`` of this format, one image per pair; return the files that hold it."""
+
+
 @dataclass(frozen=True)
 class PrecompFormat:
     """SCAN's precomputed region features (:func:`hfncl.data.precomp.load_precomp_split`); the default."""
@@ -61,6 +85,12 @@ class PrecompFormat:
         return load_precomp_split(
             data_dir, split, feature_dtype=feature_dtype, expected_feature_dim=dim, expected_regions=regions
         )
+
+    def image_ids(self, split: PairSplit) -> Sequence[str]:
+        return precomp_image_ids(cast(PrecompSplit, split))
+
+    def write_pairs(self, split: PairSplit, pairs: np.ndarray, output_dir: Path, name: str) -> list[Path]:
+        return write_precomp_pairs(cast(PrecompSplit, split), pairs, output_dir, name)
 
 
 @dataclass(frozen=True)
@@ -81,6 +111,15 @@ class ImagefolderFormat:
                 f"with its images and a {METADATA_FILE} of rows " '{"file_name": ..., "captions": [...]}'
             )
         return load_pixel_splits(data_dir, [split], image_processor)[split]
+
+    def image_ids(self, split: PairSplit) -> Sequence[str]:
+        return cast(PixelSplit, split).image_files()
+
+    def images(self, split: PairSplit, indices: Sequence[int] | np.ndarray) -> list[Any]:
+        return cast(PixelSplit, split).decoded_images(indices)
+
+    def write_pairs(self, split: PairSplit, pairs: np.ndarray, output_dir: Path, name: str) -> list[Path]:
+        return write_imagefolder_pairs(cast(PixelSplit, split), pairs, output_dir, name)
 
 
 BUILT_IN_FORMATS: dict[str, DataFormat] = {"precomp": PrecompFormat(), "imagefolder": ImagefolderFormat()}

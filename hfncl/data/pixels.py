@@ -94,7 +94,32 @@ class PixelSplit(SplitSizes):
         index = self.image_index(indices)
         if index.size == 0:
             return np.empty((0, *self.image_shape), dtype=np.float32)
-        return pixel_values(self.processor, self.images[index.tolist()][self.image_column])
+        return pixel_values(self.processor, self.decoded_images(index))
+
+    def decoded_images(self, indices: Sequence[int] | np.ndarray) -> list[Any]:
+        """The images ``indices`` as ``datasets`` decodes them (PIL images), before the image processor."""
+        return list(self.images[self.image_index(indices).tolist()][self.image_column])
+
+    def image_files(self) -> list[str]:
+        """Each image's file, in image order (:func:`image_files`)."""
+        return image_files(self.images, self.image_column)
+
+
+def image_files(images: datasets.Dataset, column: str) -> list[str]:
+    """The file of each image of column ``column``: the absolute path ``datasets`` made of the ``file_name`` of its
+    ``metadata.jsonl`` row."""
+    return [cell["path"] for cell in images.cast_column(column, datasets.Image(decode=False))[column]]
+
+
+def _check_image_files(images: datasets.Dataset, column: str, data_dir: Path, split: str) -> None:
+    """Refuse a split whose ``metadata.jsonl`` names an image file that does not exist (``datasets`` would find out
+    only when a batch reads it, in training)."""
+    for row, path in enumerate(image_files(images, column)):
+        if not Path(path).is_file():
+            raise DataFormatError(
+                f"split {split!r} of imagefolder {data_dir}, {METADATA_FILE} row {row}: no image file {path} "
+                "(file_name must name an image inside the split's folder)"
+            )
 
 
 def load_pixel_splits(
@@ -149,5 +174,6 @@ def load_pixel_splits(
             )
         captions, per_image = split_captions(dataset, caption_column, split)
         images = dataset.select_columns([image_column])
+        _check_image_files(images, image_column, data_dir, split)
         loaded[split] = PixelSplit(data_dir, split, images, captions, per_image, image_processor, image_column)
     return loaded

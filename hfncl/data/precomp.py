@@ -138,7 +138,7 @@ def load_precomp_split(
         raise DataFormatError(
             f"{ims_path}: image features file not found (expected {split}_ims.npy; splits present: {found or 'none'})"
         )
-    caps_path = next((p for p in (data_dir / f"{split}_caps.txt", data_dir / f"{split}_caps.tsv") if p.is_file()), None)
+    caps_path = caption_file(data_dir, split)
     if caps_path is None:
         raise DataFormatError(
             f"no captions for split {split!r} in {data_dir}: tried {split}_caps.txt and {split}_caps.tsv"
@@ -155,6 +155,13 @@ def load_precomp_split(
         )
     images = _regions_dataset(ims_path, shape, feature_dtype, cache_dir, check_finite, chunk_size)
     return PrecompSplit(data_dir, split, images, captions, len(captions) // num_images)
+
+
+def caption_file(data_dir: str | Path, split: str) -> Path | None:
+    """The captions file of split ``split`` that :func:`load_precomp_split` reads: ``{split}_caps.txt``, else
+    ``{split}_caps.tsv``; ``None`` when neither exists."""
+    candidates = (Path(data_dir) / f"{split}_caps.txt", Path(data_dir) / f"{split}_caps.tsv")
+    return next((path for path in candidates if path.is_file()), None)
 
 
 def read_captions(path: str | Path) -> CaptionStore:
