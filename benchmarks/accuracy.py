@@ -45,7 +45,8 @@ the seeds. Writes ``accuracy_<benchmark>.md``, ``accuracy_<benchmark>_curves.png
 (validation rSum and division AUC by epoch, a column per ratio) and ``accuracy.json`` (every
 run's test metrics, division quality per epoch and commit) to ``--output-dir``; each run
 also leaves its ``row.json``, which ``--resume`` reuses, so a long table can be built over
-several calls (rows record the commit they were trained on).
+several calls (rows record the commit they were trained on); with ``--resume`` a run killed part way
+continues from its latest checkpoint (its row's seconds then count the last call only).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ from typing import Any
 from common import DEFAULT_CAPTIONS, machine, mean_spread, method_runs, proxy_sources, pyplot, quiet, write_report
 from oracle import half_data_split, oracle_split, training_vocabulary
 
+from hfncl.config import LATEST
 from hfncl.data.precomp import read_captions
 from hfncl.data.proxy import ProxyConfig, build_caption_proxy
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
@@ -237,6 +239,8 @@ def train(
     settings = shortened_settings(run.settings, QUICK_EPOCHS) if quick else run.settings
     config = demo_train_config(DemoRun(run.plugin, run.noise_ratio, settings), run_dir, job.seed, progress)
     config.plot_divisions = False
+    if resume and (run_dir / "checkpoints" / LATEST).exists():  # killed part way: continue, do not start again
+        config.overwrite_output_dir, config.resume_from_checkpoint = False, LATEST
     started = time.perf_counter()
     result = run_experiment(job.data, config, dataclasses.replace(QUICK_MODEL if quick else DEMO_MODEL, **(model or {})))
     row = {
@@ -391,7 +395,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--report-only", action="store_true",
                         help="Train nothing: the tables of the runs that finished (their row.json), the others left out.")
     parser.add_argument("--resume", action="store_true",
-                        help="Reuse the row.json of runs that finished before (the table then mixes commits: each row records its own).")
+                        help="Reuse the row.json of runs that finished before (the table then mixes commits: each row records "
+                             "its own) and continue runs killed part way from their latest checkpoint.")
     args = parser.parse_args(argv)
     if args.benchmark is None:
         args.benchmark = ["generated", "proxy"] if args.quick else ["generated"]
