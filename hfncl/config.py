@@ -2,9 +2,9 @@
 
 The model's own configuration is :class:`hfncl.models.NCLConfig` (a transformers
 ``PretrainedConfig``); this dataclass holds everything else and is parsed from the
-command line by recipes with ``transformers.HfArgumentParser``. Beside it, what every layer
-reads the same way: the cache root (:func:`default_cache_root`) and an error on one line
-(:func:`one_line`), as configuration errors are reported.
+command line by recipes with :class:`hfncl.dataclass_parser.DataclassArgumentParser`. Beside
+it, what every layer reads the same way: the cache root (:func:`default_cache_root`) and an
+error on one line (:func:`one_line`), as configuration errors are reported.
 """
 
 from __future__ import annotations

@@ -76,15 +76,38 @@ def installed_entry_points() -> dict[str, EntryPoint]:
     return registered_entry_points(ENTRY_POINT_GROUP)
 
 
-def load_plugin(name: str) -> Any:
-    """Import the plugin registered under ``name``, with an error that names it."""
-    installed = installed_entry_points()
+def _refuse_unknown(name: str, installed: Mapping[str, EntryPoint]) -> None:
+    """Refuse a plugin name that no installed package registers, listing the installed ones."""
     if name not in installed:
         known = ", ".join(sorted(installed)) or "none"
         raise PluginError(
             f"Unknown plugin {name!r}: no entry point of that name in group {ENTRY_POINT_GROUP!r} "
             f"(installed: {known}). Install the package that provides it, or fix the name."
         )
+
+
+def check_plugin_names(names: list[str]) -> None:
+    """Refuse a run's plugin names from the entry points alone, before any plugin is imported: none named, one
+    named twice, or one no installed package registers (the first, in the order :func:`build_plugin_manager`
+    loads them).
+
+    Raises:
+        PluginError: in one line.
+    """
+    if not names:
+        raise PluginError("No plugins named: a run needs at least one method plugin (see `hfncl plugins`).")
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise PluginError(f"Plugins named more than once: {', '.join(duplicates)}")
+    installed = installed_entry_points()
+    for name in reversed(names):
+        _refuse_unknown(name, installed)
+
+
+def load_plugin(name: str) -> Any:
+    """Import the plugin registered under ``name``, with an error that names it."""
+    installed = installed_entry_points()
+    _refuse_unknown(name, installed)
     entry_point = installed[name]
     try:
         plugin = entry_point.load()
@@ -119,11 +142,7 @@ def build_plugin_manager(names: list[str]) -> pluggy.PluginManager:
     reverse order so that for first-result hooks the plugin named first wins
     (``["method", "extra"]``: method divides and rectifies, both add loss terms).
     """
-    if not names:
-        raise PluginError("No plugins named: a run needs at least one method plugin (see `hfncl plugins`).")
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise PluginError(f"Plugins named more than once: {', '.join(duplicates)}")
+    check_plugin_names(names)
     manager = pluggy.PluginManager(hookspecs.PROJECT)
     manager.add_hookspecs(hookspecs)
     known_hooks = hook_names()

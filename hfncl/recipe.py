@@ -4,6 +4,12 @@ Every recipe (and ``hfncl train``) also reads ``--config FILE``, a YAML or JSON 
 any of its fields (a flag's name, aliases included); the recipe's defaults yield to the
 file and the file to the flags. A run saves its effective configuration as
 ``OUTPUT_DIR/run_config.yaml``, which ``--config`` reads back to repeat it.
+
+The arguments are parsed and checked, the plugin names against the installed entry points too,
+before the training code (torch, Accelerate, transformers, the plugins) is imported: ``--help``
+and a wrong flag, value or plugin name answer at once. A recipe that names its plugins imports
+them first, for the kind of data they learn from; ``hfncl train``, which names none, parses the
+pairs task's arguments.
 """
 
 from __future__ import annotations
@@ -18,21 +24,20 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
-from transformers import HfArgumentParser
 
+from hfncl.arguments import DataArguments, ModelArguments
 from hfncl.config import RUN_ONLY_FIELDS, TrainConfig, add_field_aliases, alias_value, one_line
-from hfncl.data import DataFormatError
-from hfncl.experiment import run_experiment, summary_line
-from hfncl.plugins import PluginError, run_plugins
-from hfncl.tasks import task_of_arguments, task_of_plugins
+from hfncl.dataclass_parser import DataclassArgumentParser
+from hfncl.plugins import PluginError, check_plugin_names, run_plugins
 
 NOT_GIVEN = "(not given)"
 """What ``--print-config`` prints for a required field the command line and ``--config`` leave out."""
 
 
-class OneLineErrorParser(HfArgumentParser):
-    """An ``HfArgumentParser`` whose errors (a flag's value of the wrong type, a missing required flag) are a
-    ``ValueError`` the recipe prints on one line, like the dataclasses' own checks, instead of its usage."""
+class OneLineErrorParser(DataclassArgumentParser):
+    """A :class:`~hfncl.dataclass_parser.DataclassArgumentParser` whose errors (a flag's value of the wrong type, a
+    missing required flag) are a ``ValueError`` the recipe prints on one line, like the dataclasses' own checks,
+    instead of its usage."""
 
     def error(self, message: str) -> NoReturn:
         raise ValueError(message)
@@ -49,6 +54,22 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
         return super()._get_help_string(action)
 
 
+def argument_types(plugins: list[str]) -> tuple[type[Any], type[Any]]:
+    """The data and model argument dataclasses of the task of the data the ``plugins`` learn from
+    (:func:`hfncl.tasks.task_of_plugins`, which imports the plugins); the pairs task's, without importing
+    anything, when no plugin is named.
+
+    Raises:
+        PluginError: a plugin cannot be imported, or answers a data kind no task handles.
+    """
+    if not plugins:
+        return DataArguments, ModelArguments
+    from hfncl.tasks import task_of_plugins
+
+    task = task_of_plugins(plugins)
+    return task.data_arguments, task.model_arguments
+
+
 def run_recipe(
     description: str,
     plugins: list[str],
@@ -63,9 +84,9 @@ def run_recipe(
     features. ``defaults`` are values of those arguments and of TrainConfig that the recipe
     fixes unless the command line overrides them (the paper's settings for that dataset).
     """
-    task = task_of_plugins(plugins)
+    data_arguments, model_arguments = argument_types(plugins)
     parser = OneLineErrorParser(
-        (task.data_arguments, TrainConfig, task.model_arguments),
+        (data_arguments, TrainConfig, model_arguments),
         description=description,
         prog=prog,
         formatter_class=HelpFormatter,
@@ -87,11 +108,14 @@ def run_recipe(
                 action.required, action.default = False, NOT_GIVEN
     try:
         data_args, config, model_args = parse_with_config_file(parser, args)
+        check_plugin_names(config.plugins)  # before the plugins and the frameworks are imported
         if printing:
             print(json.dumps(effective_settings(data_args, config, model_args), indent=1, sort_keys=True))
             return 0
+        from hfncl.experiment import run_experiment, summary_line
+
         result = run_experiment(data_args, config, model_args)
-    except (DataFormatError, PluginError, ValueError, OSError) as error:
+    except (PluginError, ValueError, OSError) as error:  # a DataFormatError is a ValueError
         print(f"error: {one_line(error)}", file=sys.stderr)
         return 2
     print(summary_line(result, config.output_dir))
@@ -102,6 +126,8 @@ def effective_settings(data_args: Any, config: TrainConfig, model_args: Any) -> 
     """What a run with these arguments trains with: data and training fields, the model's fields (for pairs, the
     plugins' ``model_defaults`` under explicit arguments) and every plugin option (declared defaults under
     ``--options``)."""
+    from hfncl.tasks import task_of_arguments
+
     plugins = run_plugins(config)
     return {
         "data": asdict(data_args),
@@ -111,7 +137,7 @@ def effective_settings(data_args: Any, config: TrainConfig, model_args: Any) -> 
     }
 
 
-def parse_with_config_file(parser: HfArgumentParser, argv: Sequence[str] | None = None) -> tuple[Any, ...]:
+def parse_with_config_file(parser: DataclassArgumentParser, argv: Sequence[str] | None = None) -> tuple[Any, ...]:
     """The parser's dataclasses from ``argv`` (default ``sys.argv[1:]``), with ``--config FILE``'s values as
     defaults that the other flags override.
 

@@ -6,15 +6,15 @@ import json
 
 import pytest
 import yaml
-from transformers import HfArgumentParser
 
 from hfncl.config import TrainConfig
+from hfncl.dataclass_parser import DataclassArgumentParser
 from hfncl.experiment import DataArguments, ModelArguments
 from hfncl.recipe import parse_with_config_file, run_recipe
 
 
-def recipe_parser() -> HfArgumentParser:
-    return HfArgumentParser((DataArguments, TrainConfig, ModelArguments))
+def recipe_parser() -> DataclassArgumentParser:
+    return DataclassArgumentParser((DataArguments, TrainConfig, ModelArguments))
 
 
 def test_a_config_file_trains_flags_override_it_and_the_saved_config_repeats_the_run(tiny_data_dir, tmp_path):

@@ -18,8 +18,9 @@ import pytest
 import torch
 from conftest import pip_installed
 
-from hfncl.data import formats
-from hfncl.data.formats import check_format_name, detect_format, get_format
+from hfncl import arguments
+from hfncl.arguments import check_format_name
+from hfncl.data.formats import detect_format, get_format
 from hfncl.models import NCLConfig, NCLModel, head_registry
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,7 +42,7 @@ def example_registered(monkeypatch: pytest.MonkeyPatch) -> None:
     """The example package importable and its two entry points served as installed (no pip)."""
     monkeypatch.syspath_prepend(str(PACKAGE))
     monkeypatch.setattr(
-        formats,
+        arguments,
         "installed_formats",
         lambda: {"npz_pairs": EntryPoint("npz_pairs", "hfncl_extension_example.formats:NPZ_PAIRS", "hfncl.data_formats")},
     )

@@ -66,3 +66,50 @@ def test_the_card_texts_come_from_the_tasks_on_first_use(tmp_path: Path) -> None
     )
     modules, out = imported_after(code)
     assert out.strip() == "rSum" and "hfncl.tasks" in modules
+
+
+TRAIN_ERRORS = {
+    "unknown flag": (["--plugins", "vsepp", "--data_dir", "d", "--epochz", "3"], "not used by the argument parser"),
+    "bad --options JSON": (
+        ["--plugins", "vsepp", "--data_dir", "d", "--options", "{bad"],
+        "TrainConfig.options must be a JSON object",
+    ),
+    "bad value": (["--plugins", "vsepp", "--data_dir", "d", "--epochs", "0"], "TrainConfig.epochs must be >= 1"),
+    "missing config file": (["--config", "missing.yaml"], "--config missing.yaml: no such file"),
+    "bad config field": (["--config", "CONFIG"], "unknown field(s) 'epochz' (did you mean 'epochs'?)"),
+    "unknown plugin": (["--plugins", "nosuchplugin", "--data_dir", "d"], "Unknown plugin 'nosuchplugin'"),
+}
+
+
+def test_every_help_and_the_argument_errors_of_train_come_before_any_framework(tmp_path: Path) -> None:
+    config = tmp_path / "run.yaml"
+    config.write_text("epochz: 3\n")
+    calls = [[str(config) if token == "CONFIG" else token for token in argv] for argv, _ in TRAIN_ERRORS.values()]
+    code = (
+        "import contextlib, io, json, sys\n"
+        "from hfncl.cli import COMMANDS, main\n"
+        "helps = {}\n"
+        "for argv in (['--help'], *([name, '--help'] for name in COMMANDS)):\n"
+        "    with contextlib.redirect_stdout(io.StringIO()) as text:\n"
+        "        try:\n"
+        "            main(argv)\n"
+        "        except SystemExit as stop:\n"
+        "            assert stop.code == 0, (argv, stop.code)\n"
+        "    helps[' '.join(argv)] = text.getvalue()\n"
+        "errors = []\n"
+        "for argv in json.loads(sys.argv[1]):\n"
+        "    with contextlib.redirect_stderr(io.StringIO()) as said:\n"
+        "        errors.append([main(['train', *argv]), said.getvalue()])\n"
+        "print(json.dumps({'helps': helps, 'errors': errors}))\n"
+    )
+    modules, out = imported_after(code, json.dumps(calls))
+    answers = json.loads(out)
+    assert not {"accelerate", "torch", "transformers", "datasets"} & modules
+    assert not {name for name in modules if name.startswith("hfncl_plugins")}  # plugin names from entry points
+    train_help = " ".join(answers["helps"]["train --help"].split())
+    assert train_help.startswith("usage: hfncl train ") and "--num_train_epochs" in train_help
+    assert "installed plugins: coteaching, dmcm, " in train_help
+    assert "examples (NAME: an installed plugin):" in train_help
+    assert all(text.startswith("usage: hfncl") for text in answers["helps"].values())
+    for (name, (_, message)), (status, said) in zip(TRAIN_ERRORS.items(), answers["errors"], strict=True):
+        assert status == 2 and said.startswith("error: ") and message in said, (name, said)

@@ -10,7 +10,9 @@ built-in ``precomp`` reads SCAN's precomputed features (``{split}_ims.npy`` with
     [project.entry-points."hfncl.data_formats"]
     jsonl = "my_package.formats:JSONL"     # an object implementing DataFormat
 
-and a run reads it with ``--data_format jsonl`` (or ``auto``, when its ``detect`` answers).
+and a run reads it with ``--data_format jsonl`` (or ``auto``, when its ``detect`` answers). The format
+names (:func:`hfncl.arguments.installed_formats`, :func:`hfncl.arguments.check_format_name`) live in
+:mod:`hfncl.arguments`, which checks ``--data_format`` without importing the readers.
 """
 
 from __future__ import annotations
@@ -22,15 +24,13 @@ from typing import Any, Protocol, cast
 
 import numpy as np
 
+from hfncl import arguments
+from hfncl.arguments import BUILT_IN_FORMAT_NAMES, check_format_name
 from hfncl.data.pair_subsets import write_imagefolder_pairs, write_precomp_pairs
 from hfncl.data.pairs import PairSplit
 from hfncl.data.pixels import METADATA_FILE, PixelSplit, is_imagefolder, load_pixel_splits
 from hfncl.data.precomp import DataFormatError, PrecompSplit, load_precomp_split
 from hfncl.data.precomp_ids import precomp_image_ids
-from hfncl.plugins import registered_entry_points
-
-FORMAT_GROUP = "hfncl.data_formats"
-AUTO = "auto"
 
 
 class DataFormat(Protocol):
@@ -122,27 +122,9 @@ class ImagefolderFormat:
         return write_imagefolder_pairs(cast(PixelSplit, split), pairs, output_dir, name)
 
 
-BUILT_IN_FORMATS: dict[str, DataFormat] = {"precomp": PrecompFormat(), "imagefolder": ImagefolderFormat()}
-
-
-def installed_formats() -> dict[str, Any]:
-    """The entry points of the ``hfncl.data_formats`` group, by name (built-in names cannot be replaced)."""
-    registered = registered_entry_points(FORMAT_GROUP, "Data format")
-    return {name: point for name, point in registered.items() if name not in BUILT_IN_FORMATS}
-
-
-def format_names() -> tuple[str, ...]:
-    """Every value ``DataArguments.data_format`` may take: ``auto``, the built-in formats, the installed ones."""
-    return (AUTO, *BUILT_IN_FORMATS, *sorted(installed_formats()))
-
-
-def check_format_name(name: str) -> None:
-    """Refuse a format that is neither built in nor installed, in one line naming the field and the formats."""
-    if name != AUTO and name not in BUILT_IN_FORMATS and name not in installed_formats():
-        raise ValueError(
-            f"DataArguments.data_format must be one of {format_names()}, got {name!r} (a format of another package "
-            f"is installed with it, registered in the {FORMAT_GROUP!r} entry-point group)"
-        )
+BUILT_IN_FORMATS: dict[str, DataFormat] = dict(
+    zip(BUILT_IN_FORMAT_NAMES, (PrecompFormat(), ImagefolderFormat()), strict=True)
+)
 
 
 def get_format(name: str) -> DataFormat:
@@ -154,7 +136,7 @@ def get_format(name: str) -> DataFormat:
     check_format_name(name)
     if name in BUILT_IN_FORMATS:
         return BUILT_IN_FORMATS[name]
-    point = installed_formats()[name]
+    point = arguments.installed_formats()[name]
     try:
         return point.load()
     except Exception as error:
@@ -166,7 +148,7 @@ def get_format(name: str) -> DataFormat:
 def detect_format(data_dir: Path, split: str) -> str:
     """The name of the first format whose ``detect`` recognises ``split`` of ``data_dir``: the installed ones, then
     ``imagefolder``; ``precomp`` when none does (its reader names what is missing)."""
-    for name in [*sorted(installed_formats()), "imagefolder"]:
+    for name in [*sorted(arguments.installed_formats()), "imagefolder"]:
         if get_format(name).detect(data_dir, split):
             return name
     return "precomp"

@@ -31,9 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
+from hfncl.arguments import LABEL_NOISE_KINDS
 from hfncl.data.precomp import DataFormatError
 
-LABEL_NOISE_KINDS = ("symmetric", "asymmetric")
 _FORMAT = "hfncl.label_noise"
 _VERSION = 1
 

@@ -21,9 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hfncl.arguments import NOISE_KINDS
 from hfncl.data.precomp import DataFormatError
-
-NOISE_KINDS = ("caption", "image")
 
 
 def caption_level_noise(num_images: int, captions_per_image: int, ratio: float, seed: int) -> np.ndarray:

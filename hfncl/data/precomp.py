@@ -34,11 +34,11 @@ import numpy as np
 import pyarrow as pa
 from datasets.exceptions import DatasetGenerationError
 
+from hfncl.arguments import FEATURE_DTYPES
 from hfncl.config import default_cache_root
 from hfncl.data.captions import CaptionStore, control_character
 from hfncl.data.splits import SplitSizes
 
-FEATURE_DTYPES = ("float32", "float16")
 _CACHE_FORMAT_VERSION = 1
 
 

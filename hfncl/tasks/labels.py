@@ -5,23 +5,23 @@ Read the features (:func:`hfncl.data.load_labelled_dataset` or, for one unsplit 
 every modality (:func:`hfncl.data.inject_label_noise`, saved as ``OUTPUT_DIR/label_noise.json``)
 or read noisy labels from a file, train a :class:`hfncl.models.CategoryModel`, and report
 I2T / T2I mAP of the best checkpoint (by validation mean mAP; without a validation split, the
-last epoch's model) on the test split;
+last epoch's model) on the test split. Its data and model arguments (:class:`LabelDataArguments`,
+:class:`CategoryModelArguments`) are defined in :mod:`hfncl.arguments` and importable from here;
 :data:`LABELS` is the :class:`hfncl.tasks.ExperimentTask` that
 :func:`hfncl.experiment.run_experiment` runs.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import PretrainedConfig
 
-from hfncl.config import check_field_types
+from hfncl.arguments import CategoryModelArguments, LabelDataArguments
 from hfncl.data import (
-    LABEL_NOISE_KINDS,
     LabelledDataset,
     inject_label_noise,
     load_label_noise,
@@ -40,79 +40,6 @@ from hfncl.models import CategoryConfig, CategoryModel
 from hfncl.plugins import RunPlugins
 
 NOISE_FILE = "label_noise.json"
-
-
-@dataclass
-class LabelDataArguments:
-    """Where the labelled features are and how the training labels are corrupted.
-
-    Give ``data_path`` (a file or directory the readers know), or the three ``.npy``
-    files of one unsplit set (``image_features``, ``text_features``, ``labels``).
-    """
-
-    data_path: str | None = field(
-        default=None, metadata={"help": "Feature file (.h5/.mat: imgs_deep or tr_te keys) or per_file directory."}
-    )
-    image_features: str | None = field(default=None, metadata={"help": "Unsplit set: image (or view 1) features .npy."})
-    text_features: str | None = field(default=None, metadata={"help": "Unsplit set: text (or view 2) features .npy."})
-    labels: str | None = field(default=None, metadata={"help": "Unsplit set: labels .npy (split 80/10/10 per class)."})
-    split_fractions: list[float] = field(
-        default_factory=lambda: [0.8, 0.1, 0.1],
-        metadata={
-            "help": "Unsplit set: train / validation / test fractions per class, in file order (default 0.8 0.1 0.1: "
-            "Pascal-Sentence's 40 / 5 / 5 of DSCMR; 0.7 0.1 0.2 tests 10 per class, 200 samples)."
-        },
-    )
-    layout: str | None = field(default=None, metadata={"help": "imgs_deep, tr_te or per_file (default: detected)."})
-    label_base: int = field(default=0, metadata={"help": "Index of the first class in the files (1 for Wikipedia)."})
-    num_classes: int | None = field(default=None, metadata={"help": "Number of classes (default: from the labels)."})
-    valid_size: int | None = field(
-        default=None,
-        metadata={
-            "help": "Without a validation split in the files: the first N test samples validate (unset: half); 0: "
-            "no validation split at all, the whole test split tests the last epoch's model."
-        },
-    )
-    noise_ratio: float = field(default=0.0, metadata={"help": "Share of training labels corrupted per modality."})
-    noise_kind: str = field(default="symmetric", metadata={"help": "symmetric or asymmetric (next class)."})
-    noise_seed: int = field(default=0, metadata={"help": "Seed of the label noise."})
-    noise_file: str | None = field(
-        default=None, metadata={"help": "Read noisy labels (ours, or MRL's list-of-lists JSON) instead of generating."}
-    )
-    feature_dtype: str = field(default="float32", metadata={"help": "Arrow storage of the features."})
-
-    def __post_init__(self) -> None:
-        check_field_types(self)
-        arrays = (self.image_features, self.text_features, self.labels)
-        if self.data_path is not None and any(a is not None for a in arrays):
-            raise ValueError(
-                "give either data_path, or all of image_features, text_features and labels (one unsplit set)"
-            )
-        if len(self.split_fractions) != 3:
-            raise ValueError(
-                f"split_fractions must be three fractions (train, validation, test), got {self.split_fractions}"
-            )
-        if self.valid_size is not None and self.valid_size < 0:
-            raise ValueError(f"valid_size must be >= 0 (0: no validation split), got {self.valid_size}")
-        if not 0.0 <= self.noise_ratio < 1.0:
-            raise ValueError(f"noise_ratio must be in [0, 1), got {self.noise_ratio}")
-        if self.noise_kind not in LABEL_NOISE_KINDS:
-            raise ValueError(f"noise_kind must be one of {LABEL_NOISE_KINDS}, got {self.noise_kind!r}")
-
-    def source(self) -> str:
-        """The file or directory the features are read from (the image features of an unsplit set)."""
-        return self.data_path or self.image_features or ""
-
-
-@dataclass
-class CategoryModelArguments:
-    """The model's architecture (:class:`hfncl.models.CategoryConfig` fields)."""
-
-    embed_dim: int = field(default=512, metadata={"help": "Common space dimension (512 in the paper)."})
-    hidden_dim: int = field(default=4096, metadata={"help": "Hidden width of each modality's 3-layer MLP."})
-
-    def __post_init__(self) -> None:
-        check_field_types(self)
 
 
 def load_labelled(args: LabelDataArguments) -> LabelledDataset:

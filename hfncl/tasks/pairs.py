@@ -1,7 +1,8 @@
 """The pairs task: image-caption pairs with noisy correspondence, from SCAN precomp features or an imagefolder.
 
-Its data arguments (:class:`DataArguments`), model arguments (:class:`ModelArguments`, the
-fields of :class:`hfncl.models.NCLConfig`), the data a run trains and is tested on
+Its data arguments (:class:`DataArguments`) and model arguments (:class:`ModelArguments`, the
+fields of :class:`hfncl.models.NCLConfig`), defined in :mod:`hfncl.arguments` (which imports no
+framework) and importable from here; the data a run trains and is tested on
 (:func:`prepare_data`, a :class:`PairData`), test recall (R@K, rSum) and the text of its model
 cards; :data:`PAIRS` is the :class:`hfncl.tasks.ExperimentTask` that
 :func:`hfncl.experiment.run_experiment` runs.
@@ -10,7 +11,7 @@ cards; :data:`PAIRS` is the :class:`hfncl.tasks.ExperimentTask` that
 from __future__ import annotations
 
 import inspect
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, cast
 
@@ -18,9 +19,8 @@ import numpy as np
 import torch
 from transformers import PretrainedConfig
 
-from hfncl.config import check_field_types
+from hfncl.arguments import AUTO, DataArguments, ModelArguments
 from hfncl.data import (
-    NOISE_KINDS,
     DataFormatError,
     NoisyPairDataset,
     TokenizerVocabulary,
@@ -31,9 +31,8 @@ from hfncl.data import (
     load_noise_index,
     save_noise_index,
 )
-from hfncl.data.formats import AUTO, check_format_name, detect_format, get_format
+from hfncl.data.formats import detect_format, get_format
 from hfncl.data.pixels import image_processor_from_pretrained
-from hfncl.data.precomp import FEATURE_DTYPES
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
 from hfncl.engine.tasks import PairTask
@@ -45,157 +44,6 @@ from hfncl.models import NCLConfig, NCLModel
 from hfncl.models.configuration import sgraf_layer_defaults
 from hfncl.models.towers import parameter_counts
 from hfncl.plugins import RunPlugins, build_plugin_manager, plugin_model_defaults
-
-
-@dataclass
-class DataArguments:
-    """Where the data is and how its training pairs are corrupted."""
-
-    data_dir: str = field(
-        metadata={
-            "help": "SCAN precomp directory ({split}_ims.npy, {split}_caps.txt|tsv), or an imagefolder of raw images "
-            "({split}/ folders with images and metadata.jsonl) for a model with a pixel image tower."
-        }
-    )
-    data_format: str = field(
-        default="auto",
-        metadata={
-            "help": "precomp, imagefolder, a format an installed package registers (entry-point group "
-            "hfncl.data_formats), or auto: the first installed format or imagefolder ({train_split}/metadata.jsonl) "
-            "that recognises the data, else precomp."
-        },
-    )
-    dataset_name: str | None = field(
-        default=None,
-        metadata={
-            "help": "The dataset's name on the model card (a Hub dataset id such as 'nlphuji/flickr30k' is also "
-            "listed in the card's datasets); default: the data directory's name, with its parent's when it is "
-            "a generic one such as 'data'."
-        },
-    )
-    noise_ratio: float = field(default=0.0, metadata={"help": "Share of training pairs to corrupt."})
-    noise_kind: str = field(
-        default="caption",
-        metadata={
-            "help": "caption: re-pair a share of captions (caption level); image: permute a share of images "
-            "(image level)."
-        },
-    )
-    noise_file: str | None = field(
-        default=None,
-        metadata={
-            "help": "Read this noise index (.npy, ours or a published one) instead of generating; it decides the "
-            "noise: results.json records its measured ratio, and a --noise-ratio that disagrees is refused."
-        },
-    )
-    noise_seed: int = field(default=0, metadata={"help": "Seed of the noise split."})
-    vocab_file: str | None = field(
-        default=None, metadata={"help": "SCAN vocab json; default: built from the training captions."}
-    )
-    train_split: str = "train"
-    val_split: str = "dev"
-    test_split: str = "test"
-    feature_dtype: str = field(default="float32", metadata={"help": "Arrow storage of region features."})
-    test_folds: int = field(
-        default=1, metadata={"help": "Also report test metrics averaged over this many folds (MS-COCO: 5 x 1K)."}
-    )
-
-    def __post_init__(self) -> None:
-        check_field_types(self)
-        if not 0.0 <= self.noise_ratio < 1.0:
-            raise ValueError(f"noise_ratio must be in [0, 1), got {self.noise_ratio}")
-        if self.noise_kind not in NOISE_KINDS:
-            raise ValueError(f"noise_kind must be one of {NOISE_KINDS}, got {self.noise_kind!r}")
-        check_format_name(self.data_format)
-        if self.feature_dtype not in FEATURE_DTYPES:
-            raise ValueError(f"feature_dtype must be one of {FEATURE_DTYPES}, got {self.feature_dtype!r}")
-        if self.test_folds < 1:
-            raise ValueError(f"test_folds must be >= 1, got {self.test_folds}")
-
-
-@dataclass
-class ModelArguments:
-    """The model's architecture (:class:`hfncl.models.NCLConfig` fields).
-
-    A field left at ``None`` takes the value the active plugins ask for in
-    ``model_defaults`` (e.g. two image views), else NCLConfig's default (the papers'
-    encoder: 300-d words, a 1024-d joint space, one GRU layer, mean pooling).
-    """
-
-    embed_dim: int | None = field(default=None, metadata={"help": "Joint embedding dimension (default 1024)."})
-    word_dim: int | None = field(default=None, metadata={"help": "Word embedding dimension (default 300)."})
-    text_layers: int | None = field(default=None, metadata={"help": "BiGRU layers (default 1)."})
-    image_pooling: str | None = field(
-        default=None, metadata={"help": "Pooling over regions: mean or max (a vision tower also takes pooler)."}
-    )
-    image_views: int | None = field(default=None, metadata={"help": "Image views W (default 1)."})
-    text_pooling: str | None = field(default=None, metadata={"help": "Pooling over words: mean or max."})
-    similarity: str | None = field(
-        default=None,
-        metadata={
-            "help": "Similarity head: cosine (default), sgr or saf (SGRAF), scan (SCAN t2i attention), or a head an "
-            "installed package registers (entry-point group hfncl.similarity_heads)."
-        },
-    )
-    sim_dim: int | None = field(
-        default=None, metadata={"help": "SGR / SAF similarity representation size (default 256)."}
-    )
-    reasoning_steps: int | None = field(default=None, metadata={"help": "SGR graph-reasoning steps (default 3)."})
-    attention_lambda: float | None = field(
-        default=None, metadata={"help": "SGR / SAF / SCAN text-to-region attention temperature lambda (default 9)."}
-    )
-    scan_pooling: str | None = field(
-        default=None, metadata={"help": "SCAN pooling of the word relevances: lse (default) or avg."}
-    )
-    scan_lse_lambda: float | None = field(default=None, metadata={"help": "SCAN LogSumExp lambda_2 (default 6)."})
-    attention_negative_slope: float | None = field(
-        default=None,
-        metadata={"help": "SGR / SAF attention LeakyReLU slope (default 0.1, the official code's; 0: ReLU)."},
-    )
-    pooling_batch_norm: bool | None = field(
-        default=None, metadata={"help": "SGR / SAF batch norms in the image self-attention (default true)."}
-    )
-    pooling_dropout: float | None = field(
-        default=None, metadata={"help": "SGR / SAF dropout in the self-attention poolings (default 0.4)."}
-    )
-    word_dropout: float | None = field(
-        default=None, metadata={"help": "Dropout on the GRU's word embeddings (default 0.4 with SGR / SAF, else 0)."}
-    )
-    text_tower: str | None = field(
-        default=None,
-        metadata={"help": "gru (a biGRU, when unset), or a Hub id / directory of a BERT-family or CLIP text encoder."},
-    )
-    image_tower: str | None = field(
-        default=None,
-        metadata={
-            "help": "regions (default: precomputed features), or a Hub id / directory of a CLIP vision encoder and "
-            "its image processor, which reads the raw images of an imagefolder."
-        },
-    )
-    lora_rank: int | None = field(default=None, metadata={"help": "LoRA rank on the transformer towers (0: none)."})
-    lora_alpha: float | None = field(default=None, metadata={"help": "LoRA alpha (default 16)."})
-    lora_dropout: float | None = field(default=None, metadata={"help": "LoRA dropout (default 0)."})
-    lora_target_modules: list[str] | None = field(
-        default=None, metadata={"help": "Layers LoRA adapts (default: the tower's attention query and value)."}
-    )
-    lora_towers: list[str] | None = field(
-        default=None, metadata={"help": "Transformer towers that get LoRA adapters: text, image (default: every one)."}
-    )
-
-    def __post_init__(self) -> None:
-        check_field_types(self)
-
-    def explicit(self) -> dict[str, Any]:
-        """The fields given a value; ``text_tower`` NAME becomes ``text_tower="transformer"``, ``text_tower_name=NAME``
-        (and ``image_tower`` NAME ``image_tower="transformer"``, ``image_tower_name=NAME``)."""
-        values = {k: v for k, v in asdict(self).items() if v is not None}
-        for part, plain in (("text", "gru"), ("image", "regions")):
-            tower = values.pop(f"{part}_tower", None)
-            if tower is not None:
-                values[f"{part}_tower"] = plain if tower == plain else "transformer"
-                if tower != plain:
-                    values[f"{part}_tower_name"] = tower
-        return values
 
 
 def model_fields(plugins: RunPlugins | list[str], model_args: ModelArguments | None) -> dict[str, Any]:
@@ -386,8 +234,6 @@ def describe_data(args: DataArguments, data: PairData) -> DataDescription:
         true_noise_ratio=float(1.0 - train.clean_mask.mean()),
         test_folds=args.test_folds,
     )
-
-
 
 
 DEMO_MODEL = ModelArguments(embed_dim=256, word_dim=64)
