@@ -59,7 +59,9 @@ def test_recipe_help_works():
     assert completed.returncode == 0 and "--noise-ratio" in completed.stdout and "--resume" in completed.stdout
 
 
-@pytest.mark.parametrize("name", ["gsc_cc152k", "ugncl_cc152k", "tcvse_coco", "tcvse_f30k_bert", "ncr_scan_f30k"])
+@pytest.mark.parametrize(
+    "name", ["gsc_cc152k", "ugncl_cc152k", "tcvse_coco", "tcvse_f30k_bert", "tcvse_coco_bert", "ncr_scan_f30k"]
+)
 def test_every_recipe_s_help_shows_its_docstring(name):
     completed = subprocess.run(
         [sys.executable, str(REPO / "recipes" / f"{name}.py"), "--help"], capture_output=True, text=True, timeout=300

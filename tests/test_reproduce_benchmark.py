@@ -23,6 +23,7 @@ def test_every_recipe_line_of_the_doc_gives_its_numbers(reproduce):
     assert numbers["ugncl_f30k"] == {0.2: 505.6, 0.5: 488.9, 0.7: 470.8}
     assert numbers["gsc_cc152k"] == {None: 375.1} and numbers["ugncl_cc152k"] == {None: 373.1}
     assert numbers["tcvse_coco"] == {0.0: 526.3} and numbers["tcvse_f30k_bert"] == {0.0: 523.7}
+    assert numbers["tcvse_coco_bert"] == {0.0: 533.9}
     assert numbers["vsepp_f30k"] == {} and numbers["dmcm_wiki"] == {}  # mAP, no rSum
     assert numbers["ncr_scan_f30k"] == {}  # NCR-SCAN: a plot only
 
