@@ -25,7 +25,7 @@ from hfncl.demo import DemoRun, demo_runs, demo_train_config, shortened_settings
 from hfncl.engine.trainer import Trainer
 from hfncl.evaluation import division_quality
 from hfncl.experiment import DataArguments, ModelArguments
-from hfncl.tasks.pairs import DEMO_MODEL, model_fields, prepare_data
+from hfncl.tasks.pairs import DEMO_MODEL, PAIRS, model_fields, prepare_data
 from hfncl.models import NCLConfig
 from hfncl.plots import plot_division
 
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         vocab_size=len(data.vocab),
         **model_fields(config.plugins, QUICK_MODEL if args.quick else DEMO_MODEL),
     )
-    trainer = Trainer(config, model_config, data.train, None)
+    trainer = Trainer(config, model_config, data.train, None, task=PAIRS)
     trainer.train()
     answer = trainer.hook.divide(trainer=trainer, epoch=warmup)
     if answer is None:

@@ -422,7 +422,7 @@ def _hfncl_epoch(args: argparse.Namespace, data_dir: Path) -> dict[str, float]:
     from hfncl.config import TrainConfig
     from hfncl.engine.trainer import Trainer
     from hfncl.models import NCLConfig
-    from hfncl.tasks.pairs import DataArguments, ModelArguments, model_fields, prepare_data
+    from hfncl.tasks.pairs import PAIRS, DataArguments, ModelArguments, model_fields, prepare_data
 
     output_dir = data_dir.parent / f"hfncl-{args.head}-{args.embed_dim}"
     config = TrainConfig(
@@ -436,7 +436,7 @@ def _hfncl_epoch(args: argparse.Namespace, data_dir: Path) -> dict[str, float]:
     clock = _EpochClock(args.device)
     accelerator = Accelerator(cpu=args.device == "cpu", mixed_precision=args.mixed_precision)
     callbacks = [clock, _FixedCleanShare(1 - EPOCH_NOISE)]
-    Trainer(config, model_config, data.train, None, accelerator=accelerator, callbacks=callbacks).train()
+    Trainer(config, model_config, data.train, None, task=PAIRS, accelerator=accelerator, callbacks=callbacks).train()
     return {"epoch": clock.epoch, "division": clock.division}
 
 

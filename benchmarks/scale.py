@@ -119,6 +119,7 @@ def measure(args: argparse.Namespace, size: int) -> dict:
     from hfncl.models import NCLConfig
     from hfncl.plugins import build_plugin_manager
     from hfncl.profiling import HookLimitReached, HookTimer
+    from hfncl.tasks import PAIRS
 
     quiet()
     sampler = MemorySampler()
@@ -144,7 +145,7 @@ def measure(args: argparse.Namespace, size: int) -> dict:
     model_config = NCLConfig(image_dim=split.region_shape[1], vocab_size=len(vocab))
     limits = {} if full else {"train_step": args.steps}
     timer = HookTimer(["epoch_start", "divide", "epoch_end", "train_step"], limits)
-    trainer = Trainer(config, model_config, train, None, callbacks=[timer])
+    trainer = Trainer(config, model_config, train, None, task=PAIRS, callbacks=[timer])
     try:
         trainer.train()
     except HookLimitReached:

@@ -79,13 +79,12 @@ def _train_and_test(
     data = task.prepare(data_args, model_args, plugins, config.output_dir)
     fingerprint.update(noise_fingerprint(config.output_dir))
     model_config = task.model_config(data, model_args, plugins)
-    trainer_task = task.trainer_task(data_args, data)
     trainer = Trainer(
         config,
         model_config,
         data.train,
         data.val,
-        task=trainer_task,
+        task=task.for_run(data_args, data),
         callbacks=training_figures(),
         fingerprint=fingerprint,
         plugins=plugins,
@@ -100,7 +99,7 @@ def _train_and_test(
     model = type(trainer.model).from_pretrained(str(best_dir)) if best_dir.exists() else trainer.model
     if main and best_dir.exists():
         task.save_companions(data, best_dir)
-    test = task.evaluate(
+    test = task.test(
         data_args,
         data,
         model,
@@ -115,7 +114,7 @@ def _train_and_test(
         **task.results_header(data_args, data, trainer.accelerator.num_processes),
         "test": test,
         "best_epoch": summary["best_epoch"],
-        f"best_val_{trainer.task.best_metric}": summary["best_score"] if summary["best_epoch"] is not None else None,
+        f"best_val_{task.best_metric}": summary["best_score"] if summary["best_epoch"] is not None else None,
         "division": {k: v for k, v in divisions[-1].items() if k.startswith("division")} if divisions else {},
         "history": summary["history"],
     }

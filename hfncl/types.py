@@ -14,7 +14,7 @@ A *batch* is a plain ``dict`` produced by :func:`hfncl.data.collate_pairs`:
                  image when their inputs are also equal.
 
 Label-noise data (samples with a category label per modality; see
-:class:`hfncl.engine.tasks.CategoryTask`) travel in batches of :func:`hfncl.data.noisy_labels.collate_labelled`:
+:class:`hfncl.tasks.labels.CategoryTask`) travel in batches of :func:`hfncl.data.noisy_labels.collate_labelled`:
 
 ``image``, ``text``              float tensors (B, D_image), (B, D_text): the features.
 ``image_label``, ``text_label``  long tensors (B,): the (possibly wrong) training labels.

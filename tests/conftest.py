@@ -17,7 +17,7 @@ from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.engine.callbacks import TrainerCallback
 from hfncl.engine.trainer import Trainer
 from hfncl.experiment import DataArguments, ModelArguments
-from hfncl.tasks.pairs import prepare_data
+from hfncl.tasks.pairs import PAIRS, prepare_data
 from hfncl.models import NCLConfig
 
 TINY_DATA = SyntheticConfig(
@@ -89,7 +89,7 @@ def noisy_trainer(data_dir: Path, config: TrainConfig, callbacks: list[TrainerCa
     """A trainer on ``data_dir`` with 40% caption noise and the tiny model (and ``callbacks``, if given)."""
     data = prepare_data(DataArguments(data_dir=str(data_dir), noise_ratio=0.4), config.output_dir)
     model_config = NCLConfig(image_dim=data.image_dim, vocab_size=len(data.vocab), embed_dim=32, word_dim=16)
-    return Trainer(config, model_config, data.train, data.val, callbacks=callbacks)
+    return Trainer(config, model_config, data.train, data.val, task=PAIRS, callbacks=callbacks)
 
 
 class Interrupted(Exception):

@@ -36,7 +36,7 @@ def _trainer(data_dir, config, ratio: float = 0.4) -> Trainer:
     model_config = CategoryConfig(
         image_dim=split.feature_dim("image"), text_dim=split.feature_dim("text"), num_classes=10, embed_dim=16, hidden_dim=32
     )
-    return Trainer(config, model_config, data.train, data.val, task=LABELS.trainer_task(arguments, data))
+    return Trainer(config, model_config, data.train, data.val, task=LABELS.for_run(arguments, data))
 
 
 def test_generated_benchmark_is_seeded_and_read_by_the_per_file_reader(tiny_labelled):

@@ -13,7 +13,7 @@ from hfncl.engine.encoding import encode_split, evaluate_retrieval
 from hfncl.engine.trainer import Trainer
 from hfncl.evaluation import retrieval_metrics_from_matrix
 from hfncl.experiment import DataArguments, ModelArguments
-from hfncl.tasks.pairs import model_fields, prepare_data
+from hfncl.tasks.pairs import PAIRS, model_fields, prepare_data
 from hfncl.models import NCLConfig
 
 
@@ -38,7 +38,7 @@ def test_evaluation_ranks_each_direction_as_the_plugin_says(with_test_plugin, ti
     data = prepare_data(DataArguments(data_dir=str(tiny_data_dir)), config.output_dir)
     fields = model_fields(config.plugins, ModelArguments(embed_dim=16, word_dim=8))
     model_config = NCLConfig(image_dim=data.image_dim, vocab_size=len(data.vocab), **fields)
-    trainer = Trainer(config, model_config, data.train)
+    trainer = Trainer(config, model_config, data.train, task=PAIRS)
     assert isinstance(trainer.optimizer.optimizer, torch.optim.AdamW)
     assert trainer.optimizer.param_groups[0]["weight_decay"] == 0.1
     assert trainer.model.config.image_views == 3 and trainer.model.config.text_pooling == "max"

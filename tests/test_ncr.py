@@ -350,7 +350,7 @@ def test_co_rectify_predicts_with_the_peer_in_eval_mode_and_leaves_it_unchanged(
     the peer goes back to training mode after it."""
     from types import SimpleNamespace
 
-    from hfncl.tasks.pairs import DataArguments, prepare_data
+    from hfncl.tasks.pairs import PAIRS, DataArguments, prepare_data
     from hfncl.engine.trainer import Trainer
     from hfncl.models.configuration import NCLConfig
     from hfncl_plugins.ncr import rectify
@@ -361,7 +361,7 @@ def test_co_rectify_predicts_with_the_peer_in_eval_mode_and_leaves_it_unchanged(
         image_dim=data.image_dim, image_regions=data.image_regions, vocab_size=len(data.vocab),
         embed_dim=8, word_dim=8, similarity=similarity, sim_dim=8, reasoning_steps=1,
     )
-    trainer = Trainer(config, model_config, data.train, data.val)
+    trainer = Trainer(config, model_config, data.train, data.val, task=PAIRS)
     trainer.model.train()
     trainer.in_warmup, trainer.epoch = False, 1  # the noisy part trains from epoch 0 + int(2 * 0.5) = 1
     peer_network = trainer.model.networks[1]

@@ -43,7 +43,7 @@ from hfncl.models.sgraf_kernels import (
     plan_blocks,
 )
 from hfncl.retrieval import Retriever
-from hfncl.tasks.pairs import PairExperiment
+from hfncl.tasks.pairs import PAIRS
 from tests.conftest import local_nodes_of_regions, record_block_budgets, tiny_config
 
 HEADS = ("sgr", "saf")
@@ -641,7 +641,7 @@ def test_layer_fields_default_to_the_official_code_for_sgr_and_saf_and_to_none_o
 
 
 def test_a_runs_settings_show_the_layer_fields_as_the_config_resolves_them():
-    settings = PairExperiment().model_settings
+    settings = PAIRS.model_settings
     assert _layers_of(settings(ModelArguments(similarity="saf"), ["vsepp"])) == OFFICIAL_LAYERS
     assert _layers_of(settings(ModelArguments(), ["vsepp"])) == PLAIN_LAYERS
     chosen = settings(ModelArguments(similarity="sgr", pooling_batch_norm=False, word_dropout=0.1), ["vsepp"])

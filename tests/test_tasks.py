@@ -8,9 +8,9 @@ import torch
 
 from conftest import tiny_config
 from hfncl.data.noise import caption_level_noise, save_noise_index
-from hfncl.engine.tasks import PairTask, distinct_images
 from hfncl.experiment import DataArguments, run_experiment
 from hfncl.models import NCLConfig, NCLModel
+from hfncl.tasks.pairs import PairTask, distinct_images
 
 
 def _batch() -> dict[str, torch.Tensor]:

@@ -21,7 +21,7 @@ from hfncl.engine.callbacks import TrainerCallback, library_progress_bars
 from hfncl.engine.trainer import Trainer
 from hfncl.hub.checkpoint import save_image_processor
 from hfncl.models import NCLConfig, NCLModel
-from hfncl.tasks.pairs import AUTO, ModelArguments, model_fields
+from hfncl.tasks.pairs import AUTO, PAIRS, ModelArguments, model_fields
 
 if TYPE_CHECKING:
     from hfncl.types import Division
@@ -154,7 +154,7 @@ def train_model(
     model_config = NCLConfig(**image, vocab_size=len(vocab), **fields)
     with tempfile.TemporaryDirectory(prefix="hfncl-audit-") as scratch:
         dataset = NoisyPairDataset(data.split, vocab)
-        trainer = Trainer(replace(config, output_dir=scratch), model_config, dataset, callbacks=callbacks)
+        trainer = Trainer(replace(config, output_dir=scratch), model_config, dataset, task=PAIRS, callbacks=callbacks)
         trainer.train()
     return trainer, vocab
 

@@ -5,8 +5,8 @@ train in each pass, how to divide, rectify and score, and it supplies the shared
 machinery -- global batches across processes, per-sample statistics passes, resumable
 checkpoints, validation, division diagnostics against the hidden clean mask. What
 depends on the kind of data (image-caption pairs, or category-labelled samples) comes
-from a task (:mod:`hfncl.engine.tasks`): the model, batches, outputs, evaluation metric
-and hidden masks.
+from a task (the contract :class:`hfncl.engine.tasks.Task`, one class per kind in
+:mod:`hfncl.tasks`): the model, batches, outputs, evaluation metric and hidden masks.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from hfncl.engine.fingerprint import check_fingerprint, run_fingerprint, save_fi
 from hfncl.engine.ledger import Ledger
 from hfncl.engine.randomness import derived_seed, per_sample_uniform, purpose_key
 from hfncl.engine.sampler import CyclingBatchSampler, GlobalBatchSampler, batch_count
-from hfncl.engine.tasks import DATA_KINDS, PairTask, Task
+from hfncl.engine.tasks import Task
 from hfncl.evaluation import division_quality, partition_report
 from hfncl.hub import RunRecord, save_trained_model
 from hfncl.integrity import (
@@ -171,11 +171,11 @@ class PassSteps:
 class Trainer:
     """Train a model with the plugins named in ``config.plugins``.
 
-    ``task`` (default :class:`PairTask`) says what the data are: with it,
+    ``task`` says what the data are: with :class:`hfncl.tasks.pairs.PairTask` (e.g. ``hfncl.tasks.PAIRS``),
     ``model_config`` is an :class:`hfncl.models.NCLConfig`, ``train_data`` a
     :class:`hfncl.data.NoisyPairDataset` and ``val_split`` a
     :class:`hfncl.engine.encoding.RetrievalSplit`; with a
-    :class:`hfncl.engine.tasks.CategoryTask`, a :class:`hfncl.models.CategoryConfig`,
+    :class:`hfncl.tasks.labels.CategoryTask`, a :class:`hfncl.models.CategoryConfig`,
     a :class:`hfncl.data.noisy_labels.NoisyLabelledDataset` and a :class:`hfncl.data.LabelledSplit`.
     The training data's hidden clean mask(s) are used only to report division quality,
     never handed to a plugin. ``callbacks`` (:class:`hfncl.engine.callbacks.TrainerCallback`)
@@ -192,8 +192,9 @@ class Trainer:
         model_config: Any,
         train_data: Any,
         val_split: Any = None,
+        *,
+        task: Task,
         accelerator: Accelerator | None = None,
-        task: Task | None = None,
         callbacks: list[TrainerCallback] | None = None,
         fingerprint: dict[str, Any] | None = None,
         plugins: RunPlugins | None = None,
@@ -202,7 +203,7 @@ class Trainer:
         self.fingerprint = fingerprint if fingerprint is not None else run_fingerprint(config)
         self.continued_across: list[str] = []  # fingerprint fields a resume continued across on purpose
         self.callbacks = [EpochLine(), *(callbacks or [])]
-        self.task = task if task is not None else PairTask()
+        self.task = task
         if plugins is not None and list(plugins.names) != list(config.plugins):
             raise ValueError(f"plugins were set up for {list(plugins.names)}, config.plugins names {config.plugins}")
         self.plugins = plugins if plugins is not None else run_plugins(config)
@@ -700,9 +701,6 @@ class Trainer:
     def _check_data_kind(self) -> None:
         """Refuse plugins that train on another kind of data than this run's task."""
         kinds = self.hook.data_kind()
-        unknown = sorted({kind for kind in kinds if kind is not None and kind not in DATA_KINDS})
-        if unknown:
-            raise PluginError(f"data_kind must return one of {DATA_KINDS}, got {unknown}")
         names = [impl.plugin_name for impl in reversed(self.hook.data_kind.get_hookimpls())]
         wrong = [name for name, kind in zip(names, kinds, strict=True) if kind != self.task.kind]
         wrong += [name for name in self.config.plugins if name not in names and self.task.kind != "pairs"]
@@ -829,7 +827,7 @@ class Trainer:
     @property
     def noise_rate(self) -> float | None:
         """The share of training pairs (or labels) the run corrupted, as its task states it; ``None`` when unknown."""
-        return getattr(self.task, "noise_rate", None)
+        return self.task.noise_rate
 
     def gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """A tensor of this process's batch slice gathered into the global batch (``forward(...).index`` order)."""

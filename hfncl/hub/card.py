@@ -7,7 +7,7 @@ The card is rendered from ``templates/model_card.md`` with
 card comes from the checkpoint: the config (plugins, their packages and versions, the
 architecture, the plugin options) and the run record (hyper-parameters, data, noise,
 metrics, division quality, the BibTeX of the plugins' papers). The sentences that depend on
-the kind of model (:class:`CardTexts`) are those the experiment task of its kind registered
+the kind of model (:class:`CardTexts`) are those the task of its kind registered
 for its model type (:func:`register_card_texts`, :mod:`hfncl.tasks`).
 """
 
@@ -101,7 +101,7 @@ _CARD_TEXTS: dict[str, CardTextsOf] = {}
 
 
 def register_card_texts(model_type: str, texts: CardTextsOf) -> None:
-    """Make ``texts`` what cards say about models of ``model_type`` (the experiment tasks of :mod:`hfncl.tasks`
+    """Make ``texts`` what cards say about models of ``model_type`` (the tasks of :mod:`hfncl.tasks`
     register theirs when imported, as importing :mod:`hfncl` does)."""
     _CARD_TEXTS[model_type] = texts
 

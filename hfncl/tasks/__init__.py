@@ -1,11 +1,11 @@
-"""Experiment tasks: everything a whole run does that depends on its kind of data.
+"""Tasks: everything a run does that depends on its kind of data, one class per kind.
 
 :func:`hfncl.experiment.run_experiment` runs any :class:`ExperimentTask` the same way: it
-asks the task for the data and the model config, trains, tests the best checkpoint and
-records. A task owns, for its kind of data:
+asks the task for the data and the model config, trains with it, tests the best checkpoint
+and records. A task is the trainer's task (:class:`hfncl.engine.tasks.Task`: batches,
+encoding, outputs, validation metric, hidden clean masks) and owns, for its kind of data:
 
 ======================  ===================================================================
-``kind``                the data kind plugins declare with the ``data_kind`` hook.
 ``data_arguments``      the dataclass of its data flags (recipes parse it).
 ``model_arguments``     the dataclass of its model flags.
 ``metric_columns``      (header, test metric key, digits) of the demo's table.
@@ -14,10 +14,10 @@ records. A task owns, for its kind of data:
 ``prepare``             the data on disk -> a typed result (:class:`~hfncl.tasks.pairs.PairData`, ...).
 ``model_config``        that result and the model arguments -> the model's config.
 ``model_settings``      the model fields a run would use, for ``--print-config``.
-``trainer_task``        the trainer's :class:`hfncl.engine.tasks.Task` of the run.
+``for_run``             the task the run's trainer gets: this one told the run's noise rate.
 ``model_report``        lines printed before training (e.g. a tower's parameter counts).
 ``save_companions``     files a checkpoint needs besides its weights (a vocabulary, ...).
-``evaluate``            the best model -> its test metrics.
+``test``                the best model -> its test metrics.
 ``results_header``      the data and noise fields that open ``results.json``.
 ``description``         the data section of the model card, or ``None``.
 ``card_texts``          the sentences of the card (registered with :mod:`hfncl.hub.card` by model type).
@@ -25,8 +25,9 @@ records. A task owns, for its kind of data:
 ``demo_arguments``      the demo's data arguments on it.
 ======================  ===================================================================
 
-:data:`PAIRS` (:mod:`hfncl.tasks.pairs`) is image-caption pairs with noisy correspondence;
-:data:`LABELS` (:mod:`hfncl.tasks.labels`) is category-labelled samples with noisy labels.
+:data:`PAIRS` (:class:`hfncl.tasks.pairs.PairTask`) is image-caption pairs with noisy correspondence;
+:data:`LABELS` (:class:`hfncl.tasks.labels.CategoryTask`) is category-labelled samples with noisy labels.
+:data:`TASKS` lists them, the only list of the kinds of data.
 """
 
 from __future__ import annotations
@@ -46,10 +47,9 @@ from hfncl.tasks.labels import LABELS
 from hfncl.tasks.pairs import PAIRS
 
 
-class ExperimentTask(Protocol):
-    """The data-dependent part of a whole run (see the module docstring)."""
+class ExperimentTask(Task, Protocol):
+    """The data-dependent part of a whole run, training included (see the module docstring)."""
 
-    kind: str
     data_arguments: type[Any]
     model_arguments: type[Any]
     metric_columns: tuple[tuple[str, str, int], ...]
@@ -62,13 +62,13 @@ class ExperimentTask(Protocol):
 
     def model_settings(self, model_args: Any, plugins: RunPlugins) -> dict[str, Any]: ...
 
-    def trainer_task(self, args: Any, data: Any) -> Task: ...
+    def for_run(self, args: Any, data: Any) -> ExperimentTask: ...
 
     def model_report(self, model_config: PretrainedConfig, model: torch.nn.Module) -> list[str]: ...
 
     def save_companions(self, data: Any, directory: Path) -> None: ...
 
-    def evaluate(
+    def test(
         self,
         args: Any,
         data: Any,

@@ -6,8 +6,9 @@ every modality (:func:`hfncl.data.inject_label_noise`, saved as ``OUTPUT_DIR/lab
 or read noisy labels from a file, train a :class:`hfncl.models.CategoryModel`, and report
 I2T / T2I mAP of the best checkpoint (by validation mean mAP; without a validation split, the
 last epoch's model) on the test split. Its data and model arguments (:class:`LabelDataArguments`,
-:class:`CategoryModelArguments`) are defined in :mod:`hfncl.arguments` and importable from here;
-:data:`LABELS` is the :class:`hfncl.tasks.ExperimentTask` that
+:class:`CategoryModelArguments`) are defined in :mod:`hfncl.arguments` and importable from here.
+:class:`CategoryTask` holds all of it, with how the trainer batches, encodes and validates the samples;
+its instance :data:`LABELS` is the :class:`hfncl.tasks.ExperimentTask` that
 :func:`hfncl.experiment.run_experiment` runs.
 """
 
@@ -15,8 +16,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import numpy as np
 import torch
 from transformers import PretrainedConfig
 
@@ -30,14 +32,16 @@ from hfncl.data import (
 )
 from hfncl.data.label_noise import LabelNoise
 from hfncl.data.labelled import MODALITIES, LabelledSplit
-from hfncl.data.noisy_labels import NoisyLabelledDataset
+from hfncl.data.noisy_labels import NoisyLabelledDataset, collate_labelled
 from hfncl.data.synthetic import SyntheticConfig
 from hfncl.data.synthetic_labels import LabelledSyntheticConfig, generate_labelled
-from hfncl.engine.tasks import CategoryTask
+from hfncl.engine.callbacks import progress_bar
+from hfncl.evaluation.map import cross_modal_map
 from hfncl.hub import DataDescription
 from hfncl.hub.card import CardTexts, plugin_names, register_card_texts
-from hfncl.models import CategoryConfig, CategoryModel
+from hfncl.models import CategoryConfig, CategoryModel, CategoryNetwork
 from hfncl.plugins import RunPlugins
+from hfncl.types import Batch, CategoryOutputs
 
 NOISE_FILE = "label_noise.json"
 
@@ -109,10 +113,17 @@ model = AutoModel.from_pretrained("{model_id}")
 image_embeds, text_embeds = model.encode_image(image_features), model.encode_text(text_features)"""
 
 
-class LabelExperiment:
-    """Category-labelled samples with noisy labels: :class:`CategoryModel`, selected and tested by mAP."""
+class CategoryTask:
+    """Category-labelled samples with noisy labels: :class:`CategoryModel`, :class:`CategoryOutputs`, selected and
+    tested by mAP; the trainer's task (:class:`hfncl.engine.tasks.Task`) and the rest of a whole run.
 
-    kind = CategoryTask.kind
+    ``noise_rate`` is the rate the training labels were corrupted with when the run knows it (it generated the
+    noise, :meth:`for_run`): the label-noise paper assumes it known (Sec. 3.2), and a method that does reads it
+    as ``trainer.noise_rate``. ``None`` when it is not known (e.g. noisy labels read from a file).
+    """
+
+    kind = "labels"
+    best_metric = "mean_map"
     data_arguments = LabelDataArguments
     model_arguments = CategoryModelArguments
     metric_columns: tuple[tuple[str, str, int], ...] = (
@@ -123,6 +134,11 @@ class LabelExperiment:
     demo_model = DEMO_MODEL
     demo_training: dict[str, Any] = dict(batch_size=100, learning_rate=1e-4, lr_decay_epochs=[])
     """The label-noise paper's optimiser: Adam 1e-4, batch 100, no decay."""
+
+    def __init__(self, noise_rate: float | None = None) -> None:
+        if noise_rate is not None and not 0.0 <= noise_rate < 1.0:
+            raise ValueError(f"CategoryTask.noise_rate must be in [0, 1) or None, got {noise_rate}")
+        self.noise_rate = noise_rate
 
     def prepare(
         self, args: LabelDataArguments, model_args: CategoryModelArguments, plugins: RunPlugins, output_dir: str | Path
@@ -143,9 +159,67 @@ class LabelExperiment:
         """The model fields a run would use besides those the data decide."""
         return asdict(model_args)
 
-    def trainer_task(self, args: LabelDataArguments, data: LabelData) -> CategoryTask:
-        """The trainer's task, told the noise rate when the run generated the noise."""
+    def for_run(self, args: LabelDataArguments, data: LabelData) -> CategoryTask:
+        """This task told the noise rate when the run generated the noise, for its trainer."""
         return CategoryTask(data.noise_rate)
+
+    def build_model(self, model_config: CategoryConfig) -> CategoryModel:
+        if not isinstance(model_config, CategoryConfig):
+            raise TypeError(f"label-noise training needs a CategoryConfig, got {type(model_config).__name__}")
+        return CategoryModel(model_config)
+
+    def pretrained_text_parameters(self, model: CategoryModel) -> list[torch.nn.Parameter]:
+        """None: a category model maps precomputed features with MLPs."""
+        return []
+
+    def collate(self, items: list[dict[str, Any]]) -> Batch:
+        return collate_labelled(items)
+
+    def encode(self, module: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, ...]:
+        return tuple(module(batch["image"], batch["text"]))
+
+    def outputs(
+        self, network: torch.nn.Module, gathered: tuple[torch.Tensor, ...], index: torch.Tensor
+    ) -> CategoryOutputs:
+        image_embeds, text_embeds = gathered
+        return CategoryOutputs(image_embeds, text_embeds, cast(CategoryNetwork, network).normalized_prototypes(), index)
+
+    @torch.no_grad()
+    def evaluate(
+        self,
+        model: CategoryModel,
+        split: LabelledSplit,
+        *,
+        batch_size: int,
+        device: torch.device | str,
+        hook: Any,
+        progress: bool = False,
+    ) -> dict[str, float]:
+        """I2T and T2I mAP over the full cosine ranking of ``split`` (its labels), and their mean.
+
+        With several networks the ranking is by their mean cosine similarity
+        (:meth:`CategoryModel.retrieval_embeddings`). ``progress`` shows a bar over the batches.
+        """
+        was_training = model.training
+        model.eval()
+        try:
+            embeds = {}
+            for modality in MODALITIES:
+                features = torch.from_numpy(split.features(modality))
+                starts = progress_bar(range(0, features.size(0), batch_size), f"evaluation: {modality}", progress)
+                embeds[modality] = torch.cat(
+                    [
+                        model.retrieval_embeddings(modality, features[start : start + batch_size].to(device)).cpu()
+                        for start in starts
+                    ]
+                )
+        finally:
+            model.train(was_training)
+        return cross_modal_map(embeds["image"], split.labels("image"), embeds["text"], split.labels("text"))
+
+    def clean_masks(self, train_data: Any) -> dict[str, np.ndarray]:
+        masks = train_data.clean_masks
+        return {m: np.asarray(masks[m], dtype=bool) for m in MODALITIES}
 
     def model_report(self, model_config: PretrainedConfig, model: torch.nn.Module) -> list[str]:
         """Nothing to report before training."""
@@ -154,7 +228,7 @@ class LabelExperiment:
     def save_companions(self, data: LabelData, directory: Path) -> None:
         """Nothing: a category model reads features, without a vocabulary or an image processor."""
 
-    def evaluate(
+    def test(
         self,
         args: LabelDataArguments,
         data: LabelData,
@@ -165,10 +239,8 @@ class LabelExperiment:
         hook: Any,
         progress: bool,
     ) -> dict[str, float]:
-        """Test I2T and T2I mAP over the full cosine ranking, and their mean (:meth:`CategoryTask.evaluate`)."""
-        return self.trainer_task(args, data).evaluate(
-            model, data.test, batch_size=batch_size, device=device, hook=hook, progress=progress
-        )
+        """Test I2T and T2I mAP over the full cosine ranking, and their mean (:meth:`evaluate`)."""
+        return self.evaluate(model, data.test, batch_size=batch_size, device=device, hook=hook, progress=progress)
 
     def results_header(self, args: LabelDataArguments, data: LabelData, num_processes: int) -> dict[str, Any]:
         """The first fields of ``results.json``: the dataset, the noise asked for and measured per modality."""
@@ -208,5 +280,5 @@ class LabelExperiment:
         return LabelDataArguments(data_path=str(data_path), noise_ratio=noise_ratio, noise_seed=seed)
 
 
-LABELS = LabelExperiment()
+LABELS = CategoryTask()
 register_card_texts(CategoryConfig.model_type, LABELS.card_texts)

@@ -3,9 +3,9 @@
 Its data arguments (:class:`DataArguments`) and model arguments (:class:`ModelArguments`, the
 fields of :class:`hfncl.models.NCLConfig`), defined in :mod:`hfncl.arguments` (which imports no
 framework) and importable from here; the data a run trains and is tested on
-(:func:`prepare_data`, a :class:`PairData`), test recall (R@K, rSum) and the text of its model
-cards; :data:`PAIRS` is the :class:`hfncl.tasks.ExperimentTask` that
-:func:`hfncl.experiment.run_experiment` runs.
+(:func:`prepare_data`, a :class:`PairData`), how the trainer batches, encodes and validates pairs,
+test recall (R@K, rSum) and the text of its model cards: all in :class:`PairTask`, whose instance
+:data:`PAIRS` is the :class:`hfncl.tasks.ExperimentTask` that :func:`hfncl.experiment.run_experiment` runs.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from hfncl.data import (
     Vocabulary,
     caption_level_noise,
     caption_pairing,
+    collate_pairs,
     image_level_noise,
     load_noise_index,
     save_noise_index,
@@ -35,15 +36,15 @@ from hfncl.data.formats import detect_format, get_format
 from hfncl.data.pixels import image_processor_from_pretrained
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
-from hfncl.engine.tasks import PairTask
 from hfncl.evaluation import check_split_size
 from hfncl.hub import DataDescription, save_text_vocabulary
 from hfncl.hub.card import CardTexts, plugin_names, register_card_texts
 from hfncl.hub.checkpoint import save_image_processor
-from hfncl.models import NCLConfig, NCLModel
+from hfncl.models import MatchingNetwork, NCLConfig, NCLModel
 from hfncl.models.configuration import sgraf_layer_defaults
 from hfncl.models.towers import parameter_counts
 from hfncl.plugins import RunPlugins, build_plugin_manager, plugin_model_defaults
+from hfncl.types import Batch, PairOutputs
 
 
 def model_fields(plugins: RunPlugins | list[str], model_args: ModelArguments | None) -> dict[str, Any]:
@@ -247,10 +248,18 @@ model = AutoModel.from_pretrained("{model_id}")
 vocab = load_text_vocabulary("{model_id}", model.config)  # the SCAN vocabulary or the text tower's tokenizer"""
 
 
-class PairExperiment:
-    """Image-caption pairs with noisy correspondence: :class:`NCLModel`, selected and tested by recall (rSum)."""
+class PairTask:
+    """Image-caption pairs with noisy correspondence: :class:`NCLModel`, :class:`PairOutputs`, selected and tested
+    by recall (rSum); the trainer's task (:class:`hfncl.engine.tasks.Task`) and the rest of a whole run.
 
-    kind = PairTask.kind
+    ``noise_rate`` is the share of training pairs the run corrupted: the configured ratio, or the share a noise
+    file re-pairs (:meth:`for_run`). Small-loss selection methods keep ``1 - noise_rate`` of the pairs and read it
+    as ``trainer.noise_rate``. ``None`` when the run injected no noise: the data's own pairs, clean or with real
+    noise of unknown rate (CC152K).
+    """
+
+    kind = "pairs"
+    best_metric = "rsum"
     data_arguments = DataArguments
     model_arguments = ModelArguments
     metric_columns: tuple[tuple[str, str, int], ...] = (
@@ -264,6 +273,11 @@ class PairExperiment:
     )
     demo_model = DEMO_MODEL
     demo_training: dict[str, Any] = {}
+
+    def __init__(self, noise_rate: float | None = None) -> None:
+        if noise_rate is not None and not 0.0 <= noise_rate < 1.0:
+            raise ValueError(f"PairTask.noise_rate must be in [0, 1) or None, got {noise_rate}")
+        self.noise_rate = noise_rate
 
     def prepare(
         self, args: DataArguments, model_args: ModelArguments, plugins: RunPlugins, output_dir: str | Path
@@ -300,10 +314,62 @@ class PairExperiment:
         layers = sgraf_layer_defaults(settings["similarity"])
         return settings | {name: value for name, value in layers.items() if settings[name] is None}
 
-    def trainer_task(self, args: DataArguments, data: PairData) -> PairTask:
-        """The trainer's task, told the noise the run injected (``None`` for the data's own pairs: unknown)."""
+    def for_run(self, args: DataArguments, data: PairData) -> PairTask:
+        """This task told the noise the run injected (``None`` for the data's own pairs: unknown), for its
+        trainer."""
         injected = args.noise_file or args.noise_ratio
         return PairTask(data.noise_ratio if injected else None)
+
+    def build_model(self, model_config: NCLConfig) -> NCLModel:
+        return NCLModel(model_config)
+
+    def pretrained_text_parameters(self, model: NCLModel) -> list[torch.nn.Parameter]:
+        """The weights ``TrainConfig.text_tower_lr_scale`` and ``freeze_text_tower_epochs`` act on: every network's
+        pretrained text encoder (:meth:`NCLModel.pretrained_text_parameters`)."""
+        return model.pretrained_text_parameters()
+
+    def collate(self, items: list[dict[str, Any]]) -> Batch:
+        return collate_pairs(items)
+
+    def encode(self, module: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, ...]:
+        """``(image_embeds, text_embeds)`` of every pair; in eval mode each distinct image is encoded once.
+
+        A statistics pass over the training set (:meth:`hfncl.engine.trainer.Trainer.collect`,
+        e.g. a division) reads pairs in dataset order, where an image's k captions sit
+        side by side: encoding the image once instead of k times is the same result (an
+        encoder in eval mode treats every image on its own) at a fraction of the cost.
+        In training mode every row is encoded (dropout differs per row).
+        """
+        images, captions, lengths = batch["images"], batch["captions"], batch["lengths"]
+        distinct = None if module.training else distinct_images(images, batch["image_index"])
+        if distinct is None:
+            return tuple(module(images, captions, lengths))
+        first, slot = distinct
+        network = cast(MatchingNetwork, module)
+        return network.encode_image(images[first])[slot], network.encode_text(captions, lengths)
+
+    def outputs(self, network: torch.nn.Module, gathered: tuple[torch.Tensor, ...], index: torch.Tensor) -> PairOutputs:
+        image_embeds, text_embeds = gathered
+        matching = cast(MatchingNetwork, network)
+        view_scores = matching.view_scores(image_embeds, text_embeds)
+        view_similarity = matching.squash(view_scores)
+        return PairOutputs(image_embeds, text_embeds, view_similarity.mean(dim=0), index, view_similarity, view_scores)
+
+    def evaluate(
+        self,
+        model: NCLModel,
+        split: RetrievalSplit,
+        *,
+        batch_size: int,
+        device: torch.device | str,
+        hook: Any,
+        progress: bool = False,
+    ) -> dict[str, float]:
+        """R@1/5/10, rSum, medr and meanr, scored as the active plugins rank (:func:`evaluate_retrieval`)."""
+        return evaluate_retrieval(model, split, batch_size=batch_size, device=device, hook=hook, progress=progress)
+
+    def clean_masks(self, train_data: Any) -> dict[str, np.ndarray]:
+        return {"pairs": np.asarray(train_data.clean_mask, dtype=bool)}
 
     def model_report(self, model_config: PretrainedConfig, model: torch.nn.Module) -> list[str]:
         """The trainable and total parameters of each transformer tower (none for GRU and region towers)."""
@@ -320,7 +386,7 @@ class PairExperiment:
         if data.image_processor is not None:
             save_image_processor(data.image_processor, directory)
 
-    def evaluate(
+    def test(
         self,
         args: DataArguments,
         data: PairData,
@@ -375,5 +441,24 @@ class PairExperiment:
         return DataArguments(data_dir=str(data_path), noise_ratio=noise_ratio, noise_seed=seed)
 
 
-PAIRS = PairExperiment()
+def distinct_images(images: torch.Tensor, image_index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(first, slot)`` with ``images[first][slot] == images``: the first row of each distinct image and
+    each row's image among them, or ``None`` when every row is its own image.
+
+    Rows are grouped by ``image_index`` and a group is only merged when its rows are
+    equal (a plugin may have changed one pair's image input, e.g. by augmentation, and
+    kept its index); if any group's rows differ, ``None``.
+    """
+    distinct, slot = torch.unique(image_index, return_inverse=True)
+    rows = image_index.numel()
+    if distinct.numel() == rows:
+        return None
+    positions = torch.arange(rows, device=image_index.device)
+    first = torch.full_like(distinct, rows).scatter_reduce(0, slot, positions, reduce="amin")
+    if not torch.equal(images[first][slot], images):
+        return None
+    return first, slot
+
+
+PAIRS = PairTask()
 register_card_texts(NCLConfig.model_type, PAIRS.card_texts)
