@@ -15,7 +15,12 @@ level, into the file as a user's data would hold them; the images untouched) and
   low-mean component of a two-component Gaussian mixture on the scores (what a user thresholding a score would
   fit); its flagged set is that many lowest scores;
 - **calibrated (vsepp)**: the audit's p-values and estimate on the baseline's model (the calibration without the
-  noise-robust method).
+  noise-robust method);
+- **audit, K folds** (``--folds K``): the audit cross-fitted (:mod:`hfncl.audit.cross_fitting`): each pair's
+  p-values from the method trained without its image's fold, the estimate at the held-out lambda; its training
+  seconds are the K fold trainings'.
+
+``--no-baselines`` leaves out the two VSE++ rows.
 
 Per row: the true and estimated noise rate and its error (points), precision and recall of the flagged set,
 precision of the first k ranks (k = the true number of wrong pairs, and 100 / 1000), ROC-AUC of the ranking, and
@@ -39,9 +44,11 @@ from common import DEFAULT_CAPTIONS, machine, proxy_sources, quiet, write_report
 from sklearn.metrics import roc_auc_score
 from sklearn.mixture import GaussianMixture
 
-from hfncl.audit.calibration import pair_p_values, storey_noise_rate, suspicion_order
-from hfncl.audit.table import audit_table, encode_images
-from hfncl.audit.training import audit_settings, default_plugins, read_split, train_method, train_model
+from hfncl.audit.calibration import HELD_OUT_LAMBDA, pair_p_values, storey_noise_rate, suspicion_order
+from hfncl.audit.cross_fitting import held_out_p_values
+from hfncl.audit.data import AuditData
+from hfncl.audit.table import audit_table, encode_images, split_p_values
+from hfncl.audit.training import TrainedMethod, audit_settings, default_plugins, read_split, train_method, train_model
 from hfncl.config import TrainConfig
 from hfncl.data import caption_level_noise, read_captions
 from hfncl.data.proxy import ProxyConfig, build_caption_proxy
@@ -108,12 +115,36 @@ def scores(flagged_count: int, order: np.ndarray, wrong: np.ndarray, suspicion: 
     return row
 
 
-def audit_rows(data: Path, wrong: np.ndarray, model: ModelArguments, epochs: int | None, seed: int) -> list[dict]:
-    """The audit's row and the two baseline rows on the noisy copy ``data``."""
+def cross_fitted_row(
+    trained: TrainedMethod, config: TrainConfig, model: ModelArguments, folds: int, seed: int, wrong: np.ndarray,
+    run_dir: Path,
+) -> dict[str, Any]:
+    """The audit's row with ``folds``-fold cross-fitted p-values (:func:`hfncl.audit.cross_fitting.held_out_p_values`),
+    the model trained on all pairs kept for the rest of the table; saves the p-values beside the hidden mask."""
+    started = time.perf_counter()
+    held_out, _ = held_out_p_values(
+        trained.data, folds, seed, lambda part: train_method(part, config, model), split_p_values
+    )
+    training = time.perf_counter() - started
+    table = audit_table(trained, held_out)
+    rank = np.asarray(table["rank"])
+    np.savez_compressed(run_dir / f"cross_fitted_{folds}_p_values.npz", p_image=held_out.image,
+                        p_caption=held_out.caption, wrong=wrong)
+    rate = storey_noise_rate(held_out.image, held_out.caption, HELD_OUT_LAMBDA)
+    return {"row": f"audit ({'+'.join(config.plugins)}, {folds} folds)", "estimate": rate, "train_s": training,
+            "score_s_per_10k": None, **scores(int(np.count_nonzero(table["flagged"])), np.argsort(rank), wrong,
+                                              -rank.astype(float))}
+
+
+def audit_rows(
+    data: Path, wrong: np.ndarray, model: ModelArguments, epochs: int | None, seed: int, folds: int, baselines: bool
+) -> list[dict]:
+    """The audit's row, its cross-fitted row (``folds`` > 1) and the two baseline rows on the noisy copy ``data``."""
     plugins = default_plugins()
     audited = read_split(data, "train", model, plugins)
+    config = audit_settings(plugins, epochs, seed, False, None)
     started = time.perf_counter()
-    trained = train_method(audited, audit_settings(plugins, epochs, seed, False, None), model)
+    trained = train_method(audited, config, model)
     training = time.perf_counter() - started
     started = time.perf_counter()
     table = audit_table(trained)
@@ -126,7 +157,18 @@ def audit_rows(data: Path, wrong: np.ndarray, model: ModelArguments, epochs: int
     audit = {"row": f"audit ({'+'.join(plugins)})", "estimate": rate, "train_s": training,
              "score_s_per_10k": scoring / len(rank) * 1e4,
              **scores(int(np.count_nonzero(table["flagged"])), order, wrong, -rank.astype(float))}
+    rows = [audit]
+    if folds > 1:
+        rows.append(cross_fitted_row(trained, config, model, folds, seed, wrong, data.parent))
+    if baselines:
+        rows += baseline_rows(data, audited, wrong, model, epochs, seed)
+    return rows
 
+
+def baseline_rows(
+    data: Path, audited: AuditData, wrong: np.ndarray, model: ModelArguments, epochs: int | None, seed: int
+) -> list[dict]:
+    """The cosine filter's row and the calibration's on the same model (VSE++ trained on all pairs of ``data``)."""
     started = time.perf_counter()
     settings = build_plugin_manager([BASELINE]).hook.demo_settings()
     settings = shortened_settings(settings, epochs) if epochs else settings
@@ -155,7 +197,7 @@ def audit_rows(data: Path, wrong: np.ndarray, model: ModelArguments, epochs: int
     calibrated = {"row": f"calibrated ({BASELINE})", "estimate": rate, "train_s": training,
                   "score_s_per_10k": scoring / len(order) * 1e4,
                   **scores(round(rate * len(order)), order, wrong, suspicion)}
-    return [audit, cosine, calibrated]
+    return [cosine, calibrated]
 
 
 def cell(value: Any, percent: bool = False) -> str:
@@ -171,12 +213,13 @@ def markdown(rows: list[dict[str, Any]], header: str) -> str:
              "|" + "---|" * 13]
     for r in rows:
         error = None if r["estimate"] is None else abs(r["estimate"] - r["true_rate"]) * 100
+        seconds = "-" if r["score_s_per_10k"] is None else f"{r['score_s_per_10k']:.1f}"
         lines.append(
             f"| {r['benchmark']} | {r['true_rate']:.1%} | {r['row']} | {cell(r['estimate'], True)} | "
             f"{'-' if error is None else f'{error:.1f}'} | {cell(r['precision'])} | {cell(r['recall'])} | "
             f"{cell(r['precision_at_true'])} | {cell(r.get('precision_at_100'))} | "
             f"{cell(r.get('precision_at_1000'))} | "
-            f"{cell(r['auc'])} | {r['train_s']:.0f} | {r['score_s_per_10k']:.1f} |"
+            f"{cell(r['auc'])} | {r['train_s']:.0f} | {seconds} |"
         )
     return "\n".join(lines)
 
@@ -192,6 +235,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--output-dir", default="runs/audit_benchmark")
     parser.add_argument("--resume", action="store_true", help="Reuse the rows of finished runs.")
     parser.add_argument("--quick", action="store_true", help="Tiny data, model and epochs: checks the script.")
+    parser.add_argument("--folds", type=int, default=1, help="Also the audit cross-fitted with K folds (K > 1).")
+    parser.add_argument("--no-baselines", action="store_true", help="Leave out the VSE++ rows.")
     args = parser.parse_args(argv)
     args.benchmark = args.benchmark or (["generated", "proxy"] if args.quick else ["generated"])
     return args
@@ -216,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
                     rows += json.loads(saved.read_text())
                     continue
                 wrong = noisy_copy(data, run_dir / "data", ratio, seed)
-                found = audit_rows(run_dir / "data", wrong, model, epochs, seed)
+                found = audit_rows(run_dir / "data", wrong, model, epochs, seed, args.folds, not args.no_baselines)
                 found = [{**r, "benchmark": name, "true_rate": float(wrong.mean()), "seed": seed} for r in found]
                 atomic_write_text(saved, json.dumps(found, indent=1))
                 print(markdown(found, f"{name} at {ratio:.0%}, seed {seed}"), flush=True)

@@ -452,6 +452,11 @@ def _audit_arguments(parser: argparse.ArgumentParser) -> None:
         help="Also write the unflagged pairs as split NAME, in the format of the data (an imagefolder: folder NAME).",
     )
     parser.add_argument("--seed", type=int, default=0, help="Seeds training.")
+    parser.add_argument(
+        "--folds", type=int, default=1,
+        help="Cross-fit with K folds of the images: each pair scored by the method trained without its fold, K more "
+        "trainings; the noise estimate then holds for wrong pairs the model would memorise (default 1: in-sample).",
+    )
 
 
 @command(
@@ -469,7 +474,7 @@ def audit_command(args: argparse.Namespace) -> int:
         result = run_audit(
             args.data_dir, args.plugins, args.output_dir, args.epochs, split=args.split, data_format=args.data_format,
             write_clean=args.write_clean, model=args.model, model_args=ModelArguments(image_tower=args.image_tower),
-            seed=args.seed,
+            seed=args.seed, folds=args.folds,
         )
     except (OSError, ValueError) as error:  # AuditError and DataFormatError are ValueErrors
         print(f"hfncl: error: {one_line(error)}", file=sys.stderr)

@@ -29,6 +29,7 @@ from typing import Any
 import datasets
 import numpy as np
 
+from hfncl.audit.cross_fitting import held_out_p_values, image_folds
 from hfncl.audit.data import AuditError
 from hfncl.audit.report import (
     TABLE_FILES,
@@ -39,7 +40,7 @@ from hfncl.audit.report import (
     write_clean_split,
     write_table,
 )
-from hfncl.audit.table import audit_table
+from hfncl.audit.table import audit_table, split_p_values
 from hfncl.audit.training import (
     MODEL_FOLDER,
     audit_settings,
@@ -74,14 +75,19 @@ def run_audit(
     training: dict[str, Any] | None = None,
     seed: int = 0,
     progress: bool = True,
+    folds: int = 1,
 ) -> AuditResult:
     """:func:`audit`, also returning the files of the cleaned split (what ``hfncl audit`` prints)."""
     if write_clean is not None:
         check_split_name(write_clean)
+    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 1:
+        raise AuditError(f"folds must be a positive integer (1: no cross-fitting), got {folds!r}")
     output = Path(output_dir)
     if model is not None:
         if plugins:
             raise AuditError("give a trained model or the plugins to train, not both")
+        if folds > 1:
+            raise AuditError("cross-fitting (folds > 1) trains the method on each fold's complement: give no model")
         trained = load_trained(model, data_dir, split, data_format, write_clean)
         table = audit_table(trained)
     else:
@@ -89,8 +95,15 @@ def run_audit(
         model_args = model_args or ModelArguments()
         config = audit_settings(plugins, epochs, seed, progress, training)
         data = read_split(data_dir, split, model_args, plugins, data_format, write_clean)
+        if folds > 1:
+            image_folds(data.split.num_images, folds, seed)  # refuses too few images before anything trains
         trained = train_method(data, config, model_args)
-        table = audit_table(trained)
+        held_out = None
+        if folds > 1:
+            held_out, _ = held_out_p_values(
+                data, folds, seed, lambda part: train_method(part, config, model_args), split_p_values
+            )
+        table = audit_table(trained, held_out)
         save_trained(trained, output / MODEL_FOLDER)
     write_table(table, output, images=trained.data.image_reader())
     clean_files = []
@@ -113,6 +126,7 @@ def audit(
     training: dict[str, Any] | None = None,
     seed: int = 0,
     progress: bool = True,
+    folds: int = 1,
 ) -> datasets.Dataset:
     """Train ``plugins`` (default: :func:`~hfncl.audit.training.default_plugins`, the one installed plugin that
     declares ``audit_settings``) on split ``split`` of ``data_dir`` and return the audit table (one row per pair;
@@ -129,12 +143,19 @@ def audit(
     captions ``.txt`` or ``.tsv`` as read; an imagefolder ``NAME/`` whose split folder links the kept images).
     The trained model is saved in ``output_dir/model``.
 
+    With ``folds`` K > 1 the p-values, ranks, flags and estimate are cross-fitted (:mod:`hfncl.audit.cross_fitting`):
+    the images are dealt into K folds (``seed``) and each fold's pairs are scored by the method trained on the other
+    folds' pairs, K trainings besides the one on all pairs (whose model, verdicts and re-pairings the table keeps),
+    and the estimate is read at :data:`~hfncl.audit.calibration.HELD_OUT_LAMBDA`. In-sample (K = 1), a model that
+    memorises its wrong pairs makes the estimate fall short; held out, right pairs it cannot match raise it.
+
     With ``model`` (a checkpoint directory: a run's ``best/``, an earlier audit's ``model/``), nothing trains: that
     model scores the pairs, and the table has no method columns (``clean_prob``, ``agree``).
 
     Raises (before training, in one line):
         AuditError: no method named and not exactly one installed plugin declaring ``audit_settings``, a method
-            that makes no division, too few epochs, ``model`` with ``plugins``, a ``model`` trained on other data
+            that makes no division, too few epochs, ``model`` with ``plugins`` or ``folds`` > 1, ``folds`` below 1 or
+            more than half the images, a ``model`` trained on other data
             (:func:`~hfncl.audit.training.load_trained`), or ``write_clean`` for a format that cannot write a split.
         ValueError: a ``write_clean`` that is no split name, an unknown ``data_format``, or settings ``TrainConfig``
             refuses.
@@ -144,7 +165,7 @@ def audit(
     """
     return run_audit(
         data_dir, plugins, output_dir, epochs, split=split, data_format=data_format, write_clean=write_clean,
-        model=model, model_args=model_args, training=training, seed=seed, progress=progress,
+        model=model, model_args=model_args, training=training, seed=seed, progress=progress, folds=folds,
     ).table
 
 

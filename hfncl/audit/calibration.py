@@ -15,7 +15,10 @@ few pairs exceed lambda and it is near 0, where a two-component mixture always f
 
 A wrong pair the model has partly learnt ranks higher than a fresh random one, which biases pi^ low; a small
 lambda keeps more of them in the count. :data:`LAMBDA` 0.05 is chosen on the generated benchmark
-(``benchmarks/audit.py``, ``benchmarks/README.md``).
+(``benchmarks/audit.py``, ``benchmarks/README.md``). How much a model learns of the wrong pairs depends on the data
+and the schedule, so in-sample no lambda holds everywhere; p-values of a model that never trained on the pairs
+(:mod:`hfncl.audit.cross_fitting`) are uniform for wrong pairs and read with :data:`HELD_OUT_LAMBDA`. There the
+estimate errs the other way: a right pair the model cannot match counts as wrong.
 """
 
 from __future__ import annotations
@@ -28,7 +31,16 @@ import torch
 from hfncl.retrieval import Retriever
 
 LAMBDA = 0.05
-"""Storey's lambda: pairs whose p-value exceeds it are counted as wrong, the count scaled by 1 / (1 - lambda)."""
+"""Storey's lambda for in-sample p-values: pairs whose p-value exceeds it are counted as wrong, the count scaled by
+1 / (1 - lambda)."""
+HELD_OUT_LAMBDA = 0.5
+"""Storey's lambda for held-out p-values (:mod:`hfncl.audit.cross_fitting`), Storey's own choice: a wrong pair's
+p-value is uniform there, so half of the wrong pairs exceed it, and only the right pairs the model cannot match do."""
+
+
+def storey_lambda(held_out: bool) -> float:
+    """:data:`HELD_OUT_LAMBDA` for p-values of a model that did not train on the pairs, else :data:`LAMBDA`."""
+    return HELD_OUT_LAMBDA if held_out else LAMBDA
 CHUNK = 256
 """Images or captions scored against the whole other side at a time."""
 

@@ -16,7 +16,7 @@ from typing import Any
 import datasets
 import numpy as np
 
-from hfncl.audit.calibration import LAMBDA, exceeding, storey_noise_rate
+from hfncl.audit.calibration import exceeding, storey_lambda, storey_noise_rate
 from hfncl.audit.data import AuditData
 
 TABLE_FILES = ("audit.parquet", "audit.csv", "audit.html")
@@ -77,15 +77,19 @@ def estimated_noise_rate(table: datasets.Dataset, confidence: float = 0.95) -> N
     ``p_image`` and ``p_caption``), with the Wilson interval (:func:`wilson_interval`) of the count it scales,
     scaled alike.
 
-    The interval covers the sampling of the pairs, not the estimator's bias: wrong pairs the model has partly
-    learnt rank higher than the uniform p-value assumes, which lowers the estimate (``benchmarks/README.md``
-    measures it).
+    Held-out p-values (every row's ``held_out``: :mod:`hfncl.audit.cross_fitting`) are read at
+    :data:`~hfncl.audit.calibration.HELD_OUT_LAMBDA`, in-sample ones at :data:`~hfncl.audit.calibration.LAMBDA`.
+    The interval covers the sampling of the pairs, not the estimator's bias: in-sample, wrong pairs the model has
+    partly learnt rank higher than the uniform p-value assumes, which lowers the estimate; held out, right pairs
+    the model cannot match count as wrong, which raises it (``benchmarks/README.md`` measures both).
     """
     p_image, p_caption = np.asarray(table["p_image"]), np.asarray(table["p_caption"])
-    pairs, scale = len(table), 1 - LAMBDA
-    low, high = wilson_interval(round(exceeding(p_image, p_caption)), pairs, confidence)
+    held_out = "held_out" in table.column_names and bool(np.all(table["held_out"]))
+    lam = storey_lambda(held_out)
+    pairs, scale = len(table), 1 - lam
+    low, high = wilson_interval(round(exceeding(p_image, p_caption, lam)), pairs, confidence)
     flagged = int(np.count_nonzero(table["flagged"]))
-    rate = storey_noise_rate(p_image, p_caption)
+    rate = storey_noise_rate(p_image, p_caption, lam)
     return NoiseRate(flagged, pairs, rate, min(1.0, low / scale), min(1.0, high / scale), confidence)
 
 

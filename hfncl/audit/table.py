@@ -6,7 +6,13 @@ import datasets
 import numpy as np
 import torch
 
-from hfncl.audit.calibration import PairPValues, pair_p_values, storey_noise_rate, suspicion_order
+from hfncl.audit.calibration import (
+    PairPValues,
+    pair_p_values,
+    storey_lambda,
+    storey_noise_rate,
+    suspicion_order,
+)
 from hfncl.audit.repairing import suggest_repairings
 from hfncl.audit.training import TrainedMethod
 from hfncl.data.pairs import PairSplit
@@ -35,22 +41,24 @@ def method_verdicts(divisions: dict[int, Division]) -> dict[str, np.ndarray]:
     }
 
 
-def model_verdicts(p_values: PairPValues) -> dict[str, np.ndarray]:
+def model_verdicts(p_values: PairPValues, held_out: bool = False) -> dict[str, np.ndarray]:
     """The trained model's verdict (:mod:`hfncl.audit.calibration`): the two rank p-values (``p_image``,
-    ``p_caption``), the pair's ``similarity`` (mean of both directions), the ``rank`` (1: the most suspicious,
-    :func:`~hfncl.audit.calibration.suspicion_order`) and ``flagged``: the round(pi^ M) first ranks, pi^ Storey's
-    estimated noise rate."""
+    ``p_caption``), whether they come from a model that did not train on the pair (``held_out``,
+    :mod:`hfncl.audit.cross_fitting`), the pair's ``similarity`` (mean of both directions), the ``rank`` (1: the
+    most suspicious, :func:`~hfncl.audit.calibration.suspicion_order`) and ``flagged``: the round(pi^ M) first
+    ranks, pi^ Storey's estimated noise rate at :func:`~hfncl.audit.calibration.storey_lambda`."""
     similarity = (p_values.similarity_t2i + p_values.similarity_i2t) / 2
     order = suspicion_order(p_values.image, p_values.caption, similarity)
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(1, len(order) + 1)
-    flagged_count = round(storey_noise_rate(p_values.image, p_values.caption) * len(order))
+    rate = storey_noise_rate(p_values.image, p_values.caption, storey_lambda(held_out))
     return {
         "p_image": p_values.image,
         "p_caption": p_values.caption,
+        "held_out": np.full(len(order), held_out),
         "similarity": similarity,
         "rank": rank,
-        "flagged": rank <= flagged_count,
+        "flagged": rank <= round(rate * len(order)),
     }
 
 
@@ -65,21 +73,32 @@ def encode_images(retriever: Retriever, split: PairSplit) -> torch.Tensor:
     )
 
 
-def audit_table(trained: TrainedMethod) -> datasets.Dataset:
+def split_p_values(trained: TrainedMethod, split: PairSplit) -> PairPValues:
+    """The rank p-values of ``split``'s pairs under ``trained``'s model, ranked among ``split``'s images and
+    captions (:func:`~hfncl.audit.calibration.pair_p_values`)."""
+    retriever = Retriever(trained.model, trained.vocab, device=trained.device)
+    text_embeds = retriever.encode_texts(list(split.captions))
+    return pair_p_values(retriever, encode_images(retriever, split), text_embeds, split.captions_per_image)
+
+
+def audit_table(trained: TrainedMethod, held_out: PairPValues | None = None) -> datasets.Dataset:
     """One row per training pair, in pair order: ``pair``, ``image`` (its number in the split), ``image_id`` (its
     name in the data: :meth:`~hfncl.audit.data.AuditData.image_ids`), ``caption``, the :func:`method_verdicts` and
     :func:`model_verdicts` and, for a flagged pair (``None`` otherwise), ``suggested_caption`` /
     ``suggested_caption_text`` / ``suggested_caption_similarity`` (its image's best other caption) and
-    ``suggested_image`` / ``suggested_image_similarity`` (its caption's best other image) under the trained model."""
+    ``suggested_image`` / ``suggested_image_similarity`` (its caption's best other image) under the trained model.
+
+    The p-values, ranks and flags are the trained model's, or ``held_out``'s when given (each pair's from a model
+    that did not train on it: :func:`~hfncl.audit.cross_fitting.held_out_p_values`); the method's verdicts and the
+    re-pairings stay the trained model's."""
     split = trained.data.split
     pairs = np.arange(split.num_captions)
     images = pairs // split.captions_per_image
     retriever = Retriever(trained.model, trained.vocab, device=trained.device)
     image_embeds = encode_images(retriever, split)
     text_embeds = retriever.encode_texts(list(split.captions))
-    columns = method_verdicts(trained.divisions) | model_verdicts(
-        pair_p_values(retriever, image_embeds, text_embeds, split.captions_per_image)
-    )
+    p_values = held_out or pair_p_values(retriever, image_embeds, text_embeds, split.captions_per_image)
+    columns = method_verdicts(trained.divisions) | model_verdicts(p_values, held_out is not None)
     flagged = np.flatnonzero(columns["flagged"])
     repairings = suggest_repairings(retriever, image_embeds, text_embeds, flagged, images[flagged])
     captions = list(split.captions)
@@ -120,6 +139,7 @@ def _features(divisions: dict[int, Division]) -> datasets.Features:
             **({"clean_prob": value("float64"), "agree": value("bool")} if divisions else {}),
             "p_image": value("float64"),
             "p_caption": value("float64"),
+            "held_out": value("bool"),
             "similarity": value("float64"),
             "rank": value("int64"),
             "flagged": value("bool"),
