@@ -37,7 +37,7 @@ from hfncl.data import collate_captions, collate_images
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.demo import DemoRun, demo_runs, demo_train_config
 from hfncl.engine.encoding import RetrievalSplit
-from hfncl.evaluation.retrieval import retrieval_metrics_from_matrix
+from hfncl.evaluation.recall import retrieval_metrics_from_matrix
 from hfncl.experiment import DataArguments, run_experiment
 from hfncl.tasks.pairs import DEMO_MODEL, prepare_data
 from hfncl.models import NCLModel

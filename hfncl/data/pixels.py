@@ -27,7 +27,7 @@ import numpy as np
 
 from hfncl.data.extract import SPLIT_NAMES, load_raw_dataset, split_captions
 from hfncl.data.precomp import DataFormatError, default_cache_root
-from hfncl.data.splits import SplitSizes
+from hfncl.data.split_sizes import SplitSizes
 
 METADATA_FILE = "metadata.jsonl"
 

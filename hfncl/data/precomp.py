@@ -37,7 +37,7 @@ from datasets.exceptions import DatasetGenerationError
 from hfncl.arguments import FEATURE_DTYPES
 from hfncl.config import default_cache_root
 from hfncl.data.captions import CaptionStore, control_character
-from hfncl.data.splits import SplitSizes
+from hfncl.data.split_sizes import SplitSizes
 
 _CACHE_FORMAT_VERSION = 1
 

@@ -1,8 +1,8 @@
 """Retrieval metrics (R@K, rSum, ranks; COCO 5-fold; mAP over labels) and noise-division quality."""
 
-from hfncl.evaluation.division import division_quality, partition_report
+from hfncl.evaluation.division_quality import division_quality, partition_report
 from hfncl.evaluation.map import MAP_KEYS, average_precisions, cross_modal_map, mean_average_precision
-from hfncl.evaluation.retrieval import (
+from hfncl.evaluation.recall import (
     RANK_KEYS,
     RECALL_KEYS,
     RowScorer,

@@ -24,7 +24,7 @@ from typing import Any
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import AutoConfig, PretrainedConfig
 
-from hfncl.evaluation.retrieval import RANK_KEYS, RECALL_KEYS
+from hfncl.evaluation.recall import RANK_KEYS, RECALL_KEYS
 from hfncl.hub.record import (
     CheckpointError,
     DataDescription,

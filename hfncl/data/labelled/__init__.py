@@ -57,7 +57,7 @@ from hfncl.data.labelled.dataset import MODALITIES, SPLITS, LabelledDataset, Lab
 from hfncl.data.labelled.files import _ArrayRef
 from hfncl.data.labelled.labels import _resolve
 from hfncl.data.labelled.layouts import LABELLED_LAYOUTS, _per_file_splits, _RawSplit, _single_file_splits
-from hfncl.data.labelled.splits import _derive_splits
+from hfncl.data.labelled.validation_split import _derive_splits
 from hfncl.data.precomp import FEATURE_DTYPES, DataFormatError
 
 __all__ = [

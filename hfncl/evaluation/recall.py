@@ -1,4 +1,4 @@
-"""Image-text retrieval metrics, computed in streaming fashion.
+"""Image-text retrieval recall (R@K, rSum) and ranks, computed in streaming fashion.
 
 Conventions: ``N`` images, each with ``k`` captions (``k = 5`` for Flickr30K and
 MS-COCO, ``1`` for CC152K); caption ``c`` belongs to image ``c // k``. A similarity
