@@ -44,10 +44,11 @@ from common import DEFAULT_CAPTIONS, machine, proxy_sources, quiet, write_report
 from sklearn.metrics import roc_auc_score
 from sklearn.mixture import GaussianMixture
 
-from hfncl.audit.calibration import HELD_OUT_LAMBDA, pair_p_values, storey_noise_rate, suspicion_order
-from hfncl.audit.cross_fitting import held_out_p_values
+from hfncl.audit.calibration import storey_noise_rate, suspicion_order
+from hfncl.audit.cross_fitting import held_out_p_values, image_folds
 from hfncl.audit.data import AuditData
-from hfncl.audit.table import audit_table, encode_images, split_p_values
+from hfncl.audit.report import estimated_noise_rate
+from hfncl.audit.table import audit_table, fold_p_values, split_p_values
 from hfncl.audit.training import TrainedMethod, audit_settings, default_plugins, read_split, train_method, train_model
 from hfncl.config import TrainConfig
 from hfncl.data import caption_level_noise, read_captions
@@ -122,16 +123,14 @@ def cross_fitted_row(
     """The audit's row with ``folds``-fold cross-fitted p-values (:func:`hfncl.audit.cross_fitting.held_out_p_values`),
     the model trained on all pairs kept for the rest of the table; saves the p-values beside the hidden mask."""
     started = time.perf_counter()
-    held_out, _ = held_out_p_values(
-        trained.data, folds, seed, lambda part: train_method(part, config, model), split_p_values
-    )
+    parts = image_folds(trained.data.split.num_images, folds, seed)
+    held_out, _ = held_out_p_values(trained.data, parts, lambda part: train_method(part, config, model), fold_p_values)
     training = time.perf_counter() - started
     table = audit_table(trained, held_out)
     rank = np.asarray(table["rank"])
     np.savez_compressed(run_dir / f"cross_fitted_{folds}_p_values.npz", p_image=held_out.image,
                         p_caption=held_out.caption, wrong=wrong)
-    rate = storey_noise_rate(held_out.image, held_out.caption, HELD_OUT_LAMBDA)
-    return {"row": f"audit ({'+'.join(config.plugins)}, {folds} folds)", "estimate": rate, "train_s": training,
+    return {"row": f"audit ({'+'.join(config.plugins)}, {folds} folds)", "estimate": estimated_noise_rate(table).rate, "train_s": training,
             "score_s_per_10k": None, **scores(int(np.count_nonzero(table["flagged"])), np.argsort(rank), wrong,
                                               -rank.astype(float))}
 
@@ -153,7 +152,7 @@ def audit_rows(
     order = np.argsort(rank)
     np.savez_compressed(data.parent / "audit_p_values.npz", p_image=table["p_image"], p_caption=table["p_caption"],
                         clean_prob=table["clean_prob"], wrong=wrong)
-    rate = storey_noise_rate(np.asarray(table["p_image"]), np.asarray(table["p_caption"]))
+    rate = estimated_noise_rate(table).rate
     audit = {"row": f"audit ({'+'.join(plugins)})", "estimate": rate, "train_s": training,
              "score_s_per_10k": scoring / len(rank) * 1e4,
              **scores(int(np.count_nonzero(table["flagged"])), order, wrong, -rank.astype(float))}
@@ -177,9 +176,7 @@ def baseline_rows(
     training = time.perf_counter() - started
     started = time.perf_counter()
     retriever = Retriever(baseline_trainer.model, vocab, device=baseline_trainer.accelerator.device)
-    image_embeds = encode_images(retriever, audited.split)
-    text_embeds = retriever.encode_texts(list(audited.split.captions))
-    p_values = pair_p_values(retriever, image_embeds, text_embeds, audited.split.captions_per_image)
+    p_values = split_p_values(retriever, audited.split)
     scoring = time.perf_counter() - started
     similarity = (p_values.similarity_i2t + p_values.similarity_t2i) / 2
     np.savez_compressed(data.parent / "baseline_p_values.npz", p_image=p_values.image, p_caption=p_values.caption,

@@ -81,7 +81,7 @@ def test_every_pair_is_scored_by_the_model_trained_on_all_the_other_folds():
         value = np.full(fold.num_captions, float(model))
         return PairPValues(value, value + 10, value + 20, value + 30)
 
-    p_values, models = held_out_p_values(data, 3, 0, train, score)  # type: ignore[arg-type]
+    p_values, models = held_out_p_values(data, image_folds(9, 3, seed=0), train, score)  # type: ignore[arg-type]
     assert models == [0, 1, 2]
     folds = image_folds(9, 3, seed=0)
     expected = np.empty(18)

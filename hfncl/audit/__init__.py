@@ -40,7 +40,7 @@ from hfncl.audit.report import (
     write_clean_split,
     write_table,
 )
-from hfncl.audit.table import audit_table, split_p_values
+from hfncl.audit.table import audit_table, fold_p_values
 from hfncl.audit.training import (
     MODEL_FOLDER,
     audit_settings,
@@ -95,13 +95,12 @@ def run_audit(
         model_args = model_args or ModelArguments()
         config = audit_settings(plugins, epochs, seed, progress, training)
         data = read_split(data_dir, split, model_args, plugins, data_format, write_clean)
-        if folds > 1:
-            image_folds(data.split.num_images, folds, seed)  # refuses too few images before anything trains
+        parts = image_folds(data.split.num_images, folds, seed) if folds > 1 else None  # refused before training
         trained = train_method(data, config, model_args)
         held_out = None
-        if folds > 1:
+        if parts is not None:
             held_out, _ = held_out_p_values(
-                data, folds, seed, lambda part: train_method(part, config, model_args), split_p_values
+                data, parts, lambda part: train_method(part, config, model_args), fold_p_values
             )
         table = audit_table(trained, held_out)
         save_trained(trained, output / MODEL_FOLDER)

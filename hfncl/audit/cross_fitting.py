@@ -76,20 +76,20 @@ def image_folds(num_images: int, folds: int, seed: int) -> list[np.ndarray]:
 
 
 Scorer = Callable[[TrainedMethod, PairSplit], PairPValues]
-"""The p-values of a split's pairs under a trained method's model (:func:`hfncl.audit.table.split_p_values`)."""
+"""The p-values of a split's pairs under a trained method's model (:func:`hfncl.audit.table.split_p_values` of
+its :meth:`~hfncl.audit.training.TrainedMethod.retriever`)."""
 
 
 def held_out_p_values(
-    data: AuditData, folds: int, seed: int, train: Callable[[AuditData], TrainedMethod], score: Scorer
+    data: AuditData, parts: list[np.ndarray], train: Callable[[AuditData], TrainedMethod], score: Scorer
 ) -> tuple[PairPValues, list[TrainedMethod]]:
-    """Every pair's p-values from the method trained without its image's fold (:func:`image_folds`): ``train`` on
-    the other folds' pairs, ``score`` on the fold's, its ranks among the fold's images and captions. Returns the
-    p-values in the split's pair order and the trained methods, fold by fold."""
+    """Every pair's p-values from the method trained without its image's fold (``parts``, :func:`image_folds`):
+    ``train`` on the other folds' pairs, ``score`` on the fold's, its ranks among the fold's images and captions.
+    Returns the p-values in the split's pair order and the trained methods, fold by fold."""
     split = data.split
     image_p, caption_p = np.empty(split.num_captions), np.empty(split.num_captions)
     t2i, i2t = np.empty(split.num_captions), np.empty(split.num_captions)
     trained_methods = []
-    parts = image_folds(split.num_images, folds, seed)
     for number, held_out in enumerate(parts):
         training_images = np.sort(np.concatenate([part for other, part in enumerate(parts) if other != number]))
         trained = train(replace(data, split=ImageSubset(split, training_images)))

@@ -73,12 +73,17 @@ def encode_images(retriever: Retriever, split: PairSplit) -> torch.Tensor:
     )
 
 
-def split_p_values(trained: TrainedMethod, split: PairSplit) -> PairPValues:
-    """The rank p-values of ``split``'s pairs under ``trained``'s model, ranked among ``split``'s images and
+def split_p_values(retriever: Retriever, split: PairSplit) -> PairPValues:
+    """The rank p-values of ``split``'s pairs under the retriever's model, ranked among ``split``'s images and
     captions (:func:`~hfncl.audit.calibration.pair_p_values`)."""
-    retriever = Retriever(trained.model, trained.vocab, device=trained.device)
     text_embeds = retriever.encode_texts(list(split.captions))
     return pair_p_values(retriever, encode_images(retriever, split), text_embeds, split.captions_per_image)
+
+
+def fold_p_values(trained: TrainedMethod, fold: PairSplit) -> PairPValues:
+    """A held-out fold's p-values under the method trained without it (:func:`split_p_values` of its retriever;
+    the scorer of :func:`~hfncl.audit.cross_fitting.held_out_p_values`)."""
+    return split_p_values(trained.retriever(), fold)
 
 
 def audit_table(trained: TrainedMethod, held_out: PairPValues | None = None) -> datasets.Dataset:
@@ -94,7 +99,7 @@ def audit_table(trained: TrainedMethod, held_out: PairPValues | None = None) -> 
     split = trained.data.split
     pairs = np.arange(split.num_captions)
     images = pairs // split.captions_per_image
-    retriever = Retriever(trained.model, trained.vocab, device=trained.device)
+    retriever = trained.retriever()
     image_embeds = encode_images(retriever, split)
     text_embeds = retriever.encode_texts(list(split.captions))
     p_values = held_out or pair_p_values(retriever, image_embeds, text_embeds, split.captions_per_image)

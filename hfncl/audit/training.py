@@ -24,6 +24,7 @@ from hfncl.models import NCLConfig, NCLModel
 from hfncl.tasks.pairs import AUTO, PAIRS, ModelArguments, model_fields
 
 if TYPE_CHECKING:
+    from hfncl.retrieval import Retriever
     from hfncl.types import Division
 
 DEFAULT_EPOCHS = 10
@@ -56,6 +57,12 @@ class TrainedMethod:
     model: NCLModel
     divisions: dict[int, Division]
     device: torch.device
+
+    def retriever(self) -> Retriever:
+        """The trained model with its vocabulary, on its device, to encode and rank with."""
+        from hfncl.retrieval import Retriever
+
+        return Retriever(self.model, self.vocab, device=self.device)
 
 
 def audit_plugins() -> list[str]:
