@@ -23,7 +23,7 @@ import torch
 from conftest import TINY_DATA, tiny_config
 from PIL import Image
 from test_extension_points import PACKAGE, npz_benchmark
-from test_extract import save_processor, write_imagefolder
+from test_pixels import raw_dir, tower_dir  # noqa: F401 (fixtures: an imagefolder, a tiny CLIP with its processor)
 from test_towers import clip_dir, offline  # noqa: F401 (fixtures)
 from transformers import CLIPImageProcessor
 
@@ -55,20 +55,6 @@ def tsv_dir(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
         csv.writer(file, delimiter="\t", lineterminator="\n").writerows(
             [f"img_{i:04d}.jpg", caption, f"source {i}"] for i, caption in enumerate(captions)
         )
-    return directory
-
-
-@pytest.fixture(scope="module")
-def raw_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An imagefolder: train / validation / test folders of 7 / 11 / 11 generated PNGs, 2 captions each."""
-    return write_imagefolder(tmp_path_factory.mktemp("raw"))
-
-
-@pytest.fixture(scope="module")
-def tower_dir(tmp_path_factory: pytest.TempPathFactory, clip_dir: Path) -> Path:  # noqa: F811
-    """The tiny CLIP of test_towers with a 16 px image processor."""
-    directory = shutil.copytree(clip_dir, tmp_path_factory.mktemp("clip_pixels") / "clip")
-    save_processor(directory)
     return directory
 
 
