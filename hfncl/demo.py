@@ -12,7 +12,8 @@ their own table: I2T / T2I mAP and division quality.
 
 By default the demo is the quick one (:data:`QUICK`), a few minutes on two CPU cores: the
 pair methods train on a benchmark of 600 images for a few epochs at a higher learning
-rate in smaller batches, long enough that every dividing method separates the noisy pairs far better than
+rate in smaller batches, the label methods for a third of their epochs at a higher learning rate,
+long enough that every dividing method separates the noisy pairs far better than
 chance; ``full`` (:data:`FULL`) is the README's comparison, each method on 3000 images with
 the schedule of its ``demo_settings``.
 """
@@ -35,7 +36,7 @@ from hfncl.config import TrainConfig, one_line
 from hfncl.data.synthetic import SyntheticConfig
 from hfncl.experiment import run_experiment
 from hfncl.plugins import PluginError, build_plugin_manager, installed_entry_points
-from hfncl.tasks import PAIRS, TASKS, ExperimentTask, task_of_plugins
+from hfncl.tasks import LABELS, PAIRS, TASKS, ExperimentTask, task_of_plugins
 
 DEMO_SIZES = {
     "tiny": SyntheticConfig(num_train=200, num_dev=50, num_test=100),
@@ -46,22 +47,47 @@ DEMO_SIZES = {
 
 
 @dataclass(frozen=True)
-class DemoPlan:
-    """How a demo trains the pair methods: the generated benchmark (a key of :data:`DEMO_SIZES`), the epochs of
-    every method (``None``: its ``demo_settings``' own; warmup cut to leave epochs that divide) and a factor on
-    each method's learning rate, and the batch size (``None``: the demo's 128). Methods for category labels keep their
-    settings (their benchmark is small)."""
+class Schedule:
+    """How a plan trains the methods of one kind of data: the epochs of every method (``None``: its
+    ``demo_settings``' own; never lengthened, warmup cut to leave epochs that divide), a factor on each method's
+    learning rate, and the batch size (``None``: the method's own)."""
 
-    size: str
-    epochs: int | None
+    epochs: int | None = None
     learning_rate_scale: float = 1.0
     batch_size: int | None = None
 
+    def applied(self, settings: dict[str, Any], learning_rate: float) -> dict[str, Any]:
+        """``settings`` as this schedule trains them; ``learning_rate`` is the rate they train at unscaled."""
+        out = dict(settings)
+        if self.epochs is not None and self.epochs < int(out.get("epochs", 10)):
+            out = shortened_settings(out, self.epochs)
+        if self.learning_rate_scale != 1.0:
+            out["learning_rate"] = float(learning_rate) * self.learning_rate_scale
+        if self.batch_size is not None:
+            out["batch_size"] = self.batch_size
+        return out
 
-QUICK = DemoPlan("quick", epochs=4, learning_rate_scale=5.0, batch_size=64)
-"""The default demo: 600 training images, 4 epochs (at most 3 of warmup) at 5x the learning rate in batches of 64."""
 
-FULL = DemoPlan("full", epochs=None)
+@dataclass(frozen=True)
+class DemoPlan:
+    """How a demo trains: the generated benchmark of the pair methods (a key of :data:`DEMO_SIZES`) and a
+    :class:`Schedule` per kind of data (a task's ``kind``); methods of a kind without one keep their settings."""
+
+    size: str
+    schedules: dict[str, Schedule] = field(default_factory=dict)
+
+
+QUICK = DemoPlan(
+    "quick",
+    {
+        PAIRS.kind: Schedule(epochs=4, learning_rate_scale=5.0, batch_size=64),
+        LABELS.kind: Schedule(epochs=10, learning_rate_scale=5.0),
+    },
+)
+"""The default demo: the pair methods on 600 training images for at most 4 epochs (at most 3 of warmup) at 5x the
+learning rate in batches of 64; the label methods (400 samples) for at most 10 epochs at 5x the learning rate."""
+
+FULL = DemoPlan("full")
 """``hfncl demo --full``: the README's measured comparison."""
 
 
@@ -170,20 +196,13 @@ def shortened_settings(settings: dict[str, Any], epochs: int) -> dict[str, Any]:
 
 
 def planned_runs(runs: tuple[DemoRun, ...], plan: DemoPlan) -> tuple[DemoRun, ...]:
-    """``runs`` as ``plan`` trains them: the pair methods shortened to its epochs (never lengthened) and their
-    learning rates scaled; the others as they are."""
+    """``runs`` as ``plan`` trains them: each run by the schedule of its task's kind, if the plan has one."""
     planned = []
     for run in runs:
-        if run.task.kind == PAIRS.kind:
-            settings = dict(run.settings)
-            if plan.epochs is not None and plan.epochs < int(settings.get("epochs", 10)):
-                settings = shortened_settings(settings, plan.epochs)
-            if plan.learning_rate_scale != 1.0:
-                rate = {**DEMO_OPTIMIZER, **run.task.demo_training, **settings}["learning_rate"]
-                settings["learning_rate"] = float(rate) * plan.learning_rate_scale
-            if plan.batch_size is not None:
-                settings["batch_size"] = plan.batch_size
-            run = replace(run, settings=settings)
+        schedule = plan.schedules.get(run.task.kind)
+        if schedule is not None:
+            rate = {**DEMO_OPTIMIZER, **run.task.demo_training, **run.settings}["learning_rate"]
+            run = replace(run, settings=schedule.applied(run.settings, rate))
         planned.append(run)
     return tuple(planned)
 
@@ -272,7 +291,9 @@ def main(
     datasets.disable_progress_bars()
     transformers.utils.logging.disable_progress_bar()
     plan = FULL if full else QUICK
-    runs = planned_runs(demo_runs(noise_ratios, plugins), replace(plan, epochs=None) if epochs is not None else plan)
+    if epochs is not None:
+        plan = replace(plan, schedules={kind: replace(each, epochs=None) for kind, each in plan.schedules.items()})
+    runs = planned_runs(demo_runs(noise_ratios, plugins), plan)
     if epochs is not None:
         runs = tuple(replace(run, settings=shortened_settings(run.settings, epochs)) for run in runs)
     print(_plan_line(plan, size or plan.size, epochs, runs), flush=True)
@@ -293,13 +314,22 @@ def main(
 
 def _plan_line(plan: DemoPlan, size: str, epochs: int | None, runs: tuple[DemoRun, ...]) -> str:
     """What the demo is about to train, in one line (the quick demo says how to get the full one)."""
-    images = DEMO_SIZES[size].num_train
-    schedule = f"{epochs} epochs each" if epochs is not None else (
-        f"at most {plan.epochs} epochs each" if plan.epochs is not None else "each method's demo settings"
-    )
-    if plan.learning_rate_scale != 1.0:
-        schedule += f", {plan.learning_rate_scale:g}x the learning rate"
-    if plan.batch_size is not None:
-        schedule += f", batches of {plan.batch_size}"
-    line = f"hfncl demo: {len(runs)} runs, pair methods on {images} generated training images, {schedule}"
+    parts = []
+    for kind in dict.fromkeys(run.task.kind for run in runs):
+        schedule = plan.schedules.get(kind, Schedule())
+        what = f"{kind}: "
+        if kind == PAIRS.kind:
+            what += f"{DEMO_SIZES[size].num_train} generated training images, "
+        if epochs is not None:
+            what += f"{epochs} epochs each"
+        elif schedule.epochs is not None:
+            what += f"at most {schedule.epochs} epochs each"
+        else:
+            what += "each method's demo settings"
+        if schedule.learning_rate_scale != 1.0:
+            what += f", {schedule.learning_rate_scale:g}x the learning rate"
+        if schedule.batch_size is not None:
+            what += f", batches of {schedule.batch_size}"
+        parts.append(what)
+    line = f"hfncl demo: {len(runs)} runs; " + "; ".join(parts)
     return line + ("" if plan is FULL else "; hfncl demo --full trains the README's comparison (about 17 minutes)")

@@ -110,10 +110,11 @@ def demo_settings() -> dict[str, Any] | None:
     A dict of :class:`hfncl.config.TrainConfig` fields (``epochs``, ``warmup_epochs``,
     ``options``, ...). ``hfncl demo`` trains every installed plugin that answers, each
     alone, with the same data, noise and seed, and prints them side by side: with these
-    settings under ``--full``, and by default a plugin for image-caption pairs shortened to
-    at most 4 epochs at 5 times its learning rate (``hfncl.demo.QUICK``, warmup cut to
-    leave an epoch that divides); a plugin that is only a stage to combine with others
-    does not implement it.
+    settings under ``--full``, and by default shortened by the schedule of its data kind
+    (``hfncl.demo.QUICK``: a plugin for image-caption pairs to at most 4 epochs, one for
+    category labels to at most 10, each at 5 times its learning rate, warmup cut to leave
+    an epoch that divides); a plugin that is only a stage to combine with others does not
+    implement it.
 
     When: by ``hfncl demo``, before it trains anything; never during a normal run.
     Arguments: none.

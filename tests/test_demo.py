@@ -11,9 +11,11 @@ import pytest
 
 from hfncl.demo import (
     DEMO_SIZES,
+    FULL,
     QUICK,
     DemoRun,
     _division_of_network_a,
+    _plan_line,
     demo_runs,
     format_table,
     planned_runs,
@@ -59,14 +61,34 @@ def test_demo_command_trains_the_tiny_benchmark_for_the_given_epochs(tmp_path):
     assert refused.returncode == 2 and "invalid choice: 'huge'" in refused.stderr
 
 
-def test_the_quick_plan_shortens_and_speeds_up_the_pair_methods_only():
-    runs = {run.plugin: run for run in planned_runs(demo_runs(plugins=["ncr", "tcvse", "dmcm"]), QUICK)}
+def test_the_quick_plan_shortens_and_speeds_up_each_kind_by_its_schedule():
+    runs = {run.plugin: run for run in planned_runs(demo_runs(plugins=["ncr", "tcvse", "dmcm", "prototype_ce"]), QUICK)}
     assert runs["ncr"].settings["epochs"] == 4 and runs["ncr"].settings["warmup_epochs"] == 3
     assert runs["ncr"].settings["learning_rate"] == pytest.approx(1e-3)  # 5 x the demo's 2e-4
     assert runs["ncr"].settings["batch_size"] == 64
     assert runs["tcvse"].settings["epochs"] == 2  # never lengthened
     assert runs["tcvse"].settings["learning_rate"] == pytest.approx(2.5e-3)  # 5 x its own 5e-4
-    assert runs["dmcm"].settings == demo_runs(plugins=["dmcm"])[0].settings  # category labels: as declared
+    declared = demo_runs(plugins=["dmcm"])[0].settings  # category labels: 30 epochs, 5 of warmup, Adam 1e-4
+    assert runs["dmcm"].settings == dict(declared, epochs=10, warmup_epochs=5, learning_rate=pytest.approx(5e-4))
+    assert "batch_size" not in runs["dmcm"].settings  # the label task's batch of 100 stays
+    assert runs["prototype_ce"].settings["epochs"] == 10
+    assert runs["prototype_ce"].settings["learning_rate"] == pytest.approx(5e-4)
+
+
+def test_the_full_plan_trains_every_method_as_declared():
+    runs = demo_runs(plugins=["ncr", "dmcm"])
+    assert planned_runs(runs, FULL) == runs
+
+
+def test_the_plan_line_names_each_kinds_schedule_and_the_full_comparison():
+    runs = planned_runs(demo_runs(plugins=["ncr", "dmcm"]), QUICK)
+    line = _plan_line(QUICK, "quick", None, runs)
+    assert line == (
+        "hfncl demo: 2 runs; pairs: 600 generated training images, at most 4 epochs each, 5x the learning rate, "
+        "batches of 64; labels: at most 10 epochs each, 5x the learning rate; "
+        "hfncl demo --full trains the README's comparison (about 17 minutes)"
+    )
+    assert _plan_line(FULL, "full", None, planned_runs(runs, FULL)).endswith("labels: each method's demo settings")
 
 
 @pytest.mark.slow
