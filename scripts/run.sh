@@ -20,9 +20,10 @@ esac
 step() { echo "hfncl setup: $*" >&2; }
 # An install of these extras is current: its stamp exists and pyproject.toml has not changed since.
 current() { [ -f "$venv/.hfncl-installed-$1" ] && [ ! pyproject.toml -nt "$venv/.hfncl-installed-$1" ]; }
-# --no-compile: Python compiles each module when it is first imported (and caches it), so byte-compiling every
-# file of torch and transformers at install time (about 40 of the 60 s that torch takes on 2 cores) is not needed.
-pip_install() { "$venv/bin/python" -m pip install --quiet --quiet --disable-pip-version-check --no-compile "$@"; }
+# pip byte-compiles what it installs (about 40 of the 60 s that torch takes on 2 cores): with --no-compile, where
+# PYTHONDONTWRITEBYTECODE is set (as on the machine this was measured on), every process would compile the
+# modules of torch and transformers it imports from source again.
+pip_install() { "$venv/bin/python" -m pip install --quiet --quiet --disable-pip-version-check "$@"; }
 
 # dev holds everything plots does, so a venv set up for the tests runs the demo as it is.
 if ! current "$extras" && ! { [ "$extras" = plots ] && current dev; }; then
