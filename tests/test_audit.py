@@ -17,8 +17,9 @@ from conftest import TINY_DATA, TINY_MODEL
 import hfncl
 from hfncl import cli, plugins
 from hfncl.audit import AuditError, AuditResult, audit, audit_summary, estimated_noise_rate, wilson_interval
-from hfncl.audit.calibration import LAMBDA, pair_p_values, storey_noise_rate
+from hfncl.audit.calibration import LAMBDA, storey_noise_rate
 from hfncl.audit.report import audit_page
+from hfncl.audit.scoring import score_pairs
 from hfncl.audit.training import default_plugins
 from hfncl.data import DataFormatError, Vocabulary, caption_level_noise, load_precomp_split, read_captions
 from hfncl.models import NCLConfig, NCLModel
@@ -105,7 +106,7 @@ def test_the_p_values_are_the_ranks_of_each_pair_against_the_whole_other_side(no
     retriever = Retriever(model)
     images = retriever.encode_images(torch.randn(n, 8, 16))
     texts = model.join_embeddings([model.encode_text(torch.randint(1, 50, (n * k, 5)), torch.full((n * k,), 5))])
-    p_values = pair_p_values(retriever, images, texts, k)
+    p_values = score_pairs(retriever, images, texts, k).p_values
     scores = retriever.similarity(images, texts).numpy()  # (N, M)
     for c in range(n * k):
         own = scores[c // k, c]

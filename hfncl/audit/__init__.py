@@ -36,6 +36,7 @@ from hfncl.audit.report import (
     NoiseRate,
     check_split_name,
     estimated_noise_rate,
+    table_column,
     wilson_interval,
     write_clean_split,
     write_table,
@@ -107,7 +108,7 @@ def run_audit(
     write_table(table, output, images=trained.data.image_reader())
     clean_files = []
     if write_clean is not None:
-        clean_files = write_clean_split(trained.data, np.asarray(table["flagged"]), output, write_clean)
+        clean_files = write_clean_split(trained.data, table_column(table, "flagged"), output, write_clean)
     return AuditResult(table, clean_files)
 
 
@@ -172,8 +173,9 @@ def audit_summary(table: datasets.Dataset, output_dir: str | Path, clean_files: 
     """What ``hfncl audit`` prints: the pairs, the flagged ones, the estimated noise rate and where the files are
     (``clean_files``: those of the cleaned split, :func:`run_audit`)."""
     output = Path(output_dir)
+    flagged = np.count_nonzero(table_column(table, "flagged"))
     lines = [
-        f"{len(table)} pairs, {sum(table['flagged'])} flagged: estimated noise rate {estimated_noise_rate(table)}",
+        f"{len(table)} pairs, {flagged} flagged: estimated noise rate {estimated_noise_rate(table)}",
         "table: " + ", ".join(str(output / name) for name in TABLE_FILES),
     ]
     if clean_files:

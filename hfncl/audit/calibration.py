@@ -26,9 +26,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
-
-from hfncl.retrieval import Retriever
 
 LAMBDA = 0.05
 """Storey's lambda for in-sample p-values: pairs whose p-value exceeds it are counted as wrong, the count scaled by
@@ -41,8 +38,6 @@ p-value is uniform there, so half of the wrong pairs exceed it, and only the rig
 def storey_lambda(held_out: bool) -> float:
     """:data:`HELD_OUT_LAMBDA` for p-values of a model that did not train on the pairs, else :data:`LAMBDA`."""
     return HELD_OUT_LAMBDA if held_out else LAMBDA
-CHUNK = 256
-"""Images or captions scored against the whole other side at a time."""
 
 
 @dataclass(frozen=True)
@@ -54,40 +49,6 @@ class PairPValues:
     caption: np.ndarray
     similarity_t2i: np.ndarray
     similarity_i2t: np.ndarray
-
-
-def pair_p_values(
-    retriever: Retriever, image_embeds: torch.Tensor, text_embeds: torch.Tensor, captions_per_image: int
-) -> PairPValues:
-    """The rank p-values of every pair of a precomp split, pair ``c`` being caption ``c`` with image ``c // k``.
-
-    ``p_image[c] = (1 + #{j != c // k: S_t2i(j, c) >= S_t2i(c // k, c)}) / N`` over the N images and
-    ``p_caption[c] = (1 + #{c' of another image: S_i2t(c // k, c') >= S_i2t(c // k, c)}) / (M - k + 1)``, both in
-    (0, 1] and uniform for a caption and image drawn independently. Scored :data:`CHUNK` rows at a time, so no
-    (N, M) matrix is held.
-    """
-    k = captions_per_image
-    n, m = image_embeds.size(1), text_embeds.size(1)
-    image_of = torch.arange(m) // k
-    p_image, p_caption = np.empty(m), np.empty(m)
-    sim_t2i, sim_i2t = np.empty(m), np.empty(m)
-    for start in range(0, m, CHUNK):
-        columns = torch.arange(start, min(start + CHUNK, m))
-        scores = retriever.similarity(image_embeds, text_embeds[:, columns], "t2i").float().cpu()  # (N, chunk)
-        own = scores[image_of[columns], torch.arange(len(columns))]
-        p_image[columns] = (((scores >= own).sum(dim=0)).numpy()) / n  # the own image counts as the 1
-        sim_t2i[columns] = own.numpy()
-    for start in range(0, n, CHUNK):
-        rows = torch.arange(start, min(start + CHUNK, n))
-        scores = retriever.similarity(image_embeds[:, rows], text_embeds, "i2t").float().cpu()  # (chunk, M)
-        own_columns = rows[:, None] * k + torch.arange(k)  # (chunk, k)
-        own = scores.gather(1, own_columns)
-        scores.scatter_(1, own_columns, -torch.inf)  # the image's own captions are not its competitors
-        ranked = scores.sort(dim=1).values
-        better = m - torch.searchsorted(ranked, own.contiguous(), side="left")  # (chunk, k): scores >= own
-        p_caption[own_columns.flatten().numpy()] = ((better + 1).flatten().numpy()) / (m - k + 1)
-        sim_i2t[own_columns.flatten().numpy()] = own.flatten().numpy()
-    return PairPValues(p_image, p_caption, sim_t2i, sim_i2t)
 
 
 def exceeding(p_image: np.ndarray, p_caption: np.ndarray, lam: float = LAMBDA) -> float:

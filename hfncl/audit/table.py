@@ -6,14 +6,8 @@ import datasets
 import numpy as np
 import torch
 
-from hfncl.audit.calibration import (
-    PairPValues,
-    pair_p_values,
-    storey_lambda,
-    storey_noise_rate,
-    suspicion_order,
-)
-from hfncl.audit.repairing import suggest_repairings
+from hfncl.audit.calibration import PairPValues, storey_lambda, storey_noise_rate, suspicion_order
+from hfncl.audit.scoring import PairScores, score_pairs
 from hfncl.audit.training import TrainedMethod
 from hfncl.data.pairs import PairSplit
 from hfncl.retrieval import Retriever
@@ -73,11 +67,15 @@ def encode_images(retriever: Retriever, split: PairSplit) -> torch.Tensor:
     )
 
 
+def encode_split(retriever: Retriever, split: PairSplit) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every image (:func:`encode_images`) and every caption of ``split`` encoded by the retriever's model."""
+    return encode_images(retriever, split), retriever.encode_texts(list(split.captions))
+
+
 def split_p_values(retriever: Retriever, split: PairSplit) -> PairPValues:
     """The rank p-values of ``split``'s pairs under the retriever's model, ranked among ``split``'s images and
-    captions (:func:`~hfncl.audit.calibration.pair_p_values`)."""
-    text_embeds = retriever.encode_texts(list(split.captions))
-    return pair_p_values(retriever, encode_images(retriever, split), text_embeds, split.captions_per_image)
+    captions (:func:`~hfncl.audit.scoring.score_pairs`)."""
+    return score_pairs(retriever, *encode_split(retriever, split), split.captions_per_image).p_values
 
 
 def fold_p_values(trained: TrainedMethod, fold: PairSplit) -> PairPValues:
@@ -95,19 +93,24 @@ def audit_table(trained: TrainedMethod, held_out: PairPValues | None = None) -> 
 
     The p-values, ranks and flags are the trained model's, or ``held_out``'s when given (each pair's from a model
     that did not train on it: :func:`~hfncl.audit.cross_fitting.held_out_p_values`); the method's verdicts and the
-    re-pairings stay the trained model's."""
+    re-pairings stay the trained model's. The split is encoded (:func:`encode_split`), every pair scored in one pass
+    per direction (:func:`~hfncl.audit.scoring.score_pairs`), and the rows built (:func:`pair_table`)."""
+    retriever = trained.retriever()
+    scores = score_pairs(retriever, *encode_split(retriever, trained.data.split), trained.data.split.captions_per_image)
+    return pair_table(trained, scores, held_out)
+
+
+def pair_table(trained: TrainedMethod, scores: PairScores, held_out: PairPValues | None = None) -> datasets.Dataset:
+    """:func:`audit_table`'s rows from the trained model's ``scores`` of the split (``held_out``'s p-values, ranks
+    and flags instead of the model's when given)."""
     split = trained.data.split
     pairs = np.arange(split.num_captions)
     images = pairs // split.captions_per_image
-    retriever = trained.retriever()
-    image_embeds = encode_images(retriever, split)
-    text_embeds = retriever.encode_texts(list(split.captions))
-    p_values = held_out or pair_p_values(retriever, image_embeds, text_embeds, split.captions_per_image)
-    columns = method_verdicts(trained.divisions) | model_verdicts(p_values, held_out is not None)
+    columns = method_verdicts(trained.divisions) | model_verdicts(held_out or scores.p_values, held_out is not None)
     flagged = np.flatnonzero(columns["flagged"])
-    repairings = suggest_repairings(retriever, image_embeds, text_embeds, flagged, images[flagged])
+    repairings = scores.repairings
     captions = list(split.captions)
-    suggested = _scatter(len(pairs), flagged, repairings.caption)
+    suggested = _scatter(len(pairs), flagged, repairings.caption[flagged])
     table = {
         "pair": pairs,
         "image": images,
@@ -116,9 +119,9 @@ def audit_table(trained: TrainedMethod, held_out: PairPValues | None = None) -> 
         **columns,
         "suggested_caption": suggested,
         "suggested_caption_text": [None if c is None else captions[c] for c in suggested],
-        "suggested_caption_similarity": _scatter(len(pairs), flagged, repairings.caption_similarity),
-        "suggested_image": _scatter(len(pairs), flagged, repairings.image),
-        "suggested_image_similarity": _scatter(len(pairs), flagged, repairings.image_similarity),
+        "suggested_caption_similarity": _scatter(len(pairs), flagged, repairings.caption_similarity[flagged]),
+        "suggested_image": _scatter(len(pairs), flagged, repairings.image[flagged]),
+        "suggested_image_similarity": _scatter(len(pairs), flagged, repairings.image_similarity[flagged]),
     }
     return datasets.Dataset.from_dict(table, features=_features(trained.divisions))
 
