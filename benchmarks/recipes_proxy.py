@@ -14,8 +14,12 @@ its texts; 1000 training images (4000 pairs), 100 dev and 200 test images), with
 protocol's noise at ``--noise-ratio`` and seed ``--seed``. Only the schedule and the width are
 reduced, through a ``--config`` file the run also saves:
 
-- ``--epochs`` epochs after warmup, and at most ``--warmup-epochs`` of the recipe's warmup
-  (none where the recipe has none); no lr decay;
+- ``--warmup-epochs`` epochs of warmup for every recipe, then ``--epochs`` epochs; no lr decay. The
+  warmup stands in for the papers' first division, which comes after some 1100 steps (NCR's and UGNCL's
+  warmup epochs, GSC's first epoch, whose labels start at 1) where a proxy epoch is 31 steps: an SGR head
+  that has not yet learnt to rank divides at chance, and its division then starves it. In a recipe
+  without a warmup of its own the warmup epochs train its usual loss (VSE++, TcVSE) or keep its labels
+  at 1 (GSC);
 - joint space 256 and SGR/SAF/SCAN similarity 64 (the recipes' 1024 / 256 with
   ``--paper-width``);
 - a Hub text tower (TcVSE's BERT-base) is replaced by the local all-MiniLM-L6-v2, a BERT of 6
@@ -98,10 +102,9 @@ def image_text_recipes(settings: dict[str, dict[str, Any]], methods: list[str]) 
 
 def reduced_config(settings: dict[str, Any], args: argparse.Namespace, text_tower: str | None) -> dict[str, Any]:
     """The ``--config`` values of a recipe's reduced run: schedule, widths and data; the rest stays the recipe's."""
-    warmup = min(settings["training"]["warmup_epochs"], args.warmup_epochs)
     config: dict[str, Any] = {
-        "epochs": warmup + args.epochs,
-        "warmup_epochs": warmup,
+        "epochs": args.warmup_epochs + args.epochs,
+        "warmup_epochs": args.warmup_epochs,
         "lr_decay_epochs": [],
         "noise_ratio": args.noise_ratio,
         "noise_seed": args.seed,
@@ -282,7 +285,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recipes", nargs="+", default=None, help="Recipes (default: every image-text recipe).")
     parser.add_argument("--epochs", type=int, default=3, help="Epochs after warmup (default 3).")
-    parser.add_argument("--warmup-epochs", type=int, default=1, help="At most this many of a recipe's warmup epochs (default 1).")
+    parser.add_argument(
+        "--warmup-epochs", type=int, default=1, help="Warmup epochs of every recipe, before its division (default 1)."
+    )
     parser.add_argument("--noise-ratio", type=float, default=0.5, help="Noise ratio (default 0.5).")
     parser.add_argument("--seed", type=int, default=0, help="Seed of the noise split and the training (default 0).")
     parser.add_argument("--paper-width", action="store_true", help="Keep the recipes' joint and similarity widths.")
@@ -329,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     header = (
         f"Recipes on the real-text proxy ({config.max_images - config.num_test - config.num_dev} training images x 4 "
         f"captions, {config.num_dev} dev, {config.num_test} test images), {args.noise_ratio:.0%} noise, seed "
-        f"{args.seed}; {args.epochs} epochs after at most {args.warmup_epochs} of warmup, no lr decay, {width}; "
+        f"{args.seed}; {args.warmup_epochs} epochs of warmup and {args.epochs} after, no lr decay, {width}; "
         f"{sum(r['seconds'] for r in rows) / 60:.1f} min in all; {machine()}"
     )
     if len(rows) < len(runs):

@@ -34,8 +34,15 @@ def test_recipes_that_differ_only_in_schedule_train_once_under_the_flickr_name(r
     assert (ncr["epochs"], ncr["warmup_epochs"], ncr["lr_decay_epochs"]) == (1 + 3, 1, [])  # 5 warmup epochs -> 1
     assert (ncr["embed_dim"], ncr["sim_dim"], ncr["noise_ratio"], ncr["test_split"], ncr["test_folds"]) == (256, 64, 0.5, "test", 1)
     vsepp = runs["vsepp_f30k",].config
-    assert (vsepp["epochs"], vsepp["warmup_epochs"]) == (3, 0)  # no warmup where the recipe has none
+    assert (vsepp["epochs"], vsepp["warmup_epochs"]) == (1 + 3, 1)  # every recipe: the same warmup and epochs
     assert runs["tcvse_f30k_bert",].config["text_tower"] == "/local/minilm" and "text_tower" not in ncr
+
+
+def test_the_warmup_is_every_recipes_first_division_put_off_by_as_many_epochs(recipes_proxy, settings):
+    args = recipes_proxy.parse_args(["--warmup-epochs", "10", "--epochs", "4"])
+    for name in ("ncr_f30k", "vsepp_f30k", "tcvse_f30k_bert"):  # 5 warmup epochs, none, none
+        config = recipes_proxy.reduced_config(settings[name], args, None)
+        assert (config["warmup_epochs"], config["epochs"]) == (10, 14), name
 
 
 def test_paper_width_keeps_the_recipes_widths(recipes_proxy, settings):
