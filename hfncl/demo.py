@@ -291,9 +291,12 @@ def main(
     datasets.disable_progress_bars()
     transformers.utils.logging.disable_progress_bar()
     plan = FULL if full else QUICK
-    if epochs is not None:
-        plan = replace(plan, schedules={kind: replace(each, epochs=None) for kind, each in plan.schedules.items()})
-    runs = planned_runs(demo_runs(noise_ratios, plugins), plan)
+    schedule_plan = (
+        plan
+        if epochs is None
+        else replace(plan, schedules={kind: replace(each, epochs=None) for kind, each in plan.schedules.items()})
+    )
+    runs = planned_runs(demo_runs(noise_ratios, plugins), schedule_plan)
     if epochs is not None:
         runs = tuple(replace(run, settings=shortened_settings(run.settings, epochs)) for run in runs)
     print(_plan_line(plan, size or plan.size, epochs, runs), flush=True)

@@ -89,6 +89,7 @@ def test_the_plan_line_names_each_kinds_schedule_and_the_full_comparison():
         "hfncl demo --full trains the README's comparison (about 17 minutes)"
     )
     assert _plan_line(FULL, "full", None, planned_runs(runs, FULL)).endswith("labels: each method's demo settings")
+    assert _plan_line(FULL, "full", 2, planned_runs(runs, FULL)).endswith("labels: 2 epochs each")  # --full --epochs 2
 
 
 @pytest.mark.slow
