@@ -48,7 +48,8 @@ from hfncl.audit.calibration import storey_noise_rate, suspicion_order
 from hfncl.audit.cross_fitting import held_out_p_values, image_folds
 from hfncl.audit.data import AuditData
 from hfncl.audit.report import estimated_noise_rate
-from hfncl.audit.table import audit_table, fold_p_values, split_p_values
+from hfncl.audit.scoring import PairScores, score_pairs
+from hfncl.audit.table import encode_split, fold_p_values, pair_table, split_p_values
 from hfncl.audit.training import TrainedMethod, audit_settings, default_plugins, read_split, train_method, train_model
 from hfncl.config import TrainConfig
 from hfncl.data import caption_level_noise, read_captions
@@ -117,16 +118,17 @@ def scores(flagged_count: int, order: np.ndarray, wrong: np.ndarray, suspicion: 
 
 
 def cross_fitted_row(
-    trained: TrainedMethod, config: TrainConfig, model: ModelArguments, folds: int, seed: int, wrong: np.ndarray,
-    run_dir: Path,
+    trained: TrainedMethod, pair_scores: PairScores, config: TrainConfig, model: ModelArguments, folds: int, seed: int,
+    wrong: np.ndarray, run_dir: Path,
 ) -> dict[str, Any]:
     """The audit's row with ``folds``-fold cross-fitted p-values (:func:`hfncl.audit.cross_fitting.held_out_p_values`),
-    the model trained on all pairs kept for the rest of the table; saves the p-values beside the hidden mask."""
+    the model trained on all pairs (its ``pair_scores`` of the split, already made for the audit's row) kept for the
+    rest of the table; saves the p-values beside the hidden mask."""
     started = time.perf_counter()
     parts = image_folds(trained.data.split.num_images, folds, seed)
     held_out, _ = held_out_p_values(trained.data, parts, lambda part: train_method(part, config, model), fold_p_values)
     training = time.perf_counter() - started
-    table = audit_table(trained, held_out)
+    table = pair_table(trained, pair_scores, held_out)
     rank = np.asarray(table["rank"])
     np.savez_compressed(run_dir / f"cross_fitted_{folds}_p_values.npz", p_image=held_out.image,
                         p_caption=held_out.caption, wrong=wrong)
@@ -146,7 +148,9 @@ def audit_rows(
     trained = train_method(audited, config, model)
     training = time.perf_counter() - started
     started = time.perf_counter()
-    table = audit_table(trained)
+    retriever = trained.retriever()
+    pair_scores = score_pairs(retriever, *encode_split(retriever, audited.split), audited.split.captions_per_image)
+    table = pair_table(trained, pair_scores)
     scoring = time.perf_counter() - started
     rank = np.asarray(table["rank"])
     order = np.argsort(rank)
@@ -158,7 +162,7 @@ def audit_rows(
              **scores(int(np.count_nonzero(table["flagged"])), order, wrong, -rank.astype(float))}
     rows = [audit]
     if folds > 1:
-        rows.append(cross_fitted_row(trained, config, model, folds, seed, wrong, data.parent))
+        rows.append(cross_fitted_row(trained, pair_scores, config, model, folds, seed, wrong, data.parent))
     if baselines:
         rows += baseline_rows(data, audited, wrong, model, epochs, seed)
     return rows
