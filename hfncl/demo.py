@@ -80,11 +80,11 @@ class DemoPlan:
 QUICK = DemoPlan(
     "quick",
     {
-        PAIRS.kind: Schedule(epochs=4, learning_rate_scale=5.0, batch_size=64),
+        PAIRS.kind: Schedule(epochs=3, learning_rate_scale=5.0, batch_size=64),
         LABELS.kind: Schedule(epochs=10, learning_rate_scale=5.0),
     },
 )
-"""The default demo: the pair methods on 600 training images for at most 4 epochs (at most 3 of warmup) at 5x the
+"""The default demo: the pair methods on 600 training images for at most 3 epochs (at most 2 of warmup) at 5x the
 learning rate in batches of 64; the label methods (400 samples) for at most 10 epochs at 5x the learning rate."""
 
 FULL = DemoPlan("full")

@@ -111,7 +111,7 @@ def demo_settings() -> dict[str, Any] | None:
     ``options``, ...). ``hfncl demo`` trains every installed plugin that answers, each
     alone, with the same data, noise and seed, and prints them side by side: with these
     settings under ``--full``, and by default shortened by the schedule of its data kind
-    (``hfncl.demo.QUICK``: a plugin for image-caption pairs to at most 4 epochs, one for
+    (``hfncl.demo.QUICK``: a plugin for image-caption pairs to at most 3 epochs, one for
     category labels to at most 10, each at 5 times its learning rate, warmup cut to leave
     an epoch that divides); a plugin that is only a stage to combine with others does not
     implement it.

@@ -63,7 +63,7 @@ def test_demo_command_trains_the_tiny_benchmark_for_the_given_epochs(tmp_path):
 
 def test_the_quick_plan_shortens_and_speeds_up_each_kind_by_its_schedule():
     runs = {run.plugin: run for run in planned_runs(demo_runs(plugins=["ncr", "tcvse", "dmcm", "prototype_ce"]), QUICK)}
-    assert runs["ncr"].settings["epochs"] == 4 and runs["ncr"].settings["warmup_epochs"] == 3
+    assert runs["ncr"].settings["epochs"] == 3 and runs["ncr"].settings["warmup_epochs"] == 2
     assert runs["ncr"].settings["learning_rate"] == pytest.approx(1e-3)  # 5 x the demo's 2e-4
     assert runs["ncr"].settings["batch_size"] == 64
     assert runs["tcvse"].settings["epochs"] == 2  # never lengthened
@@ -84,7 +84,7 @@ def test_the_plan_line_names_each_kinds_schedule_and_the_full_comparison():
     runs = planned_runs(demo_runs(plugins=["ncr", "dmcm"]), QUICK)
     line = _plan_line(QUICK, "quick", None, runs)
     assert line == (
-        "hfncl demo: 2 runs; pairs: 600 generated training images, at most 4 epochs each, 5x the learning rate, "
+        "hfncl demo: 2 runs; pairs: 600 generated training images, at most 3 epochs each, 5x the learning rate, "
         "batches of 64; labels: at most 10 epochs each, 5x the learning rate; "
         "hfncl demo --full trains the README's comparison (about 17 minutes)"
     )

@@ -1,6 +1,6 @@
 """scripts/run.sh, the README's two commands: the demo installs hfncl[plots] only, the test command the developer
-tools on top, each once; every set-up step says what it does. Run here with a stand-in interpreter that records
-what the script asks of it, so nothing is installed."""
+tools on top, each once, byte-compiled after the install in one process per core; every set-up step says what it
+does. Run here with a stand-in interpreter that records what the script asks of it, so nothing is installed."""
 
 from __future__ import annotations
 
@@ -44,7 +44,10 @@ def test_the_demo_installs_the_runtime_and_the_tests_add_the_developer_tools(tmp
     assert any(call.endswith(" torch==2.13.0") for call in installs)
     assert installs[-1].endswith("-e .[plots]")  # no mypy, ruff or MiniLM for the demo
     assert [line.split(":")[0] for line in setup.splitlines()] == ["hfncl setup"] * len(setup.splitlines())
-    assert len(setup.splitlines()) == 3  # torch, hfncl, done: one line per step
+    assert len(setup.splitlines()) == 4  # torch, hfncl, compiling, done: one line per step
+    assert all("--no-compile" in call for call in installs)  # pip compiles one file at a time; compileall after it
+    compiling = [number for number, call in enumerate(calls) if " -m compileall " in call]
+    assert compiling and compiling[0] > calls.index(installs[-1]) and " -j 0 " in calls[compiling[0]]
 
     assert run_script(venv, "demo") == ("", ["hfncl demo --no-progress"])  # set up once
 
