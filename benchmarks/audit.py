@@ -3,12 +3,14 @@
     python benchmarks/audit.py                                       # generated benchmark, 0 / 20 / 50 / 70% noise
     python benchmarks/audit.py --benchmark proxy --ratios 0.5        # real-text proxy (hours a ratio, loaded core)
     python benchmarks/audit.py --quick                               # both, tiny: checks the script
+    python benchmarks/audit.py --benchmark proxy --ratios 0.5 --plugins gsc --settings '{"epochs": 20}'
 
 Each run writes the training captions of a benchmark re-paired for a share of them (the NCR protocol, caption
 level, into the file as a user's data would hold them; the images untouched) and audits the copy:
 
-- **audit**: ``hfncl audit``'s default method (the installed plugin declaring ``audit_settings``) trained on the
-  copy with its audit settings and the demo's model; the flagged set is the round(pi^ M) pairs of highest rank
+- **audit**: ``hfncl audit``'s default method (the installed plugin declaring ``audit_settings``; ``--plugins``
+  another) trained on the copy with its audit settings (``--settings``: TrainConfig fields over them, as
+  ``accuracy.py``'s) and the demo's model; the flagged set is the round(pi^ M) pairs of highest rank
   p-value, pi^ Storey's estimate (:mod:`hfncl.audit.calibration`);
 - **cosine (vsepp)**: the baseline, VSE++'s plain triplet loss trained on all pairs with its demo settings and the
   same model; pairs ranked by the model's score of the pair, lowest first. Its noise rate is the weight of the
@@ -138,12 +140,13 @@ def cross_fitted_row(
 
 
 def audit_rows(
-    data: Path, wrong: np.ndarray, model: ModelArguments, epochs: int | None, seed: int, folds: int, baselines: bool
+    data: Path, wrong: np.ndarray, model: ModelArguments, epochs: int | None, seed: int, folds: int, baselines: bool,
+    plugins: list[str], training: dict[str, Any] | None = None,
 ) -> list[dict]:
-    """The audit's row, its cross-fitted row (``folds`` > 1) and the two baseline rows on the noisy copy ``data``."""
-    plugins = default_plugins()
+    """The audit's row (``plugins`` trained with their audit settings under ``training``), its cross-fitted row
+    (``folds`` > 1) and the two baseline rows on the noisy copy ``data``."""
     audited = read_split(data, "train", model, plugins)
-    config = audit_settings(plugins, epochs, seed, False, None)
+    config = audit_settings(plugins, epochs, seed, False, training)
     started = time.perf_counter()
     trained = train_method(audited, config, model)
     training = time.perf_counter() - started
@@ -238,6 +241,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="Tiny data, model and epochs: checks the script.")
     parser.add_argument("--folds", type=int, default=1, help="Also the audit cross-fitted with K folds (K > 1).")
     parser.add_argument("--no-baselines", action="store_true", help="Leave out the VSE++ rows.")
+    parser.add_argument("--plugins", nargs="+", help="The audited method (default: hfncl audit's).")
+    parser.add_argument("--settings", type=json.loads, default=None,
+                        help="JSON of TrainConfig fields over the audited method's audit settings, e.g. '{\"epochs\": 20}'.")
     args = parser.parse_args(argv)
     args.benchmark = args.benchmark or (["generated", "proxy"] if args.quick else ["generated"])
     return args
@@ -249,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     output_dir = Path(args.output_dir)
     model = QUICK_MODEL if args.quick else DEMO_MODEL
     epochs = QUICK_EPOCHS if args.quick else None
+    plugins = args.plugins or default_plugins()
     for name in args.benchmark:
         data = prepare(name, args, output_dir)
         if data is None:
@@ -262,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
                     rows += json.loads(saved.read_text())
                     continue
                 wrong = noisy_copy(data, run_dir / "data", ratio, seed)
-                found = audit_rows(run_dir / "data", wrong, model, epochs, seed, args.folds, not args.no_baselines)
+                found = audit_rows(run_dir / "data", wrong, model, epochs, seed, args.folds, not args.no_baselines,
+                                   plugins, args.settings)
                 found = [{**r, "benchmark": name, "true_rate": float(wrong.mean()), "seed": seed} for r in found]
                 atomic_write_text(saved, json.dumps(found, indent=1))
                 print(markdown(found, f"{name} at {ratio:.0%}, seed {seed}"), flush=True)
