@@ -5,6 +5,7 @@ find the noise, where does its rSum land beside VSE++'s?
     python benchmarks/recipes_proxy.py --recipes ncr_f30k vsepp_f30k --epochs 6
     python benchmarks/recipes_proxy.py --paper-width            # the recipes' own widths (hours)
     python benchmarks/recipes_proxy.py --quick                  # tiny: checks the script in minutes
+    python benchmarks/recipes_proxy.py --recipes gsc_f30k --options '{"gsc.structure": "head"}' --output-dir DIR
 
 Each recipe of ``recipes/`` that learns from image-caption pairs runs as a user runs it
 (``python recipes/NAME.py``: its paper's similarity head, towers, batch, optimiser, margins,
@@ -24,6 +25,10 @@ reduced, through a ``--config`` file the run also saves:
   ``--paper-width``);
 - a Hub text tower (TcVSE's BERT-base) is replaced by the local all-MiniLM-L6-v2, a BERT of 6
   layers, since the Hub is out of reach here.
+
+``--options`` (JSON) sets plugin options over each recipe's own, to change one thing; a recipe
+whose plugins do not declare an option refuses it, so name the recipes it is for with ``--recipes``,
+and an ``--output-dir`` of its own (runs are kept by recipe name).
 
 Recipes whose reduced settings are the same (a method's Flickr30K, MS-COCO and CC152K recipes
 differ only in schedule) train once; their row names them all.
@@ -117,6 +122,8 @@ def reduced_config(settings: dict[str, Any], args: argparse.Namespace, text_towe
     }
     if not args.paper_width:
         config.update(QUICK_WIDTH if args.quick else REDUCED_WIDTH)
+    if args.options:
+        config["options"] = {**settings["training"]["options"], **args.options}
     if settings["model"].get("text_tower_name") in HUB_TEXT_TOWERS and text_tower is not None:
         config["text_tower"] = text_tower
     return config
@@ -296,7 +303,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--resume", action="store_true", help="Reuse the runs that finished before.")
     parser.add_argument("--report-only", action="store_true", help="Train nothing: the table of the finished runs.")
     parser.add_argument("--quick", action="store_true", help="Tiny proxy and widths, 1 epoch after warmup.")
+    parser.add_argument(
+        "--options", type=json.loads, default={}, help="JSON of plugin options over the recipes' own (default none)."
+    )
     args = parser.parse_args(argv)
+    if not isinstance(args.options, dict):
+        parser.error(f"--options must be a JSON object of plugin options, got {args.options!r}")
     if args.quick:
         args.epochs = 1
     if args.epochs < 1 or args.warmup_epochs < 0:
@@ -335,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
         f"Recipes on the real-text proxy ({config.max_images - config.num_test - config.num_dev} training images x 4 "
         f"captions, {config.num_dev} dev, {config.num_test} test images), {args.noise_ratio:.0%} noise, seed "
         f"{args.seed}; {args.warmup_epochs} epochs of warmup and {args.epochs} after, no lr decay, {width}; "
-        f"{sum(r['seconds'] for r in rows) / 60:.1f} min in all; {machine()}"
+        + (f"options {json.dumps(args.options)}; " if args.options else "")
+        + f"{sum(r['seconds'] for r in rows) / 60:.1f} min in all; {machine()}"
     )
     if len(rows) < len(runs):
         header += f"; {len(runs) - len(rows)} of the {len(runs)} runs not finished (not shown)"

@@ -51,6 +51,18 @@ def test_paper_width_keeps_the_recipes_widths(recipes_proxy, settings):
     assert "embed_dim" not in config and "sim_dim" not in config and config["epochs"] == 3
 
 
+def test_options_change_one_thing_over_the_recipes_own(recipes_proxy, settings):
+    recipe = settings["ncr_f30k"]
+    own = {"ncr.alpha": 0.5, "ncr.noisy_batch": "split"}  # as a recipe that fixes options of its own
+    recipe = {**recipe, "training": {**recipe["training"], "options": own}}
+    args = recipes_proxy.parse_args(["--options", '{"ncr.alpha": 0.6}'])
+    config = recipes_proxy.reduced_config(recipe, args, None)
+    assert config["options"] == {"ncr.alpha": 0.6, "ncr.noisy_batch": "split"}
+    assert "options" not in recipes_proxy.reduced_config(settings["ncr_f30k"], recipes_proxy.parse_args([]), None)
+    with pytest.raises(SystemExit):
+        recipes_proxy.parse_args(["--options", "[1]"])  # a JSON list is no set of options
+
+
 HISTORY = [
     {"epoch": 0, "warmup": True, "train/warmup_lw/net0": 50.8, "train/warmup_lw/net1": 50.9, "val/rsum": 40.0},
     {
