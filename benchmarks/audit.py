@@ -28,7 +28,8 @@ Per row: the true and estimated noise rate and its error (points), precision and
 precision of the first k ranks (k = the true number of wrong pairs, and 100 / 1000), ROC-AUC of the ranking, and
 seconds of training and of scoring (the table with a trained model: encoding, p-values, re-pairings, per 10K
 pairs). Writes ``audit_<benchmark>.md`` and each run's ``rows.json`` (``--resume`` reuses them) with the p-values
-of both models (``audit_p_values.npz``, ``baseline_p_values.npz``, beside the hidden mask) to ``--output-dir``.
+of both models (``audit_p_values.npz``, ``baseline_p_values.npz``, beside the hidden mask) and the audited model
+(``model/``, which ``hfncl audit --model`` reads) to ``--output-dir``.
 """
 
 from __future__ import annotations
@@ -52,7 +53,16 @@ from hfncl.audit.data import AuditData
 from hfncl.audit.report import estimated_noise_rate
 from hfncl.audit.scoring import PairScores, score_pairs
 from hfncl.audit.table import encode_split, fold_p_values, pair_table, split_p_values
-from hfncl.audit.training import TrainedMethod, audit_settings, default_plugins, read_split, train_method, train_model
+from hfncl.audit.training import (
+    MODEL_FOLDER,
+    TrainedMethod,
+    audit_settings,
+    default_plugins,
+    read_split,
+    save_trained,
+    train_method,
+    train_model,
+)
 from hfncl.config import TrainConfig
 from hfncl.data import caption_level_noise, read_captions
 from hfncl.data.proxy import ProxyConfig, build_caption_proxy
@@ -150,6 +160,7 @@ def audit_rows(
     started = time.perf_counter()
     trained = train_method(audited, config, model)
     training = time.perf_counter() - started
+    save_trained(trained, data.parent / MODEL_FOLDER)
     started = time.perf_counter()
     retriever = trained.retriever()
     pair_scores = score_pairs(retriever, *encode_split(retriever, audited.split), audited.split.captions_per_image)
@@ -243,7 +254,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-baselines", action="store_true", help="Leave out the VSE++ rows.")
     parser.add_argument("--plugins", nargs="+", help="The audited method (default: hfncl audit's).")
     parser.add_argument("--settings", type=json.loads, default=None,
-                        help="JSON of TrainConfig fields over the audited method's audit settings, e.g. '{\"epochs\": 20}'.")
+                        help="JSON of TrainConfig fields over the audited method's settings, e.g. '{\"epochs\": 20}'.")
     args = parser.parse_args(argv)
     args.benchmark = args.benchmark or (["generated", "proxy"] if args.quick else ["generated"])
     return args
