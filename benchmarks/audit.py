@@ -51,8 +51,8 @@ from hfncl.audit.calibration import storey_noise_rate, suspicion_order
 from hfncl.audit.cross_fitting import held_out_p_values, image_folds
 from hfncl.audit.data import AuditData
 from hfncl.audit.report import estimated_noise_rate
-from hfncl.audit.scoring import PairScores, score_pairs
-from hfncl.audit.table import encode_split, fold_p_values, pair_table, split_p_values
+from hfncl.audit.scoring import PairScores
+from hfncl.audit.table import fold_p_values, pair_table, split_p_values, trained_scores
 from hfncl.audit.training import (
     MODEL_FOLDER,
     TrainedMethod,
@@ -162,8 +162,7 @@ def audit_rows(
     training = time.perf_counter() - started
     save_trained(trained, data.parent / MODEL_FOLDER)
     started = time.perf_counter()
-    retriever = trained.retriever()
-    pair_scores = score_pairs(retriever, *encode_split(retriever, audited.split), audited.split.captions_per_image)
+    pair_scores = trained_scores(trained)
     table = pair_table(trained, pair_scores)
     scoring = time.perf_counter() - started
     rank = np.asarray(table["rank"])

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import yaml
 
-from hfncl.data import read_captions
+from hfncl.data import load_noise_index, read_captions
 from hfncl.retrieval import Retriever
 
 
@@ -61,7 +61,7 @@ def measure(run_dir: Path, checkpoint: Path, batches: int, batch_size: int, marg
     images = np.load(data_dir / f"{split}_ims.npy")
     captions = list(read_captions(data_dir / f"{split}_caps.txt"))
     per_image = len(captions) // len(images)
-    shown = np.load(run_dir / "noise_index.npy")
+    shown = load_noise_index(run_dir / "noise_index.npy", len(images), per_image)
     described = np.arange(len(captions)) // per_image
     retriever = Retriever.from_pretrained(checkpoint)
     with torch.no_grad():

@@ -94,10 +94,15 @@ def audit_table(trained: TrainedMethod, held_out: PairPValues | None = None) -> 
     The p-values, ranks and flags are the trained model's, or ``held_out``'s when given (each pair's from a model
     that did not train on it: :func:`~hfncl.audit.cross_fitting.held_out_p_values`); the method's verdicts and the
     re-pairings stay the trained model's. The split is encoded (:func:`encode_split`), every pair scored in one pass
-    per direction (:func:`~hfncl.audit.scoring.score_pairs`), and the rows built (:func:`pair_table`)."""
+    per direction (:func:`trained_scores`), and the rows built (:func:`pair_table`)."""
+    return pair_table(trained, trained_scores(trained), held_out)
+
+
+def trained_scores(trained: TrainedMethod) -> PairScores:
+    """Every pair of the trained method's split scored by its model: the split encoded (:func:`encode_split`), then
+    one pass per direction (:func:`~hfncl.audit.scoring.score_pairs`)."""
     retriever = trained.retriever()
-    scores = score_pairs(retriever, *encode_split(retriever, trained.data.split), trained.data.split.captions_per_image)
-    return pair_table(trained, scores, held_out)
+    return score_pairs(retriever, *encode_split(retriever, trained.data.split), trained.data.split.captions_per_image)
 
 
 def pair_table(trained: TrainedMethod, scores: PairScores, held_out: PairPValues | None = None) -> datasets.Dataset:
