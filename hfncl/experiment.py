@@ -72,7 +72,7 @@ def _train_and_test(
     model_args: Any,
     model_cards_dir: str | Path | None,
 ) -> dict[str, Any]:
-    fingerprint = run_fingerprint(config, data_args, model_args)
+    fingerprint = run_fingerprint(config, data_args, model_args, unread=task.unread_files(data_args))
     resumed = checkpoint_to_resume(config)
     if resumed is not None:  # before the data are read; the noise index is compared once it is made
         refuse_mismatch(resumed, fingerprint, ignore_mismatch=config.resume_ignore_mismatch, skip=(NOISE_INDEX_FIELD,))

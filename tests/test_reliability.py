@@ -7,6 +7,7 @@ import json
 import os
 import pickle
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -475,3 +476,49 @@ def test_pickle_weights_are_refused_and_a_saved_model_without_its_manifest_loads
     (best / "model.safetensors").unlink()
     with pytest.raises(OSError, match=f"^{re.escape(str(best))} has only pickle weights \\(pytorch_model.bin\\): safetensors required"):
         NCLModel.from_pretrained(best)
+
+
+def test_another_split_written_into_the_data_directory_leaves_the_fingerprint_and_a_resume_alone(
+    micro_data_dir, tmp_path
+):
+    from hfncl.engine.fingerprint import run_fingerprint
+    from hfncl.experiment import DataArguments
+    from hfncl.tasks import PAIRS
+
+    data_dir = tmp_path / "data"
+    shutil.copytree(micro_data_dir, data_dir)
+    args = DataArguments(data_dir=str(data_dir))
+
+    def fingerprint():
+        return run_fingerprint(TrainConfig(output_dir=str(tmp_path / "run")), args, unread=PAIRS.unread_files(args))
+
+    base = fingerprint()
+    micro_run(data_dir, tmp_path / "run")  # a checkpoint to resume
+    for name in ("oracle_ims.npy", "oracle_caps.txt", "oracle_num_regions.npy", "oracle.partial.npy"):
+        shutil.copy(data_dir / "train_ims.npy" if name.endswith(".npy") else data_dir / "train_caps.txt", data_dir / name)
+    assert fingerprint() == base  # another run's split, as a benchmark writes while this run trains
+    micro_run(data_dir, tmp_path / "run", resume=True)  # not refused
+    (data_dir / "train_vocab.json").write_text("{}")  # a file every split shares
+    assert fingerprint()["files.data_dir/train_vocab.json"].startswith("sha256:")
+    with (data_dir / "dev_caps.txt").open("a") as captions:
+        captions.write("one more caption\n")
+    assert fingerprint()["files.data_dir/dev_caps.txt"] != base["files.data_dir/dev_caps.txt"]
+
+
+def test_formats_name_the_split_a_file_belongs_to(tmp_path):
+    from hfncl.data.formats import ImagefolderFormat, PrecompFormat
+
+    precomp = PrecompFormat()
+    assert [precomp.split_of(tmp_path, tmp_path / name) for name in (
+        "train_oracle_50_seed2_ims.npy", "dev_caps.tsv", "test_num_regions.npy", "a.partial.npy", "train_vocab.json"
+    )] == ["train_oracle_50_seed2", "dev", "test", "a", None]
+    assert precomp.split_of(tmp_path, tmp_path / "sub" / "train_ims.npy") is None
+    for split in ("train", "validation"):
+        (tmp_path / split).mkdir()
+        (tmp_path / split / "metadata.jsonl").write_text("")
+    (tmp_path / "thumbnails").mkdir()
+    folder = ImagefolderFormat()
+    assert folder.split_of(tmp_path, tmp_path / "train" / "a.jpg") == "train"
+    assert folder.split_of(tmp_path, tmp_path / "validation" / "b.jpg") == "dev"  # read as dev, as detect does
+    assert folder.split_of(tmp_path, tmp_path / "thumbnails" / "c.jpg") is None
+    assert folder.split_of(tmp_path, tmp_path / "notes.txt") is None

@@ -17,7 +17,8 @@ names (:func:`hfncl.arguments.installed_formats`, :func:`hfncl.arguments.check_f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, cast
@@ -50,6 +51,15 @@ class DataFormat(Protocol):
         (its images must have the same input shape); ``image_processor`` the vision tower's, for pixels."""
 
 
+class SplitFiles(DataFormat, Protocol):
+    """A format that can tell which split a file of its data directory belongs to (optional, as ``split_of``):
+    a run's fingerprint then covers the files of its own splits and the shared ones (a vocabulary), not those
+    of the other splits a directory holds, which other runs may write while it trains."""
+
+    def split_of(self, data_dir: Path, path: Path) -> str | None:
+        """The split whose file ``path`` (under ``data_dir``) is, or ``None`` for a file every split shares."""
+
+
 class AuditedFormat(DataFormat, Protocol):
     """What ``hfncl audit`` also reads of a format, where it has it (a format may define any of these methods):
 
@@ -69,6 +79,9 @@ class AuditedFormat(DataFormat, Protocol):
         ``name`` of this format, one image per pair; return the files that hold it."""
 
 
+PRECOMP_SPLIT_FILE = re.compile(r"(?P<split>.+)(?:_ims\.npy|_caps\.txt|_caps\.tsv|_num_regions\.npy|\.partial\.npy)")
+
+
 @dataclass(frozen=True)
 class PrecompFormat:
     """SCAN's precomputed region features (:func:`hfncl.data.precomp.load_precomp_split`); the default."""
@@ -77,6 +90,11 @@ class PrecompFormat:
 
     def detect(self, data_dir: Path, split: str) -> bool:
         return (data_dir / f"{split}_ims.npy").is_file()
+
+    def split_of(self, data_dir: Path, path: Path) -> str | None:
+        """``SPLIT`` of ``{SPLIT}_ims.npy``, its captions and region counts, or of a split being written; else None."""
+        match = PRECOMP_SPLIT_FILE.fullmatch(path.name) if path.parent == data_dir else None
+        return match["split"] if match else None
 
     def load_split(
         self, data_dir: Path, split: str, *, feature_dtype: str, image_processor: Any, like: PairSplit | None
@@ -101,6 +119,14 @@ class ImagefolderFormat:
 
     def detect(self, data_dir: Path, split: str) -> bool:
         return is_imagefolder(data_dir, split) or (split == "dev" and is_imagefolder(data_dir, "validation"))
+
+    def split_of(self, data_dir: Path, path: Path) -> str | None:
+        """The folder under ``data_dir`` that holds ``path``, when it is a split (has a metadata file), with
+        ``validation`` read as ``dev`` where there is no ``dev`` folder (as :meth:`detect` does); else ``None``."""
+        relative = path.relative_to(data_dir).parts
+        if len(relative) < 2 or not is_imagefolder(data_dir, relative[0]):
+            return None
+        return "dev" if relative[0] == "validation" and not is_imagefolder(data_dir, "dev") else relative[0]
 
     def load_split(
         self, data_dir: Path, split: str, *, feature_dtype: str, image_processor: Any, like: PairSplit | None
@@ -143,6 +169,16 @@ def get_format(name: str) -> DataFormat:
         raise ValueError(
             f"data format {name!r} is installed but failed to import ({point.value}): {type(error).__name__}: {error}"
         ) from error
+
+
+def unread_split_files(name: str, data_dir: Path, splits: Sequence[str]) -> Callable[[Path], bool]:
+    """Whether a file under ``data_dir`` belongs to a split other than ``splits`` in format ``name`` (``auto``:
+    the one :func:`detect_format` finds for the first split); never, for a format without ``split_of``."""
+    chosen = get_format(detect_format(data_dir, splits[0]) if name == arguments.AUTO else name)
+    split_of = getattr(chosen, "split_of", None)
+    if split_of is None:
+        return lambda path: False
+    return lambda path: split_of(data_dir, path) not in (None, *splits)
 
 
 def detect_format(data_dir: Path, split: str) -> str:

@@ -9,7 +9,8 @@ A fingerprint is a flat mapping of named fields to JSON values:
 ``data.NAME``         the data arguments; a value naming an existing file or directory is given as its resolved
                       path, and the card's dataset name is left out.
 ``model.NAME``        the model arguments.
-``files.NAME/PATH``   every file under such a path (hidden files and the run's own output directory left out):
+``files.NAME/PATH``   every file under such a path (hidden files, the run's own output directory and the files
+                      of splits the run does not read left out, which other runs may write meanwhile):
                       text files (captions, metadata, vocabularies) and small ``.npy`` files (noise indexes,
                       labels) by their SHA-256; larger binary files (region features, images) by size and
                       modification time, as the feature cache keys them.
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -49,11 +51,16 @@ class ResumeMismatchError(ValueError):
 
 
 def run_fingerprint(
-    config: TrainConfig, data_args: Any = None, model_args: Any = None, output_dir: str | Path | None = None
+    config: TrainConfig,
+    data_args: Any = None,
+    model_args: Any = None,
+    output_dir: str | Path | None = None,
+    unread: Callable[[Path], bool] | None = None,
 ) -> dict[str, Any]:
     """The fingerprint of a run of ``config`` on ``data_args`` and ``model_args`` (dataclasses, or ``None``).
 
-    ``output_dir`` (default ``config.output_dir``) is left out of the data directories' files.
+    ``output_dir`` (default ``config.output_dir``) is left out of the data directories' files, and so is every
+    file (a resolved path) for which ``unread`` answers true: another split's (:meth:`ExperimentTask.unread_files`).
     """
     values = _values(config)
     fingerprint = {f"training.{k}": v for k, v in values.items() if k not in UNTRAINED_FIELDS}
@@ -61,7 +68,7 @@ def run_fingerprint(
         fingerprint.update((f"model.{k}", v) for k, v in _values(model_args).items())
     if data_args is not None:
         exclude = Path(output_dir if output_dir is not None else config.output_dir).resolve()
-        fingerprint.update(_data_fields(_values(data_args), exclude))
+        fingerprint.update(_data_fields(_values(data_args), exclude, unread or _reads_all))
     return fingerprint
 
 
@@ -168,7 +175,12 @@ def _values(arguments: Any) -> dict[str, Any]:
     return json.loads(json.dumps(values, default=str))
 
 
-def _data_fields(values: dict[str, Any], exclude: Path) -> dict[str, Any]:
+def _reads_all(path: Path) -> bool:
+    """No file is left out."""
+    return False
+
+
+def _data_fields(values: dict[str, Any], exclude: Path, unread: Callable[[Path], bool]) -> dict[str, Any]:
     """``data.NAME`` of the data arguments, paths resolved, and ``files.NAME/PATH`` of what those paths hold."""
     found: dict[str, Any] = {}
     for name, value in values.items():
@@ -180,19 +192,20 @@ def _data_fields(values: dict[str, Any], exclude: Path) -> dict[str, Any]:
             continue
         root = path.resolve()
         found[f"data.{name}"] = str(root)
-        found.update((f"files.{name}/{relative}", signature) for relative, signature in _files(root, exclude))
+        found.update((f"files.{name}/{relative}", signature) for relative, signature in _files(root, exclude, unread))
     return found
 
 
-def _files(root: Path, exclude: Path) -> list[tuple[str, str]]:
-    """``(relative path, signature)`` of the file ``root``, or of every file under the directory ``root``."""
+def _files(root: Path, exclude: Path, unread: Callable[[Path], bool]) -> list[tuple[str, str]]:
+    """``(relative path, signature)`` of the file ``root``, or of every file under the directory ``root`` but
+    those ``unread`` names."""
     if root.is_file():
         return [(root.name, file_signature(root))]
     found = []
     for path in sorted(root.rglob("*")):
         relative = path.relative_to(root)
         hidden = any(part.startswith(".") for part in relative.parts)
-        if hidden or not path.is_file() or path.resolve().is_relative_to(exclude):
+        if hidden or not path.is_file() or path.resolve().is_relative_to(exclude) or unread(path):
             continue
         found.append((relative.as_posix(), file_signature(path)))
     return found

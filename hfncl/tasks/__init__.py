@@ -12,6 +12,8 @@ encoding, outputs, validation metric, hidden clean masks) and owns, for its kind
 ``demo_model``          the model arguments of ``hfncl demo``.
 ``demo_training``       the TrainConfig values ``hfncl demo`` trains this kind with.
 ``prepare``             the data on disk -> a typed result (:class:`~hfncl.tasks.pairs.PairData`, ...).
+``unread_files``        which files under the data paths hold splits the run does not read (its fingerprint
+                        leaves them out: other runs may write them while it trains).
 ``model_config``        that result and the model arguments -> the model's config.
 ``model_settings``      the model fields a run would use, for ``--print-config``.
 ``for_run``             the task the run's trainer gets: this one told the run's noise rate.
@@ -32,6 +34,7 @@ encoding, outputs, validation metric, hidden clean masks) and owns, for its kind
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -57,6 +60,8 @@ class ExperimentTask(Task, Protocol):
     demo_training: dict[str, Any]
 
     def prepare(self, args: Any, model_args: Any, plugins: RunPlugins, output_dir: str | Path) -> Any: ...
+
+    def unread_files(self, args: Any) -> Callable[[Path], bool]: ...
 
     def model_config(self, data: Any, model_args: Any, plugins: RunPlugins) -> PretrainedConfig: ...
 

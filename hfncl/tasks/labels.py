@@ -14,6 +14,7 @@ its instance :data:`LABELS` is the :class:`hfncl.tasks.ExperimentTask` that
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -145,6 +146,10 @@ class CategoryTask:
     ) -> LabelData:
         """The splits and the noisy training labels (:func:`prepare_labelled_data`)."""
         return prepare_labelled_data(args, output_dir)
+
+    def unread_files(self, args: LabelDataArguments) -> Callable[[Path], bool]:
+        """None: every file of the data paths is the run's (its splits are the files it names)."""
+        return lambda path: False
 
     def model_config(self, data: LabelData, model_args: CategoryModelArguments, plugins: RunPlugins) -> CategoryConfig:
         """``model_args`` with the features' sizes and the number of classes of the data."""

@@ -11,6 +11,7 @@ test recall (R@K, rSum) and the text of its model cards: all in :class:`PairTask
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, cast
@@ -32,7 +33,7 @@ from hfncl.data import (
     load_noise_index,
     save_noise_index,
 )
-from hfncl.data.formats import detect_format, get_format
+from hfncl.data.formats import detect_format, get_format, unread_split_files
 from hfncl.data.pixels import image_processor_from_pretrained
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
@@ -296,6 +297,14 @@ class PairTask:
         check_split_size(data.val.num_images, f"validation split {args.val_split!r}")
         check_split_size(data.test.num_images, f"test split {args.test_split!r}", args.test_folds, "test_folds")
         return data
+
+    def unread_files(self, args: DataArguments) -> Callable[[Path], bool]:
+        """Whether a file of the data directory holds a split other than the run's training, validation and test
+        splits (in the run's data format), so that the run's fingerprint leaves it out."""
+        data_dir = Path(args.data_dir).resolve()
+        if not data_dir.is_dir():
+            return lambda path: False
+        return unread_split_files(args.data_format, data_dir, (args.train_split, args.val_split, args.test_split))
 
     def model_config(self, data: PairData, model_args: ModelArguments, plugins: RunPlugins) -> NCLConfig:
         """The plugins' ``model_defaults`` under the explicit ``model_args``, fitted to the data's features (their
