@@ -138,7 +138,7 @@ def cross_fitted_row(
     rest of the table; saves the p-values beside the hidden mask."""
     started = time.perf_counter()
     parts = image_folds(trained.data.split.num_images, folds, seed)
-    held_out, _ = held_out_p_values(trained.data, parts, lambda part: train_method(part, config, model), fold_p_values)
+    held_out, _ = held_out_p_values(trained.data, parts, lambda part, _: train_method(part, config, model), fold_p_values)
     training = time.perf_counter() - started
     table = pair_table(trained, pair_scores, held_out)
     rank = np.asarray(table["rank"])

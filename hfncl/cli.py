@@ -457,6 +457,10 @@ def _audit_arguments(parser: argparse.ArgumentParser) -> None:
         help="Cross-fit with K folds of the images: each pair scored by the method trained without its fold, K more "
         "trainings; the noise estimate then holds for wrong pairs the model would memorise (default 1: in-sample).",
     )
+    parser.add_argument(
+        "--resume", action="store_true",
+        help="Continue a killed audit of the same data and settings from its last checkpoint (OUTPUT_DIR/training).",
+    )
 
 
 @command(
@@ -474,7 +478,7 @@ def audit_command(args: argparse.Namespace) -> int:
         result = run_audit(
             args.data_dir, args.plugins, args.output_dir, args.epochs, split=args.split, data_format=args.data_format,
             write_clean=args.write_clean, model=args.model, model_args=ModelArguments(image_tower=args.image_tower),
-            seed=args.seed, folds=args.folds,
+            seed=args.seed, folds=args.folds, resume=args.resume,
         )
     except (OSError, ValueError) as error:  # AuditError and DataFormatError are ValueErrors
         print(f"hfncl: error: {one_line(error)}", file=sys.stderr)

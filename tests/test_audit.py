@@ -339,3 +339,46 @@ def test_a_model_trained_on_other_data_is_refused_in_one_line(noisy_data, tmp_pa
     with pytest.raises(AuditError, match="give a trained model or the plugins to train, not both"):
         hfncl.audit(data, ["ncr"], tmp_path / "out", model=cases[0][0])
     assert not (tmp_path / "out").exists()
+
+
+def test_a_killed_audit_resumes_from_its_last_checkpoint_and_finds_the_same_pairs(
+    audited, noisy_data, tmp_path, monkeypatch
+):
+    import hfncl.audit as audit_package
+    from hfncl.engine.fingerprint import ResumeMismatchError
+    from hfncl.engine.trainer import Trainer
+
+    trained_epochs: list[int] = []
+    train_epoch, save_trained = Trainer._train_epoch, audit_package.save_trained
+
+    def killed_in_epoch_4(trainer, epoch):
+        if epoch == 3:
+            raise KeyboardInterrupt
+        trained_epochs.append(epoch)
+        return train_epoch(trainer, epoch)
+
+    def killed_before_saving(trained, directory):
+        raise KeyboardInterrupt
+
+    def run(**changes):
+        settings = {"training": AUDIT_TRAINING, "seed": 0} | changes
+        return audit(noisy_data[0], ["ncr"], tmp_path, EPOCHS, model_args=TINY_MODEL, progress=False, **settings)
+
+    monkeypatch.setattr(Trainer, "_train_epoch", killed_in_epoch_4)
+    with pytest.raises(KeyboardInterrupt):
+        run()
+    assert trained_epochs == [0, 1, 2]
+    monkeypatch.setattr(Trainer, "_train_epoch", lambda trainer, epoch: trained_epochs.append(epoch) or train_epoch(trainer, epoch))
+    monkeypatch.setattr(audit_package, "save_trained", killed_before_saving)
+    with pytest.raises(KeyboardInterrupt):  # killed after the last epoch: its checkpoint holds the last divisions
+        run(resume=True)
+    assert trained_epochs == [0, 1, 2, 3, 4, 5]
+    with pytest.raises(ResumeMismatchError, match=r"training.seed \(0 -> 1\)"):
+        run(resume=True, seed=1)
+    monkeypatch.setattr(audit_package, "save_trained", save_trained)
+    table = run(resume=True)
+    assert trained_epochs == [0, 1, 2, 3, 4, 5]  # nothing left to train
+    expected = audited[0]
+    for column in ("p_image", "p_caption", "clean_prob", "flagged", "rank"):
+        assert table[column] == expected[column], column
+    assert (tmp_path / "model").is_dir() and not (tmp_path / "training").exists()

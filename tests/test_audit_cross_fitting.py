@@ -71,9 +71,10 @@ def test_every_pair_is_scored_by_the_model_trained_on_all_the_other_folds():
     data = AuditData(split, "precomp", None, None)  # type: ignore[arg-type]
     trained_on: list[set[int]] = []
 
-    def train(part: AuditData) -> int:
+    def train(part: AuditData, fold: int) -> int:
+        assert fold == len(trained_on)  # the folds in order
         trained_on.append({int(i) for i in part.split.image_inputs(np.arange(part.split.num_images))[:, 0, 0]})
-        return len(trained_on) - 1  # the model's number stands for the trained method
+        return fold  # the fold's number stands for the trained method
 
     def score(model: int, fold: ImageSubset) -> PairPValues:
         images = set(fold.images.tolist())

@@ -20,6 +20,7 @@ read, where the format can write one (the built-in ones can).
 
 from __future__ import annotations
 
+import shutil
 import sys
 import types
 from dataclasses import dataclass
@@ -53,6 +54,10 @@ from hfncl.audit.training import (
 )
 from hfncl.tasks.pairs import AUTO, ModelArguments
 
+TRAINING_FOLDER = "training"
+"""The folder of an audit's output directory that holds its training checkpoints until the model is saved: a
+killed audit continues from them with ``resume``."""
+
 
 @dataclass(frozen=True)
 class AuditResult:
@@ -77,6 +82,7 @@ def run_audit(
     seed: int = 0,
     progress: bool = True,
     folds: int = 1,
+    resume: bool = False,
 ) -> AuditResult:
     """:func:`audit`, also returning the files of the cleaned split (what ``hfncl audit`` prints)."""
     if write_clean is not None:
@@ -97,14 +103,19 @@ def run_audit(
         config = audit_settings(plugins, epochs, seed, progress, training)
         data = read_split(data_dir, split, model_args, plugins, data_format, write_clean)
         parts = image_folds(data.split.num_images, folds, seed) if folds > 1 else None  # refused before training
-        trained = train_method(data, config, model_args)
+        checkpoints = output / TRAINING_FOLDER
+        trained = train_method(data, config, model_args, checkpoints / "all", resume)
         held_out = None
         if parts is not None:
             held_out, _ = held_out_p_values(
-                data, parts, lambda part: train_method(part, config, model_args), fold_p_values
+                data,
+                parts,
+                lambda part, fold: train_method(part, config, model_args, checkpoints / f"fold{fold}", resume),
+                fold_p_values,
             )
         table = audit_table(trained, held_out)
         save_trained(trained, output / MODEL_FOLDER)
+        shutil.rmtree(checkpoints)
     write_table(table, output, images=trained.data.image_reader())
     clean_files = []
     if write_clean is not None:
@@ -127,6 +138,7 @@ def audit(
     seed: int = 0,
     progress: bool = True,
     folds: int = 1,
+    resume: bool = False,
 ) -> datasets.Dataset:
     """Train ``plugins`` (default: :func:`~hfncl.audit.training.default_plugins`, the one installed plugin that
     declares ``audit_settings``) on split ``split`` of ``data_dir`` and return the audit table (one row per pair;
@@ -149,6 +161,10 @@ def audit(
     and the estimate is read at :data:`~hfncl.audit.calibration.HELD_OUT_LAMBDA`. In-sample (K = 1), a model that
     memorises its wrong pairs makes the estimate fall short; held out, right pairs it cannot match raise it.
 
+    Training checkpoints each epoch into ``output_dir/training`` (removed once the model is saved). An audit that
+    was killed continues from its latest checkpoint with ``resume`` (the same settings, model and pairs, else refused
+    in one line); without ``resume`` it trains afresh.
+
     With ``model`` (a checkpoint directory: a run's ``best/``, an earlier audit's ``model/``), nothing trains: that
     model scores the pairs, and the table has no method columns (``clean_prob``, ``agree``).
 
@@ -166,6 +182,7 @@ def audit(
     return run_audit(
         data_dir, plugins, output_dir, epochs, split=split, data_format=data_format, write_clean=write_clean,
         model=model, model_args=model_args, training=training, seed=seed, progress=progress, folds=folds,
+        resume=resume,
     ).table
 
 

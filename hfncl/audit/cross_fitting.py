@@ -81,10 +81,11 @@ its :meth:`~hfncl.audit.training.TrainedMethod.retriever`)."""
 
 
 def held_out_p_values(
-    data: AuditData, parts: list[np.ndarray], train: Callable[[AuditData], TrainedMethod], score: Scorer
+    data: AuditData, parts: list[np.ndarray], train: Callable[[AuditData, int], TrainedMethod], score: Scorer
 ) -> tuple[PairPValues, list[TrainedMethod]]:
     """Every pair's p-values from the method trained without its image's fold (``parts``, :func:`image_folds`):
-    ``train`` on the other folds' pairs, ``score`` on the fold's, its ranks among the fold's images and captions.
+    ``train`` on the other folds' pairs (and the fold's number), ``score`` on the fold's, its ranks among the fold's
+    images and captions.
     Returns the p-values in the split's pair order and the trained methods, fold by fold."""
     split = data.split
     image_p, caption_p = np.empty(split.num_captions), np.empty(split.num_captions)
@@ -92,7 +93,7 @@ def held_out_p_values(
     trained_methods = []
     for number, held_out in enumerate(parts):
         training_images = np.sort(np.concatenate([part for other, part in enumerate(parts) if other != number]))
-        trained = train(replace(data, split=ImageSubset(split, training_images)))
+        trained = train(replace(data, split=ImageSubset(split, training_images)), number)
         fold = ImageSubset(split, held_out)
         values = score(trained, fold)
         positions = fold.pairs

@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
+import hashlib
+import shutil
 import tempfile
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 
 import hfncl.plugins as plugin_registry
 from hfncl.audit.data import AuditData, AuditError, read_audit_data
-from hfncl.config import TrainConfig
+from hfncl.config import LATEST, TrainConfig
 from hfncl.data import NoisyPairDataset, TokenizerVocabulary, Vocabulary
 from hfncl.demo import shortened_settings
 from hfncl.engine.callbacks import TrainerCallback, library_progress_bars
+from hfncl.engine.fingerprint import run_fingerprint
 from hfncl.engine.trainer import Trainer
 from hfncl.hub.checkpoint import save_image_processor
 from hfncl.models import NCLConfig, NCLModel
@@ -29,18 +32,6 @@ if TYPE_CHECKING:
 
 DEFAULT_EPOCHS = 10
 """Epochs of a method that declares neither ``audit_settings`` nor ``demo_settings`` when ``epochs`` is not given."""
-
-
-class LastDivisions(TrainerCallback):
-    """Keeps the divisions of the latest ``on_division``: after ``train()``, the last epoch's verdict."""
-
-    def __init__(self) -> None:
-        self.divisions: list[Division | None] = []
-
-    def on_division(
-        self, trainer: Trainer, epoch: int, divisions: list[Division | None], true_clean: np.ndarray
-    ) -> None:
-        self.divisions = list(divisions)
 
 
 @dataclass(frozen=True)
@@ -147,11 +138,29 @@ def read_split(
     return read_audit_data(data_dir, split, data_format, tower, write_clean=write_clean)
 
 
+def data_fingerprint(data: AuditData) -> dict[str, Any]:
+    """What a resumed audit must train on again (beside its settings): the split's format, its captions in order
+    (SHA-256) and its images' number and input shape."""
+    captions = hashlib.sha256("\n".join(data.split.captions).encode("utf-8")).hexdigest()
+    return {
+        "audit.format": data.format_name,
+        "audit.captions": f"sha256:{captions}",
+        "audit.images": [data.split.num_images, *data.split.image_shape],
+    }
+
+
 def train_model(
-    data: AuditData, config: TrainConfig, model_args: ModelArguments, callbacks: list[TrainerCallback] | None = None
+    data: AuditData,
+    config: TrainConfig,
+    model_args: ModelArguments,
+    callbacks: list[TrainerCallback] | None = None,
+    training_dir: Path | None = None,
+    resume: bool = False,
 ) -> tuple[Trainer, Vocabulary | TokenizerVocabulary]:
-    """Train ``config``'s method on the pairs of ``data`` as they are (no noise added; the checkpoints in a
-    temporary directory); return the trainer and the vocabulary."""
+    """Train ``config``'s method on the pairs of ``data`` as they are (no noise added); return the trainer and the
+    vocabulary. The checkpoints go to ``training_dir`` (default: a temporary directory). With ``resume``, training
+    continues from the latest checkpoint there when it has one, checked to be of the same settings, model and pairs
+    (:func:`data_fingerprint`); without, the directory is emptied first."""
     fields = model_fields(config.plugins, model_args)
     tokenizer = fields.get("text_tower_name") if fields.get("text_tower") == "transformer" else None
     vocab = TokenizerVocabulary.from_pretrained(tokenizer) if tokenizer else Vocabulary.build(data.split.captions)
@@ -159,19 +168,33 @@ def train_model(
     if not data.data_format.reads_pixels:
         image["image_regions"], image["image_dim"] = data.split.image_shape
     model_config = NCLConfig(**image, vocab_size=len(vocab), **fields)
-    with tempfile.TemporaryDirectory(prefix="hfncl-audit-") as scratch:
+    with ExitStack() as stack:
+        if training_dir is None:
+            directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="hfncl-audit-")))
+        else:
+            directory = training_dir
+            if not resume:
+                shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir(parents=True, exist_ok=True)
+        run = replace(config, output_dir=str(directory), resume_from_checkpoint=LATEST if resume else None)
+        fingerprint = run_fingerprint(run, model_args=model_args) | data_fingerprint(data)
         dataset = NoisyPairDataset(data.split, vocab)
-        trainer = Trainer(replace(config, output_dir=scratch), model_config, dataset, task=PAIRS, callbacks=callbacks)
+        trainer = Trainer(run, model_config, dataset, task=PAIRS, callbacks=callbacks, fingerprint=fingerprint)
         trainer.train()
     return trainer, vocab
 
 
-def train_method(data: AuditData, config: TrainConfig, model_args: ModelArguments) -> TrainedMethod:
-    """Train ``config``'s method on the pairs of ``data`` (:func:`train_model`) and keep every network's last
-    division."""
-    last = LastDivisions()
-    trainer, vocab = train_model(data, config, model_args, [last])
-    divisions = {net: division for net, division in enumerate(last.divisions) if division is not None}
+def train_method(
+    data: AuditData,
+    config: TrainConfig,
+    model_args: ModelArguments,
+    training_dir: Path | None = None,
+    resume: bool = False,
+) -> TrainedMethod:
+    """Train ``config``'s method on the pairs of ``data`` (:func:`train_model`, checkpoints in ``training_dir``,
+    continued with ``resume``) and keep every network's last division (restored with a resumed checkpoint)."""
+    trainer, vocab = train_model(data, config, model_args, training_dir=training_dir, resume=resume)
+    divisions = {net: division for net, division in enumerate(trainer.divisions) if division is not None}
     if not divisions:
         raise AuditError(f"{' + '.join(config.plugins)} made no division in {config.epochs} epochs")
     return TrainedMethod(data, vocab, trainer.model, divisions, trainer.accelerator.device)
