@@ -151,14 +151,15 @@ def cross_fitted_row(
 
 def audit_rows(
     data: Path, wrong: np.ndarray, model: ModelArguments, epochs: int | None, seed: int, folds: int, baselines: bool,
-    plugins: list[str], training: dict[str, Any] | None = None,
+    plugins: list[str], training: dict[str, Any] | None = None, resume: bool = False,
 ) -> list[dict]:
     """The audit's row (``plugins`` trained with their audit settings under ``training``), its cross-fitted row
-    (``folds`` > 1) and the two baseline rows on the noisy copy ``data``."""
+    (``folds`` > 1) and the two baseline rows on the noisy copy ``data``; the audit's and the baseline's checkpoints
+    in the run's ``training/``, continued with ``resume`` (the seconds of training then count the resumed part)."""
     audited = read_split(data, "train", model, plugins)
     config = audit_settings(plugins, epochs, seed, False, training)
     started = time.perf_counter()
-    trained = train_method(audited, config, model)
+    trained = train_method(audited, config, model, data.parent / "training" / "audit", resume)
     training = time.perf_counter() - started
     save_trained(trained, data.parent / MODEL_FOLDER)
     started = time.perf_counter()
@@ -177,19 +178,21 @@ def audit_rows(
     if folds > 1:
         rows.append(cross_fitted_row(trained, pair_scores, config, model, folds, seed, wrong, data.parent))
     if baselines:
-        rows += baseline_rows(data, audited, wrong, model, epochs, seed)
+        rows += baseline_rows(data, audited, wrong, model, epochs, seed, resume)
     return rows
 
 
 def baseline_rows(
-    data: Path, audited: AuditData, wrong: np.ndarray, model: ModelArguments, epochs: int | None, seed: int
+    data: Path, audited: AuditData, wrong: np.ndarray, model: ModelArguments, epochs: int | None, seed: int,
+    resume: bool = False,
 ) -> list[dict]:
     """The cosine filter's row and the calibration's on the same model (VSE++ trained on all pairs of ``data``)."""
     started = time.perf_counter()
     settings = build_plugin_manager([BASELINE]).hook.demo_settings()
     settings = shortened_settings(settings, epochs) if epochs else settings
     config = TrainConfig(plugins=[BASELINE], seed=seed, progress=False, plot_divisions=False, **settings)
-    baseline_trainer, vocab = train_model(audited, config, model)
+    baseline_trainer, vocab = train_model(audited, config, model, training_dir=data.parent / "training" / BASELINE,
+                                          resume=resume)
     training = time.perf_counter() - started
     started = time.perf_counter()
     retriever = Retriever(baseline_trainer.model, vocab, device=baseline_trainer.accelerator.device)
@@ -247,7 +250,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--captions-file", default=str(DEFAULT_CAPTIONS), help="Flickr8k captions.txt for the proxy.")
     parser.add_argument("--proxy-dir", help="A built proxy (precomp) to use instead of building one.")
     parser.add_argument("--output-dir", default="runs/audit_benchmark")
-    parser.add_argument("--resume", action="store_true", help="Reuse the rows of finished runs.")
+    parser.add_argument("--resume", action="store_true",
+                        help="Reuse finished runs' rows; continue a killed run's trainings from their checkpoints.")
     parser.add_argument("--quick", action="store_true", help="Tiny data, model and epochs: checks the script.")
     parser.add_argument("--folds", type=int, default=1, help="Also the audit cross-fitted with K folds (K > 1).")
     parser.add_argument("--no-baselines", action="store_true", help="Leave out the VSE++ rows.")
@@ -280,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 wrong = noisy_copy(data, run_dir / "data", ratio, seed)
                 found = audit_rows(run_dir / "data", wrong, model, epochs, seed, args.folds, not args.no_baselines,
-                                   plugins, args.settings)
+                                   plugins, args.settings, args.resume)
                 found = [{**r, "benchmark": name, "true_rate": float(wrong.mean()), "seed": seed} for r in found]
                 atomic_write_text(saved, json.dumps(found, indent=1))
                 print(markdown(found, f"{name} at {ratio:.0%}, seed {seed}"), flush=True)
