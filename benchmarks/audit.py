@@ -22,7 +22,11 @@ level, into the file as a user's data would hold them; the images untouched) and
   p-values from the method trained without its image's fold, the estimate at the held-out lambda; its training
   seconds are the K fold trainings'.
 
-``--no-baselines`` leaves out the two VSE++ rows.
+``--no-baselines`` leaves out the two VSE++ rows. With ``--oracle-dir`` (``accuracy.py``'s output folder of the
+same proxy), each oracle model trained there on exactly the right pairs of the same ratio and seed
+(``oracle_noise<R>_seed<S>``: VSE++; ``oracle_(M)_noise<R>_seed<S>``: method M's own) scores the same noisy pairs
+as ``hfncl audit --model`` would: **oracle (M)**, what a model that knew the wrong pairs and never trained on them
+flags. The script checks that the oracle's clean pairs are exactly the copy's right ones.
 
 Per row: the true and estimated noise rate and its error (points), precision and recall of the flagged set,
 precision of the first k ranks (k = the true number of wrong pairs, and 100 / 1000), ROC-AUC of the ranking, and
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -44,6 +49,7 @@ from typing import Any
 import numpy as np
 import torch
 from common import DEFAULT_CAPTIONS, machine, proxy_sources, quiet, write_report
+from oracle import clean_caption_mask
 from sklearn.metrics import roc_auc_score
 from sklearn.mixture import GaussianMixture
 
@@ -58,6 +64,7 @@ from hfncl.audit.training import (
     TrainedMethod,
     audit_settings,
     default_plugins,
+    load_trained,
     read_split,
     save_trained,
     train_method,
@@ -97,6 +104,12 @@ def prepare(name: str, args: argparse.Namespace, output_dir: Path) -> Path | Non
     return build_caption_proxy(captions, output_dir / "data_proxy", encoder, config)
 
 
+def noisy_lines(images: int, k: int, ratio: float, seed: int) -> np.ndarray:
+    """Line c of the noisy copy holds caption ``noisy_lines(...)[c]`` of the original split (the NCR protocol's
+    caption-level index at ``ratio`` and ``seed``, inverted)."""
+    return np.argsort(caption_level_noise(images, k, ratio, seed), kind="stable")
+
+
 def noisy_copy(data_dir: Path, target: Path, ratio: float, seed: int) -> np.ndarray:
     """Write the training split of ``data_dir`` to ``target`` with ``ratio`` of its captions re-paired (the images
     linked, the caption lines permuted so that line c holds a caption of image c // k or, for a wrong pair, of
@@ -104,7 +117,7 @@ def noisy_copy(data_dir: Path, target: Path, ratio: float, seed: int) -> np.ndar
     captions = list(read_captions(data_dir / "train_caps.txt"))
     images = np.load(data_dir / "train_ims.npy", mmap_mode="r").shape[0]
     k = len(captions) // images
-    lines = np.argsort(caption_level_noise(images, k, ratio, seed), kind="stable")
+    lines = noisy_lines(images, k, ratio, seed)
     target.mkdir(parents=True, exist_ok=True)
     link = target / "train_ims.npy"
     if not link.exists():
@@ -217,6 +230,31 @@ def baseline_rows(
     return [cosine, calibrated]
 
 
+def oracle_rows(oracle_dir: Path, data_dir: Path, copy: Path, ratio: float, seed: int, wrong: np.ndarray) -> list[dict]:
+    """The rows of the oracles of ``oracle_dir`` at ``ratio`` and ``seed`` (their ``best/`` models, trained on
+    exactly the right pairs of the original ``data_dir``) scoring the noisy ``copy`` with hfncl audit's p-values.
+
+    Raises:
+        ValueError: an oracle's clean pairs would not be exactly the copy's right ones (another data or split size).
+    """
+    clean = clean_caption_mask(data_dir, ratio, seed)
+    images = np.load(data_dir / "train_ims.npy", mmap_mode="r").shape[0]
+    if not np.array_equal(~clean[noisy_lines(images, len(clean) // images, ratio, seed)], wrong):
+        raise ValueError(f"the oracles of {data_dir} at {ratio:.0%}, seed {seed}, trained on other pairs than {copy}")
+    rows = []
+    for best in sorted(oracle_dir.glob(f"oracle*_noise{round(ratio * 100)}_seed{seed}/best")):
+        method = re.fullmatch(r"oracle_\((.+)\)_noise.*", best.parent.name)
+        trained = load_trained(best, copy, "train")
+        started = time.perf_counter()
+        table = pair_table(trained, trained_scores(trained))
+        scoring = time.perf_counter() - started
+        rank = np.asarray(table["rank"])
+        rows.append({"row": f"oracle ({method[1] if method else BASELINE})", "estimate": estimated_noise_rate(table).rate,
+                     "train_s": None, "score_s_per_10k": scoring / len(rank) * 1e4,
+                     **scores(int(np.count_nonzero(table["flagged"])), np.argsort(rank), wrong, -rank.astype(float))})
+    return rows
+
+
 def cell(value: Any, percent: bool = False) -> str:
     if value is None:
         return "-"
@@ -255,6 +293,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="Tiny data, model and epochs: checks the script.")
     parser.add_argument("--folds", type=int, default=1, help="Also the audit cross-fitted with K folds (K > 1).")
     parser.add_argument("--no-baselines", action="store_true", help="Leave out the VSE++ rows.")
+    parser.add_argument("--oracle-dir", help="accuracy.py's output folder of the same proxy: add its oracles' rows.")
     parser.add_argument("--plugins", nargs="+", help="The audited method (default: hfncl audit's).")
     parser.add_argument("--settings", type=json.loads, default=None,
                         help="JSON of TrainConfig fields over the audited method's settings, e.g. '{\"epochs\": 20}'.")
@@ -279,16 +318,19 @@ def main(argv: list[str] | None = None) -> int:
             for seed in args.seeds:
                 run_dir = output_dir / f"{name}_noise{round(ratio * 100)}_seed{seed}"
                 saved = run_dir / "rows.json"
+                wrong = noisy_copy(data, run_dir / "data", ratio, seed)
                 if args.resume and saved.is_file():
                     rows += json.loads(saved.read_text())
-                    continue
-                wrong = noisy_copy(data, run_dir / "data", ratio, seed)
-                found = audit_rows(run_dir / "data", wrong, model, epochs, seed, args.folds, not args.no_baselines,
-                                   plugins, args.settings, args.resume)
-                found = [{**r, "benchmark": name, "true_rate": float(wrong.mean()), "seed": seed} for r in found]
-                atomic_write_text(saved, json.dumps(found, indent=1))
-                print(markdown(found, f"{name} at {ratio:.0%}, seed {seed}"), flush=True)
-                rows += found
+                else:
+                    found = audit_rows(run_dir / "data", wrong, model, epochs, seed, args.folds,
+                                       not args.no_baselines, plugins, args.settings, args.resume)
+                    found = [{**r, "benchmark": name, "true_rate": float(wrong.mean()), "seed": seed} for r in found]
+                    atomic_write_text(saved, json.dumps(found, indent=1))
+                    print(markdown(found, f"{name} at {ratio:.0%}, seed {seed}"), flush=True)
+                    rows += found
+                if args.oracle_dir:
+                    found = oracle_rows(Path(args.oracle_dir), data, run_dir / "data", ratio, seed, wrong)
+                    rows += [{**r, "benchmark": name, "true_rate": float(wrong.mean()), "seed": seed} for r in found]
         command = f"python benchmarks/audit.py {' '.join(sys.argv[1:])}"
         header = f"{machine()}, torch threads {torch.get_num_threads()}; `{command}`"
         write_report(output_dir / f"audit_{name}.md", markdown(rows, header))

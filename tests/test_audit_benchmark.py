@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
 import pytest
 from conftest import benchmark_module
 
 from hfncl.audit.training import audit_settings
+from hfncl.data import Vocabulary, read_captions
+from hfncl.models import NCLConfig, NCLModel
 
 
 @pytest.fixture(scope="module")
@@ -22,3 +27,35 @@ def test_plugins_and_settings_name_the_audited_method_and_lengthen_its_schedule(
     assert audit_settings(["gsc"], 20, 0, False, None).to_dict() == config.to_dict()
     defaults = audit_benchmark.parse_args([])
     assert defaults.plugins is None and defaults.settings is None  # hfncl audit's default method, its own settings
+
+
+def _untrained_model(directory: Path, image_dim: int, captions: list[str]) -> Path:
+    """A checkpoint of an untrained model for ``image_dim`` region features with a vocabulary of ``captions``."""
+    vocab = Vocabulary.build(captions)
+    NCLModel(NCLConfig(image_dim=image_dim, vocab_size=len(vocab), embed_dim=8, word_dim=8)).save_pretrained(directory)
+    vocab.save_json(directory / "vocab.json")
+    return directory
+
+
+def test_the_oracles_of_the_same_noise_score_the_copy_and_other_noise_is_refused(
+    audit_benchmark, tiny_data_dir, tmp_path
+):
+    from oracle import clean_caption_mask  # benchmarks/ is on the path once benchmark_module imported the script
+
+    copy = tmp_path / "run" / "data"
+    wrong = audit_benchmark.noisy_copy(tiny_data_dir, copy, 0.5, seed=0)
+    captions = list(read_captions(tiny_data_dir / "train_caps.txt"))
+    dim = np.load(tiny_data_dir / "train_ims.npy", mmap_mode="r").shape[-1]
+    oracles = tmp_path / "accuracy"
+    for name in ("oracle_noise50_seed0", "oracle_(gsc)_noise50_seed0", "oracle_noise50_seed1", "oracle_noise20_seed0"):
+        _untrained_model(oracles / name / "best", dim, captions)
+    rows = audit_benchmark.oracle_rows(oracles, tiny_data_dir, copy, 0.5, 0, wrong)
+    assert [row["row"] for row in rows] == ["oracle (gsc)", "oracle (vsepp)"]  # of this ratio and seed only
+    for row in rows:
+        assert 0 <= row["estimate"] <= 1 and row["flagged"] == round(row["estimate"] * len(wrong))
+        assert 0 <= row["precision_at_true"] <= 1 and row["train_s"] is None
+    # the hidden mask the oracle's split was cut by, line for line
+    clean = clean_caption_mask(tiny_data_dir, 0.5, 0)
+    assert np.array_equal(~clean[audit_benchmark.noisy_lines(len(wrong) // 5, 5, 0.5, 0)], wrong)
+    with pytest.raises(ValueError, match="trained on other pairs than"):
+        audit_benchmark.oracle_rows(oracles, tiny_data_dir, copy, 0.5, 1, wrong)  # seed 1's oracles, seed 0's copy
