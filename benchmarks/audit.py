@@ -269,12 +269,13 @@ def markdown(rows: list[dict[str, Any]], header: str) -> str:
     for r in rows:
         error = None if r["estimate"] is None else abs(r["estimate"] - r["true_rate"]) * 100
         seconds = "-" if r["score_s_per_10k"] is None else f"{r['score_s_per_10k']:.1f}"
+        training = "-" if r["train_s"] is None else f"{r['train_s']:.0f}"
         lines.append(
             f"| {r['benchmark']} | {r['true_rate']:.1%} | {r['row']} | {cell(r['estimate'], True)} | "
             f"{'-' if error is None else f'{error:.1f}'} | {cell(r['precision'])} | {cell(r['recall'])} | "
             f"{cell(r['precision_at_true'])} | {cell(r.get('precision_at_100'))} | "
             f"{cell(r.get('precision_at_1000'))} | "
-            f"{cell(r['auc'])} | {r['train_s']:.0f} | {seconds} |"
+            f"{cell(r['auc'])} | {training} | {seconds} |"
         )
     return "\n".join(lines)
 

@@ -54,6 +54,8 @@ def test_the_oracles_of_the_same_noise_score_the_copy_and_other_noise_is_refused
     for row in rows:
         assert 0 <= row["estimate"] <= 1 and row["flagged"] == round(row["estimate"] * len(wrong))
         assert 0 <= row["precision_at_true"] <= 1 and row["train_s"] is None
+    table = audit_benchmark.markdown([{**row, "benchmark": "tiny", "true_rate": 0.5} for row in rows], "header")
+    assert "| tiny | 50.0% | oracle (gsc) |" in table and table.count("\n") == len(rows) + 3
     # the hidden mask the oracle's split was cut by, line for line
     clean = clean_caption_mask(tiny_data_dir, 0.5, 0)
     assert np.array_equal(~clean[audit_benchmark.noisy_lines(len(wrong) // 5, 5, 0.5, 0)], wrong)
