@@ -181,9 +181,15 @@ def test_the_cleaned_split_loads_and_holds_exactly_the_unflagged_pairs(audited, 
 def test_the_command_prints_the_summary(audited, monkeypatch, capsys):
     table, output = audited
     clean_files = [output / "train_clean_ims.npy", output / "train_clean_caps.txt"]
-    monkeypatch.setattr("hfncl.audit.run_audit", lambda *args, **kwargs: AuditResult(table, clean_files))
+    calls = []
+    monkeypatch.setattr(
+        "hfncl.audit.run_audit", lambda *args, **kwargs: calls.append(kwargs) or AuditResult(table, clean_files)
+    )
     assert cli.main(["audit", "--data-dir", "d", "--output-dir", str(output), "--write-clean", "train_clean"]) == 0
     printed = capsys.readouterr().out.splitlines()
+    assert cli.main(["audit", "--data-dir", "d", "--output-dir", str(output), "--resume"]) == 0
+    capsys.readouterr()
+    assert [call["resume"] for call in calls] == [False, True]
     assert printed == audit_summary(table, output, clean_files)
     assert printed[0].startswith(f"{len(table)} pairs, {sum(table['flagged'])} flagged: estimated noise rate ")
     assert str(output / "audit.html") in printed[1] and str(output / "train_clean_ims.npy") in printed[2]
