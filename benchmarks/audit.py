@@ -255,6 +255,11 @@ def oracle_rows(oracle_dir: Path, data_dir: Path, copy: Path, ratio: float, seed
     return rows
 
 
+def labelled(rows: list[dict], benchmark: str, wrong: np.ndarray, seed: int) -> list[dict]:
+    """``rows`` of one run with its benchmark, true noise rate and seed."""
+    return [{**r, "benchmark": benchmark, "true_rate": float(wrong.mean()), "seed": seed} for r in rows]
+
+
 def cell(value: Any, percent: bool = False) -> str:
     if value is None:
         return "-"
@@ -325,13 +330,13 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     found = audit_rows(run_dir / "data", wrong, model, epochs, seed, args.folds,
                                        not args.no_baselines, plugins, args.settings, args.resume)
-                    found = [{**r, "benchmark": name, "true_rate": float(wrong.mean()), "seed": seed} for r in found]
+                    found = labelled(found, name, wrong, seed)
                     atomic_write_text(saved, json.dumps(found, indent=1))
                     print(markdown(found, f"{name} at {ratio:.0%}, seed {seed}"), flush=True)
                     rows += found
                 if args.oracle_dir:
                     found = oracle_rows(Path(args.oracle_dir), data, run_dir / "data", ratio, seed, wrong)
-                    rows += [{**r, "benchmark": name, "true_rate": float(wrong.mean()), "seed": seed} for r in found]
+                    rows += labelled(found, name, wrong, seed)
         command = f"python benchmarks/audit.py {' '.join(sys.argv[1:])}"
         header = f"{machine()}, torch threads {torch.get_num_threads()}; `{command}`"
         write_report(output_dir / f"audit_{name}.md", markdown(rows, header))

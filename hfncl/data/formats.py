@@ -171,14 +171,13 @@ def get_format(name: str) -> DataFormat:
         ) from error
 
 
-def unread_split_files(name: str, data_dir: Path, splits: Sequence[str]) -> Callable[[Path], bool]:
+def unread_split_files(name: str, data_dir: Path, splits: Sequence[str]) -> Callable[[Path], bool] | None:
     """Whether a file under ``data_dir`` belongs to a split other than ``splits`` in format ``name`` (``auto``:
-    the one :func:`detect_format` finds for the first split); never, for a format without ``split_of``."""
+    the one :func:`detect_format` finds for the first split); ``None`` (every file read) for a format without
+    ``split_of``."""
     chosen = get_format(detect_format(data_dir, splits[0]) if name == arguments.AUTO else name)
     split_of = getattr(chosen, "split_of", None)
-    if split_of is None:
-        return lambda path: False
-    return lambda path: split_of(data_dir, path) not in (None, *splits)
+    return None if split_of is None else lambda path: split_of(data_dir, path) not in (None, *splits)
 
 
 def detect_format(data_dir: Path, split: str) -> str:

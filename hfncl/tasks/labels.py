@@ -147,9 +147,9 @@ class CategoryTask:
         """The splits and the noisy training labels (:func:`prepare_labelled_data`)."""
         return prepare_labelled_data(args, output_dir)
 
-    def unread_files(self, args: LabelDataArguments) -> Callable[[Path], bool]:
-        """None: every file of the data paths is the run's (its splits are the files it names)."""
-        return lambda path: False
+    def unread_files(self, args: LabelDataArguments) -> Callable[[Path], bool] | None:
+        """``None``: every file of the data paths is the run's (its splits are the files it names)."""
+        return None
 
     def model_config(self, data: LabelData, model_args: CategoryModelArguments, plugins: RunPlugins) -> CategoryConfig:
         """``model_args`` with the features' sizes and the number of classes of the data."""

@@ -298,12 +298,12 @@ class PairTask:
         check_split_size(data.test.num_images, f"test split {args.test_split!r}", args.test_folds, "test_folds")
         return data
 
-    def unread_files(self, args: DataArguments) -> Callable[[Path], bool]:
+    def unread_files(self, args: DataArguments) -> Callable[[Path], bool] | None:
         """Whether a file of the data directory holds a split other than the run's training, validation and test
-        splits (in the run's data format), so that the run's fingerprint leaves it out."""
+        splits (in the run's data format), so that the run's fingerprint leaves it out; ``None``: every file."""
         data_dir = Path(args.data_dir).resolve()
         if not data_dir.is_dir():
-            return lambda path: False
+            return None
         return unread_split_files(args.data_format, data_dir, (args.train_split, args.val_split, args.test_split))
 
     def model_config(self, data: PairData, model_args: ModelArguments, plugins: RunPlugins) -> NCLConfig:
