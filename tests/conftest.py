@@ -11,14 +11,18 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import torch
+from transformers import CLIPImageProcessor
 
 from hfncl.config import TrainConfig
+from hfncl.data import Vocabulary
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.engine.callbacks import TrainerCallback
 from hfncl.engine.trainer import Trainer
 from hfncl.experiment import DataArguments, ModelArguments
+from hfncl.hub.checkpoint import save_image_processor
+from hfncl.models import NCLConfig, NCLModel
 from hfncl.tasks.pairs import PAIRS, prepare_data
-from hfncl.models import NCLConfig
 
 TINY_DATA = SyntheticConfig(
     num_train=160, num_dev=40, num_test=40, num_concepts=16, num_regions=8, feature_dim=16, seed=1
@@ -134,3 +138,19 @@ def local_nodes_of_regions(alpha, regions, words, weight, bias):
     from hfncl.models.sgraf_kernels import local_nodes, region_gram
 
     return local_nodes(alpha, regions, region_gram(regions), words, weight, bias)
+
+
+def untrained_model(
+    directory: Path, captions: list[str], image_dim: int | None = None, tower: Path | None = None
+) -> Path:
+    """A checkpoint of an untrained model with a vocabulary of ``captions``: for ``image_dim`` region features, or
+    with the pixel tower ``tower`` and its image processor."""
+    vocab = Vocabulary.build(captions)
+    pixels = {"image_tower": "transformer", "image_tower_name": str(tower)}
+    image = {"image_dim": image_dim} if tower is None else pixels
+    torch.manual_seed(0)
+    NCLModel(NCLConfig(**image, vocab_size=len(vocab), embed_dim=8, word_dim=8)).save_pretrained(directory)
+    vocab.save_json(directory / "vocab.json")
+    if tower is not None:
+        save_image_processor(CLIPImageProcessor.from_pretrained(tower), directory)
+    return directory

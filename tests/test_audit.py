@@ -12,7 +12,7 @@ import datasets
 import numpy as np
 import pytest
 import torch
-from conftest import TINY_DATA, TINY_MODEL
+from conftest import TINY_DATA, TINY_MODEL, untrained_model
 
 import hfncl
 from hfncl import cli, plugins
@@ -21,7 +21,7 @@ from hfncl.audit.calibration import LAMBDA, storey_noise_rate
 from hfncl.audit.report import audit_page
 from hfncl.audit.scoring import score_pairs
 from hfncl.audit.training import default_plugins
-from hfncl.data import DataFormatError, Vocabulary, caption_level_noise, load_precomp_split, read_captions
+from hfncl.data import DataFormatError, caption_level_noise, load_precomp_split, read_captions
 from hfncl.models import NCLConfig, NCLModel
 from hfncl.plugins import PluginError
 from hfncl.retrieval import Retriever
@@ -315,29 +315,21 @@ def test_the_saved_model_audits_the_same_pairs_alike_without_training(audited, n
     assert html.escape(again.filter(lambda row: row["rank"] == 1)[0]["caption"]) in page
 
 
-def _other_model(directory: Path, image_dim: int, captions: list[str]) -> Path:
-    """A checkpoint of an untrained model for ``image_dim`` region features with a vocabulary of ``captions``."""
-    vocab = Vocabulary.build(captions)
-    NCLModel(NCLConfig(image_dim=image_dim, vocab_size=len(vocab), embed_dim=8, word_dim=8)).save_pretrained(directory)
-    vocab.save_json(directory / "vocab.json")
-    return directory
-
-
 def test_a_model_trained_on_other_data_is_refused_in_one_line(noisy_data, tmp_path, capsys):
     data = noisy_data[0]
     captions = list(read_captions(data / "train_caps.txt"))
     dim = np.load(data / "train_ims.npy", mmap_mode="r").shape[-1]
     cases = [
-        (_other_model(tmp_path / "dims", dim + 1, captions), rf"split 'train' of \S+ \(precomp\): region features "
+        (untrained_model(tmp_path / "dims", captions, dim + 1), rf"split 'train' of \S+ \(precomp\): region features "
          rf"of {dim} dims, the model at \S+ reads {dim + 1}: a model trained on other data"),
-        (_other_model(tmp_path / "words", dim, ["zebra quartz violin"] * 5), r"split 'train' of \S+ \(precomp\): "
+        (untrained_model(tmp_path / "words", ["zebra quartz violin"] * 5, dim), r"split 'train' of \S+ \(precomp\): "
          r"100% of the caption words are outside the vocabulary of the model at \S+ \(at most 50%\): a model "
          r"trained on other data"),
     ]
-    capsys.readouterr()  # saving the models wrote progress bars
     for model, said in cases:
         with pytest.raises(AuditError, match=said):
             hfncl.audit(data, output_dir=tmp_path / "out", model=model)
+        capsys.readouterr()  # saving the models, or reading the split the first time, wrote progress bars
         command = ["audit", "--data-dir", str(data), "--output-dir", str(tmp_path / "out"), "--model", str(model)]
         assert cli.main(command) == 1
         err = capsys.readouterr().err

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
-from conftest import benchmark_module
+from conftest import benchmark_module, untrained_model
 
 from hfncl.audit.training import audit_settings
-from hfncl.data import Vocabulary, read_captions
-from hfncl.models import NCLConfig, NCLModel
+from hfncl.data import read_captions
 
 
 @pytest.fixture(scope="module")
@@ -29,14 +26,6 @@ def test_plugins_and_settings_name_the_audited_method_and_lengthen_its_schedule(
     assert defaults.plugins is None and defaults.settings is None  # hfncl audit's default method, its own settings
 
 
-def _untrained_model(directory: Path, image_dim: int, captions: list[str]) -> Path:
-    """A checkpoint of an untrained model for ``image_dim`` region features with a vocabulary of ``captions``."""
-    vocab = Vocabulary.build(captions)
-    NCLModel(NCLConfig(image_dim=image_dim, vocab_size=len(vocab), embed_dim=8, word_dim=8)).save_pretrained(directory)
-    vocab.save_json(directory / "vocab.json")
-    return directory
-
-
 def test_the_oracles_of_the_same_noise_score_the_copy_and_other_noise_is_refused(
     audit_benchmark, tiny_data_dir, tmp_path
 ):
@@ -48,7 +37,7 @@ def test_the_oracles_of_the_same_noise_score_the_copy_and_other_noise_is_refused
     dim = np.load(tiny_data_dir / "train_ims.npy", mmap_mode="r").shape[-1]
     oracles = tmp_path / "accuracy"
     for name in ("oracle_noise50_seed0", "oracle_(gsc)_noise50_seed0", "oracle_noise50_seed1", "oracle_noise20_seed0"):
-        _untrained_model(oracles / name / "best", dim, captions)
+        untrained_model(oracles / name / "best", captions, dim)
     rows = audit_benchmark.oracle_rows(oracles, tiny_data_dir, copy, 0.5, 0, wrong)
     assert [row["row"] for row in rows] == ["oracle (gsc)", "oracle (vsepp)"]  # of this ratio and seed only
     for row in rows:

@@ -19,21 +19,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-from conftest import TINY_DATA, tiny_config
+from conftest import TINY_DATA, tiny_config, untrained_model
 from PIL import Image
 from test_extension_points import PACKAGE, npz_benchmark
 from test_pixels import raw_dir, tower_dir  # noqa: F401 (fixtures: an imagefolder, a tiny CLIP with its processor)
 from test_towers import clip_dir, offline  # noqa: F401 (fixtures)
-from transformers import CLIPImageProcessor
 
 from hfncl import cli, plugins
 from hfncl.audit import AuditError, run_audit, write_clean_split
 from hfncl.audit.data import read_audit_data
-from hfncl.data import Vocabulary, load_pixel_splits, load_precomp_split, read_captions
+from hfncl.data import load_pixel_splits, load_precomp_split, read_captions
 from hfncl.experiment import DataArguments, ModelArguments, run_experiment
-from hfncl.hub.checkpoint import save_image_processor
-from hfncl.models import NCLConfig, NCLModel
 
 TAB_FIELDS = 3
 """Fields of the CC152K-style rows written here: image id, caption, and one more the cleaned split must keep."""
@@ -79,22 +75,6 @@ def no_training(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("the audit trained before refusing")
 
     monkeypatch.setattr("hfncl.audit.train_method", train_method)
-
-
-def untrained_model(
-    directory: Path, captions: list[str], image_dim: int | None = None, tower: Path | None = None
-) -> Path:
-    """A checkpoint of an untrained model with a vocabulary of ``captions``: for ``image_dim`` region features, or
-    with the pixel tower ``tower`` and its image processor."""
-    vocab = Vocabulary.build(captions)
-    pixels = {"image_tower": "transformer", "image_tower_name": str(tower)}
-    image = {"image_dim": image_dim} if tower is None else pixels
-    torch.manual_seed(0)
-    NCLModel(NCLConfig(**image, vocab_size=len(vocab), embed_dim=8, word_dim=8)).save_pretrained(directory)
-    vocab.save_json(directory / "vocab.json")
-    if tower is not None:
-        save_image_processor(CLIPImageProcessor.from_pretrained(tower), directory)
-    return directory
 
 
 def every_other_flagged(pairs: int) -> np.ndarray:
