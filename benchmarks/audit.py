@@ -21,6 +21,10 @@ level, into the file as a user's data would hold them; the images untouched) and
 - **audit, K folds** (``--folds K``): the audit cross-fitted (:mod:`hfncl.audit.cross_fitting`): each pair's
   p-values from the method trained without its image's fold, the estimate at the held-out lambda; its training
   seconds are the K fold trainings'.
+- **audit, refit (P)** (``--refit P``): the audit refit (:mod:`hfncl.audit.refit`): plugins P trained with their own
+  settings (``--refit-settings`` over them) on the pairs the audited model keeps, one image per pair, score every
+  pair; the estimate at the held-out lambda; its training seconds are the refit's. Saved as the run's
+  ``refit_P.json`` (``--resume`` reuses it) and ``refit_P_p_values.npz``.
 
 ``--no-baselines`` leaves out the two VSE++ rows. With ``--oracle-dir`` (``accuracy.py``'s output folder of the
 same proxy), each oracle model trained there on exactly the right pairs of the same ratio and seed
@@ -56,19 +60,22 @@ from sklearn.mixture import GaussianMixture
 from hfncl.audit.calibration import storey_noise_rate, suspicion_order
 from hfncl.audit.cross_fitting import held_out_p_values, image_folds
 from hfncl.audit.data import AuditData
+from hfncl.audit.refit import refit_p_values
 from hfncl.audit.report import estimated_noise_rate
 from hfncl.audit.scoring import PairScores
-from hfncl.audit.table import fold_p_values, pair_table, split_p_values, trained_scores
+from hfncl.audit.table import Rescored, fold_p_values, pair_table, split_p_values, trained_scores
 from hfncl.audit.training import (
     MODEL_FOLDER,
     TrainedMethod,
     audit_settings,
     default_plugins,
     load_trained,
+    method_settings,
     read_split,
     save_trained,
     train_method,
     train_model,
+    train_scorer,
 )
 from hfncl.config import TrainConfig
 from hfncl.data import caption_level_noise, read_captions
@@ -153,13 +160,41 @@ def cross_fitted_row(
     parts = image_folds(trained.data.split.num_images, folds, seed)
     held_out, _ = held_out_p_values(trained.data, parts, lambda part, _: train_method(part, config, model), fold_p_values)
     training = time.perf_counter() - started
-    table = pair_table(trained, pair_scores, held_out)
+    table = pair_table(trained, pair_scores, Rescored.cross_fitted(held_out))
     rank = np.asarray(table["rank"])
     np.savez_compressed(run_dir / f"cross_fitted_{folds}_p_values.npz", p_image=held_out.image,
                         p_caption=held_out.caption, wrong=wrong)
     return {"row": f"audit ({'+'.join(config.plugins)}, {folds} folds)", "estimate": estimated_noise_rate(table).rate, "train_s": training,
             "score_s_per_10k": None, **scores(int(np.count_nonzero(table["flagged"])), np.argsort(rank), wrong,
                                               -rank.astype(float))}
+
+
+def refit_row(
+    run_dir: Path, wrong: np.ndarray, model: ModelArguments, audited: list[str], plugins: list[str], epochs: int | None,
+    seed: int, settings: dict[str, Any] | None = None, resume: bool = False,
+) -> dict[str, Any]:
+    """The audit's row with its p-values from a refit (:mod:`hfncl.audit.refit`): ``plugins`` trained with their own
+    settings (cut to ``epochs``, under ``settings``) on the pairs that the audited model saved in the run
+    (``run_dir/model``) keeps, scoring every pair as ``hfncl audit --refit`` does; checkpoints in the run's
+    ``training/``, continued with ``resume``. Saves the p-values beside the hidden mask."""
+    trained = load_trained(run_dir / MODEL_FOLDER, run_dir / "data", "train")
+    pair_scores = trained_scores(trained)
+    flagged = np.asarray(pair_table(trained, pair_scores)["flagged"])
+    config = method_settings(plugins, epochs, seed, False, settings)
+    name = "+".join(plugins)
+    started = time.perf_counter()
+    rescored = refit_p_values(
+        trained, flagged, lambda kept: train_scorer(kept, config, model, run_dir / "training" / f"refit_{name}", resume,
+                                                    trained.data.split.captions),
+    )
+    training = time.perf_counter() - started
+    table = pair_table(trained, pair_scores, rescored)
+    rank = np.asarray(table["rank"])
+    np.savez_compressed(run_dir / f"refit_{name}_p_values.npz", p_image=table["p_image"], p_caption=table["p_caption"],
+                        first_flagged=flagged, wrong=wrong)
+    return {"row": f"audit ({'+'.join(audited)}), refit ({name})", "estimate": estimated_noise_rate(table).rate,
+            "train_s": training, "score_s_per_10k": None,
+            **scores(int(np.count_nonzero(table["flagged"])), np.argsort(rank), wrong, -rank.astype(float))}
 
 
 def audit_rows(
@@ -301,6 +336,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-baselines", action="store_true", help="Leave out the VSE++ rows.")
     parser.add_argument("--oracle-dir", help="accuracy.py's output folder of the same proxy: add its oracles' rows.")
     parser.add_argument("--plugins", nargs="+", help="The audited method (default: hfncl audit's).")
+    parser.add_argument("--refit", nargs="+", metavar="PLUGIN",
+                        help="Also the audit refit with these plugins on the pairs its model keeps (a row each run).")
+    parser.add_argument("--refit-settings", type=json.loads, default=None,
+                        help="JSON of TrainConfig fields over the refit's own settings, e.g. '{\"epochs\": 20}'.")
     parser.add_argument("--settings", type=json.loads, default=None,
                         help="JSON of TrainConfig fields over the audited method's settings, e.g. '{\"epochs\": 20}'.")
     args = parser.parse_args(argv)
@@ -333,6 +372,16 @@ def main(argv: list[str] | None = None) -> int:
                     found = labelled(found, name, wrong, seed)
                     atomic_write_text(saved, json.dumps(found, indent=1))
                     print(markdown(found, f"{name} at {ratio:.0%}, seed {seed}"), flush=True)
+                    rows += found
+                if args.refit:
+                    refit_saved = run_dir / f"refit_{'+'.join(args.refit)}.json"
+                    if args.resume and refit_saved.is_file():
+                        found = json.loads(refit_saved.read_text())
+                    else:
+                        found = labelled([refit_row(run_dir, wrong, model, plugins, args.refit, epochs, seed,
+                                                    args.refit_settings, args.resume)], name, wrong, seed)
+                        atomic_write_text(refit_saved, json.dumps(found, indent=1))
+                        print(markdown(found, f"{name} at {ratio:.0%}, seed {seed}, refit"), flush=True)
                     rows += found
                 if args.oracle_dir:
                     found = oracle_rows(Path(args.oracle_dir), data, run_dir / "data", ratio, seed, wrong)

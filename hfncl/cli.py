@@ -458,6 +458,12 @@ def _audit_arguments(parser: argparse.ArgumentParser) -> None:
         "trainings; the noise estimate then holds for wrong pairs the model would memorise (default 1: in-sample).",
     )
     parser.add_argument(
+        "--refit", nargs="*", metavar="PLUGIN",
+        help="Score every pair with a second model trained on the pairs the audit keeps (no names: the audited "
+        "method; or the plugins named, e.g. a plain triplet model's); the pairs it flagged are then held out.",
+    )
+    parser.add_argument("--refit-epochs", type=int, help="Epochs of the refit (default: its method's demo settings).")
+    parser.add_argument(
         "--resume", action="store_true",
         help="Continue a killed audit of the same data and settings from its last checkpoint (OUTPUT_DIR/training).",
     )
@@ -479,6 +485,7 @@ def audit_command(args: argparse.Namespace) -> int:
             args.data_dir, args.plugins, args.output_dir, args.epochs, split=args.split, data_format=args.data_format,
             write_clean=args.write_clean, model=args.model, model_args=ModelArguments(image_tower=args.image_tower),
             seed=args.seed, folds=args.folds, resume=args.resume,
+            refit=False if args.refit is None else (args.refit or True), refit_epochs=args.refit_epochs,
         )
     except (OSError, ValueError) as error:  # AuditError and DataFormatError are ValueErrors
         print(f"hfncl: error: {one_line(error)}", file=sys.stderr)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from conftest import benchmark_module, untrained_model
 
-from hfncl.audit.training import audit_settings
+from hfncl.audit.training import audit_settings, method_settings, read_split, save_trained, train_scorer
 from hfncl.data import read_captions
 
 
@@ -50,3 +50,23 @@ def test_the_oracles_of_the_same_noise_score_the_copy_and_other_noise_is_refused
     assert np.array_equal(~clean[audit_benchmark.noisy_lines(len(wrong) // 5, 5, 0.5, 0)], wrong)
     with pytest.raises(ValueError, match="trained on other pairs than"):
         audit_benchmark.oracle_rows(oracles, tiny_data_dir, copy, 0.5, 1, wrong)  # seed 1's oracles, seed 0's copy
+
+
+def test_the_refit_row_trains_the_named_plugins_on_the_pairs_the_saved_audit_model_keeps(
+    audit_benchmark, tiny_data_dir, tmp_path
+):
+    args = audit_benchmark.parse_args(["--refit", "vsepp", "--refit-settings", '{"epochs": 1}'])
+    assert args.refit == ["vsepp"] and args.refit_settings == {"epochs": 1}
+    run_dir = tmp_path / "run"
+    wrong = audit_benchmark.noisy_copy(tiny_data_dir, run_dir / "data", 0.5, seed=0)
+    model = audit_benchmark.QUICK_MODEL
+    fast = {"batch_size": 32, "learning_rate": 2e-3}
+    audited = train_scorer(read_split(run_dir / "data", "train", model, ["vsepp"]),
+                           method_settings(["vsepp"], 3, 0, False, fast), model)
+    save_trained(audited, run_dir / "model")  # stands for the audited model the run saved
+    row = audit_benchmark.refit_row(run_dir, wrong, model, ["ncr"], ["vsepp"], 1, 0, fast)
+    assert row["row"] == "audit (ncr), refit (vsepp)" and 0 <= row["estimate"] <= 1
+    assert row["flagged"] == round(row["estimate"] * len(wrong)) and row["train_s"] > 0
+    saved = np.load(run_dir / "refit_vsepp_p_values.npz")
+    assert saved["wrong"].tolist() == wrong.tolist() and 0 < saved["first_flagged"].sum() < len(wrong)
+    assert (run_dir / "training" / "refit_vsepp").is_dir()  # the refit's checkpoints, for --resume

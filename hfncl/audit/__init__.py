@@ -32,6 +32,7 @@ import numpy as np
 
 from hfncl.audit.cross_fitting import held_out_p_values, image_folds
 from hfncl.audit.data import AuditError
+from hfncl.audit.refit import refit_p_values
 from hfncl.audit.report import (
     TABLE_FILES,
     NoiseRate,
@@ -42,15 +43,17 @@ from hfncl.audit.report import (
     write_clean_split,
     write_table,
 )
-from hfncl.audit.table import audit_table, fold_p_values
+from hfncl.audit.table import Rescored, audit_table, fold_p_values, pair_table, trained_scores
 from hfncl.audit.training import (
     MODEL_FOLDER,
     audit_settings,
     default_plugins,
     load_trained,
+    method_settings,
     read_split,
     save_trained,
     train_method,
+    train_scorer,
 )
 from hfncl.tasks.pairs import AUTO, ModelArguments
 
@@ -83,6 +86,9 @@ def run_audit(
     progress: bool = True,
     folds: int = 1,
     resume: bool = False,
+    refit: bool | list[str] = False,
+    refit_epochs: int | None = None,
+    refit_training: dict[str, Any] | None = None,
 ) -> AuditResult:
     """:func:`audit`, also returning the files of the cleaned split (what ``hfncl audit`` prints)."""
     if write_clean is not None:
@@ -95,17 +101,26 @@ def run_audit(
             raise AuditError("give a trained model or the plugins to train, not both")
         if folds > 1:
             raise AuditError("cross-fitting (folds > 1) trains the method on each fold's complement: give no model")
+        if refit:
+            raise AuditError("a refit trains on the pairs the audited method keeps: give the plugins, not a model")
         trained = load_trained(model, data_dir, split, data_format, write_clean)
         table = audit_table(trained)
     else:
         plugins = list(plugins or default_plugins())
         model_args = model_args or ModelArguments()
         config = audit_settings(plugins, epochs, seed, progress, training)
+        if refit and folds > 1:
+            raise AuditError("cross-fitting (folds > 1) and a refit both hold pairs out: choose one")
+        refit_config = (
+            method_settings(plugins if refit is True else list(refit), refit_epochs, seed, progress, refit_training)
+            if refit
+            else None
+        )
         data = read_split(data_dir, split, model_args, plugins, data_format, write_clean)
         parts = image_folds(data.split.num_images, folds, seed) if folds > 1 else None  # refused before training
         checkpoints = output / TRAINING_FOLDER
         trained = train_method(data, config, model_args, checkpoints / "all", resume)
-        held_out = None
+        rescored = None
         if parts is not None:
             held_out, _ = held_out_p_values(
                 data,
@@ -113,7 +128,17 @@ def run_audit(
                 lambda part, fold: train_method(part, config, model_args, checkpoints / f"fold{fold}", resume),
                 fold_p_values,
             )
-        table = audit_table(trained, held_out)
+            rescored = Rescored.cross_fitted(held_out)
+        scores = trained_scores(trained)
+        if refit_config is not None:
+            rescored = refit_p_values(
+                trained,
+                table_column(pair_table(trained, scores), "flagged"),
+                lambda kept: train_scorer(
+                    kept, refit_config, model_args, checkpoints / "refit", resume, trained.data.split.captions
+                ),
+            )
+        table = pair_table(trained, scores, rescored)
         save_trained(trained, output / MODEL_FOLDER)
         shutil.rmtree(checkpoints)
     write_table(table, output, images=trained.data.image_reader())
@@ -139,6 +164,9 @@ def audit(
     progress: bool = True,
     folds: int = 1,
     resume: bool = False,
+    refit: bool | list[str] = False,
+    refit_epochs: int | None = None,
+    refit_training: dict[str, Any] | None = None,
 ) -> datasets.Dataset:
     """Train ``plugins`` (default: :func:`~hfncl.audit.training.default_plugins`, the one installed plugin that
     declares ``audit_settings``) on split ``split`` of ``data_dir`` and return the audit table (one row per pair;
@@ -161,6 +189,14 @@ def audit(
     and the estimate is read at :data:`~hfncl.audit.calibration.HELD_OUT_LAMBDA`. In-sample (K = 1), a model that
     memorises its wrong pairs makes the estimate fall short; held out, right pairs it cannot match raise it.
 
+    With ``refit`` (``True``: the audited method; or a list of plugins, e.g. a plain triplet model, which need make no
+    division) the p-values, ranks, flags and estimate come from a second model (:mod:`hfncl.audit.refit`): trained
+    with its own settings (:func:`~hfncl.audit.training.method_settings`, cut to ``refit_epochs``, under
+    ``refit_training``) on the pairs the first verdict keeps, one image per pair, it scores every pair; the pairs the
+    first verdict flagged are held out, and the estimate is read at
+    :data:`~hfncl.audit.calibration.HELD_OUT_LAMBDA`. The table keeps the audited method's verdicts, model and
+    re-pairings.
+
     Training checkpoints each epoch into ``output_dir/training`` (removed once the model is saved). An audit that
     was killed continues from its latest checkpoint with ``resume`` (the same settings, model and pairs, else refused
     in one line); without ``resume`` it trains afresh.
@@ -171,7 +207,7 @@ def audit(
     Raises (before training, in one line):
         AuditError: no method named and not exactly one installed plugin declaring ``audit_settings``, a method
             that makes no division, too few epochs, ``model`` with ``plugins`` or ``folds`` > 1, ``folds`` below 1 or
-            more than half the images, a ``model`` trained on other data
+            more than half the images, ``refit`` with ``model`` or ``folds`` > 1, a ``model`` trained on other data
             (:func:`~hfncl.audit.training.load_trained`), or ``write_clean`` for a format that cannot write a split.
         ValueError: a ``write_clean`` that is no split name, an unknown ``data_format``, or settings ``TrainConfig``
             refuses.
@@ -182,7 +218,7 @@ def audit(
     return run_audit(
         data_dir, plugins, output_dir, epochs, split=split, data_format=data_format, write_clean=write_clean,
         model=model, model_args=model_args, training=training, seed=seed, progress=progress, folds=folds,
-        resume=resume,
+        resume=resume, refit=refit, refit_epochs=refit_epochs, refit_training=refit_training,
     ).table
 
 

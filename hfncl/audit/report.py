@@ -83,15 +83,17 @@ def estimated_noise_rate(table: datasets.Dataset, confidence: float = 0.95) -> N
     ``p_image`` and ``p_caption``), with the Wilson interval (:func:`wilson_interval`) of the count it scales,
     scaled alike.
 
-    Held-out p-values (every row's ``held_out``: :mod:`hfncl.audit.cross_fitting`) are read at
-    :data:`~hfncl.audit.calibration.HELD_OUT_LAMBDA`, in-sample ones at :data:`~hfncl.audit.calibration.LAMBDA`.
+    Held-out p-values (every row's ``held_out``: :mod:`hfncl.audit.cross_fitting`) and a refit's (every row's
+    ``refit``: :mod:`hfncl.audit.refit`) are read at :data:`~hfncl.audit.calibration.HELD_OUT_LAMBDA`, in-sample ones
+    at :data:`~hfncl.audit.calibration.LAMBDA`.
     The interval covers the sampling of the pairs, not the estimator's bias: in-sample, wrong pairs the model has
     partly learnt rank higher than the uniform p-value assumes, which lowers the estimate; held out, right pairs
     the model cannot match count as wrong, which raises it (``benchmarks/README.md`` measures both).
     """
     p_image, p_caption = table_column(table, "p_image"), table_column(table, "p_caption")
     held_out = "held_out" in table.column_names and bool(np.all(table_column(table, "held_out")))
-    lam = storey_lambda(held_out)
+    refit = "refit" in table.column_names and bool(np.all(table_column(table, "refit")))
+    lam = storey_lambda(held_out or refit)
     pairs, scale = len(table), 1 - lam
     low, high = wilson_interval(round(exceeding(p_image, p_caption, lam)), pairs, confidence)
     flagged = int(np.count_nonzero(table_column(table, "flagged")))

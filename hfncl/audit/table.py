@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import datasets
 import numpy as np
 import torch
@@ -35,21 +37,48 @@ def method_verdicts(divisions: dict[int, Division]) -> dict[str, np.ndarray]:
     }
 
 
-def model_verdicts(p_values: PairPValues, held_out: bool = False) -> dict[str, np.ndarray]:
+@dataclass(frozen=True)
+class Rescored:
+    """Every pair's p-values from models other than the audited one: cross-fitted (:mod:`hfncl.audit.cross_fitting`,
+    every pair held out) or refit (:mod:`hfncl.audit.refit`, ``refit``: held out are the pairs the first verdict
+    flagged). ``held_out`` says per pair whether the model that scored it never trained on it."""
+
+    p_values: PairPValues
+    held_out: np.ndarray
+    refit: bool = False
+
+    @classmethod
+    def cross_fitted(cls, p_values: PairPValues) -> Rescored:
+        return cls(p_values, np.ones(len(p_values.image), dtype=bool))
+
+    @property
+    def read_as_held_out(self) -> bool:
+        """Whether Storey's estimate reads these p-values at the held-out lambda
+        (:func:`~hfncl.audit.calibration.storey_lambda`): every pair held out, or a refit."""
+        return self.refit or bool(np.all(self.held_out))
+
+
+def model_verdicts(
+    p_values: PairPValues, held_out: bool | np.ndarray = False, refit: bool = False
+) -> dict[str, np.ndarray]:
     """The trained model's verdict (:mod:`hfncl.audit.calibration`): the two rank p-values (``p_image``,
-    ``p_caption``), whether they come from a model that did not train on the pair (``held_out``,
-    :mod:`hfncl.audit.cross_fitting`), the pair's ``similarity`` (mean of both directions), the ``rank`` (1: the
-    most suspicious, :func:`~hfncl.audit.calibration.suspicion_order`) and ``flagged``: the round(pi^ M) first
-    ranks, pi^ Storey's estimated noise rate at :func:`~hfncl.audit.calibration.storey_lambda`."""
+    ``p_caption``), whether they come from a model that did not train on the pair (``held_out``, one for all pairs
+    or one per pair: :mod:`hfncl.audit.cross_fitting`, :mod:`hfncl.audit.refit`), whether that model was refit on
+    the pairs a first verdict kept (``refit``), the pair's ``similarity`` (mean of both directions), the ``rank`` (1:
+    the most suspicious, :func:`~hfncl.audit.calibration.suspicion_order`) and ``flagged``: the round(pi^ M) first
+    ranks, pi^ Storey's estimated noise rate at :func:`~hfncl.audit.calibration.storey_lambda` (held out when every
+    pair is, or for a refit)."""
     similarity = (p_values.similarity_t2i + p_values.similarity_i2t) / 2
     order = suspicion_order(p_values.image, p_values.caption, similarity)
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(1, len(order) + 1)
-    rate = storey_noise_rate(p_values.image, p_values.caption, storey_lambda(held_out))
+    held = np.broadcast_to(np.asarray(held_out, dtype=bool), (len(order),)).copy()
+    rate = storey_noise_rate(p_values.image, p_values.caption, storey_lambda(refit or bool(np.all(held))))
     return {
         "p_image": p_values.image,
         "p_caption": p_values.caption,
-        "held_out": np.full(len(order), held_out),
+        "held_out": held,
+        "refit": np.full(len(order), refit),
         "similarity": similarity,
         "rank": rank,
         "flagged": rank <= round(rate * len(order)),
@@ -84,18 +113,18 @@ def fold_p_values(trained: TrainedMethod, fold: PairSplit) -> PairPValues:
     return split_p_values(trained.retriever(), fold)
 
 
-def audit_table(trained: TrainedMethod, held_out: PairPValues | None = None) -> datasets.Dataset:
+def audit_table(trained: TrainedMethod, rescored: Rescored | None = None) -> datasets.Dataset:
     """One row per training pair, in pair order: ``pair``, ``image`` (its number in the split), ``image_id`` (its
     name in the data: :meth:`~hfncl.audit.data.AuditData.image_ids`), ``caption``, the :func:`method_verdicts` and
     :func:`model_verdicts` and, for a flagged pair (``None`` otherwise), ``suggested_caption`` /
     ``suggested_caption_text`` / ``suggested_caption_similarity`` (its image's best other caption) and
     ``suggested_image`` / ``suggested_image_similarity`` (its caption's best other image) under the trained model.
 
-    The p-values, ranks and flags are the trained model's, or ``held_out``'s when given (each pair's from a model
-    that did not train on it: :func:`~hfncl.audit.cross_fitting.held_out_p_values`); the method's verdicts and the
-    re-pairings stay the trained model's. The split is encoded (:func:`encode_split`), every pair scored in one pass
-    per direction (:func:`trained_scores`), and the rows built (:func:`pair_table`)."""
-    return pair_table(trained, trained_scores(trained), held_out)
+    The p-values, ranks and flags are the trained model's, or ``rescored``'s when given (cross-fitted:
+    :func:`~hfncl.audit.cross_fitting.held_out_p_values`; refit: :func:`~hfncl.audit.refit.refit_p_values`); the
+    method's verdicts and the re-pairings stay the trained model's. The split is encoded (:func:`encode_split`), every
+    pair scored in one pass per direction (:func:`trained_scores`), and the rows built (:func:`pair_table`)."""
+    return pair_table(trained, trained_scores(trained), rescored)
 
 
 def trained_scores(trained: TrainedMethod) -> PairScores:
@@ -105,13 +134,18 @@ def trained_scores(trained: TrainedMethod) -> PairScores:
     return score_pairs(retriever, *encode_split(retriever, trained.data.split), trained.data.split.captions_per_image)
 
 
-def pair_table(trained: TrainedMethod, scores: PairScores, held_out: PairPValues | None = None) -> datasets.Dataset:
-    """:func:`audit_table`'s rows from the trained model's ``scores`` of the split (``held_out``'s p-values, ranks
+def pair_table(trained: TrainedMethod, scores: PairScores, rescored: Rescored | None = None) -> datasets.Dataset:
+    """:func:`audit_table`'s rows from the trained model's ``scores`` of the split (``rescored``'s p-values, ranks
     and flags instead of the model's when given)."""
     split = trained.data.split
     pairs = np.arange(split.num_captions)
     images = pairs // split.captions_per_image
-    columns = method_verdicts(trained.divisions) | model_verdicts(held_out or scores.p_values, held_out is not None)
+    verdicts = (
+        model_verdicts(scores.p_values)
+        if rescored is None
+        else model_verdicts(rescored.p_values, rescored.held_out, rescored.refit)
+    )
+    columns = method_verdicts(trained.divisions) | verdicts
     flagged = np.flatnonzero(columns["flagged"])
     repairings = scores.repairings
     captions = list(split.captions)
@@ -153,6 +187,7 @@ def _features(divisions: dict[int, Division]) -> datasets.Features:
             "p_image": value("float64"),
             "p_caption": value("float64"),
             "held_out": value("bool"),
+            "refit": value("bool"),
             "similarity": value("float64"),
             "rank": value("int64"),
             "flagged": value("bool"),

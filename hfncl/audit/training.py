@@ -86,28 +86,35 @@ def default_plugins() -> list[str]:
     raise AuditError(f"several installed plugins can audit ({', '.join(candidates)}): name one with --plugins")
 
 
-def audit_settings(
+def method_settings(
     plugins: list[str], epochs: int | None, seed: int, progress: bool, training: dict[str, Any] | None
 ) -> TrainConfig:
     """The method's own ``audit_settings``, else its ``demo_settings`` (its settings for a small benchmark;
     :data:`DEFAULT_EPOCHS` epochs without either), cut to ``epochs`` (its warmup shortened so that an epoch
     divides), under the ``training`` overrides (:class:`~hfncl.config.TrainConfig` fields). The output directory
-    is set when training.
-
-    Raises:
-        AuditError: the plugins make no division, or the epochs leave none after warmup.
-    """
+    is set when training."""
     hook = plugin_registry.build_plugin_manager(plugins).hook
-    if not hook.divide.get_hookimpls():
-        raise AuditError(
-            f"plugin {' + '.join(plugins)} makes no division (no `divide` hook): an audit needs a method that "
-            "tells clean pairs from wrong ones (`hfncl plugins` lists the installed ones)"
-        )
     settings = dict(hook.audit_settings() or hook.demo_settings() or {"epochs": DEFAULT_EPOCHS})
     if epochs is not None:
         settings = shortened_settings(settings, epochs)
     values: dict[str, Any] = {"plugins": list(plugins), "seed": seed, "progress": progress, "plot_divisions": False}
-    config = TrainConfig(**(values | settings | (training or {})))
+    return TrainConfig(**(values | settings | (training or {})))
+
+
+def audit_settings(
+    plugins: list[str], epochs: int | None, seed: int, progress: bool, training: dict[str, Any] | None
+) -> TrainConfig:
+    """The settings an audit trains its dividing method with (:func:`method_settings`).
+
+    Raises:
+        AuditError: the plugins make no division, or the epochs leave none after warmup.
+    """
+    if not plugin_registry.build_plugin_manager(plugins).hook.divide.get_hookimpls():
+        raise AuditError(
+            f"plugin {' + '.join(plugins)} makes no division (no `divide` hook): an audit needs a method that "
+            "tells clean pairs from wrong ones (`hfncl plugins` lists the installed ones)"
+        )
+    config = method_settings(plugins, epochs, seed, progress, training)
     if config.epochs <= config.warmup_epochs:
         raise AuditError(
             f"{config.epochs} epochs with {config.warmup_epochs} warmup epochs: {' + '.join(plugins)} divides only "
@@ -156,14 +163,17 @@ def train_model(
     callbacks: list[TrainerCallback] | None = None,
     training_dir: Path | None = None,
     resume: bool = False,
+    vocab_captions: Sequence[str] | None = None,
 ) -> tuple[Trainer, Vocabulary | TokenizerVocabulary]:
     """Train ``config``'s method on the pairs of ``data`` as they are (no noise added); return the trainer and the
-    vocabulary. The checkpoints go to ``training_dir`` (default: a temporary directory). With ``resume``, training
-    continues from the latest checkpoint there when it has one, checked to be of the same settings, model and pairs
-    (:func:`data_fingerprint`); without, the directory is emptied first."""
+    vocabulary (a word model's built from ``vocab_captions``, default the pairs' captions). The checkpoints go to
+    ``training_dir`` (default: a temporary directory). With ``resume``, training continues from the latest
+    checkpoint there when it has one, checked to be of the same settings, model and pairs (:func:`data_fingerprint`);
+    without, the directory is emptied first."""
     fields = model_fields(config.plugins, model_args)
     tokenizer = fields.get("text_tower_name") if fields.get("text_tower") == "transformer" else None
-    vocab = TokenizerVocabulary.from_pretrained(tokenizer) if tokenizer else Vocabulary.build(data.split.captions)
+    words = data.split.captions if vocab_captions is None else vocab_captions
+    vocab = TokenizerVocabulary.from_pretrained(tokenizer) if tokenizer else Vocabulary.build(words)
     image: dict[str, Any] = {}
     if not data.data_format.reads_pixels:
         image["image_regions"], image["image_dim"] = data.split.image_shape
@@ -198,6 +208,22 @@ def train_method(
     if not divisions:
         raise AuditError(f"{' + '.join(config.plugins)} made no division in {config.epochs} epochs")
     return TrainedMethod(data, vocab, trainer.model, divisions, trainer.accelerator.device)
+
+
+def train_scorer(
+    data: AuditData,
+    config: TrainConfig,
+    model_args: ModelArguments,
+    training_dir: Path | None = None,
+    resume: bool = False,
+    vocab_captions: Sequence[str] | None = None,
+) -> TrainedMethod:
+    """Train ``config``'s method on the pairs of ``data`` (:func:`train_model`) for its model alone: a method without
+    a division may score too. No divisions are kept."""
+    trainer, vocab = train_model(
+        data, config, model_args, training_dir=training_dir, resume=resume, vocab_captions=vocab_captions
+    )
+    return TrainedMethod(data, vocab, trainer.model, {}, trainer.accelerator.device)
 
 
 MODEL_FOLDER = "model"
