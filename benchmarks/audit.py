@@ -63,7 +63,7 @@ from hfncl.audit.data import AuditData
 from hfncl.audit.refit import refit_p_values
 from hfncl.audit.report import estimated_noise_rate
 from hfncl.audit.scoring import PairScores
-from hfncl.audit.table import Rescored, fold_p_values, pair_table, split_p_values, trained_scores
+from hfncl.audit.table import Rescored, fold_p_values, model_verdicts, pair_table, split_p_values, trained_scores
 from hfncl.audit.training import (
     MODEL_FOLDER,
     TrainedMethod,
@@ -179,7 +179,7 @@ def refit_row(
     ``training/``, continued with ``resume``. Saves the p-values beside the hidden mask."""
     trained = load_trained(run_dir / MODEL_FOLDER, run_dir / "data", "train")
     pair_scores = trained_scores(trained)
-    flagged = np.asarray(pair_table(trained, pair_scores)["flagged"])
+    flagged = model_verdicts(pair_scores.p_values)["flagged"]
     config = method_settings(plugins, epochs, seed, False, settings)
     name = "+".join(plugins)
     started = time.perf_counter()

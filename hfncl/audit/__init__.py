@@ -43,7 +43,7 @@ from hfncl.audit.report import (
     write_clean_split,
     write_table,
 )
-from hfncl.audit.table import Rescored, audit_table, fold_p_values, pair_table, trained_scores
+from hfncl.audit.table import Rescored, audit_table, fold_p_values, model_verdicts, pair_table, trained_scores
 from hfncl.audit.training import (
     MODEL_FOLDER,
     audit_settings,
@@ -133,7 +133,7 @@ def run_audit(
         if refit_config is not None:
             rescored = refit_p_values(
                 trained,
-                table_column(pair_table(trained, scores), "flagged"),
+                model_verdicts(scores.p_values)["flagged"],
                 lambda kept: train_scorer(
                     kept, refit_config, model_args, checkpoints / "refit", resume, trained.data.split.captions
                 ),
