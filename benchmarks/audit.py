@@ -1,9 +1,9 @@
 """How well ``hfncl audit`` finds the wrong pairs, against the cosine-score filter users apply today.
 
-    python benchmarks/audit.py                                       # generated benchmark, 0 / 20 / 50 / 70% noise
+    python benchmarks/audit.py --plugins ncr                         # generated benchmark, 0 / 20 / 50 / 70% noise
     python benchmarks/audit.py --benchmark proxy --ratios 0.5        # real-text proxy (hours a ratio, loaded core)
     python benchmarks/audit.py --quick                               # both, tiny: checks the script
-    python benchmarks/audit.py --benchmark proxy --ratios 0.5 --plugins gsc --settings '{"epochs": 20}'
+    python benchmarks/audit.py --benchmark proxy --ratios 0.5 --refit vsepp   # the audit refit by VSE++
 
 Each run writes the training captions of a benchmark re-paired for a share of them (the NCR protocol, caption
 level, into the file as a user's data would hold them; the images untouched) and audits the copy:

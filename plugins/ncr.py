@@ -70,12 +70,6 @@ def demo_settings() -> dict[str, Any]:
 
 
 @hookimpl
-def audit_settings() -> dict[str, Any]:
-    """``hfncl audit`` trains the demo settings (measured in benchmarks/README.md, "Auditing")."""
-    return demo_settings()
-
-
-@hookimpl
 def num_networks(config) -> int:
     return NETWORKS
 

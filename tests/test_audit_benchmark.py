@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 from conftest import benchmark_module, untrained_model
 
-from hfncl.audit.training import audit_settings, method_settings, read_split, save_trained, train_scorer
+from hfncl.audit.training import (
+    audit_settings,
+    default_plugins,
+    method_settings,
+    read_split,
+    save_trained,
+    train_scorer,
+)
 from hfncl.data import read_captions
 
 
@@ -24,6 +31,8 @@ def test_plugins_and_settings_name_the_audited_method_and_lengthen_its_schedule(
     assert audit_settings(["gsc"], 20, 0, False, None).to_dict() == config.to_dict()
     defaults = audit_benchmark.parse_args([])
     assert defaults.plugins is None and defaults.settings is None  # hfncl audit's default method, its own settings
+    # the default audit is the measured one: `hfncl audit` alone trains GSC for the 20 epochs of the proxy's rows
+    assert audit_settings(default_plugins(), None, 0, False, None).to_dict() == config.to_dict()
 
 
 def test_the_oracles_of_the_same_noise_score_the_copy_and_other_noise_is_refused(
