@@ -28,6 +28,7 @@ from hfncl.types import BatchPlan, Division
 
 NETWORKS = 2
 DIVISION_STATISTICS, NOISY_BATCHES, PREDICTIONS = ("pass", "steps"), ("separate", "split"), ("paper", "hinge")
+OWN_PREDICTIONS = ("train", "eval")
 STEP_LOSS = "ncr.step_lw{}"
 
 
@@ -48,12 +49,15 @@ class NCROptions(MethodOptions, namespace="ncr"):
     first_division: str = option("pass", choices=DIVISION_STATISTICS)
     noisy_batch: str = option("separate", choices=NOISY_BATCHES)
     prediction: str = option("paper", choices=PREDICTIONS)
+    own_prediction: str = option("train", choices=OWN_PREDICTIONS)
 
 
 @hookimpl
 def division_fields(config) -> dict[str, list[str]]:
-    """Co-rectify hands the batch's division and the peer's prediction to ``loss``; without it, the division alone."""
-    targets = ["clean", "clean_prob", "peer_prediction"] if NCROptions.read(config.options).co_rectify else ["dataset_clean"]
+    """Co-rectify hands the batch's division and the peer's (and, with ``ncr.own_prediction = "eval"``, the trained
+    network's own) prediction to ``loss``; without it, the division alone."""
+    co_rectify = NCROptions.read(config.options).co_rectify
+    targets = ["clean", "clean_prob", "peer_prediction", "own_prediction"] if co_rectify else ["dataset_clean"]
     return {"division": ["statistic", "mixture"], "targets": targets, "needs_targets": targets[:2]}
 
 
@@ -244,16 +248,21 @@ def _per_part(similarity: torch.Tensor, clean: torch.Tensor, settings: NCROption
 def rectify(trainer, batch, net, division) -> dict[str, torch.Tensor]:
     """Co-rectify, first half: the division of the batch and the peer network's prediction (Eq. 5).
 
-    The trained network's own prediction comes from its training forward pass in
-    ``loss`` (detached): the same values without a second forward pass. The peer's
-    prediction is needed only for the noisy part, so before that part trains
-    (``ncr.noisy_part_start``) only the division of the batch is returned.
+    The peer's prediction is an eval-mode pass, as the authors make it; it is needed only for the noisy part, so
+    before that part trains (``ncr.noisy_part_start``) only the division of the batch is returned. The trained
+    network's own prediction comes, by default (``ncr.own_prediction = "train"``), from its training forward pass
+    in ``loss`` (detached; dropout active, BatchNorm on the batch), without a second pass; with ``"eval"`` it is an
+    eval-mode pass here, as the authors' ``net.predict`` after ``net.val_start()``.
     """
-    if not trainer.options_of(NCROptions).co_rectify:
+    settings = trainer.options_of(NCROptions)
+    if not settings.co_rectify:
         return {"dataset_clean": division.clean}
     targets = batch_view(division, batch_index(trainer, batch), ("clean", "clean_prob"), batch["index"].device)
+    if settings.own_prediction == "eval":
+        own_outputs = trainer.forward(net, batch, grad=False)
+        targets["own_prediction"] = _per_part(own_outputs.similarity, targets["clean"], settings)
     if noisy_part_trains(trainer) and trainer.batch_part != "clean":
-        settings, peer_outputs = trainer.options_of(NCROptions), trainer.forward(peer(net, NETWORKS), batch, grad=False)
+        peer_outputs = trainer.forward(peer(net, NETWORKS), batch, grad=False)
         targets["peer_prediction"] = _per_part(peer_outputs.similarity, targets["clean"], settings)
     return targets
 
@@ -279,7 +288,9 @@ def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor] | Non
         return {"soft_margin_triplet": co_divide_only_loss(outputs.similarity, clean, alpha)}
     clean = targets["clean"]
     peer_prediction = targets.get("peer_prediction", torch.zeros_like(targets["clean_prob"]))
-    own_prediction = _per_part(outputs.similarity.detach(), clean, trainer.options_of(NCROptions))
+    own_prediction = targets.get("own_prediction")
+    if own_prediction is None:
+        own_prediction = _per_part(outputs.similarity.detach(), clean, trainer.options_of(NCROptions))
     labels = rectified_labels(targets["clean_prob"], clean, own_prediction, peer_prediction)
     margins = soft_margin(labels, alpha, trainer.options_of(NCROptions).curve)
     return {"soft_margin_triplet": _loss_over_parts(outputs.similarity, _parts(clean, "peer_prediction" in targets), margins)}

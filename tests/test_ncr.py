@@ -380,6 +380,55 @@ def test_co_rectify_predicts_with_the_peer_in_eval_mode_and_leaves_it_unchanged(
     assert peer_network.training and all(module.training for module in peer_network.modules())
 
 
+def test_own_prediction_in_eval_mode_is_the_authors_predict_and_is_what_the_loss_reads(micro_data_dir, tmp_path):
+    """``ncr.own_prediction = "eval"``: the trained network's own prediction (Eq. 5, in Eq. 4's labels) is an eval-mode
+    pass made in ``rectify``, as the authors' ``net.predict`` after ``net.val_start()``: equal to Eq. 5 on the
+    network's eval-mode similarity, the same however often asked, the network's state untouched and its training
+    mode back; ``loss`` reads it instead of the training pass's (dropout active), which gives other labels."""
+    from types import SimpleNamespace
+
+    from hfncl.engine.trainer import Trainer
+    from hfncl.models.configuration import NCLConfig
+    from hfncl.tasks.pairs import PAIRS, DataArguments, prepare_data
+    from hfncl_plugins.ncr import NCROptions, _per_part, loss, rectify
+
+    options = {"ncr.own_prediction": "eval"}
+    config = tiny_config(tmp_path, ["ncr"], epochs=2, warmup_epochs=0, lr_decay_epochs=[], batch_size=16, options=options)
+    data = prepare_data(DataArguments(data_dir=str(micro_data_dir), noise_ratio=0.4), config.output_dir)
+    model_config = NCLConfig(
+        image_dim=data.image_dim, image_regions=data.image_regions, vocab_size=len(data.vocab),
+        embed_dim=8, word_dim=8, similarity="sgr", sim_dim=8, reasoning_steps=1,
+    )
+    trainer = Trainer(config, model_config, data.train, data.val, task=PAIRS)
+    trainer.model.train()
+    trainer.in_warmup, trainer.epoch = False, 0  # the clean part alone: no peer prediction yet
+    network = trainer.model.networks[0]
+    before = {name: value.clone() for name, value in network.state_dict().items()}
+    batch = next(iter(trainer._loader(seed=0, drop_last=True, batch_size=16)))
+    clean = torch.zeros(trainer.num_train, dtype=torch.bool)
+    clean[::2] = True
+    division = SimpleNamespace(clean=clean, clean_prob=torch.where(clean, 0.7, 0.2), extras={})
+    targets = [rectify(trainer=trainer, batch=batch, net=0, division=division) for _ in range(3)]
+    assert "peer_prediction" not in targets[0]
+    for other in targets[1:]:
+        torch.testing.assert_close(other["own_prediction"], targets[0]["own_prediction"], rtol=0, atol=0)
+    for name, value in before.items():
+        torch.testing.assert_close(network.state_dict()[name], value, rtol=0, atol=0, msg=f"the prediction changed {name}")
+    assert network.training and all(module.training for module in network.modules())
+    network.eval()
+    with torch.no_grad():
+        expected = _per_part(trainer.task.outputs(network, trainer.task.encode(network, batch), batch["index"]).similarity,
+                             targets[0]["clean"], NCROptions.read(options))
+    network.train()
+    torch.testing.assert_close(targets[0]["own_prediction"], expected)
+
+    outputs = trainer.forward(0, batch)
+    read = loss(trainer=trainer, batch=batch, outputs=outputs, targets=targets[0], net=0)["soft_margin_triplet"]
+    trained_pass = {key: value for key, value in targets[0].items() if key != "own_prediction"}
+    default = loss(trainer=trainer, batch=batch, outputs=outputs, targets=trained_pass, net=0)["soft_margin_triplet"]
+    assert not torch.equal(read, default)  # the training pass's own prediction, under dropout, gives other margins
+
+
 def test_hinge_prediction_of_the_authors_code_by_hand_and_against_a_loop():
     """``ncr.prediction = "hinge"``: s_i = alpha - (mean_j [alpha + S_ij - S_ii]_+ + mean_j [alpha + S_ji - S_ii]_+) / 2
     over the b columns, clamped to [0, alpha], over the mean of the top b // 10 + 1.
