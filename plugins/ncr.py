@@ -258,12 +258,12 @@ def rectify(trainer, batch, net, division) -> dict[str, torch.Tensor]:
     if not settings.co_rectify:
         return {"dataset_clean": division.clean}
     targets = batch_view(division, batch_index(trainer, batch), ("clean", "clean_prob"), batch["index"].device)
-    if settings.own_prediction == "eval":
-        own_outputs = trainer.forward(net, batch, grad=False)
-        targets["own_prediction"] = _per_part(own_outputs.similarity, targets["clean"], settings)
+    predicted = {"own_prediction": net} if settings.own_prediction == "eval" else {}
     if noisy_part_trains(trainer) and trainer.batch_part != "clean":
-        peer_outputs = trainer.forward(peer(net, NETWORKS), batch, grad=False)
-        targets["peer_prediction"] = _per_part(peer_outputs.similarity, targets["clean"], settings)
+        predicted["peer_prediction"] = peer(net, NETWORKS)
+    for name, predictor in predicted.items():
+        similarity = trainer.forward(predictor, batch, grad=False).similarity
+        targets[name] = _per_part(similarity, targets["clean"], settings)
     return targets
 
 
@@ -281,18 +281,18 @@ def _loss_over_parts(similarity: torch.Tensor, parts: list[torch.Tensor], margin
 @hookimpl
 def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor] | None:
     """Co-rectified labels (Eq. 4) as soft margins (Eq. 7) of L_soft (Eq. 6), hardest negatives within each part."""
-    alpha = trainer.options_of(NCROptions).alpha
+    settings = trainer.options_of(NCROptions)
     record_step_loss(trainer, outputs, net)
-    if not trainer.options_of(NCROptions).co_rectify:
+    if not settings.co_rectify:
         clean = targets["dataset_clean"][outputs.index.cpu()].to(outputs.similarity.device)
-        return {"soft_margin_triplet": co_divide_only_loss(outputs.similarity, clean, alpha)}
+        return {"soft_margin_triplet": co_divide_only_loss(outputs.similarity, clean, settings.alpha)}
     clean = targets["clean"]
     peer_prediction = targets.get("peer_prediction", torch.zeros_like(targets["clean_prob"]))
     own_prediction = targets.get("own_prediction")
     if own_prediction is None:
-        own_prediction = _per_part(outputs.similarity.detach(), clean, trainer.options_of(NCROptions))
+        own_prediction = _per_part(outputs.similarity.detach(), clean, settings)
     labels = rectified_labels(targets["clean_prob"], clean, own_prediction, peer_prediction)
-    margins = soft_margin(labels, alpha, trainer.options_of(NCROptions).curve)
+    margins = soft_margin(labels, settings.alpha, settings.curve)
     return {"soft_margin_triplet": _loss_over_parts(outputs.similarity, _parts(clean, "peer_prediction" in targets), margins)}
 
 
