@@ -26,7 +26,10 @@ issue's settings: joint space 256, SGR similarity 64, batch 128, Adam lr 2e-4, g
   run without it. Each co-training epoch's division is dumped to ``prob_EPOCH.npy`` by the
   prepared copy.
 - **hfncl** runs ``recipes/ncr_f30k.py`` as a user runs it, with a ``--config`` file of the
-  settings above (``benchmarks/recipes_proxy.py``'s runner).
+  settings above (``benchmarks/recipes_proxy.py``'s runner). ``--options`` (JSON) sets NCR options over the
+  recipe's; the authors' code's three readings are ``'{"ncr.own_prediction": "eval", "ncr.prediction":
+  "hinge", "ncr.label_layout": "broadcast"}'`` (``docs/methods/ncr.md``). Give such a run its own
+  ``--work-dir``: hfncl's runs are kept per seed.
 
 Per epoch and program: validation rSum (both networks' similarities averaged, as both programs
 validate), network A's warmup loss (the mean over the epoch; the official one from its log's
@@ -61,7 +64,7 @@ from typing import Any
 
 import numpy as np
 from common import machine, mean_spread, pyplot, write_report
-from recipes_proxy import RecipeRun, network_a, train
+from recipes_proxy import RecipeRun, network_a, recipe_settings, train
 
 from hfncl.plots import save_png
 
@@ -349,7 +352,7 @@ def hfncl_config(args: argparse.Namespace, seed: int, noise: Path) -> dict[str, 
         "val_split": "dev",
         "test_split": "test",
         "test_folds": 1,
-    }
+    } | ({"options": {**recipe_settings("ncr_f30k")["training"]["options"], **args.options}} if args.options else {})
 
 
 def run_hfncl(args: argparse.Namespace, seed: int, noise: Path) -> dict[str, Any] | None:
@@ -496,6 +499,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--work-dir", type=Path, default=Path("runs/peer_parity"))
     parser.add_argument("--output-dir", type=Path, default=Path("runs/peer_parity"))
     parser.add_argument("--report-only", action="store_true", help="Train nothing: table and plot what exists.")
+    parser.add_argument("--options", type=json.loads, default={},
+                        help="NCR options (JSON) over the recipe's for hfncl's runs, e.g. the authors' readings.")
     parser.add_argument("--transplant-check", action="store_true",
                         help="Also compare both programs from the same weights (transplant_check; seconds).")
     args = parser.parse_args(argv)
@@ -537,6 +542,7 @@ def main(argv: list[str] | None = None) -> int:
         f"the official code's noise file, 256/64, batch 128, lr 2e-4, clip 2, {args.warmup_epochs} warmup + "
         f"{args.cotrain_epochs} co-training epochs; validation on {args.dev_images} dev images, test on "
         f"{args.test_images}; seeds {reached} (mean ± spread over them)."
+        + (f" hfncl's options: {json.dumps(args.options)}." if args.options else "")
     )
     if transplant.is_file():
         check = json.loads(transplant.read_text())

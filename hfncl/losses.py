@@ -15,7 +15,9 @@ def _margin_matrices(similarity: torch.Tensor, margin: float | torch.Tensor) -> 
 
     ``to_text[i, j]`` = [m_i - S(I_i, T_i) + S(I_i, T_j)]_+ (image i ranks caption j above its own),
     ``to_image[j, i]`` = [m_i - S(I_i, T_i) + S(I_j, T_i)]_+ (caption i ranks image j above its own);
-    the diagonal (the positive itself) is zeroed.
+    the diagonal (the positive itself) is zeroed. ``margin`` is one value, one per pair (m_i) or a (B, B)
+    matrix: then cell (i, j) takes m_ij in both directions, ``to_text[i, j]`` = [m_ij - S_ii + S_ij]_+ and
+    ``to_image[i, j]`` = [m_ij - S_jj + S_ij]_+ (how the authors' NCR code applies its broadcast labels).
     """
     n = similarity.size(0)
     if similarity.dim() != 2 or similarity.size(1) != n:
@@ -24,8 +26,11 @@ def _margin_matrices(similarity: torch.Tensor, margin: float | torch.Tensor) -> 
     margin = torch.as_tensor(margin, dtype=similarity.dtype, device=similarity.device)
     if margin.dim() == 0:
         margin = margin.expand(n)
-    to_text = (margin[:, None] - positive[:, None] + similarity).clamp(min=0)
-    to_image = (margin[None, :] - positive[None, :] + similarity).clamp(min=0)
+    if margin.dim() == 2 and margin.shape != similarity.shape:
+        raise ValueError(f"a margin matrix must be ({n}, {n}) as the similarity, got {tuple(margin.shape)}")
+    of_image, of_text = (margin, margin) if margin.dim() == 2 else (margin[:, None], margin[None, :])
+    to_text = (of_image - positive[:, None] + similarity).clamp(min=0)
+    to_image = (of_text - positive[None, :] + similarity).clamp(min=0)
     off_diagonal = ~torch.eye(n, dtype=torch.bool, device=similarity.device)
     return to_text * off_diagonal, to_image * off_diagonal
 
@@ -44,7 +49,8 @@ def triplet_hardest_negative(similarity: torch.Tensor, margin: float | torch.Ten
 
     L(I_i, T_i) = [m - S_ii + max_{j!=i} S_ij]_+ + [m - S_ii + max_{j!=i} S_ji]_+
     (VSE++ max violation; with a per-pair margin it is NCR Eq. 6). Because the hinge is
-    monotone, the max of the hinged costs equals the hinge of the hardest negative.
+    monotone, the max of the hinged costs equals the hinge of the hardest negative; with a (B, B) margin
+    matrix (see :func:`_margin_matrices`) the hardest negative is the one of the largest hinged cost.
     """
     to_text, to_image = _margin_matrices(similarity, margin)
     return to_text.max(dim=1).values + to_image.max(dim=0).values

@@ -25,10 +25,11 @@ from hfncl.losses import soft_margin, triplet_hardest_negative, triplet_sum_nega
 from hfncl.options import MethodOptions, option
 from hfncl.toolkit import batch_index, batch_view, bibtex_citation, division_plan, networks_in_turn, peer, recorded_or_pass, training_batches
 from hfncl.types import BatchPlan, Division
+from hfncl_plugins.ncr_authors import broadcast_labels, hinge_prediction
 
 NETWORKS = 2
 DIVISION_STATISTICS, NOISY_BATCHES, PREDICTIONS = ("pass", "steps"), ("separate", "split"), ("paper", "hinge")
-OWN_PREDICTIONS = ("train", "eval")
+OWN_PREDICTIONS, LABEL_LAYOUTS = ("train", "eval"), ("pair", "broadcast")
 STEP_LOSS = "ncr.step_lw{}"
 
 
@@ -50,6 +51,7 @@ class NCROptions(MethodOptions, namespace="ncr"):
     noisy_batch: str = option("separate", choices=NOISY_BATCHES)
     prediction: str = option("paper", choices=PREDICTIONS)
     own_prediction: str = option("train", choices=OWN_PREDICTIONS)
+    label_layout: str = option("pair", choices=LABEL_LAYOUTS)
 
 
 @hookimpl
@@ -133,20 +135,6 @@ def adaptive_prediction(similarity: torch.Tensor, alpha: float, top_fraction: fl
     margin = positive - (negatives_of_image + negatives_of_text) / 2
     clamped = margin.clamp(min=0.0, max=alpha)
     tau = clamped[margin.topk(max(1, int(round(top_fraction * b)))).indices].mean()
-    return (clamped / tau).clamp(max=1.0) if tau > 0 else torch.zeros_like(clamped)
-
-
-def hinge_prediction(similarity: torch.Tensor, alpha: float) -> torch.Tensor:
-    """P of the authors' code (``ContrastiveLoss`` in ``predict`` mode), the other reading of Eq. 5, in [0, 1].
-
-    s_i = alpha - (c_i + c'_i) / 2 with c_i, c'_i the means over the b columns (the zero diagonal included) of
-    Eq. 2's clamped hinge terms [alpha + S_ij - S_ii]_+ of image i and [alpha + S_ji - S_ii]_+ of caption i;
-    Theta clamps s to [0, alpha], tau is the mean of Theta(s) over the top b // 10 + 1 pairs and P = min(Theta(s) / tau, 1).
-    A pair whose negatives all stay alpha below it gets s = alpha, however far below they are.
-    """
-    b = similarity.size(0)
-    clamped = (alpha - triplet_sum_negatives(similarity, alpha) / (2 * b)).clamp(min=0.0, max=alpha)
-    tau = clamped.topk(min(b, b // 10 + 1)).values.mean()
     return (clamped / tau).clamp(max=1.0) if tau > 0 else torch.zeros_like(clamped)
 
 
@@ -274,13 +262,16 @@ def co_divide_only_loss(similarity: torch.Tensor, clean: torch.Tensor, alpha: fl
 
 
 def _loss_over_parts(similarity: torch.Tensor, parts: list[torch.Tensor], margins: torch.Tensor) -> torch.Tensor:
-    """Eq. 6 with per-pair ``margins``, hardest negatives within each part, summed (zero, in the graph, without parts)."""
-    return sum((triplet_hardest_negative(similarity[p][:, p], margins[p]).sum() for p in parts), similarity.sum() * 0)
+    """Eq. 6 with per-pair (or, broadcast, per-cell) ``margins``, hardest negatives within each part, summed (zero,
+    in the graph, without parts)."""
+    of_part = (lambda p: margins[p][:, p]) if margins.dim() == 2 else (lambda p: margins[p])
+    return sum((triplet_hardest_negative(similarity[p][:, p], of_part(p)).sum() for p in parts), similarity.sum() * 0)
 
 
 @hookimpl
 def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor] | None:
-    """Co-rectified labels (Eq. 4) as soft margins (Eq. 7) of L_soft (Eq. 6), hardest negatives within each part."""
+    """Co-rectified labels (Eq. 4; per pair, or broadcast as the authors' code has them) as soft margins (Eq. 7) of
+    L_soft (Eq. 6), hardest negatives within each part."""
     settings = trainer.options_of(NCROptions)
     record_step_loss(trainer, outputs, net)
     if not settings.co_rectify:
@@ -291,7 +282,8 @@ def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor] | Non
     own_prediction = targets.get("own_prediction")
     if own_prediction is None:
         own_prediction = _per_part(outputs.similarity.detach(), clean, settings)
-    labels = rectified_labels(targets["clean_prob"], clean, own_prediction, peer_prediction)
+    labelled = rectified_labels if settings.label_layout == "pair" else broadcast_labels
+    labels = labelled(targets["clean_prob"], clean, own_prediction, peer_prediction)
     margins = soft_margin(labels, settings.alpha, settings.curve)
     return {"soft_margin_triplet": _loss_over_parts(outputs.similarity, _parts(clean, "peer_prediction" in targets), margins)}
 

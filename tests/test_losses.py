@@ -27,6 +27,18 @@ def test_per_sample_margin_by_hand():
     )
 
 
+def test_margin_matrix_by_hand():
+    """A (B, B) margin: cell (i, j) takes M_ij both for image i against caption j and for caption j against image i."""
+    margins = torch.tensor([[9.0, 0.0, 0.3], [0.1, 9.0, 0.2], [0.2, 0.0, 9.0]])  # the diagonal is never a negative
+    # image 0: captions 1, 2 -> [0 - 0.5 + 0.6]+ = 0.1, [0.3 - 0.5 + 0.4]+ = 0.2 (a scalar 0.2 would pick caption 1)
+    # image 1: [0.1 - 0.2 + 0.3]+ = 0.2, [0.2 - 0.2 + 0.5]+ = 0.5; image 2: [0.2 - 0.4 + 0.1]+ = 0, [0 - 0.4 + 0.3]+ = 0
+    # caption 0: images 1, 2 -> [0.1 - 0.5 + 0.3]+ = 0, [0.2 - 0.5 + 0.1]+ = 0
+    # caption 1: [0 - 0.2 + 0.6]+ = 0.4, [0 - 0.2 + 0.3]+ = 0.1; caption 2: [0.3 - 0.4 + 0.4]+ = 0.3, [0.2 - 0.4 + 0.5]+ = 0.3
+    torch.testing.assert_close(triplet_hardest_negative(S, margins), torch.tensor([0.2, 0.9, 0.3]))
+    with pytest.raises(ValueError, match=r"\(3, 3\) as the similarity, got \(2, 2\)"):
+        triplet_hardest_negative(S, torch.zeros(2, 2))
+
+
 def test_gradient_flows_only_through_violating_entries():
     s = S.clone().requires_grad_(True)
     triplet_hardest_negative(s, 0.2).sum().backward()

@@ -483,3 +483,80 @@ def test_when_every_pair_looks_clean_the_hundredth_with_the_lowest_clean_probabi
     mixed[:10] = 0.2
     monkeypatch.setattr(ncr, "fit_loss_mixture", lambda losses, **gmm: (mixed, torch.zeros(2, 3)))
     assert [int((~d.clean).sum()) for d in ncr.divide(trainer=trainer, epoch=5)] == [10, 10]
+
+
+def test_broadcast_labels_of_the_authors_code_by_hand():
+    """``ncr.label_layout = "broadcast"``: the authors' clean batch holds w and y as (B, 1) columns and P as a (B,) row,
+    so y^_ij = w_i + (1 - w_i) P_j; their noisy batch's (P^A + P^B) / 2 is a column, y^_ij = y^_i."""
+    from hfncl_plugins.ncr import broadcast_labels
+
+    w, own, peer = torch.tensor([0.9, 0.6, 0.3]), torch.tensor([1.0, 0.5, 0.2]), torch.tensor([0.0, 0.0, 0.6])
+    clean = torch.tensor([True, True, False])
+    expected = torch.tensor(
+        [[0.9 + 0.1 * 1.0, 0.9 + 0.1 * 0.5, 0.9 + 0.1 * 0.2], [0.6 + 0.4 * 1.0, 0.6 + 0.4 * 0.5, 0.6 + 0.4 * 0.2], [0.4] * 3]
+    )
+    torch.testing.assert_close(broadcast_labels(w, clean, own, peer), expected)
+    torch.testing.assert_close(broadcast_labels(w, clean, own, peer).diagonal()[:2], rectified_labels(w, clean, own, peer)[:2])
+
+
+def _authors_batch_loss(similarity: torch.Tensor, labels: torch.Tensor, alpha: float = 0.2) -> torch.Tensor:
+    """The authors' ``ContrastiveLoss`` in ``train`` mode with hard negatives and the exponential soft margin, written
+    from its description: ``labels`` broadcast against the (B, B) scores as their tensors do."""
+    b = similarity.size(0)
+    margin = alpha * (torch.pow(10.0, labels) - 1) / 9
+    positive = similarity.diag().view(b, 1)
+    cost_s = (margin + similarity - positive.expand(b, b)).clamp(min=0)
+    cost_im = (margin + similarity - positive.t().expand(b, b)).clamp(min=0)
+    eye = torch.eye(b, dtype=torch.bool)
+    cost_s, cost_im = cost_s.masked_fill(eye, 0), cost_im.masked_fill(eye, 0)
+    return cost_s.max(1)[0].sum() + cost_im.max(0)[0].sum()
+
+
+def test_the_broadcast_layout_gives_the_authors_loss_on_their_clean_and_noisy_batches():
+    from types import SimpleNamespace
+
+    from hfncl_plugins.ncr import loss
+
+    generator = torch.Generator().manual_seed(3)
+    similarity = torch.rand(6, 6, generator=generator)
+    w, own, peer = torch.rand(6, generator=generator), torch.rand(6, generator=generator), torch.rand(6, generator=generator)
+
+    def ncr_loss(clean: torch.Tensor, layout: str, with_peer: bool = True) -> torch.Tensor:
+        options = {"ncr.division_statistics": "pass", "ncr.label_layout": layout}
+        trainer = SimpleNamespace(batch_part=None, options_of=lambda kind: kind.read(options))
+        targets = {"clean": clean, "clean_prob": w, "own_prediction": own} | ({"peer_prediction": peer} if with_peer else {})
+        return loss(trainer=trainer, batch={}, outputs=SimpleNamespace(similarity=similarity), targets=targets, net=0)[
+            "soft_margin_triplet"
+        ]
+
+    # the authors' clean batch: prob (B, 1) * labels (B, 1) + (1 - prob (B, 1)) * P (B,)
+    all_clean = torch.ones(6, dtype=torch.bool)
+    clean_labels = w.view(6, 1) * torch.ones(6, 1) + (1 - w.view(6, 1)) * own
+    torch.testing.assert_close(ncr_loss(all_clean, "broadcast", with_peer=False), _authors_batch_loss(similarity, clean_labels))
+    # their noisy batch: ((P^A + P^B) / 2).view(-1, 1)
+    all_noisy = torch.zeros(6, dtype=torch.bool)
+    noisy_labels = ((own + peer) / 2).view(-1, 1)
+    torch.testing.assert_close(ncr_loss(all_noisy, "broadcast"), _authors_batch_loss(similarity, noisy_labels))
+    # one split batch: each part as the authors' batch of its kind
+    split = torch.tensor([True, True, True, False, False, False])
+    part, rest = slice(0, 3), slice(3, 6)
+    expected = _authors_batch_loss(similarity[part, part], w[part].view(3, 1) + (1 - w[part].view(3, 1)) * own[part])
+    expected = expected + _authors_batch_loss(similarity[rest, rest], ((own[rest] + peer[rest]) / 2).view(-1, 1))
+    torch.testing.assert_close(ncr_loss(split, "broadcast"), expected)
+    assert not torch.isclose(ncr_loss(all_clean, "broadcast", with_peer=False), ncr_loss(all_clean, "pair", with_peer=False))
+
+
+def test_under_per_pair_margins_active_hinges_ignore_the_labels_and_under_broadcast_ones_they_do_not():
+    """Why the layout can move weights where the readings of Eq. 5 did not (docs/methods/ncr.md): with one margin
+    per pair, an active hinge's gradient is that of S_ij - S_ii whatever the margin; with a margin per cell, the
+    labels of the negatives choose which one is hardest."""
+    from hfncl.losses import triplet_hardest_negative
+
+    similarity = torch.tensor([[0.5, 0.45, 0.44], [0.1, 0.6, 0.2], [0.1, 0.2, 0.7]])
+    gradients = []
+    for margins in (torch.full((3,), 0.2), torch.full((3,), 0.15), torch.tensor([[0.2, 0.05, 0.2]] * 3)):
+        s = similarity.clone().requires_grad_(True)
+        triplet_hardest_negative(s, margins)[0].backward()
+        gradients.append(s.grad)
+    torch.testing.assert_close(gradients[0], gradients[1])  # pair 0's hinges active under both: the same step
+    assert gradients[0][0, 1] == 1 and gradients[2][0, 1] == 0 and gradients[2][0, 2] == 1  # caption 2 is now hardest

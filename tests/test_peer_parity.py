@@ -139,3 +139,16 @@ def test_the_mapped_layers_are_the_layers_of_an_hfncl_sgr_network():
     mapped = set(peer_parity.OFFICIAL_NAMES.values())
     mapped |= {f"head.steps.{k}.{kind}" for k in range(2) for kind in ("query", "key", "update")}
     assert mapped == layers
+
+
+def test_options_reach_hfncl_s_config_over_the_recipe_s_own(tmp_path):
+    from pathlib import Path
+
+    authors = {"ncr.own_prediction": "eval", "ncr.prediction": "hinge", "ncr.label_layout": "broadcast"}
+    argv = ["--peer-dir", str(tmp_path), "--proxy-dir", str(tmp_path), "--options", json.dumps(authors)]
+    (tmp_path / "co_train.py").write_text("")
+    args = peer_parity.parse_args(argv)
+    config = peer_parity.hfncl_config(args, 0, Path(tmp_path / "noise.npy"))
+    recipe = peer_parity.recipe_settings("ncr_f30k")["training"]["options"]
+    assert config["options"] == {**recipe, **authors}
+    assert "options" not in peer_parity.hfncl_config(peer_parity.parse_args(argv[:4]), 0, Path(tmp_path / "noise.npy"))
