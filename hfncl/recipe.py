@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 import yaml
 
 from hfncl.arguments import DataArguments, ModelArguments
-from hfncl.config import RUN_ONLY_FIELDS, TrainConfig, add_field_aliases, alias_value, one_line
+from hfncl.config import RUN_ONLY_FIELDS, PluginOptions, TrainConfig, add_field_aliases, alias_value, one_line
 from hfncl.dataclass_parser import DataclassArgumentParser
 from hfncl.plugins import PluginError, check_plugin_names, run_plugins
 
@@ -82,7 +82,9 @@ def run_recipe(
     The data and model arguments are those of the task of the data the ``plugins`` learn
     from (:func:`hfncl.tasks.task_of_plugins`): image-caption pairs, or category-labelled
     features. ``defaults`` are values of those arguments and of TrainConfig that the recipe
-    fixes unless the command line overrides them (the paper's settings for that dataset).
+    fixes unless the command line overrides them (the paper's settings for that dataset). Its
+    ``options`` are plugin options the recipe sets: ``--options`` (or a ``--config`` file's)
+    add to them and override them by name, rather than replacing them all.
     """
     data_arguments, model_arguments = argument_types(plugins)
     parser = OneLineErrorParser(
@@ -108,6 +110,7 @@ def run_recipe(
                 action.required, action.default = False, NOT_GIVEN
     try:
         data_args, config, model_args = parse_with_config_file(parser, args)
+        config.options = PluginOptions({**defaults.get("options", {}), **config.options})
         check_plugin_names(config.plugins)  # before the plugins and the frameworks are imported
         if printing:
             print(json.dumps(effective_settings(data_args, config, model_args), indent=1, sort_keys=True))

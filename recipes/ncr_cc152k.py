@@ -8,6 +8,10 @@ are read from ``{split}_caps.tsv``. The official code's README command for CC152
 (``--warmup_epoch 10``, ``run.py``'s default 40 epochs and ``--lr_update 30``): the SGR head;
 10 warmup epochs, then 40 co-training epochs with lr 2e-4 decayed x0.1 after 30 of them
 (``--epochs 50 --warmup-epochs 10 --lr-decay-epochs 40``: hfncl counts from the first warmup epoch).
+Co-rectify reads Eq. 4-5 as the official code computes them (``ncr.own_prediction`` "eval",
+``ncr.prediction`` "hinge", ``ncr.label_layout`` "broadcast"; on the real-text proxy these kept the
+co-training from the collapse the printed equations fell into, docs/methods/ncr.md); ``--options``
+with ``"paper"`` / ``"pair"`` / ``"train"`` gives the printed equations.
 """
 
 import sys
@@ -24,6 +28,7 @@ if __name__ == "__main__":
                 "warmup_epochs": 10,
                 "lr_decay_epochs": [40],
                 "similarity": "sgr",
+                "options": {"ncr.own_prediction": "eval", "ncr.prediction": "hinge", "ncr.label_layout": "broadcast"},
                 "output_dir": "runs/ncr_cc152k",
             },
         )

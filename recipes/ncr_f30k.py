@@ -8,6 +8,10 @@ Defaults follow the paper and its official code: the SGR head, batch 128, Adam l
 epochs from the first warmup epoch: ``--epochs 45 --warmup-epochs 5 --lr-decay-epochs
 35``), grad clip 2, joint space 1024, caption-level noise (``--noise-file`` reads a
 published index such as BiCro's instead). docs/reproduction.md compares every setting.
+Co-rectify reads Eq. 4-5 as the official code computes them (``ncr.own_prediction`` "eval",
+``ncr.prediction`` "hinge", ``ncr.label_layout`` "broadcast"; on the real-text proxy these kept the
+co-training from the collapse the printed equations fell into, docs/methods/ncr.md); ``--options``
+with ``"paper"`` / ``"pair"`` / ``"train"`` gives the printed equations.
 """
 
 import sys
@@ -24,6 +28,7 @@ if __name__ == "__main__":
                 "warmup_epochs": 5,
                 "lr_decay_epochs": [35],
                 "similarity": "sgr",
+                "options": {"ncr.own_prediction": "eval", "ncr.prediction": "hinge", "ncr.label_layout": "broadcast"},
                 "output_dir": "runs/ncr_f30k",
             },
         )

@@ -9,6 +9,10 @@ SGR: text-to-image stacked cross attention, lambda_1 = 9, the word relevances av
 (``--scan-pooling avg``; ``lse`` with ``--scan-lse-lambda`` for LogSumExp), the score used as
 the similarity without a sigmoid (hfncl/models/scan.py). The NCR paper gives no other setting
 of NCR-SCAN; docs/reproduction.md compares every setting.
+Co-rectify reads Eq. 4-5 as the official code computes them (``ncr.own_prediction`` "eval",
+``ncr.prediction`` "hinge", ``ncr.label_layout`` "broadcast"; on the real-text proxy these kept the
+co-training from the collapse the printed equations fell into, docs/methods/ncr.md); ``--options``
+with ``"paper"`` / ``"pair"`` / ``"train"`` gives the printed equations.
 """
 
 import sys
@@ -26,6 +30,7 @@ if __name__ == "__main__":
                 "lr_decay_epochs": [35],
                 "similarity": "scan",
                 "scan_pooling": "avg",
+                "options": {"ncr.own_prediction": "eval", "ncr.prediction": "hinge", "ncr.label_layout": "broadcast"},
                 "output_dir": "runs/ncr_scan_f30k",
             },
         )

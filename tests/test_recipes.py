@@ -84,3 +84,21 @@ def test_malformed_data_dir_names_the_file(tiny_data_dir, tmp_path):
     completed = _recipe("--data-dir", str(broken), "--output-dir", str(tmp_path / "out"), *TINY_ARGS)
     assert completed.returncode == 2 and "dev_caps" in completed.stderr
     assert "Traceback" not in completed.stderr
+
+
+def test_a_recipe_s_options_are_kept_under_those_of_the_command_line_and_config_file(tmp_path, capsys):
+    """A recipe's ``options`` default is added to, not replaced by, ``--options`` (the user's values win by name)."""
+    from hfncl.recipe import run_recipe
+
+    recipe = {"options": {"ncr.prediction": "hinge", "ncr.label_layout": "broadcast"}}
+
+    def printed_options(*argv: str) -> dict:
+        assert run_recipe("A recipe.", ["ncr"], recipe, ["--print-config", *argv]) == 0
+        return json.loads(capsys.readouterr().out)["training"]["options"]
+
+    assert printed_options() == recipe["options"]
+    given = printed_options("--options", '{"ncr.label_layout": "pair", "ncr.alpha": 0.1}')
+    assert given == {"ncr.prediction": "hinge", "ncr.label_layout": "pair", "ncr.alpha": 0.1}
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps({"options": {"ncr.alpha": 0.3}}))
+    assert printed_options("--config", str(config)) == {**recipe["options"], "ncr.alpha": 0.3}
