@@ -19,7 +19,8 @@ perfect division reaches (:mod:`oracle`; the noise index is used only here, neve
 method); the **half-data control** trains it on all pairs of the first (1 - ratio) of the
 images, as many clean pairs without the oracle's choice. Both train to convergence
 (:func:`converged_settings`): at least as many optimiser steps per network as any method of
-the table took at that ratio and seed, at the demo's learning rate, then at a tenth of it
+the table took at that ratio and seed (an oracle of a method's own counts that method's steps
+per batch, :func:`steps_per_batch`), at the demo's learning rate, then at a tenth of it
 until the validation rSum has not improved for ``--oracle-patience`` epochs; the best
 validation checkpoint is tested, as for the methods. ``--oracle-patience 0`` trains them on
 the oracle method's demo schedule (the schedule of ``--settings`` when given) as before
@@ -183,6 +184,16 @@ def method_steps(row: dict[str, Any], pairs: int) -> float:
     return row["epochs"] * (pairs // row.get("batch_size", 128))
 
 
+def steps_per_batch(method: str, rows: list[dict[str, Any]], pairs: int) -> float:
+    """The optimiser steps per network ``method`` takes per batch, from its finished run among ``rows`` (TcVSE takes
+    four: Eq. 9 and three consistency updates); 1 for a method not trained (or recorded before steps were)."""
+    for row in rows:
+        batches = row["epochs"] * (pairs // row.get("batch_size", 128))
+        if row.get("plugin", row["method"]) == method and row.get("steps_per_network") and batches:
+            return float(row["steps_per_network"]) / batches
+    return 1.0
+
+
 def converged_settings(settings: dict[str, Any], steps: float, steps_per_epoch: int, patience: int) -> dict[str, Any]:
     """A reference's settings trained to convergence: E epochs at the demo's learning rate, E the least that gives at
     least ``steps`` optimiser steps (and no fewer than its demo epochs), then at a tenth of it for up to
@@ -211,8 +222,9 @@ def bounded_job(job: Job, rows: list[dict[str, Any]], args: argparse.Namespace) 
     steps += [method_steps({"epochs": int(run.settings.get("epochs", 10))}, pairs)
               for run in method_runs(args.methods, ratio, args.settings) if run.plugin not in done]
     batch = int(job.run.settings.get("batch_size", 128))
-    settings = converged_settings(job.run.settings, max(steps, default=0.0), split_pairs(data_dir, job.data.train_split) // batch,
-                                  args.oracle_patience)
+    per_batch = steps_per_batch(job.run.plugin, finished, pairs)
+    settings = converged_settings(job.run.settings, max(steps, default=0.0),
+                                  round(split_pairs(data_dir, job.data.train_split) // batch * per_batch), args.oracle_patience)
     return dataclasses.replace(job, run=DemoRun(job.run.plugin, ratio, settings))
 
 

@@ -499,6 +499,12 @@ def test_the_converged_oracle_trains_at_least_the_methods_optimiser_steps_then_s
     # ncr took 100 steps at seed 0; vsepp, not trained yet, plans 10 epochs of 1000 // 128 = 7 batches: 70 steps;
     # the oracle's 500 pairs make 3 batches an epoch, so 34 epochs (102 steps) at the demo rate
     assert bounded["lr_decay_epochs"] == [34] and bounded["early_stopping_patience"] == 2
+    # an oracle of the method's own counts the method's steps per batch: ncr's 140 steps over 10 epochs of 7 batches
+    # are 2 a batch, so its oracle's 3 batches are 6 steps an epoch and 140 steps take 24 epochs (TcVSE's case: 4)
+    own = accuracy.Job(accuracy.oracle_row("ncr", "vsepp"), accuracy.reference_run(args, 0.5, "ncr"), 0, oracle.data)
+    twice = [{**rows[0], "plugin": "ncr", "steps_per_network": 140.0}]
+    assert accuracy.steps_per_batch("ncr", twice, 1000) == 2.0 and accuracy.steps_per_batch("vsepp", twice, 1000) == 1.0
+    assert accuracy.bounded_job(own, twice, args).run.settings["lr_decay_epochs"] == [24]
     method = accuracy.Job("ncr", accuracy.method_runs(["ncr"], 0.5)[0], 0, oracle.data)
     assert accuracy.bounded_job(method, rows, args) == method
     demo = accuracy.parse_args(["--benchmark", "generated", "--oracle-patience", "0"])
