@@ -25,7 +25,7 @@ from hfncl.losses import soft_margin, triplet_hardest_negative, triplet_sum_nega
 from hfncl.options import MethodOptions, option
 from hfncl.toolkit import batch_index, batch_view, bibtex_citation, division_plan, networks_in_turn, peer, recorded_or_pass, training_batches
 from hfncl.types import BatchPlan, Division
-from hfncl_plugins.ncr_authors import broadcast_labels, hinge_prediction
+from hfncl_plugins.ncr_labels import LABELS, predict
 
 NETWORKS = 2
 DIVISION_STATISTICS, NOISY_BATCHES, PREDICTIONS = ("pass", "steps"), ("separate", "split"), ("paper", "hinge")
@@ -122,38 +122,6 @@ def batch_plan(trainer, networks) -> BatchPlan:
     return division_plan(trainer.divisions[networks[0]], settings.co_rectify and noisy_part_trains(trainer), keep_last=True)
 
 
-def adaptive_prediction(similarity: torch.Tensor, alpha: float, top_fraction: float = 0.1) -> torch.Tensor:
-    """P(I_i, T_i) of Eq. 5 for every pair of the batch, in [0, 1].
-
-    s_i = S_ii - (mean_{j!=i} S_ij + mean_{j!=i} S_ji) / 2; P = min(Theta(s) / tau, 1)
-    with Theta clamping to [0, alpha] and tau the mean of Theta(s) over the top
-    ``top_fraction`` of pairs by s.
-    """
-    b, positive = similarity.size(0), similarity.diagonal()
-    negatives_of_image = (similarity.sum(dim=1) - positive) / (b - 1)
-    negatives_of_text = (similarity.sum(dim=0) - positive) / (b - 1)
-    margin = positive - (negatives_of_image + negatives_of_text) / 2
-    clamped = margin.clamp(min=0.0, max=alpha)
-    tau = clamped[margin.topk(max(1, int(round(top_fraction * b)))).indices].mean()
-    return (clamped / tau).clamp(max=1.0) if tau > 0 else torch.zeros_like(clamped)
-
-
-def predict(similarity: torch.Tensor, settings: NCROptions) -> torch.Tensor:
-    """Eq. 5's P as ``ncr.prediction`` reads it: ``"paper"`` the printed formula, ``"hinge"`` the authors' code."""
-    if settings.prediction == "hinge":
-        return hinge_prediction(similarity, settings.alpha)
-    return adaptive_prediction(similarity, settings.alpha, settings.top_fraction)
-
-
-def rectified_labels(
-    clean_prob: torch.Tensor, clean: torch.Tensor, own_prediction: torch.Tensor, peer_prediction: torch.Tensor
-) -> torch.Tensor:
-    """Eq. 4: y^ = w y + (1 - w) P^k on the clean set (y = 1), (P^A + P^B) / 2 on the noisy set."""
-    clean_label = clean_prob + (1 - clean_prob) * own_prediction
-    noisy_label = (own_prediction + peer_prediction) / 2
-    return torch.where(clean, clean_label, noisy_label)
-
-
 @hookimpl
 def divide(trainer, epoch) -> list[Division]:
     """Co-divide: network k's division is the GMM fitted on its peer's per-sample L_w.
@@ -228,7 +196,7 @@ def _per_part(similarity: torch.Tensor, clean: torch.Tensor, settings: NCROption
     """Eq. 5's prediction for every pair, computed within the clean part and within the noisy part."""
     prediction = torch.zeros(clean.shape, device=similarity.device)
     for part in _parts(clean):
-        prediction[part] = predict(similarity[part][:, part], settings)
+        prediction[part] = predict(similarity[part][:, part], settings.prediction, settings.alpha, settings.top_fraction)
     return prediction
 
 
@@ -282,8 +250,7 @@ def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor] | Non
     own_prediction = targets.get("own_prediction")
     if own_prediction is None:
         own_prediction = _per_part(outputs.similarity.detach(), clean, settings)
-    labelled = rectified_labels if settings.label_layout == "pair" else broadcast_labels
-    labels = labelled(targets["clean_prob"], clean, own_prediction, peer_prediction)
+    labels = LABELS[settings.label_layout](targets["clean_prob"], clean, own_prediction, peer_prediction)
     margins = soft_margin(labels, settings.alpha, settings.curve)
     return {"soft_margin_triplet": _loss_over_parts(outputs.similarity, _parts(clean, "peer_prediction" in targets), margins)}
 
