@@ -190,6 +190,13 @@ class TrainConfig:
         default=0, metadata={"help": "Epochs trained before early stopping may end the run."}
     )
     seed: int = field(default=0, metadata={"help": "Seeds initialisation, shuffling and everything random."})
+    init_weights: str | None = field(
+        default=None,
+        metadata={
+            "help": "A saved model (a save_pretrained or best/ directory, or a Hub id) whose weights start the "
+            "training in place of a fresh initialisation; it must have the run's networks and shapes."
+        },
+    )
     save_steps: int = field(
         default=0, metadata={"help": "Also checkpoint every N optimiser steps (0: epoch ends only)."}
     )

@@ -37,6 +37,7 @@ from hfncl.config import LATEST, TrainConfig, one_line
 from hfncl.engine.callbacks import EpochLine, TrainerCallback, library_progress_bars, progress_bar
 from hfncl.engine.distributed import fewer_processes_warning, gather, world
 from hfncl.engine.fingerprint import check_fingerprint, run_fingerprint, save_fingerprint
+from hfncl.engine.initial_weights import load_initial_weights
 from hfncl.engine.ledger import Ledger
 from hfncl.engine.randomness import derived_seed, per_sample_uniform, purpose_key
 from hfncl.engine.sampler import CyclingBatchSampler, GlobalBatchSampler, batch_count
@@ -224,6 +225,8 @@ class Trainer:
         model_config.plugins = list(config.plugins)
         model_config.plugin_options = dict(self.options)
         self.model = self.task.build_model(model_config)
+        if config.init_weights:
+            load_initial_weights(self.model, config.init_weights)
         self.train_data = train_data
         self.val_split = val_split
         self.num_train = len(train_data)
