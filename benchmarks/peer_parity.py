@@ -33,15 +33,19 @@ issue's settings: joint space 256, SGR similarity 64, batch 128, Adam lr 2e-4, g
 
 Per epoch and program: validation rSum (both networks' similarities averaged, as both programs
 validate), network A's warmup loss (the mean over the epoch; the official one from its log's
-running average), and in co-training network A's division: the ROC-AUC of its clean probability
-against the noise file's clean pairs and its clean share (pairs above the 0.5 threshold, the
-share the peer trains on as clean). The test rSum is of each program's best checkpoint (the
+running average), and in co-training network A's division, the one network A trains on (co-divide:
+the GMM of network B's losses, the official code's ``prob_B``; hfncl's division of network 0): the
+ROC-AUC of its clean probability against the noise file's clean pairs and its clean share (pairs
+above the 0.5 threshold, which A trains on as clean). The test rSum is of each program's best checkpoint (the
 official code keeps the best co-training epoch; hfncl the best epoch of all).
 
 ``--transplant-check`` adds, in seconds, whether the two compute the same thing: the official model's weights
 copied into hfncl's network (:func:`hfncl_name` maps every layer), their similarities on the first 128 training
 pairs in eval mode and in training mode without dropout, the warmup loss and every gradient; and the initial
 standard deviation of each parameter of fresh models of both (:func:`init_spread`).
+
+``peer_cotrain.py`` (same arguments) continues both programs from the official run's warmup weights, so that their
+co-training epochs are compared from one start.
 
 Every run keeps its folder under ``--work-dir`` (``official_seedS/``, ``hfncl_seedS/``): a finished
 run is reused (its ``curve.json`` / ``results.json``), so runs stopped part way can be run again
@@ -127,15 +131,18 @@ def division_scores(probability: np.ndarray, clean: np.ndarray, threshold: float
 
 
 def official_curve(run_dir: Path, noise_file: Path, warmup_epochs: int) -> dict[str, Any]:
-    """An official run's curves: its log's, and network A's division of each co-training epoch dumped so far."""
+    """An official run's curves: its log's, and network A's divisions (:func:`official_divisions`)."""
     log = run_dir / "train.log"
-    curve = parse_official_log(log.read_text() if log.is_file() else "", warmup_epochs)
+    return {**parse_official_log(log.read_text() if log.is_file() else "", warmup_epochs),
+            "division": official_divisions(run_dir, noise_file)}
+
+
+def official_divisions(run_dir: Path, noise_file: Path) -> list[dict[str, float]]:
+    """The scores (:func:`division_scores`) of the division network A trained on in each co-training epoch dumped so
+    far: ``prob_EPOCH.npy`` stacks ``prob_A`` and ``prob_B``, and A trains on ``prob_B``, the GMM of B's losses."""
     clean = clean_pairs(np.load(noise_file), CAPTIONS_PER_IMAGE)
-    divisions = []
-    for epoch in range(len(list(run_dir.glob("prob_*.npy")))):
-        divisions.append(division_scores(np.load(run_dir / f"prob_{epoch}.npy")[0], clean))
-    curve["division"] = divisions
-    return curve
+    count = len(list(run_dir.glob("prob_*.npy")))
+    return [division_scores(np.load(run_dir / f"prob_{epoch}.npy")[1], clean) for epoch in range(count)]
 
 
 def hfncl_curve(results: dict[str, Any]) -> dict[str, Any]:
@@ -302,12 +309,15 @@ run.run()
 """
 
 
-def run_official(args: argparse.Namespace, peer: Path, seed: int, noise: Path) -> dict[str, Any]:
-    """The official run of ``seed`` (reused when finished), and its curves."""
-    run_dir = args.work_dir / f"official_seed{seed}"
+def run_official(
+    args: argparse.Namespace, peer: Path, seed: int, noise: Path, name: str = "official", extra: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """The official run of ``seed`` in ``WORK/{name}_seed{seed}`` (reused when finished), and its curves; ``extra``:
+    more flags of its ``run.py`` (``peer_cotrain.py``'s ``--warmup_model_path``)."""
+    run_dir = args.work_dir / f"{name}_seed{seed}"
     done = run_dir / "curve.json"
-    if done.is_file():
-        return json.loads(done.read_text())
+    if done.is_file():  # a finished run's log curves; its divisions scored again from the dumped files
+        return {**json.loads(done.read_text()), "division": official_divisions(run_dir, noise)}
     if args.report_only:
         return official_curve(run_dir, noise, args.warmup_epochs)
     if run_dir.is_dir():
@@ -321,7 +331,7 @@ def run_official(args: argparse.Namespace, peer: Path, seed: int, noise: Path) -
         "--grad_clip", "2", "--warmup_epoch", str(args.warmup_epochs), "--num_epochs", str(args.cotrain_epochs),
         "--lr_update", str(args.cotrain_epochs + 1), "--noise_ratio", str(args.noise_ratio),
         "--noise_file", str(noise.resolve()), "--seed", str(seed), "--output_dir", str(run_dir.resolve()),
-        "--log_step", "1",
+        "--log_step", "1", *extra,
     ]
     with (run_dir / "train.log").open("w") as log:
         finished = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=peer, env=_environment())
@@ -355,11 +365,14 @@ def hfncl_config(args: argparse.Namespace, seed: int, noise: Path) -> dict[str, 
     } | ({"options": {**recipe_settings("ncr_f30k")["training"]["options"], **args.options}} if args.options else {})
 
 
-def run_hfncl(args: argparse.Namespace, seed: int, noise: Path) -> dict[str, Any] | None:
-    """hfncl's run of ``seed`` (reused when finished, continued from its checkpoint when stopped), and its curves."""
-    run = RecipeRun(("ncr_f30k",), hfncl_config(args, seed, noise))
+def run_hfncl(
+    args: argparse.Namespace, seed: int, noise: Path, name: str = "hfncl", settings: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """hfncl's run of ``seed`` in ``WORK/{name}_seed{seed}`` (reused when finished, continued from its checkpoint when
+    stopped), and its curves; ``settings`` replace some of :func:`hfncl_config`'s."""
+    run = RecipeRun(("ncr_f30k",), {**hfncl_config(args, seed, noise), **(settings or {})})
     os.environ.update(_environment())
-    outcome = train(run, (args.work_dir / "data" / "f30k_precomp").resolve(), args.work_dir / f"hfncl_seed{seed}",
+    outcome = train(run, (args.work_dir / "data" / "f30k_precomp").resolve(), args.work_dir / f"{name}_seed{seed}",
                     resume=True, report_only=args.report_only)
     return None if outcome is None else hfncl_curve(outcome["results"])
 
@@ -482,8 +495,9 @@ def transplant_check(peer: Path, data: Path, vocab_file: Path, seed: int = 0) ->
     return result
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parse_args(argv: list[str] | None, description: str | None = __doc__) -> argparse.Namespace:
+    """The arguments of this script, or (``description``) of ``peer_cotrain.py``, which takes the same."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--peer-dir", type=Path, required=True, help="NCR/ of ncr_peer.sh (4 captions).")
     parser.add_argument("--proxy-dir", type=Path, required=True,
                         help="A precomp real-text proxy ({split}_ims.npy, {split}_caps.txt, train_vocab.json).")

@@ -69,12 +69,14 @@ def test_division_scores_rank_against_the_noise_index_s_clean_pairs_and_apply_th
         peer_parity.division_scores(np.ones(3), clean)
 
 
-def test_official_curve_adds_network_a_s_dumped_division_of_each_co_training_epoch(tmp_path):
+def test_official_curve_adds_the_dumped_division_network_a_trains_on_of_each_co_training_epoch(tmp_path):
+    """The official code trains model A on ``prob_B`` (the GMM of B's losses), the second of the dumped pair, as
+    hfncl trains network 0 on its division from network 1's losses."""
     noise = np.array([0, 0, 0, 0, 1, 1, 1, 0])  # 4 captions per image: caption 7 re-paired
     np.save(tmp_path / "noise.npy", noise)
     (tmp_path / "train.log").write_text(OFFICIAL_LOG)
-    network_a = np.array([0.9, 0.9, 0.8, 0.9, 0.7, 0.9, 0.9, 0.1])
-    np.save(tmp_path / "prob_0.npy", np.stack([network_a, 1.0 - network_a]))
+    a_trains_on = np.array([0.9, 0.9, 0.8, 0.9, 0.7, 0.9, 0.9, 0.1])
+    np.save(tmp_path / "prob_0.npy", np.stack([1.0 - a_trains_on, a_trains_on]))
     curve = peer_parity.official_curve(tmp_path, tmp_path / "noise.npy", warmup_epochs=2)
     assert curve["division"] == [{"auc": 1.0, "clean_share": 7 / 8}]
     assert curve["val_rsum"] == [139.0, 195.0, 210.0]
@@ -152,3 +154,46 @@ def test_options_reach_hfncl_s_config_over_the_recipe_s_own(tmp_path):
     recipe = peer_parity.recipe_settings("ncr_f30k")["training"]["options"]
     assert config["options"] == {**recipe, **authors}
     assert "options" not in peer_parity.hfncl_config(peer_parity.parse_args(argv[:4]), 0, Path(tmp_path / "noise.npy"))
+
+
+def test_the_official_warmup_checkpoint_becomes_hfncl_s_start_weights_a_as_network_0(tmp_path):
+    """peer_cotrain.start_weights: an official checkpoint (``model_A`` / ``model_B``: the state dicts of img_enc,
+    txt_enc and sim_enc, and ``opt``), written here from two hfncl networks under the official names, gives back
+    those networks' every tensor, A as network 0 and B as 1, saved for ``init_weights``."""
+    import argparse
+
+    import torch
+
+    from hfncl.models import NCLModel
+
+    peer_cotrain = benchmark_module("peer_cotrain")
+    opt = argparse.Namespace(img_dim=8, embed_size=8, word_dim=6, vocab_size=10, sim_dim=4, sgr_step=2)
+    official_of = {hfncl: official for official, hfncl in peer_parity.OFFICIAL_NAMES.items()}
+    kinds = {"query": "graph_query_w", "key": "graph_key_w", "update": "sim_graph_w"}
+
+    def official_name(name: str) -> str:
+        if name.startswith("head.steps."):
+            _, _, step, kind, field = name.split(".")
+            return f"sim_enc.SGR_module.{step}.{kinds[kind]}.{field}"
+        layer, _, field = name.rpartition(".")
+        return f"{official_of[layer]}.{field}"
+
+    torch.manual_seed(3)
+    config = peer_cotrain.NCLConfig(image_dim=8, embed_dim=8, word_dim=6, vocab_size=10, similarity="sgr", sim_dim=4,
+                                    num_networks=1, image_regions=3, reasoning_steps=2)
+    networks = [NCLModel(config).networks[0] for _ in range(2)]
+    checkpoint = {"epoch": 2, "opt": opt}
+    for key, network in zip(("model_A", "model_B"), networks, strict=True):
+        parts: dict[str, dict[str, torch.Tensor]] = {part: {} for part in peer_cotrain.OFFICIAL_PARTS}
+        for name, value in network.state_dict().items():
+            part, _, rest = official_name(name).partition(".")
+            parts[part][rest] = value + 0.25 if value.is_floating_point() else value  # not a fresh model's
+        checkpoint[key] = [parts[part] for part in peer_cotrain.OFFICIAL_PARTS]
+    torch.save(checkpoint, tmp_path / "warmup_model_2.pth.tar")
+
+    start = peer_cotrain.start_weights(tmp_path / "warmup_model_2.pth.tar", 3, tmp_path / "start")
+    loaded = NCLModel.from_pretrained(str(start))
+    for network, original in zip(loaded.networks, networks, strict=True):
+        theirs, ours = network.state_dict(), original.state_dict()
+        shifted = {k: v + 0.25 if v.is_floating_point() else v for k, v in ours.items()}
+        assert theirs.keys() == ours.keys() and all(torch.equal(theirs[k], shifted[k]) for k in ours)
