@@ -29,12 +29,7 @@ from hfncl.hookspecs import hookimpl
 from hfncl.options import MethodOptions, option
 from hfncl.toolkit import bibtex_citation, ledger_column, networks_in_turn, peer, same_terms_in_warmup
 from hfncl.types import Division
-from hfncl_plugins.gsc_intra import (
-    batch_labels,
-    intra_modal_loss,
-    intra_modal_similarity,
-    structure_similarity,
-)
+from hfncl_plugins.gsc_intra import batch_labels, intra_modal_loss, intra_modal_similarity, structure_similarity
 
 if TYPE_CHECKING:
     from hfncl.trainer_view import TrainerView
