@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hfncl.config import one_line
 from hfncl.models.loading import HfnclPreTrainedModel
 
 
@@ -18,7 +19,7 @@ def load_initial_weights(model: HfnclPreTrainedModel, source: str) -> None:
         saved = type(model).from_pretrained(source, use_safetensors=True)
     except (OSError, ValueError, KeyError) as error:
         raise ValueError(
-            f"TrainConfig.init_weights {source!r}: no saved {type(model).__name__} there ({error})"
+            f"TrainConfig.init_weights {source!r}: no saved {type(model).__name__} there ({one_line(error)})"
         ) from None
     mine, theirs = model.state_dict(), saved.state_dict()
     problems = [f"missing {name}" for name in sorted(mine.keys() - theirs.keys())]
