@@ -33,9 +33,10 @@ import torch
 from common import write_report
 from peer_parity import (
     CAPTIONS_PER_IMAGE,
+    OFFICIAL_PARTS,
     PROGRAMS,
     device_name,
-    hfncl_name,
+    hfncl_state,
     noise_file,
     parse_args,
     prepare_data,
@@ -46,9 +47,6 @@ from peer_parity import (
 )
 
 from hfncl.models import NCLConfig, NCLModel
-
-OFFICIAL_PARTS = ("img_enc", "txt_enc", "sim_enc")
-"""The three modules whose state dicts an official ``SGRAF`` checkpoint lists under ``model_A`` and ``model_B``."""
 
 
 def official_warmup(args: argparse.Namespace, seed: int) -> Path:
@@ -75,9 +73,7 @@ def start_weights(checkpoint: Path, regions: int, target: Path) -> Path:
                        image_regions=regions, reasoning_steps=opt.sgr_step, plugins=["ncr"])
     model = NCLModel(config)
     for network, name in zip(model.networks, ("model_A", "model_B"), strict=True):
-        state = {hfncl_name(f"{part}.{key}"): value
-                 for part, module in zip(OFFICIAL_PARTS, saved[name], strict=True) for key, value in module.items()}
-        network.load_state_dict(state, strict=True)
+        network.load_state_dict(hfncl_state(dict(zip(OFFICIAL_PARTS, saved[name], strict=True))), strict=True)
     model.save_pretrained(str(target))
     return target
 

@@ -395,6 +395,15 @@ correspond to; SGR step k's ``graph_query_w`` / ``graph_key_w`` / ``sim_graph_w`
 ``update``."""
 
 
+OFFICIAL_PARTS = ("img_enc", "txt_enc", "sim_enc")
+"""The official ``SGRAF``'s three modules, in the order its checkpoints list their state dicts."""
+
+
+def hfncl_state(parts: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """One hfncl network's state from the official modules' state dicts, keyed by :data:`OFFICIAL_PARTS`."""
+    return {hfncl_name(f"{part}.{key}"): value for part, state in parts.items() for key, value in state.items()}
+
+
 def hfncl_name(official: str) -> str:
     """hfncl's name (within one network) of the official SGRAF parameter or buffer ``official``."""
     if match := re.fullmatch(r"sim_enc\.SGR_module\.(\d+)\.(graph_query_w|graph_key_w|sim_graph_w)\.(\w+)", official):
@@ -415,7 +424,7 @@ def init_spread(official: Any, hfncl: Any, draws: int = 5) -> list[float]:
     for _ in range(draws):
         model, network = official(), hfncl()
         ours = network.state_dict()
-        for part in ("img_enc", "txt_enc", "sim_enc"):
+        for part in OFFICIAL_PARTS:
             for name, value in getattr(model, part).state_dict().items():
                 if value.numel() > 1 and float(value.float().std()) > 0:
                     mine = ours[hfncl_name(f"{part}.{name}")]
@@ -457,9 +466,8 @@ def transplant_check(peer: Path, data: Path, vocab_file: Path, seed: int = 0) ->
     config = NCLConfig(image_dim=image_dim, embed_dim=256, word_dim=300, vocab_size=len(vocabulary),
                        similarity="sgr", sim_dim=64, num_networks=1, image_regions=regions)
     network = NCLModel(config).networks[0]
-    parts = {"img_enc": official.img_enc, "txt_enc": official.txt_enc, "sim_enc": official.sim_enc}
-    state = {hfncl_name(f"{part}.{k}"): v for part, m in parts.items() for k, v in m.state_dict().items()}
-    network.load_state_dict(state, strict=True)
+    parts = {part: getattr(official, part) for part in OFFICIAL_PARTS}
+    network.load_state_dict(hfncl_state({part: m.state_dict() for part, m in parts.items()}), strict=True)
     modules = [*parts.values(), network]
 
     def similarities(train: bool) -> tuple[torch.Tensor, torch.Tensor]:

@@ -184,11 +184,11 @@ def test_the_official_warmup_checkpoint_becomes_hfncl_s_start_weights_a_as_netwo
     networks = [NCLModel(config).networks[0] for _ in range(2)]
     checkpoint = {"epoch": 2, "opt": opt}
     for key, network in zip(("model_A", "model_B"), networks, strict=True):
-        parts: dict[str, dict[str, torch.Tensor]] = {part: {} for part in peer_cotrain.OFFICIAL_PARTS}
+        parts: dict[str, dict[str, torch.Tensor]] = {part: {} for part in peer_parity.OFFICIAL_PARTS}
         for name, value in network.state_dict().items():
             part, _, rest = official_name(name).partition(".")
             parts[part][rest] = value + 0.25 if value.is_floating_point() else value  # not a fresh model's
-        checkpoint[key] = [parts[part] for part in peer_cotrain.OFFICIAL_PARTS]
+        checkpoint[key] = [parts[part] for part in peer_parity.OFFICIAL_PARTS]
     torch.save(checkpoint, tmp_path / "warmup_model_2.pth.tar")
 
     start = peer_cotrain.start_weights(tmp_path / "warmup_model_2.pth.tar", 3, tmp_path / "start")
