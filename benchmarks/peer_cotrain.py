@@ -41,6 +41,7 @@ from peer_parity import (
     parse_args,
     prepare_data,
     prepare_peer,
+    program_args,
     run_hfncl,
     run_official,
     table,
@@ -85,16 +86,10 @@ def cotrain_curves(args: argparse.Namespace, peer: Path, seed: int, regions: int
     noise = noise_file(args, peer, seed)
     checkpoint = official_warmup(args, seed)
     start = start_weights(checkpoint, regions, args.work_dir / f"cotrain_start_seed{seed}")
-    cotrain = argparse.Namespace(**{**vars(args), "warmup_epochs": 0})
-    official = run_official(
-        argparse.Namespace(**{**vars(cotrain), "report_only": args.report_only or "official" not in args.programs}),
-        peer, seed, noise, name="official_cotrain", extra=("--warmup_model_path", str(checkpoint.resolve())),
-    )
-    hfncl = run_hfncl(
-        argparse.Namespace(**{**vars(cotrain), "report_only": args.report_only or "hfncl" not in args.programs}),
-        seed, noise, name="hfncl_cotrain",
-        settings={"init_weights": str(start.resolve())},
-    )
+    official = run_official(program_args(args, "official", warmup_epochs=0), peer, seed, noise, name="official_cotrain",
+                            extra=("--warmup_model_path", str(checkpoint.resolve())))
+    hfncl = run_hfncl(program_args(args, "hfncl", warmup_epochs=0), seed, noise, name="hfncl_cotrain",
+                      settings={"init_weights": str(start.resolve())})
     rsums = official["val_rsum"]
     return {"start": rsums[0] if rsums else None, "official": {**official, "val_rsum": rsums[1:]}, "hfncl": hfncl}
 

@@ -309,6 +309,12 @@ run.run()
 """
 
 
+def program_args(args: argparse.Namespace, program: str, **changes: Any) -> argparse.Namespace:
+    """``args`` with ``changes`` for one program's run, ``report_only`` unless it trains now (in ``--programs``)."""
+    report_only = args.report_only or program not in args.programs
+    return argparse.Namespace(**{**vars(args), **changes, "report_only": report_only})
+
+
 def run_official(
     args: argparse.Namespace, peer: Path, seed: int, noise: Path, name: str = "official", extra: tuple[str, ...] = ()
 ) -> dict[str, Any]:
@@ -546,14 +552,8 @@ def main(argv: list[str] | None = None) -> int:
     reached = []
     for seed in args.seeds:
         noise = noise_file(args, peer, seed)
-        runs = {}
-        for program in PROGRAMS:
-            trains = program in args.programs and not args.report_only
-            if program == "official":
-                runs[program] = run_official(argparse.Namespace(**{**vars(args), "report_only": not trains}),
-                                             peer, seed, noise)
-            else:
-                runs[program] = run_hfncl(argparse.Namespace(**{**vars(args), "report_only": not trains}), seed, noise)
+        runs = {"official": run_official(program_args(args, "official"), peer, seed, noise),
+                "hfncl": run_hfncl(program_args(args, "hfncl"), seed, noise)}
         if all(runs[p] is not None and runs[p]["val_rsum"] for p in PROGRAMS):
             reached.append(seed)
             for program in PROGRAMS:
