@@ -181,6 +181,11 @@ def method_steps(row: dict[str, Any], pairs: int) -> float:
     batches over ``pairs`` training pairs (one step per batch, an upper bound for a method that skips pairs)."""
     if row.get("steps_per_network") is not None:
         return float(row["steps_per_network"])
+    return full_batches(row, pairs)
+
+
+def full_batches(row: dict[str, Any], pairs: int) -> int:
+    """A run's epochs of full batches over ``pairs`` training pairs."""
     return row["epochs"] * (pairs // row.get("batch_size", 128))
 
 
@@ -188,7 +193,7 @@ def steps_per_batch(method: str, rows: list[dict[str, Any]], pairs: int) -> floa
     """The optimiser steps per network ``method`` takes per batch, from its finished run among ``rows`` (TcVSE takes
     four: Eq. 9 and three consistency updates); 1 for a method not trained (or recorded before steps were)."""
     for row in rows:
-        batches = row["epochs"] * (pairs // row.get("batch_size", 128))
+        batches = full_batches(row, pairs)
         if row.get("plugin", row["method"]) == method and row.get("steps_per_network") and batches:
             return float(row["steps_per_network"]) / batches
     return 1.0
