@@ -1,4 +1,4 @@
-"""NCR-SGR's co-training from one start: the official NCR code and hfncl continue from the official warmup's weights.
+"""NCR's co-training from one start: the official NCR code and hfncl continue from the official warmup's weights.
 
     python benchmarks/peer_cotrain.py --peer-dir /tmp/peer/NCR --proxy-dir DIR --images 1000 --warmup-epochs 3 \\
         --cotrain-epochs 2 --seeds 2 3 --work-dir W --output-dir W --options '{"ncr.label_layout": "broadcast"}'
@@ -15,10 +15,10 @@ with the same arguments writes; it is read with ``weights_only=True``), each wit
   (``peer_parity.hfncl_name`` maps every layer; ``WORK/cotrain_start_seedS/``), no warmup and ``--cotrain-epochs``
   epochs, in ``WORK/hfncl_cotrain_seedS/``; its first division is an eval-mode pass, as the official one.
 
-Takes ``peer_parity.py``'s arguments (``--programs`` chooses which programs train now; ``--transplant-check`` is
-not used). Writes ``peer_cotrain.md`` (per co-training epoch: validation rSum, network A's division AUC and clean
-share, mean ± spread over the seeds; the official validation of the start weights in the header) and
-``peer_cotrain.json`` to ``--output-dir``.
+Takes ``peer_parity.py``'s arguments (``--head``: the head both train, SGR or SAF; ``--programs`` chooses which
+programs train now; ``--transplant-check`` is not used). Writes ``peer_cotrain.md`` (per co-training epoch:
+validation rSum, network A's division AUC and clean share, mean ± spread over the seeds; the official validation of
+the start weights in the header) and ``peer_cotrain.json`` to ``--output-dir``.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import torch
 from common import write_report
 from peer_parity import (
     CAPTIONS_PER_IMAGE,
+    HEADS,
     OFFICIAL_PARTS,
     PROGRAMS,
     device_name,
@@ -63,15 +64,15 @@ def official_warmup(args: argparse.Namespace, seed: int) -> Path:
 
 def start_weights(checkpoint: Path, regions: int, target: Path) -> Path:
     """The official checkpoint's two networks as one hfncl model (network 0 = ``model_A``, 1 = ``model_B``), saved to
-    ``target`` (once) for ``init_weights``; its widths and vocabulary size are the checkpoint's ``opt``."""
+    ``target`` (once) for ``init_weights``; its widths, head and vocabulary size are the checkpoint's ``opt``."""
     if (target / "config.json").is_file():
         return target
     with torch.serialization.safe_globals([argparse.Namespace]):
         saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
     opt = saved["opt"]
     config = NCLConfig(image_dim=opt.img_dim, embed_dim=opt.embed_size, word_dim=opt.word_dim,
-                       vocab_size=opt.vocab_size, similarity="sgr", sim_dim=opt.sim_dim, num_networks=2,
-                       image_regions=regions, reasoning_steps=opt.sgr_step, plugins=["ncr"])
+                       vocab_size=opt.vocab_size, similarity=opt.module_name.lower(), sim_dim=opt.sim_dim,
+                       num_networks=2, image_regions=regions, reasoning_steps=opt.sgr_step, plugins=["ncr"])
     model = NCLModel(config)
     for network, name in zip(model.networks, ("model_A", "model_B"), strict=True):
         network.load_state_dict(hfncl_state(dict(zip(OFFICIAL_PARTS, saved[name], strict=True))), strict=True)
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             for program in PROGRAMS:
                 curves[program].append(runs[program])
     header = (
-        "NCR-SGR co-training from the official warmup's weights, official code vs recipes/ncr_f30k.py "
+        f"NCR-{HEADS[args.head]} co-training from the official warmup's weights, official code vs recipes/ncr_f30k.py "
         f"({device_name()}, 1 thread each, fresh Adam both): the first {args.images} training images x "
         f"{CAPTIONS_PER_IMAGE} captions of the real-text proxy, {args.noise_ratio:.0%} noise, 256/64, batch 128, "
         f"lr 2e-4, clip 2, the weights after {args.warmup_epochs} official warmup epochs, then "

@@ -1,15 +1,15 @@
-"""NCR-SGR learning side by side: the official NCR code and ``recipes/ncr_f30k.py`` on the same real-text proxy.
+"""NCR-SGR (or NCR-SAF) learning side by side: the official NCR code and ``recipes/ncr_f30k.py`` on one real-text proxy.
 
     bash ../shared/tools/ncr_peer.sh NCR_GIT_DIR /tmp/peer 4        # a CPU-runnable copy, 4 captions per image
     python benchmarks/peer_parity.py --peer-dir /tmp/peer/NCR --proxy-dir runs/bench_proxy/data \\
         --images 320 --warmup-epochs 3 --cotrain-epochs 2 --seeds 0 1
 
-What it measures: whether hfncl's NCR with the SGR head *learns* as the authors' code does, on
+What it measures: whether hfncl's NCR with the SGR head (``--head saf``: SAF) *learns* as the authors' code does, on
 the same data, noise and settings. Both programs train on the first ``--images`` training images
 of a precomp real-text proxy (``benchmarks/accuracy.py --benchmark proxy`` builds one: 32
 MiniLM token vectors of 384 dims as "regions", 4 captions per image), are validated on its first
 ``--dev-images`` dev images and tested on its first ``--test-images`` test images, with the
-issue's settings: joint space 256, SGR similarity 64, batch 128, Adam lr 2e-4, grad clip 2,
+issue's settings: joint space 256, similarity 64, batch 128, Adam lr 2e-4, grad clip 2,
 ``--warmup-epochs`` warmup epochs then ``--cotrain-epochs`` co-training epochs, no lr decay,
 ``--noise-ratio`` caption-level noise, one torch thread each (``OMP_NUM_THREADS=1``).
 
@@ -38,6 +38,9 @@ the GMM of network B's losses, the official code's ``prob_B``; hfncl's division 
 ROC-AUC of its clean probability against the noise file's clean pairs and its clean share (pairs
 above the 0.5 threshold, which A trains on as clean). The test rSum is of each program's best checkpoint (the
 official code keeps the best co-training epoch; hfncl the best epoch of all).
+
+Both programs score pairs with ``--head``: the official ``--module_name`` SGR or SAF, hfncl's ``similarity`` "sgr" or
+"saf" (the recipe's own is "sgr").
 
 ``--transplant-check`` adds, in seconds, whether the two compute the same thing: the official model's weights
 copied into hfncl's network (:func:`hfncl_name` maps every layer), their similarities on the first 128 training
@@ -79,6 +82,8 @@ VALIDATION = re.compile(r"^(Image to text|Text to image): ([\d.]+), ([\d.]+), ([
 STEP_LOSS = re.compile(r"^(Warmup|Training) Step\[\s*(\d+)/(\d+)\].*loss ([\d.e+-]+) \(([\d.e+-]+)\)")
 TEST_RSUM = re.compile(r"^rsum: ([\d.]+)$")
 PROGRAMS = ("official", "hfncl")
+HEADS = {"sgr": "SGR", "saf": "SAF"}
+"""hfncl's ``similarity`` of each head and the official code's ``--module_name`` for it."""
 
 
 def parse_official_log(text: str, warmup_epochs: int) -> dict[str, Any]:
@@ -337,7 +342,7 @@ def run_official(
         "--grad_clip", "2", "--warmup_epoch", str(args.warmup_epochs), "--num_epochs", str(args.cotrain_epochs),
         "--lr_update", str(args.cotrain_epochs + 1), "--noise_ratio", str(args.noise_ratio),
         "--noise_file", str(noise.resolve()), "--seed", str(seed), "--output_dir", str(run_dir.resolve()),
-        "--log_step", "1", *extra,
+        "--module_name", HEADS[args.head], "--log_step", "1", *extra,
     ]
     with (run_dir / "train.log").open("w") as log:
         finished = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=peer, env=_environment())
@@ -360,6 +365,7 @@ def hfncl_config(args: argparse.Namespace, seed: int, noise: Path) -> dict[str, 
         "seed": seed,
         "embed_dim": 256,
         "sim_dim": 64,
+        "similarity": args.head,
         "batch_size": 128,
         "learning_rate": 2e-4,
         "grad_clip": 2.0,
@@ -395,10 +401,11 @@ OFFICIAL_NAMES = {
     "sim_enc.t_global_w.embedding_common.0": "head.text_pool.score",
     "sim_enc.sim_tranloc_w": "head.local_sim.transform", "sim_enc.sim_tranglo_w": "head.global_sim.transform",
     "sim_enc.sim_eval_w": "head.output",
+    "sim_enc.SAF_module.attn_sim_w": "head.attention", "sim_enc.SAF_module.bn": "head.norm",
 }
 """The official SGRAF's layers (``img_enc`` / ``txt_enc`` / ``sim_enc`` prefixed) and hfncl's network layers they
 correspond to; SGR step k's ``graph_query_w`` / ``graph_key_w`` / ``sim_graph_w`` are ``steps.k.query`` / ``key`` /
-``update``."""
+``update``; SAF's ``attn_sim_w`` / ``bn`` are ``attention`` / ``norm``."""
 
 
 OFFICIAL_PARTS = ("img_enc", "txt_enc", "sim_enc")
@@ -439,12 +446,12 @@ def init_spread(official: Any, hfncl: Any, draws: int = 5) -> list[float]:
     return [min(means), max(means)]
 
 
-def transplant_check(peer: Path, data: Path, vocab_file: Path, seed: int = 0) -> dict[str, Any]:
-    """The official SGRAF (256/64) and hfncl's network with the official weights copied in, on the first 128 training
-    pairs of ``data``: the largest absolute difference of their similarity matrices in eval mode, and in training
-    mode with dropout off (batch-norm statistics of the batch) of the warmup loss and, relative to the largest
-    gradient entry, of every parameter's gradient. Equal up to float32 rounding means the two compute the same
-    function and the same update from the same weights."""
+def transplant_check(peer: Path, data: Path, vocab_file: Path, head: str = "sgr", seed: int = 0) -> dict[str, Any]:
+    """The official SGRAF (256/64, ``head`` a key of :data:`HEADS`) and hfncl's network with the official weights
+    copied in, on the first 128 training pairs of ``data``: the largest absolute difference of their similarity
+    matrices in eval mode, and in training mode with dropout off (batch-norm statistics of the batch) of the warmup
+    loss and, relative to the largest gradient entry, of every parameter's gradient. Equal up to float32 rounding
+    means the two compute the same function and the same update from the same weights."""
     import torch
 
     from hfncl.losses import triplet_sum_negatives
@@ -465,12 +472,12 @@ def transplant_check(peer: Path, data: Path, vocab_file: Path, seed: int = 0) ->
     pixels = torch.from_numpy(np.asarray(images[np.arange(128) // CAPTIONS_PER_IMAGE]))
     options = argparse.Namespace(
         grad_clip=2.0, img_dim=image_dim, embed_size=256, vocab_size=len(vocabulary), word_dim=300, num_layers=1,
-        bi_gru=True, no_imgnorm=False, no_txtnorm=False, sim_dim=64, module_name="SGR", sgr_step=3, margin=0.2,
+        bi_gru=True, no_imgnorm=False, no_txtnorm=False, sim_dim=64, module_name=HEADS[head], sgr_step=3, margin=0.2,
         learning_rate=2e-4,
     )
     official = peer_model.SGRAF(options)
     config = NCLConfig(image_dim=image_dim, embed_dim=256, word_dim=300, vocab_size=len(vocabulary),
-                       similarity="sgr", sim_dim=64, num_networks=1, image_regions=regions)
+                       similarity=head, sim_dim=64, num_networks=1, image_regions=regions)
     network = NCLModel(config).networks[0]
     parts = {part: getattr(official, part) for part in OFFICIAL_PARTS}
     network.load_state_dict(hfncl_state({part: m.state_dict() for part, m in parts.items()}), strict=True)
@@ -521,6 +528,7 @@ def parse_args(argv: list[str] | None, description: str | None = __doc__) -> arg
     parser.add_argument("--warmup-epochs", type=int, default=3)
     parser.add_argument("--cotrain-epochs", type=int, default=2)
     parser.add_argument("--noise-ratio", type=float, default=0.2)
+    parser.add_argument("--head", choices=HEADS, default="sgr", help="The similarity head both programs train.")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--programs", nargs="+", choices=PROGRAMS, default=list(PROGRAMS),
                         help="Which programs to train now (the report tables both from what exists).")
@@ -547,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
     transplant = args.work_dir / "transplant.json"
     if args.transplant_check:
         vocab = args.work_dir / "vocab" / "f30k_precomp_vocab.json"
-        transplant.write_text(json.dumps(transplant_check(peer.resolve(), data, vocab)))
+        transplant.write_text(json.dumps(transplant_check(peer.resolve(), data, vocab, args.head)))
     curves: dict[str, list[dict[str, Any]]] = {program: [] for program in PROGRAMS}
     reached = []
     for seed in args.seeds:
@@ -559,11 +567,11 @@ def main(argv: list[str] | None = None) -> int:
             for program in PROGRAMS:
                 curves[program].append(runs[program])
     header = (
-        f"NCR-SGR, official code vs recipes/ncr_f30k.py ({device_name()}, 1 thread each): the first {args.images} "
-        f"training images x {CAPTIONS_PER_IMAGE} captions of the real-text proxy, {args.noise_ratio:.0%} noise from "
-        f"the official code's noise file, 256/64, batch 128, lr 2e-4, clip 2, {args.warmup_epochs} warmup + "
-        f"{args.cotrain_epochs} co-training epochs; validation on {args.dev_images} dev images, test on "
-        f"{args.test_images}; seeds {reached} (mean ± spread over them)."
+        f"NCR-{HEADS[args.head]}, official code vs recipes/ncr_f30k.py ({device_name()}, 1 thread each): the first "
+        f"{args.images} training images x {CAPTIONS_PER_IMAGE} captions of the real-text proxy, "
+        f"{args.noise_ratio:.0%} noise from the official code's noise file, 256/64, batch 128, lr 2e-4, clip 2, "
+        f"{args.warmup_epochs} warmup + {args.cotrain_epochs} co-training epochs; validation on {args.dev_images} dev "
+        f"images, test on {args.test_images}; seeds {reached} (mean ± spread over them)."
         + (f" hfncl's options: {json.dumps(args.options)}." if args.options else "")
     )
     if transplant.is_file():

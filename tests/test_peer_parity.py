@@ -125,22 +125,40 @@ def test_every_official_sgraf_layer_has_one_hfncl_layer():
         "sim_enc.sim_eval_w.weight": "head.output.weight",
     }
     assert {official: peer_parity.hfncl_name(official) for official in names} == names
+    assert peer_parity.hfncl_name("sim_enc.SAF_module.bn.running_mean") == "head.norm.running_mean"
     layers = list(peer_parity.OFFICIAL_NAMES.values())
     assert len(set(layers)) == len(layers)
-    with pytest.raises(KeyError, match="sim_enc.SAF_module.attn_sim_w.weight"):
-        peer_parity.hfncl_name("sim_enc.SAF_module.attn_sim_w.weight")
+    with pytest.raises(KeyError, match="sim_enc.AVE_module.weight"):
+        peer_parity.hfncl_name("sim_enc.AVE_module.weight")
 
 
-def test_the_mapped_layers_are_the_layers_of_an_hfncl_sgr_network():
+SAF_LAYERS = {"head.attention", "head.norm"}
+SGR_LAYERS = {f"head.steps.{k}.{kind}" for k in range(2) for kind in ("query", "key", "update")}
+
+
+@pytest.mark.parametrize(("head", "own", "other"), [("sgr", SGR_LAYERS, SAF_LAYERS), ("saf", SAF_LAYERS, SGR_LAYERS)])
+def test_the_mapped_layers_are_the_layers_of_an_hfncl_network_with_either_head(head, own, other):
     from hfncl.models import NCLConfig, NCLModel
 
-    config = NCLConfig(image_dim=8, embed_dim=8, word_dim=8, vocab_size=10, similarity="sgr", sim_dim=4,
+    config = NCLConfig(image_dim=8, embed_dim=8, word_dim=8, vocab_size=10, similarity=head, sim_dim=4,
                        num_networks=1, image_regions=3, reasoning_steps=2)
     state = NCLModel(config).networks[0].state_dict()
     layers = {name.rpartition(".")[0] for name in state}
-    mapped = set(peer_parity.OFFICIAL_NAMES.values())
-    mapped |= {f"head.steps.{k}.{kind}" for k in range(2) for kind in ("query", "key", "update")}
-    assert mapped == layers
+    assert (set(peer_parity.OFFICIAL_NAMES.values()) - other) | own == layers
+
+
+def test_the_head_reaches_both_programs(tmp_path):
+    """``--head saf``: hfncl's config sets ``similarity`` "saf" and the official run's command ``--module_name SAF``."""
+    from pathlib import Path
+
+    (tmp_path / "co_train.py").write_text("")
+    argv = ["--peer-dir", str(tmp_path), "--proxy-dir", str(tmp_path)]
+    assert peer_parity.hfncl_config(peer_parity.parse_args(argv), 0, Path("n.npy"))["similarity"] == "sgr"
+    assert peer_parity.hfncl_config(peer_parity.parse_args([*argv, "--head", "saf"]), 0, Path("n.npy"))[
+        "similarity"
+    ] == "saf"
+    with pytest.raises(SystemExit):
+        peer_parity.parse_args([*argv, "--head", "ave"])
 
 
 def test_options_reach_hfncl_s_config_over_the_recipe_s_own(tmp_path):
@@ -167,7 +185,8 @@ def test_the_official_warmup_checkpoint_becomes_hfncl_s_start_weights_a_as_netwo
     from hfncl.models import NCLModel
 
     peer_cotrain = benchmark_module("peer_cotrain")
-    opt = argparse.Namespace(img_dim=8, embed_size=8, word_dim=6, vocab_size=10, sim_dim=4, sgr_step=2)
+    opt = argparse.Namespace(img_dim=8, embed_size=8, word_dim=6, vocab_size=10, sim_dim=4, sgr_step=2,
+                             module_name="SGR")
     official_of = {hfncl: official for official, hfncl in peer_parity.OFFICIAL_NAMES.items()}
     kinds = {"query": "graph_query_w", "key": "graph_key_w", "update": "sim_graph_w"}
 
