@@ -66,6 +66,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -292,11 +293,16 @@ import sys
 sys.path.insert(0, sys.argv[1])
 import torch
 torch.set_num_threads(1)
-import co_train, run
+import co_train, model, run
 if torch.cuda.is_available():  # the model moves itself to the GPU; ncr_peer.sh left the evaluation shards on the CPU
-    import model
     forward_sim = model.SGRAF.forward_sim
     model.SGRAF.forward_sim = lambda self, im, ca, lens: forward_sim(self, im.cuda(), ca.cuda(), lens)
+load_state_dict = model.SGRAF.load_state_dict
+def load_weights_and_moments(self, state):  # peer_cotrain.py --start hfncl appends each network's Adam state
+    load_state_dict(self, state[:3])
+    if len(state) > 3:
+        self.optimizer.load_state_dict(state[3])
+model.SGRAF.load_state_dict = load_weights_and_moments
 warmup, models, val = co_train.warmup, [], []
 def warmup_then_validate(opt, loader, model, epoch):
     warmup(opt, loader, model, epoch)
@@ -516,9 +522,16 @@ def transplant_check(peer: Path, data: Path, vocab_file: Path, head: str = "sgr"
     return result
 
 
-def parse_args(argv: list[str] | None, description: str | None = __doc__) -> argparse.Namespace:
-    """The arguments of this script, or (``description``) of ``peer_cotrain.py``, which takes the same."""
+def parse_args(
+    argv: list[str] | None,
+    description: str | None = __doc__,
+    more: Callable[[argparse.ArgumentParser], object] | None = None,
+) -> argparse.Namespace:
+    """The arguments of this script, or (``description``) of ``peer_cotrain.py``, which takes the same and adds its
+    own (``more``)."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    if more is not None:
+        more(parser)
     parser.add_argument("--peer-dir", type=Path, required=True, help="NCR/ of ncr_peer.sh (4 captions).")
     parser.add_argument("--proxy-dir", type=Path, required=True,
                         help="A precomp real-text proxy ({split}_ims.npy, {split}_caps.txt, train_vocab.json).")

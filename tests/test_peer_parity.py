@@ -174,6 +174,31 @@ def test_options_reach_hfncl_s_config_over_the_recipe_s_own(tmp_path):
     assert "options" not in peer_parity.hfncl_config(peer_parity.parse_args(argv[:4]), 0, Path(tmp_path / "noise.npy"))
 
 
+SGR_KINDS = {"query": "graph_query_w", "key": "graph_key_w", "update": "sim_graph_w"}
+
+
+def official_name(name: str) -> str:
+    """The official SGRAF name of an hfncl network's parameter or buffer: peer_parity.hfncl_name inverted here."""
+    if name.startswith("head.steps."):
+        _, _, step, kind, field = name.split(".")
+        return f"sim_enc.SGR_module.{step}.{SGR_KINDS[kind]}.{field}"
+    layer, _, field = name.rpartition(".")
+    official_of = {hfncl: official for official, hfncl in peer_parity.OFFICIAL_NAMES.items()}
+    return f"{official_of[layer]}.{field}"
+
+
+def official_layout(network, shift: float = 0.0) -> list[dict]:
+    """An hfncl network's state as the official checkpoint lists it: a state dict per official part, floats + shift."""
+    parts: dict[str, dict] = {part: {} for part in peer_parity.OFFICIAL_PARTS}
+    for name, value in network.state_dict().items():
+        part, _, rest = official_name(name).partition(".")
+        parts[part][rest] = value + shift if value.is_floating_point() else value
+    return [parts[part] for part in peer_parity.OFFICIAL_PARTS]
+
+
+TINY_OPT = dict(img_dim=8, embed_size=8, word_dim=6, vocab_size=10, sim_dim=4, sgr_step=2, module_name="SGR")
+
+
 def test_the_official_warmup_checkpoint_becomes_hfncl_s_start_weights_a_as_network_0(tmp_path):
     """peer_cotrain.start_weights: an official checkpoint (``model_A`` / ``model_B``: the state dicts of img_enc,
     txt_enc and sim_enc, and ``opt``), written here from two hfncl networks under the official names, gives back
@@ -185,29 +210,13 @@ def test_the_official_warmup_checkpoint_becomes_hfncl_s_start_weights_a_as_netwo
     from hfncl.models import NCLModel
 
     peer_cotrain = benchmark_module("peer_cotrain")
-    opt = argparse.Namespace(img_dim=8, embed_size=8, word_dim=6, vocab_size=10, sim_dim=4, sgr_step=2,
-                             module_name="SGR")
-    official_of = {hfncl: official for official, hfncl in peer_parity.OFFICIAL_NAMES.items()}
-    kinds = {"query": "graph_query_w", "key": "graph_key_w", "update": "sim_graph_w"}
-
-    def official_name(name: str) -> str:
-        if name.startswith("head.steps."):
-            _, _, step, kind, field = name.split(".")
-            return f"sim_enc.SGR_module.{step}.{kinds[kind]}.{field}"
-        layer, _, field = name.rpartition(".")
-        return f"{official_of[layer]}.{field}"
-
     torch.manual_seed(3)
     config = peer_cotrain.NCLConfig(image_dim=8, embed_dim=8, word_dim=6, vocab_size=10, similarity="sgr", sim_dim=4,
                                     num_networks=1, image_regions=3, reasoning_steps=2)
     networks = [NCLModel(config).networks[0] for _ in range(2)]
-    checkpoint = {"epoch": 2, "opt": opt}
+    checkpoint = {"epoch": 2, "opt": argparse.Namespace(**TINY_OPT)}
     for key, network in zip(("model_A", "model_B"), networks, strict=True):
-        parts: dict[str, dict[str, torch.Tensor]] = {part: {} for part in peer_parity.OFFICIAL_PARTS}
-        for name, value in network.state_dict().items():
-            part, _, rest = official_name(name).partition(".")
-            parts[part][rest] = value + 0.25 if value.is_floating_point() else value  # not a fresh model's
-        checkpoint[key] = [parts[part] for part in peer_parity.OFFICIAL_PARTS]
+        checkpoint[key] = official_layout(network, 0.25)  # not a fresh model's
     torch.save(checkpoint, tmp_path / "warmup_model_2.pth.tar")
 
     start = peer_cotrain.start_weights(tmp_path / "warmup_model_2.pth.tar", 3, tmp_path / "start")
@@ -216,3 +225,55 @@ def test_the_official_warmup_checkpoint_becomes_hfncl_s_start_weights_a_as_netwo
         theirs, ours = network.state_dict(), original.state_dict()
         shifted = {k: v + 0.25 if v.is_floating_point() else v for k, v in ours.items()}
         assert theirs.keys() == ours.keys() and all(torch.equal(theirs[k], shifted[k]) for k in ours)
+
+
+def test_hfncl_s_checkpoint_becomes_an_official_start_with_each_network_s_adam_moments_in_the_official_order(tmp_path):
+    """peer_cotrain.official_from_hfncl: hfncl's checkpoint (each network's safetensors, one Adam over both networks'
+    parameters) gives each official network its weights and, in the order the official SGRAF hands its parameters
+    to Adam (txt_enc, img_enc, sim_enc), each parameter's own moments; parameters Adam never stepped have none."""
+    import argparse
+
+    import torch
+    from safetensors.torch import save_file
+
+    peer_cotrain = benchmark_module("peer_cotrain")
+    opt = argparse.Namespace(**TINY_OPT)
+    torch.manual_seed(4)
+    model = peer_cotrain.hfncl_model(opt, 3)
+    parameters = dict(model.named_parameters())
+    unstepped = {"networks.0.image_encoder.fc.bias", "networks.1.head.output.weight"}
+    adam = torch.optim.Adam(model.parameters(), lr=2e-4)
+    for _ in range(2):
+        for name, parameter in parameters.items():
+            parameter.grad = None if name in unstepped else torch.randn_like(parameter)
+        adam.step()
+    folder = tmp_path / "step-00000096-epoch-0003"
+    folder.mkdir()
+    for network, file in zip(model.networks, ("model.safetensors", "model_1.safetensors"), strict=True):
+        save_file({k: v.contiguous() for k, v in network.state_dict().items()}, folder / file)
+    torch.save(adam.state_dict(), folder / "optimizer.bin")
+    template = {"epoch": 2, "opt": opt, "model_A": official_layout(model.networks[0], 1.0),
+                "model_B": official_layout(model.networks[1], 1.0)}
+
+    path = peer_cotrain.official_from_hfncl(folder, template, 3, tmp_path / "start.pth.tar")
+    with torch.serialization.safe_globals([argparse.Namespace]):
+        converted = torch.load(path, weights_only=True)
+    for index, key in enumerate(("model_A", "model_B")):
+        network = model.networks[index]
+        weights, optimizer = converted[key][:3], converted[key][3]
+        expected = official_layout(network)
+        assert [list(part) for part in weights] == [list(part) for part in expected]
+        assert all(torch.equal(weights[i][k], expected[i][k]) for i in range(3) for k in expected[i])
+        by_part = {official_name(name).partition(".")[0]: [] for name in dict(network.named_parameters())}
+        for name, parameter in network.named_parameters():
+            by_part[official_name(name).partition(".")[0]].append((f"networks.{index}.{name}", parameter))
+        order = [entry for part in ("txt_enc", "img_enc", "sim_enc") for entry in by_part[part]]
+        assert optimizer["param_groups"][0]["params"] == list(range(len(order)))
+        for position, (name, parameter) in enumerate(order):
+            if name in unstepped:
+                assert position not in optimizer["state"]
+                continue
+            ours = adam.state[parameter]
+            theirs = optimizer["state"][position]
+            assert int(theirs["step"]) == 2
+            assert all(torch.equal(theirs[moment], ours[moment]) for moment in ("exp_avg", "exp_avg_sq"))
