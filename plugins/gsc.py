@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class GSCOptions(MethodOptions, namespace="gsc"):
-    """tau1, tau2 (Eq. 3, 6, 7), gamma (Eq. 9), beta1, beta2 (Eq. 10), Table 5's switches, the GMM of Eq. 4."""
+    """tau1, tau2 (Eq. 3, 6, 7), gamma (Eq. 9), beta1, beta2 (Eq. 10), Table 5's switches, the GMM of Eq. 4, and how
+    <I_i, I_k>, <T_i, T_k> are scored (Sec. 3.5: by the similarity module, ``"head"``; ``"pooled"``: the cosine)."""
 
     tau1: float = option(0.07, exclusive_minimum=0)
     tau2: float = option(1.0, exclusive_minimum=0)
@@ -51,7 +52,7 @@ class GSCOptions(MethodOptions, namespace="gsc"):
     threshold: float = option(0.5, minimum=0, maximum=1)
     gmm_max_iter: int = option(10, minimum=1)
     gmm_reg_covar: float = option(5e-4, exclusive_minimum=0)
-    structure: str = option("pooled", choices=("pooled", "head"))
+    structure: str = option("head", choices=("head", "pooled"))
 
 
 # Ledger columns, per network k: the values recorded during this epoch's steps (NaN where

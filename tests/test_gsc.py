@@ -158,8 +158,14 @@ def test_momentum_update_eq10_and_min_eq5_by_hand():
 
 
 def _fakenoisy_trainer(num_train: int = 6, networks: int = 2, **options) -> SimpleNamespace:
+    """A trainer view of ``networks`` cosine-head networks (whose similarity module scores <X_i, X_k> as the cosine)."""
+    from hfncl.models.configuration import NCLConfig
+    from hfncl.models.modeling import MatchingNetwork
+
     values = dict(options)
+    cosine = MatchingNetwork(NCLConfig(image_dim=4, vocab_size=10, embed_dim=4, word_dim=4))
     return SimpleNamespace(
+        model=SimpleNamespace(networks=[cosine] * networks),
         ledger=Ledger(num_train),
         options_of=lambda kind: kind.read(values),
         num_train=num_train,
@@ -387,8 +393,8 @@ def test_gsc_division_accuracy_reaches_0_9_at_40_percent(gsc_and_vsepp_at_40_per
 @pytest.mark.parametrize("similarity", ["sgr", "saf", "scan"])
 def test_the_head_reading_scores_each_modality_s_pairs_through_the_similarity_module(similarity):
     """Sec. 3.5's two extra forward passes: <I_i, I_k> and <T_i, T_k> are the head's similarities of two images and of
-    two captions (``gsc.structure = "head"``), each entry depending on its two items only, and L_IM then trains the
-    head; ``"pooled"`` (the default) is the cosine of the masked means, which no head parameter reaches."""
+    two captions (``gsc.structure = "head"``, the default), each entry depending on its two items only, and L_IM then
+    trains the head; ``"pooled"`` is the cosine of the masked means, which no head parameter reaches."""
     from hfncl.models.configuration import NCLConfig
     from hfncl.models.modeling import MatchingNetwork
 
@@ -399,7 +405,7 @@ def test_the_head_reading_scores_each_modality_s_pairs_through_the_similarity_mo
     images = network.encode_image(torch.randn(5, 6, 12))
     texts = network.encode_text(torch.randint(1, 30, (5, 7)), torch.tensor([7, 5, 4, 6, 3]))
     outputs = SimpleNamespace(image_embeds=images, text_embeds=texts)
-    trainer = SimpleNamespace(options_of=lambda kind: kind.read({"gsc.structure": "head"}), model=SimpleNamespace(networks=[network]))
+    trainer = SimpleNamespace(options_of=lambda kind: kind.read({}), model=SimpleNamespace(networks=[network]))
     image_structure, text_structure = gsc.structures(trainer, outputs, 0)
     assert image_structure.shape == text_structure.shape == (5, 5)
     for embeds, structure, modality in ((images, image_structure, "image"), (texts, text_structure, "text")):
@@ -407,8 +413,8 @@ def test_the_head_reading_scores_each_modality_s_pairs_through_the_similarity_mo
         pair = network.within_similarity(embeds[[1, 3]], modality)
         torch.testing.assert_close(pair[0, 1], structure[1, 3])
         torch.testing.assert_close(pair[1, 0], structure[3, 1])
-    pooled_trainer = SimpleNamespace(options_of=lambda kind: kind.read({}), model=trainer.model)
-    assert gsc.GSCOptions().structure == "pooled"
+    pooled_trainer = SimpleNamespace(options_of=lambda kind: kind.read({"gsc.structure": "pooled"}), model=trainer.model)
+    assert gsc.GSCOptions().structure == "head"
     pooled = gsc.structures(pooled_trainer, outputs, 0)
     torch.testing.assert_close(pooled[0], intra_modal_similarity(images))
     assert not torch.allclose(pooled[0], image_structure)
