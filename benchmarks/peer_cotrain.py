@@ -26,7 +26,7 @@ With ``--start hfncl`` both continue from hfncl's warmup, its weights *and* its 
   ``WORK/official_from_hfncl_seedS/``.
 
 Takes ``peer_parity.py``'s arguments (``--head``: the head both train, SGR or SAF; ``--programs`` chooses which
-programs train now; ``--transplant-check`` is not used) and ``--start``. Writes ``peer_cotrain.md`` (per
+programs train now) and ``--start``. Writes ``peer_cotrain.md`` (per
 co-training epoch: validation rSum, network A's division AUC and clean share, mean ± spread over the seeds; the
 official validation of the start in the header) and ``peer_cotrain.json`` to ``--output-dir``.
 """

@@ -527,8 +527,8 @@ def parse_args(
     description: str | None = __doc__,
     more: Callable[[argparse.ArgumentParser], object] | None = None,
 ) -> argparse.Namespace:
-    """The arguments of this script, or (``description``) of ``peer_cotrain.py``, which takes the same and adds its
-    own (``more``)."""
+    """The arguments this script and (``description``) ``peer_cotrain.py`` share, and (``more``) each one's own: this
+    script's :func:`transplant_choice`, ``peer_cotrain.py``'s ``--start``."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     if more is not None:
         more(parser)
@@ -550,8 +550,6 @@ def parse_args(
     parser.add_argument("--report-only", action="store_true", help="Train nothing: table and plot what exists.")
     parser.add_argument("--options", type=json.loads, default={},
                         help="NCR options (JSON) over the recipe's for hfncl's runs, e.g. the authors' readings.")
-    parser.add_argument("--transplant-check", action="store_true",
-                        help="Also compare both programs from the same weights (transplant_check; seconds).")
     args = parser.parse_args(argv)
     if not (args.peer_dir / "co_train.py").is_file():
         parser.error(f"--peer-dir {args.peer_dir}: no co_train.py there; prepare it with ../shared/tools/ncr_peer.sh")
@@ -560,8 +558,14 @@ def parse_args(
     return args
 
 
+def transplant_choice(parser: argparse.ArgumentParser) -> None:
+    """This script's own argument: ``--transplant-check``."""
+    parser.add_argument("--transplant-check", action="store_true",
+                        help="Also compare both programs from the same weights (transplant_check; seconds).")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    args = parse_args(argv, __doc__, transplant_choice)
     data = prepare_data(args)
     regions, args.image_dim = np.load(data / "train_ims.npy", mmap_mode="r").shape[1:]
     peer = prepare_peer(args, regions)

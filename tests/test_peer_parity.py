@@ -161,6 +161,19 @@ def test_the_head_reaches_both_programs(tmp_path):
         peer_parity.parse_args([*argv, "--head", "ave"])
 
 
+def test_each_script_takes_its_own_argument_beside_the_shared_ones(tmp_path):
+    """``--transplant-check`` is peer_parity's own, ``--start`` peer_cotrain's; neither script takes the other's."""
+    peer_cotrain = benchmark_module("peer_cotrain")
+    (tmp_path / "co_train.py").write_text("")
+    argv = ["--peer-dir", str(tmp_path), "--proxy-dir", str(tmp_path)]
+    assert peer_parity.parse_args([*argv, "--transplant-check"], more=peer_parity.transplant_choice).transplant_check
+    assert peer_parity.parse_args([*argv, "--start", "hfncl"], more=peer_cotrain.start_choice).start == "hfncl"
+    with pytest.raises(SystemExit):
+        peer_parity.parse_args([*argv, "--transplant-check"], more=peer_cotrain.start_choice)
+    with pytest.raises(SystemExit):
+        peer_parity.parse_args([*argv, "--start", "hfncl"], more=peer_parity.transplant_choice)
+
+
 def test_options_reach_hfncl_s_config_over_the_recipe_s_own(tmp_path):
     from pathlib import Path
 
