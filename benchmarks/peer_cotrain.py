@@ -102,9 +102,6 @@ def start_weights(checkpoint: Path, regions: int, target: Path) -> Path:
     return target
 
 
-BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
-"""The state entries of the official layers that are not parameters (its BatchNorms' statistics)."""
-
 OPTIMIZER_PARTS = ("txt_enc", "img_enc", "sim_enc")
 """The order in which the official ``SGRAF`` hands its modules' parameters to its Adam."""
 
@@ -120,7 +117,9 @@ def official_from_hfncl(checkpoint: Path, template: dict[str, Any], regions: int
     """
     if target.is_file():
         return target
-    names = [name for name, _ in hfncl_model(template["opt"], regions).named_parameters()]
+    model = hfncl_model(template["opt"], regions)
+    names = [name for name, _ in model.named_parameters()]
+    buffers = {name for name, _ in model.networks[0].named_buffers()}
     saved = torch.load(checkpoint / "optimizer.bin", map_location="cpu", weights_only=True)
     (group,) = saved["param_groups"]
     if len(group["params"]) != len(names):
@@ -132,7 +131,8 @@ def official_from_hfncl(checkpoint: Path, template: dict[str, Any], regions: int
         weights = load_file(checkpoint / file)
         layout = dict(zip(OFFICIAL_PARTS, template[key], strict=True))
         parts = [{name: weights[hfncl_name(f"{part}.{name}")] for name in layout[part]} for part in OFFICIAL_PARTS]
-        order = [f"{part}.{name}" for part in OPTIMIZER_PARTS for name in layout[part] if not name.endswith(BUFFERS)]
+        order = [f"{part}.{name}" for part in OPTIMIZER_PARTS for name in layout[part]]
+        order = [name for name in order if hfncl_name(name) not in buffers]
         moments = [saved["state"].get(index[f"networks.{network}.{hfncl_name(name)}"]) for name in order]
         state = {position: entry for position, entry in enumerate(moments) if entry is not None}
         converted[key] = [*parts, {"state": state, "param_groups": [{**hyper, "params": list(range(len(order)))}]}]
