@@ -308,10 +308,12 @@ def main(
     ]
     table = "\n\n".join(tables)
     print(table)
-    Path(output_dir, "comparison.md").write_text(table + "\n")
-    Path(output_dir, "comparison.json").write_text(
+    saved = Path(output_dir, "comparison.md")
+    saved.write_text(table + "\n")
+    saved.with_suffix(".json").write_text(
         json.dumps([{k: v for k, v in r.items() if k != "history"} for r in results], indent=1, default=float)
     )
+    print(f"table saved to {saved} (every run's figures: {saved.with_suffix('.json')})")
     return 1 if any("error" in r for r in results) else 0
 
 
