@@ -17,7 +17,11 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any
 
+from hfncl.commands import data
 from hfncl.plugins import PluginError
+
+COMMAND_MODULES = (data,)
+"""The subcommands of :mod:`hfncl.commands`: each module's ``add_parser`` adds its parser and sets ``func``."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name, cmd in COMMANDS.items():
         sub = subparsers.add_parser(name, help=cmd.help, description=cmd.help)
         cmd.add_arguments(sub)
+    for module in COMMAND_MODULES:
+        module.add_parser(subparsers)
     return parser
 
 
@@ -66,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         if handler is not None:
             return handler(argv[1:])
         args = build_parser().parse_args(argv)
-        return COMMANDS[args.command].run(args)
+        return args.func(args) if "func" in args else COMMANDS[args.command].run(args)
     except PluginError as error:
         print(f"hfncl: error: {error}", file=sys.stderr)
         return 1
