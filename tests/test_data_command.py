@@ -257,3 +257,28 @@ def test_a_papers_sizes_are_named_without_expect(tmp_path):
         (tmp_path / f"{split}_caps.txt").write_text("a caption\n" * (5 * count))
     report = check_precomp(tmp_path)
     assert report.expected is EXPECTED["f30k"] and "fits recipes/*_f30k.py" in report.lines()[-1]
+
+
+@pytest.mark.slow
+def test_two_processes_of_accelerate_launch_prepare_what_one_does(prepared, clip_dir, tmp_path):
+    """Each process writes its share of the images and extracts its share of the shards; the main one writes."""
+    import os
+    import subprocess
+    import sys
+
+    source, imagefolder, precomp = prepared
+    out = tmp_path / "f30k"
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "-m"]
+    command += ["hfncl.cli", "data", "prepare", "flickr30k", "--from", str(source), "--to", str(out)]
+    command += ["--features", "clip", "--model", str(clip_dir), "--batch-size", "2", "--num-shards", "2"]
+    command += ["--cache-dir", str(tmp_path / "cache"), "--no-progress"]
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=600, env=dict(os.environ, ACCELERATE_USE_CPU="true")
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("train: 4 images x 5 x 16 features") == 1  # the main process reports
+    for split in ("train", "dev", "test"):
+        assert (out / split / "metadata.jsonl").read_text() == (imagefolder / split / "metadata.jsonl").read_text()
+        np.testing.assert_allclose(
+            np.load(tmp_path / "f30k_precomp" / f"{split}_ims.npy"), np.load(precomp / f"{split}_ims.npy"), atol=1e-6
+        )

@@ -253,8 +253,9 @@ class Processes:
         if int(os.environ.get("WORLD_SIZE", "1")) <= 1 and device is not None:
             return cls(device=device)
         from accelerate import PartialState
+        from accelerate.utils import parse_flag_from_env
 
-        state = PartialState()
+        state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))  # as Accelerator reads it
         return cls(state.process_index, state.num_processes, device or str(state.device))
 
     def wait(self) -> None:
@@ -285,8 +286,8 @@ def prepare_dataset(
     (each on its own device), and the main process writes the metadata and the precomp files.
 
     Returns:
-        ``{"imagefolder": path, "images": {split: count}}``, with ``"precomp"`` and ``"shapes"`` ({split: (N, R, D)})
-        when features were extracted (on the main process).
+        ``{"imagefolder": path, "images": {split: count}, "main": whether this is the main process}``, with
+        ``"precomp"`` and ``"shapes"`` ({split: (N, R, D)}) when features were extracted (on the main process).
 
     Raises:
         OSError: the source cannot be loaded (one line; the Hub offline names ``HF_HUB_OFFLINE``).
@@ -339,7 +340,11 @@ def _prepare(
         for _ in bar:
             pass
     processes.wait()
-    result: dict[str, Any] = {"imagefolder": output_dir, "images": {split: len(each) for split, each in splits.items()}}
+    result: dict[str, Any] = {
+        "imagefolder": output_dir,
+        "images": {split: len(each) for split, each in splits.items()},
+        "main": processes.index == 0,
+    }
     if processes.index == 0:
         for split, images in splits.items():
             write_metadata(images, output_dir / split)
