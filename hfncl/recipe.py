@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -125,7 +126,7 @@ def run_recipe(
         if printing:
             print(json.dumps(effective_settings(data_args, config, model_args), indent=1, sort_keys=True))
             return 0
-        if paper is not None:
+        if paper is not None and os.environ.get("RANK", "0") == "0":  # once under accelerate launch
             warning = small_data_warning(data_args, config.plugins, paper)
             if warning is not None:
                 print(warning, flush=True)

@@ -66,7 +66,8 @@ class CheckReport:
                 f"(--data-dir {self.data_dir})"
             )
         else:
-            shown.append(f"{self.data_dir}: a well-formed precomp directory (no --expect: sizes not compared)")
+            papers = ", ".join(expected.title for expected in EXPECTED.values())
+            shown.append(f"{self.data_dir}: a well-formed precomp directory, of none of the papers' sizes ({papers})")
         return shown
 
 
