@@ -36,7 +36,7 @@ from datasets.exceptions import DatasetGenerationError
 
 from hfncl.arguments import FEATURE_DTYPES
 from hfncl.config import default_cache_root
-from hfncl.data.captions import CaptionStore, control_character, overlong
+from hfncl.data.captions import MAX_CAPTION_CHARACTERS, CaptionStore, control_character, overlong
 from hfncl.data.split_sizes import SplitSizes
 
 _CACHE_FORMAT_VERSION = 2
@@ -187,7 +187,13 @@ def read_captions(path: str | Path) -> CaptionStore:
     if path.suffix == ".tsv":
         reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t")
         rows = ((reader.line_num, row) for row in reader)
-        captions = CaptionStore(_tsv_caption(path, line, row) for line, row in rows)
+        try:
+            captions = CaptionStore(_tsv_caption(path, line, row) for line, row in rows)
+        except csv.Error as err:  # a field past csv's limit: a caption far past MAX_CAPTION_CHARACTERS
+            raise DataFormatError(
+                f"{path}:{reader.line_num}: not a row of tab-separated fields ({err}; a caption may have at most "
+                f"{MAX_CAPTION_CHARACTERS} characters)"
+            ) from None
     else:
         lines = io.StringIO(text, newline=None) if text else io.StringIO()
         captions = CaptionStore(_caption(path, line, raw) for line, raw in enumerate(lines, start=1))
