@@ -17,7 +17,11 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any
 
+from hfncl.commands import data
 from hfncl.plugins import PluginError
+
+COMMAND_MODULES = (data,)
+"""The subcommands of :mod:`hfncl.commands`: each module's ``add_parser`` adds its parser and sets ``func``."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name, cmd in COMMANDS.items():
         sub = subparsers.add_parser(name, help=cmd.help, description=cmd.help)
         cmd.add_arguments(sub)
+    for module in COMMAND_MODULES:
+        module.add_parser(subparsers)
     return parser
 
 
@@ -77,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         if handler is not None:
             return handler(argv[1:])
         args = build_parser().parse_args(argv)
-        return COMMANDS[args.command].run(args)
+        return args.func(args) if "func" in args else COMMANDS[args.command].run(args)
     except PluginError as error:
         print(f"hfncl: error: {error}", file=sys.stderr)
         return 1
@@ -154,7 +160,7 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
         "--full",
         action="store_true",
         help="The README's comparison: every method on 3000 training images with its own demo settings (about 17 "
-        "minutes on 2 CPU cores) instead of the quick demo (600 images, 4 epochs at 5x the learning rate).",
+        "minutes on 2 CPU cores) instead of the quick demo (600 images, at most 3 epochs at 5x the learning rate).",
     )
     parser.add_argument(
         "--size",

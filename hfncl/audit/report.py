@@ -101,6 +101,16 @@ def estimated_noise_rate(table: datasets.Dataset, confidence: float = 0.95) -> N
     return NoiseRate(flagged, pairs, rate, min(1.0, low / scale), min(1.0, high / scale), confidence)
 
 
+COLUMNS_NOTE = (
+    "<b>p_image</b>: the rank of the pair's image among all images for its caption, as a p-value: near 0 when the "
+    "model ranks it first, uniform on (0, 1] for an image drawn at random. <b>p_caption</b>: the same for the "
+    "caption among the other images' captions for its image. A wrong pair has large p-values in both directions. "
+    "The noise rate is estimated from how many p-values are large, so a weak model, which cannot match right pairs "
+    "either, overestimates it; a model that has partly learnt the wrong pairs underestimates it."
+)
+"""The audit page's note on its p-value columns and on the estimate's bias (:mod:`hfncl.audit.calibration`)."""
+
+
 def write_table(
     table: datasets.Dataset, output_dir: Path, rows: int = HTML_ROWS, images: ImageReader | None = None
 ) -> list[Path]:
@@ -134,6 +144,7 @@ def audit_page(table: datasets.Dataset, rows: int = HTML_ROWS, images: ImageRead
 padding:.3em .5em;vertical-align:top}}tr.flagged{{background:#fee}}</style></head><body>
 <h1>hfncl audit</h1>
 <p>Estimated noise rate: {html.escape(str(estimated_noise_rate(table)))}</p>
+<p>{COLUMNS_NOTE}</p>
 {figure}
 <h2>The {len(shown)} most suspicious pairs of {len(table)}</h2>
 <table><thead><tr>{"".join(f"<th>{html.escape(name)}</th>" for name in header)}</tr></thead>
