@@ -7,6 +7,7 @@
   becomes a link to it on the site, a link to another file of the repository (``plugins/ncr.py``) becomes that
   path as code, and a link to a file the repository does not have is a warning, so ``mkdocs build --strict``
   fails on it.
+- The API reference's reStructuredText roles (``:func:``) are dropped before their code spans.
 - The nav entry ``methods/`` expands to ``docs/methods/README.md`` followed by every other method page, so a page
   added there is in the navigation without an edit here.
 """
@@ -112,3 +113,12 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
             inside = not inside
         lines.append(line if inside else LINK.sub(lambda m: rewrite(m, source, uri), line))
     return "\n".join(lines)
+
+
+ROLE = re.compile(r":(?:func|meth|class|mod|attr|data|exc|obj|const):(?=<code>)")
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Files) -> str:
+    """The API reference's docstrings cite with reStructuredText roles (``:func:`x```), which Markdown renders as the
+    role's name before a code span: the name is dropped, the code span kept."""
+    return ROLE.sub("", html)
