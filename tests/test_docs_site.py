@@ -5,6 +5,7 @@ real browser."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -13,7 +14,17 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.slow  # a build of the whole site (about 10 s) and a browser
+LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)\s]*)?\)")
+
+
+def test_the_readme_and_the_benchmarks_page_stay_sized_to_their_readers_and_their_links_resolve() -> None:
+    """Issue 61: a README of at most 12,000 characters, a benchmarks page under 30,000, every link a file."""
+    for name, limit in (("README.md", 12_000), ("benchmarks/README.md", 30_000)):
+        text = (REPO / name).read_text()
+        assert len(text) <= limit, f"{name} has {len(text)} characters, more than {limit}"
+        targets = [t for t in LINK.findall(text) if not re.match(r"^[a-z]+:", t)]
+        missing = [t for t in targets if not (REPO / Path(name).parent / t).exists()]
+        assert not missing, f"{name} links to files the repository does not have: {missing}"
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +45,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow  # the whole site's build, about 10 s
 def test_the_site_builds_in_strict_mode_with_every_page_of_the_nav(site: Path) -> None:
     pages = [
         "index.html",
@@ -61,6 +73,7 @@ def _chromium() -> str | None:
     return next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
 
 
+@pytest.mark.slow
 def test_a_page_renders_its_navigation_and_a_table_in_a_real_browser(site: Path) -> None:
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
     executable = _chromium()
