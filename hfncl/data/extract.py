@@ -41,10 +41,11 @@ import datasets
 import numpy as np
 import torch
 import torch.nn.functional as F
+from datasets.exceptions import DatasetGenerationError
 from huggingface_hub import HfApi, is_offline_mode
 from huggingface_hub.errors import HfHubHTTPError, RevisionResolutionError
 
-from hfncl.data.captions import control_character
+from hfncl.data.captions import control_character, overlong
 from hfncl.data.precomp import DataFormatError, default_cache_root
 
 MODEL_FEATURES = ("pooled", "patches")
@@ -298,11 +299,21 @@ def _nms(boxes: torch.Tensor, scores: torch.Tensor, threshold: float, limit: int
 
 
 def load_raw_dataset(source: str | Path, cache_dir: str | Path | None = None) -> datasets.DatasetDict:
-    """An ``imagefolder`` directory or a Hub dataset id as a ``DatasetDict`` of splits."""
+    """An ``imagefolder`` directory or a Hub dataset id as a ``DatasetDict`` of splits.
+
+    Raises:
+        DataFormatError: ``datasets`` failed to build the dataset (a ``DatasetGenerationError``: a ``file_name``
+            outside the split's folder, a malformed ``metadata.jsonl``), said by its first cause in one line.
+    """
     cache = None if cache_dir is None else str(cache_dir)
-    if Path(source).is_dir():
-        return datasets.load_dataset("imagefolder", data_dir=str(source), cache_dir=cache)
-    return datasets.load_dataset(str(source), cache_dir=cache)
+    try:
+        if Path(source).is_dir():
+            return datasets.load_dataset("imagefolder", data_dir=str(source), cache_dir=cache)
+        return datasets.load_dataset(str(source), cache_dir=cache)
+    except DatasetGenerationError as error:
+        cause = error.__cause__ or error.__context__ or error
+        message = " ".join(str(cause).split()) or type(cause).__name__
+        raise DataFormatError(f"{source}: the dataset cannot be read: {type(cause).__name__}: {message}") from error
 
 
 def split_captions(dataset: datasets.Dataset, column: str, split: str) -> tuple[list[str], int]:
@@ -336,6 +347,9 @@ def split_captions(dataset: datasets.Dataset, column: str, split: str) -> tuple[
             where = control_character(caption)
             if where is not None:
                 raise DataFormatError(f"split {split!r} row {row}: a caption has a control character ({where})")
+            length = overlong(caption)
+            if length is not None:
+                raise DataFormatError(f"split {split!r} row {row}: a caption has {length}")
         captions.extend(" ".join(c.split()) for c in cell)
     if per_image is None:
         raise DataFormatError(f"split {split!r} has no rows")
