@@ -69,8 +69,12 @@ def load_source(source: str, cache_dir: str | Path | None = None) -> datasets.Da
         OSError: one line: the directory holds no dataset, or the Hub id cannot be loaded (offline: ``HF_HUB_OFFLINE``
             is set and it is not in the cache), saying how to get a local copy to pass instead.
     """
+    from huggingface_hub.utils import logging as hub_logging
+
     cache = None if cache_dir is None else str(cache_dir)
     local = Path(source).is_dir()
+    verbosity = hub_logging.get_verbosity()
+    hub_logging.set_verbosity_error()  # a failed request's retries are logged as warnings: the error line says it
     try:
         loaded = datasets.load_dataset(str(source), cache_dir=cache)
     except Exception as error:  # datasets raises many kinds (FileNotFoundError, ConnectionError, DatasetNotFoundError)
@@ -82,6 +86,8 @@ def load_source(source: str, cache_dir: str | Path | None = None) -> datasets.Da
             f"--from {source}: not a local directory, and the Hub dataset cannot be loaded{offline} ({reason}); "
             f"where there is a network, `hf download {source} --repo-type dataset --local-dir DIR` and pass --from DIR"
         ) from None
+    finally:
+        hub_logging.set_verbosity(verbosity)
     if not isinstance(loaded, datasets.DatasetDict):
         raise OSError(f"--from {source}: expected a dataset with splits, got {type(loaded).__name__}")
     return loaded
