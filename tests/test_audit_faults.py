@@ -231,7 +231,7 @@ def test_every_multi_word_flag_of_every_subcommand_takes_both_spellings():
     )
 
 
-def test_a_batch_larger_than_the_split_is_refused_before_training_advising_the_audit_s_flag(user_data, tmp_path, capsys):
+def test_a_batch_larger_than_the_split_is_refused_before_training_advising_its_flag(user_data, tmp_path, capsys):
     output = tmp_path / "out"
     with pytest.raises(AuditError, match=r"batch size 128 exceeds the 80 pairs of split 'train': every epoch would "
                                          r"take no step; give --batch-size at most 80"):
