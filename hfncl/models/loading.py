@@ -77,7 +77,7 @@ def refuse_missing_local_path(name: str) -> None:
         )
 
 
-def _check_local_weights(model_class: type, directory: Path) -> None:
+def _check_local_weights(model_class: type[PreTrainedModel], directory: Path) -> None:
     """Before anything is allocated: ``config.json``'s sizes within their bounds (the config's own checks,
     :mod:`hfncl.limits`), and every tensor of the model it describes saved with its shape and dtype kind, nothing
     else (:func:`hfncl.hub.checkpoint.check_weights`, on the meta device)."""
@@ -132,10 +132,12 @@ class HfnclPreTrainedModel(CheckpointPushMixin, PreTrainedModel):
     @classmethod
     def from_pretrained(
         cls, pretrained_model_name_or_path: str | os.PathLike, *model_args: Any, **kwargs: Any
-    ) -> HfnclPreTrainedModel:
+    ) -> Any:
         """``PreTrainedModel.from_pretrained`` (local directory or Hub id) with errors that say what to do.
 
-        ``AutoModel.from_pretrained`` ends here too, so the Auto classes give the same errors.
+        ``AutoModel.from_pretrained`` ends here too, so the Auto classes give the same errors. Returns the model,
+        or with ``output_loading_info=True`` the model and transformers' loading information (nothing missing,
+        unexpected or mismatched: such a checkpoint is refused).
         The model remembers where it came from in :attr:`checkpoint_source`, for
         :meth:`push_to_hub`: a local directory, or a Hub id with the commit its revision is
         resolved to here, before loading, so that transformers loads that very commit.
