@@ -84,7 +84,12 @@ def _check_local_weights(model_class: type[PreTrainedModel], directory: Path) ->
     from hfncl.hub.checkpoint import check_weights, weight_files
 
     config = model_class.config_class.from_pretrained(directory)
-    check_weights(config, weight_files(directory), directory, model_class)
+    try:
+        check_weights(config, weight_files(directory), directory, model_class, "; nothing was loaded")
+    except CheckpointError as error:
+        if isinstance(error.__cause__, SafetensorError):
+            raise error.__cause__ from None  # damaged weights: said as when transformers reads them
+        raise
 
 
 @contextmanager
@@ -166,12 +171,12 @@ class HfnclPreTrainedModel(CheckpointPushMixin, PreTrainedModel):
                 raise OSError(f"{local} has no config.json: it is not a saved hfncl checkpoint")
             require_safetensors(local)
             _verify_local(local)
-            if "config" not in kwargs:
-                _check_local_weights(cls, local)
         kwargs.setdefault("use_safetensors", True)
         wants_info = bool(kwargs.pop("output_loading_info", False))
         source = pin_source(name, kwargs)
         try:
+            if local.is_dir() and "config" not in kwargs:
+                _check_local_weights(cls, local)
             with _quiet_load_report():
                 model, info = super().from_pretrained(
                     pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
