@@ -275,3 +275,11 @@ class CategoryModelArguments:
     def __post_init__(self) -> None:
         check_field_types(self)
         check_sizes(asdict(self), "CategoryModelArguments")
+
+
+ARGUMENTS_OF_KIND: dict[str, tuple[type[Any], type[Any]]] = {
+    "pairs": (DataArguments, ModelArguments),
+    "labels": (LabelDataArguments, CategoryModelArguments),
+}
+"""The data and model arguments of each kind of data (its task's ``data_arguments`` and ``model_arguments``,
+:mod:`hfncl.tasks`), for a recipe's ``--help`` that imports no task."""

@@ -24,6 +24,7 @@ if __name__ == "__main__":
         run_recipe(
             __doc__,
             plugins=["bicro"],
+            paper="cc152k",
             defaults={
                 "epochs": 50,
                 "warmup_epochs": 10,

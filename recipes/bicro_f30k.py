@@ -25,6 +25,7 @@ if __name__ == "__main__":
         run_recipe(
             __doc__,
             plugins=["bicro"],
+            paper="f30k",
             defaults={
                 "epochs": 50,
                 "warmup_epochs": 10,

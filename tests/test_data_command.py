@@ -179,14 +179,21 @@ def test_a_rerun_keeps_the_written_images(prepared, tmp_path):
     assert (copy / "train" / "metadata.jsonl").read_text() == (imagefolder / "train" / "metadata.jsonl").read_text()
 
 
-def test_coco_rows_per_caption_join_their_image_and_restval_trains(tmp_path, capsys):
+def test_coco_rows_per_caption_join_their_image_restval_trains_and_the_test_split_is_testall(
+    tmp_path, capsys, clip_dir
+):
     source = write_coco_layout(tmp_path / "coco_copy")
     out = tmp_path / "coco"
     assert cli.main(["data", "prepare", "coco", "--from", str(source), "--to", str(out), "--no-progress"]) == 0
-    assert capsys.readouterr().out.strip() == f"train 3, dev 1, testall 2 images in {out}"
+    assert capsys.readouterr().out.strip() == f"train 3, dev 1, test 2 images in {out}"
     train = [json.loads(line) for line in (out / "train" / "metadata.jsonl").read_text().splitlines()]
     assert [row["source_id"] for row in train] == ["1", "2", "3"]
     assert train[0]["captions"] == [f"coco 1 says {j}" for j in range(5)]  # the 6th caption is dropped
+    command = ["data", "prepare", "coco", "--from", str(source), "--to", str(out), "--features", "clip-pooled"]
+    assert cli.main([*command, "--model", str(clip_dir), "--cache-dir", str(tmp_path / "cache"), "--no-progress"]) == 0
+    assert "testall: 2 images x 1 x 16 features" in capsys.readouterr().out
+    precomp = tmp_path / "coco_precomp"
+    assert sorted(path.name for path in precomp.glob("test*")) == ["testall_caps.txt", "testall_ims.npy"]
 
 
 def test_an_image_with_too_few_captions_is_one_line(tmp_path, capsys):
@@ -250,3 +257,28 @@ def test_a_papers_sizes_are_named_without_expect(tmp_path):
         (tmp_path / f"{split}_caps.txt").write_text("a caption\n" * (5 * count))
     report = check_precomp(tmp_path)
     assert report.expected is EXPECTED["f30k"] and "fits recipes/*_f30k.py" in report.lines()[-1]
+
+
+@pytest.mark.slow
+def test_two_processes_of_accelerate_launch_prepare_what_one_does(prepared, clip_dir, tmp_path):
+    """Each process writes its share of the images and extracts its share of the shards; the main one writes."""
+    import os
+    import subprocess
+    import sys
+
+    source, imagefolder, precomp = prepared
+    out = tmp_path / "f30k"
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "-m"]
+    command += ["hfncl.cli", "data", "prepare", "flickr30k", "--from", str(source), "--to", str(out)]
+    command += ["--features", "clip", "--model", str(clip_dir), "--batch-size", "2", "--num-shards", "2"]
+    command += ["--cache-dir", str(tmp_path / "cache"), "--no-progress"]
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=600, env=dict(os.environ, ACCELERATE_USE_CPU="true")
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("train: 4 images x 5 x 16 features") == 1  # the main process reports
+    for split in ("train", "dev", "test"):
+        assert (out / split / "metadata.jsonl").read_text() == (imagefolder / split / "metadata.jsonl").read_text()
+        np.testing.assert_allclose(
+            np.load(tmp_path / "f30k_precomp" / f"{split}_ims.npy"), np.load(precomp / f"{split}_ims.npy"), atol=1e-6
+        )

@@ -25,7 +25,7 @@ def test_an_epoch_without_ground_truth_prints_no_nan():
     line, details = format_epoch_line(record, 3, 1.0), format_epoch_details(record, 3, 1.0)
     assert "nan" not in line and "nan" not in details
     assert line == "epoch 2/3 | loss 0.500 | val rSum 100.0 | division clean 80% | 1.0s"
-    assert "division no ground truth clean 80%" in details
+    assert "division no known noisy pairs clean 80%" in details
 
 
 def test_progress_bars_are_off_when_their_stream_is_not_a_terminal():

@@ -127,12 +127,14 @@ def prepare(args: argparse.Namespace) -> int:
         )
     except (OSError, ValueError) as error:  # DataFormatError is a ValueError
         return _error(error)
+    if not result["main"]:  # another process of accelerate launch: the main one reports
+        return 0
     if "shapes" in result:
         for split, shape in result["shapes"].items():
             print(f"{split}: {shape[0]} images x {shape[1]} x {shape[2]} features")
         print(f"imagefolder {result['imagefolder']}, precomp {result['precomp']} "
               f"(hfncl data check {result['precomp']} checks it)")
-    elif "precomp" not in result:
+    else:
         print(", ".join(f"{split} {count}" for split, count in result["images"].items()) + " images in "
               f"{result['imagefolder']}")
     return 0

@@ -66,8 +66,39 @@ class CheckReport:
                 f"(--data-dir {self.data_dir})"
             )
         else:
-            shown.append(f"{self.data_dir}: a well-formed precomp directory (no --expect: sizes not compared)")
+            papers = ", ".join(expected.title for expected in EXPECTED.values())
+            shown.append(f"{self.data_dir}: a well-formed precomp directory, of none of the papers' sizes ({papers})")
         return shown
+
+
+def split_images(data_dir: str | Path, split: str) -> int | None:
+    """The number of images of ``split`` of a precomp directory (read from the ``.npy`` header) or an imagefolder
+    (the rows of its ``metadata.jsonl``); ``None`` for a split in neither layout."""
+    features = Path(data_dir) / f"{split}_ims.npy"
+    metadata = Path(data_dir) / split / "metadata.jsonl"
+    try:
+        if features.is_file():
+            return int(np.load(features, mmap_mode="r", allow_pickle=False).shape[0])
+        if metadata.is_file():
+            with metadata.open(encoding="utf-8") as rows:
+                return sum(1 for row in rows if row.strip())
+    except (OSError, ValueError, IndexError):  # the reader names the problem when the run reads it
+        return None
+    return None
+
+
+def paper_size_warning(data_dir: str | Path, split: str, paper: str) -> str | None:
+    """One line when the ``split`` of ``data_dir`` has under a tenth of the training images of the paper's dataset
+    ``paper`` (a key of :data:`EXPECTED`): a paper's schedule is tuned to its data, and on a few hundred images it
+    learns nothing. ``None`` otherwise, or when the split cannot be counted."""
+    expected = EXPECTED[paper]
+    images, paper_images = split_images(data_dir, split), expected.images["train"]
+    if images is None or images * 10 >= paper_images:
+        return None
+    return (
+        f"warning: {data_dir} has {images} {split} images, under a tenth of {expected.title}'s {paper_images}: "
+        "this recipe's schedule (the paper's) will not learn here"
+    )
 
 
 def _split_names(data_dir: Path) -> list[str]:

@@ -11,8 +11,9 @@ A source is a Hub dataset id or a local copy of one (its parquet files, ``data/{
   (``train``, ``validation``, ``test``) where there is none.
 
 The Karpathy split is kept: ``restval`` joins ``train``, ``val``/``validation`` is ``dev``, and MS-COCO's 5000
-test images are ``testall`` (what the COCO recipes test on, in 5 folds of 1000). Each image keeps its first k
-captions (:attr:`DatasetLayout.captions_per_image`). The imagefolder (:mod:`hfncl.data.pixels`, what
+test images are the precomp's ``testall`` (what the COCO recipes test on, in 5 folds of 1000), the imagefolder's
+``test/`` (``datasets`` reads only ``train``, ``dev``/``validation`` and ``test`` folders as splits). Each image
+keeps its first k captions (:attr:`DatasetLayout.captions_per_image`). The imagefolder (:mod:`hfncl.data.pixels`, what
 ``hfncl extract`` and ``hfncl train --image-tower`` read) has a folder per split, the images numbered in the source's
 order (``0000000.jpg``, the bytes as the source holds them) and a ``metadata.jsonl`` of
 ``{"file_name", "captions", "source_id"}``. Images are written one at a time, each atomically, and a file already
@@ -47,7 +48,7 @@ SPLIT_NAMES = {"train": "train", "restval": "train", "val": "dev", "validation":
 @dataclass(frozen=True)
 class DatasetLayout:
     """What one dataset is prepared as: its name, how many captions each image keeps and the precomp name of its
-    test split."""
+    test split (the imagefolder's is ``test``)."""
 
     name: str
     captions_per_image: int
@@ -153,7 +154,6 @@ def split_images(dataset: datasets.Dataset, layout: DatasetLayout, source: str) 
             raise DataFormatError(
                 f"--from {source}: row {row} has split {record['split']!r}, none of {sorted(SPLIT_NAMES)}"
             )
-        name = layout.test_split if name == "test" else name
         captions = [" ".join(caption.split()) for caption in caption_list(record[caption_column])]
         source_id = str(record[id_column]) if id_column else str(row)
         split = images.setdefault(name, [])
@@ -253,8 +253,9 @@ class Processes:
         if int(os.environ.get("WORLD_SIZE", "1")) <= 1 and device is not None:
             return cls(device=device)
         from accelerate import PartialState
+        from accelerate.utils import parse_flag_from_env
 
-        state = PartialState()
+        state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))  # as Accelerator reads it
         return cls(state.process_index, state.num_processes, device or str(state.device))
 
     def wait(self) -> None:
@@ -285,8 +286,8 @@ def prepare_dataset(
     (each on its own device), and the main process writes the metadata and the precomp files.
 
     Returns:
-        ``{"imagefolder": path, "images": {split: count}}``, with ``"precomp"`` and ``"shapes"`` ({split: (N, R, D)})
-        when features were extracted (on the main process).
+        ``{"imagefolder": path, "images": {split: count}, "main": whether this is the main process}``, with
+        ``"precomp"`` and ``"shapes"`` ({split: (N, R, D)}) when features were extracted (on the main process).
 
     Raises:
         OSError: the source cannot be loaded (one line; the Hub offline names ``HF_HUB_OFFLINE``).
@@ -339,7 +340,11 @@ def _prepare(
         for _ in bar:
             pass
     processes.wait()
-    result: dict[str, Any] = {"imagefolder": output_dir, "images": {split: len(each) for split, each in splits.items()}}
+    result: dict[str, Any] = {
+        "imagefolder": output_dir,
+        "images": {split: len(each) for split, each in splits.items()},
+        "main": processes.index == 0,
+    }
     if processes.index == 0:
         for split, images in splits.items():
             write_metadata(images, output_dir / split)
@@ -358,6 +363,11 @@ def _prepare(
         extract_features(output_dir, target, chosen, **options, processes=(processes.index, processes.count))
         processes.wait()
     if processes.index == 0:
-        result |= {"precomp": target, "shapes": extract_features(output_dir, target, chosen, **options)}
+        shapes = extract_features(output_dir, target, chosen, **options)
+        if layout.test_split != "test":  # an imagefolder's split folders are datasets' names: test/ -> testall_*
+            for path in sorted(target.glob("test_*")):
+                os.replace(path, path.with_name(layout.test_split + path.name[len("test"):]))
+            shapes[layout.test_split] = shapes.pop("test")
+        result |= {"precomp": target, "shapes": shapes}
     processes.wait()
     return result

@@ -145,7 +145,7 @@ def format_epoch_line(record: dict[str, Any], epochs: int, seconds: float, width
     shares = " ".join(f"{name} " + "/".join(f"{share:.0%}" for share in values) for name, values in divisions.items())
     if any(math.isfinite(value) for value in aucs):
         auc = "division AUC " + "/".join(f"{value:.3f}" for value in aucs)
-    else:  # no hidden mask (an audit of real data): the shares only, no nan
+    else:  # no known noisy pair (an audit of real data, a clean run): AUC undefined, the shares only
         auc, shares = ("division " + shares, "") if shares else ("", "")
     for keep_recalls, keep_shares in ((True, True), (False, True), (False, False)):
         parts = [
@@ -240,7 +240,7 @@ def _divisions(record: dict[str, Any]) -> list[str]:
     for prefix in _division_prefixes(record):
         name = prefix[len("division"):].strip("/")
         auc, precision, recall = (record[f"{prefix}/{metric}"] for metric in ("auc", "precision", "recall"))
-        text = f"AUC {auc:.3f} P {precision:.3f} R {recall:.3f}" if math.isfinite(auc) else "no ground truth"
+        text = f"AUC {auc:.3f} P {precision:.3f} R {recall:.3f}" if math.isfinite(auc) else "no known noisy pairs"
         shares = [f"{set_name} {share:.0%}" for set_name, share in _shares(record, prefix)]
         shown.append(" ".join(filter(None, [name, text, *shares])))
     return shown
