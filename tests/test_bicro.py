@@ -74,14 +74,17 @@ def test_bidirectional_consistency_with_cosines_by_hand():
 
 
 def test_bidirectional_consistency_with_distances_by_hand():
-    """Euclidean reading: the nearest anchor is the closest. Image (0, 0) to anchor images (1, 0), (0, 3): distances 1
-    and 3, nearest the first, whose caption (2, 0) lies 2 from the pair's caption (0, 0): q = 1 / 2. The caption's
-    distances to anchor captions (2, 0), (0, 1) are 2 and 1, nearest the second, whose image lies 3 away: q = 1 / 3.
-    The consistency is (1/2 + 1/3) / 2 = 5/12."""
-    images = torch.tensor([[1.0, 0.0], [0.0, 3.0], [0.0, 0.0]])
-    texts = torch.tensor([[2.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
-    consistency = bidirectional_consistency(images, texts, torch.tensor([0, 1]), "euclidean")
-    torch.testing.assert_close(consistency[2], torch.tensor(5 / 12))
+    """Euclidean reading, on unit vectors, the nearest anchor the closest. Image (0.6, 0.8) lies sqrt(0.8) from anchor
+    image (1, 0) and sqrt(0.4) from (0, 1), the nearest; that anchor's caption (0, 1) lies sqrt(2) from the pair's
+    caption (1, 0): q = sqrt(0.4 / 2). The caption's nearest anchor caption is (1, 0) at distance 0, floored at 1e-2;
+    that anchor's image lies sqrt(0.8) away: q = 0.01 / sqrt(0.8). The consistency is the mean of the two; embeddings
+    are scaled to unit norm first, so scaling one modality changes nothing."""
+    images = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
+    texts = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+    expected = (math.sqrt(0.2) + 0.01 / math.sqrt(0.8)) / 2
+    for scale in (1.0, 7.0):
+        consistency = bidirectional_consistency(images, scale * texts, torch.tensor([0, 1]), "euclidean")
+        torch.testing.assert_close(consistency[2], torch.tensor(expected))
 
 
 @pytest.mark.parametrize("affinity", ["cosine", "euclidean"])
@@ -93,7 +96,7 @@ def test_bidirectional_consistency_against_a_loop(affinity):
     def affinity_of(x: torch.Tensor, y: torch.Tensor) -> float:
         if affinity == "cosine":
             return float(x @ y / (x.norm() * y.norm()))
-        return max(float((x - y).norm()), 1e-2)
+        return max(float((x / x.norm() - y / y.norm()).norm()), 1e-2)
 
     def one_side(own: torch.Tensor, other: torch.Tensor, i: int) -> float:
         values = [affinity_of(own[i], own[a]) for a in anchors.tolist()]
