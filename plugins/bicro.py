@@ -149,11 +149,13 @@ def select_anchors(score: torch.Tensor, clean: torch.Tensor, fraction: float) ->
 
 
 def anchor_affinity(items: torch.Tensor, anchors: torch.Tensor, affinity: str) -> torch.Tensor:
-    """(B, K) affinity of every item with every anchor of one modality: cosine similarity, or Euclidean distance
-    (floored at 1e-2, the authors' ``EuclideanDistances``)."""
+    """(B, K) affinity of every item with every anchor of one modality, on unit-norm embeddings: cosine similarity,
+    or Euclidean distance floored at 1e-2 (the authors' ``EuclideanDistances``). Unit norms keep an image distance
+    and a caption distance comparable where the two towers' embeddings differ in scale."""
+    items, anchors = torch.nn.functional.normalize(items, dim=1), torch.nn.functional.normalize(anchors, dim=1)
     if affinity == "euclidean":
         return torch.cdist(items, anchors).clamp_min(1e-2)
-    return torch.nn.functional.normalize(items, dim=1) @ torch.nn.functional.normalize(anchors, dim=1).t()
+    return items @ anchors.t()
 
 
 def consistency_ratio(own: torch.Tensor, other: torch.Tensor, nearest_is_largest: bool) -> torch.Tensor:

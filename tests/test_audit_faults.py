@@ -3,6 +3,7 @@ here is fast (a saved untrained model scores the pairs; nothing trains), so CI r
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -210,3 +211,54 @@ def test_features_whose_products_overflow_float32_are_refused_when_read(user_dat
     err = capsys.readouterr().err.splitlines()[-1]  # after the conversion's progress bar
     assert err.startswith("hfncl: error: ") and "image 3 has features of squared norm" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_every_multi_word_flag_of_every_subcommand_takes_both_spellings():
+    parser = cli.build_parser()
+    subcommands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert {"audit", "evaluate", "extract"} <= set(subcommands)
+    for name, sub in subcommands.items():
+        flags = {flag for action in sub._actions for flag in action.option_strings}
+        for flag in flags:
+            if flag.startswith("--") and "-" in flag[2:]:
+                assert "--" + flag[2:].replace("-", "_") in flags, (name, flag)
+    assert subcommands["evaluate"].parse_args(["ckpt", "--data_dir", "d"]).data_dir == "d"
+    args = subcommands["audit"].parse_args(
+        ["--data_dir", "d", "--output_dir", "o", "--batch_size", "8", "--embed_dim", "16", "--resume_ignore_mismatch"]
+    )
+    assert (args.data_dir, args.output_dir, args.batch_size, args.embed_dim, args.resume_ignore_mismatch) == (
+        "d", "o", 8, 16, True
+    )
+
+
+def test_a_batch_larger_than_the_split_is_refused_before_training_advising_its_flag(user_data, tmp_path, capsys):
+    output = tmp_path / "out"
+    with pytest.raises(AuditError, match=r"batch size 128 exceeds the 80 pairs of split 'train': every epoch would "
+                                         r"take no step; give --batch-size at most 80"):
+        run_audit(user_data, ["ncr"], output, 6, training={"batch_size": 128, "warmup_epochs": 4}, progress=False)
+    assert not output.exists()
+    capsys.readouterr()
+    command = ["audit", "--data_dir", str(user_data), "--output_dir", str(output), "--plugins", "ncr", "--batch-size",
+               "500"]
+    assert cli.main(command) == 1
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert "batch size 500 exceeds the 80 pairs" in err and "--batch-size at most 80" in err
+
+
+def test_the_audit_s_training_flags_reach_its_training(user_data, tmp_path, monkeypatch):
+    import hfncl.audit as audit_package
+
+    seen = {}
+
+    def recorded(*args, **kwargs):
+        seen.update(kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(audit_package, "run_audit", recorded)
+    with pytest.raises(KeyboardInterrupt):
+        cli.main(["audit", "--data-dir", str(user_data), "--output-dir", str(tmp_path / "o"), "--batch-size", "16",
+                  "--embed-dim", "32", "--word-dim", "16", "--resume", "--resume-ignore-mismatch",
+                  "--overwrite-output-dir", "--allow-output-in-data-dir"])
+    assert seen["training"] == {"batch_size": 16, "resume_ignore_mismatch": True}
+    assert (seen["model_args"].embed_dim, seen["model_args"].word_dim) == (32, 16)
+    assert seen["resume"] and seen["overwrite"] and seen["allow_output_in_data_dir"]

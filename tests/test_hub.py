@@ -277,7 +277,7 @@ def drop_tensor(directory: Path) -> None:
             r"has 11 words but config\.json says vocab_size 12",
         ),
         (lambda d: (d / "model.safetensors").unlink(), r"has no model\.safetensors"),
-        (drop_tensor, r"missing \['networks\.1\.image_encoder\.fc\.weight'\]"),
+        (drop_tensor, r"do not fit its config\.json: tensor networks\.1\.image_encoder\.fc\.weight is missing$"),
         (lambda d: (d / RUN_RECORD).unlink(), r"hfncl_run\.json does not exist"),
     ],
 )

@@ -240,12 +240,19 @@ def audit(
         AuditError: no method named and not exactly one installed plugin declaring ``audit_settings``, a method
             that makes no division, too few epochs, ``model`` with ``plugins`` or ``folds`` > 1, ``folds`` below 1 or
             more than half the images, ``refit`` with ``model`` or ``folds`` > 1, a ``model`` trained on other data
-            (:func:`~hfncl.audit.training.load_trained`), or ``write_clean`` for a format that cannot write a split.
+            (:func:`~hfncl.audit.training.load_trained`), ``write_clean`` for a format that cannot write a split or
+            whose files exist in ``output_dir``, ``output_dir`` inside ``data_dir``, or a batch larger than the split.
         ValueError: a ``write_clean`` that is no split name, an unknown ``data_format``, or settings ``TrainConfig``
             refuses.
-        DataFormatError: no such directory or split, an empty or malformed one (naming the file), or data that do
-            not fit the model's image tower (raw images for a region tower, features for a pixel tower).
+        DataFormatError: no such directory or split, an empty or malformed one (naming the file), data that do
+            not fit the model's image tower (raw images for a region tower, features for a pixel tower), features
+            whose squared norm overflows float32, a caption past the bound, a file of an imagefolder that is no image.
+        OutputDirError: ``output_dir`` locked by a live run, or holding an earlier audit without ``overwrite`` or
+            ``resume``.
         PluginError: a plugin that is not installed, or options it refuses.
+
+    Raises (after training): :class:`~hfncl.audit.finite.DivergedError` (an ``AuditError``) for a non-finite loss,
+    clean probability, similarity or p-value: no verdict is written.
     """
     return run_audit(
         data_dir, plugins, output_dir, epochs, split=split, data_format=data_format, write_clean=write_clean,

@@ -121,13 +121,18 @@ def _dtype_kind(dtype: str) -> str:
 
 
 def check_weights(
-    config: PretrainedConfig, files: list[Path], checkpoint: str | Path, model_class: type | None = None
+    config: PretrainedConfig,
+    files: list[Path],
+    checkpoint: str | Path,
+    model_class: type | None = None,
+    consequence: str = "",
 ) -> None:
     """Every tensor the architecture of ``config`` needs is saved, with its shape and its dtype's kind (floating
     point, integer or bool), and nothing else: a model loads whole or not at all.
 
     The architecture is ``model_class`` (default: the model class ``AutoModel`` registers for the config's type),
-    built on the meta device (no memory, no initialisation).
+    built on the meta device (no memory, no initialisation). ``consequence`` ends the message (e.g. "; nothing was
+    loaded").
 
     Raises:
         CheckpointError: in one line naming the first missing, extra, mis-shaped or mistyped tensor and how many
@@ -151,7 +156,7 @@ def check_weights(
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise CheckpointError(
-            f"The weights of {checkpoint} do not fit its config.json: {problems[0]}{more}; nothing was loaded"
+            f"The weights of {checkpoint} do not fit its config.json: {problems[0]}{more}{consequence}"
         )
 
 

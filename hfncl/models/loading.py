@@ -77,14 +77,19 @@ def refuse_missing_local_path(name: str) -> None:
         )
 
 
-def _check_local_weights(model_class: type, directory: Path) -> None:
+def _check_local_weights(model_class: type[PreTrainedModel], directory: Path) -> None:
     """Before anything is allocated: ``config.json``'s sizes within their bounds (the config's own checks,
     :mod:`hfncl.limits`), and every tensor of the model it describes saved with its shape and dtype kind, nothing
     else (:func:`hfncl.hub.checkpoint.check_weights`, on the meta device)."""
     from hfncl.hub.checkpoint import check_weights, weight_files
 
     config = model_class.config_class.from_pretrained(directory)
-    check_weights(config, weight_files(directory), directory, model_class)
+    try:
+        check_weights(config, weight_files(directory), directory, model_class, "; nothing was loaded")
+    except CheckpointError as error:
+        if isinstance(error.__cause__, SafetensorError):
+            raise error.__cause__ from None  # damaged weights: said as when transformers reads them
+        raise
 
 
 @contextmanager
@@ -132,10 +137,12 @@ class HfnclPreTrainedModel(CheckpointPushMixin, PreTrainedModel):
     @classmethod
     def from_pretrained(
         cls, pretrained_model_name_or_path: str | os.PathLike, *model_args: Any, **kwargs: Any
-    ) -> HfnclPreTrainedModel:
+    ) -> Any:
         """``PreTrainedModel.from_pretrained`` (local directory or Hub id) with errors that say what to do.
 
-        ``AutoModel.from_pretrained`` ends here too, so the Auto classes give the same errors.
+        ``AutoModel.from_pretrained`` ends here too, so the Auto classes give the same errors. Returns the model,
+        or with ``output_loading_info=True`` the model and transformers' loading information (nothing missing,
+        unexpected or mismatched: such a checkpoint is refused).
         The model remembers where it came from in :attr:`checkpoint_source`, for
         :meth:`push_to_hub`: a local directory, or a Hub id with the commit its revision is
         resolved to here, before loading, so that transformers loads that very commit.
@@ -164,12 +171,12 @@ class HfnclPreTrainedModel(CheckpointPushMixin, PreTrainedModel):
                 raise OSError(f"{local} has no config.json: it is not a saved hfncl checkpoint")
             require_safetensors(local)
             _verify_local(local)
-            if "config" not in kwargs:
-                _check_local_weights(cls, local)
         kwargs.setdefault("use_safetensors", True)
         wants_info = bool(kwargs.pop("output_loading_info", False))
         source = pin_source(name, kwargs)
         try:
+            if local.is_dir() and "config" not in kwargs:
+                _check_local_weights(cls, local)
             with _quiet_load_report():
                 model, info = super().from_pretrained(
                     pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
