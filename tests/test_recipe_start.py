@@ -96,3 +96,11 @@ def test_a_recipes_help_imports_no_torch(recipe, flag):
     modules = set(json.loads(done.stderr.strip().splitlines()[-1]))
     assert not {"torch", "transformers", "hfncl.tasks"} & modules
     assert flag in done.stdout and "--print-config" in done.stdout
+
+
+def test_every_recipe_of_a_papers_dataset_names_it():
+    """The small-data line needs the paper's dataset: a recipe for Flickr30K, MS-COCO or CC152K names it."""
+    for path in sorted((ROOT / "recipes").glob("*.py")):
+        dataset = next((name for name in ("f30k", "coco", "cc152k") if f"_{name}" in path.stem), None)
+        if dataset is not None:
+            assert f'paper="{dataset}"' in path.read_text(), f"{path.name} gives no paper={dataset!r} to run_recipe"
