@@ -76,6 +76,13 @@ if ! current "$extras" && ! { [ "$extras" = plots ] && current dev; }; then
     step "done in $((SECONDS - started)) s"
 fi
 
+# The browser tests (the audit page, the documentation site) drive Debian's Chromium; as root with apt-get it is
+# installed when missing, otherwise those tests skip and say why.
+if [ "$command" = test ] && ! command -v chromium > /dev/null && [ "$(id -u)" = 0 ] && command -v apt-get > /dev/null; then
+    step "installing Debian's chromium for the browser tests"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium > /dev/null; } || step "chromium could not be installed: the browser tests will skip"
+fi
+
 case "$command" in
     demo) exec "$venv/bin/hfncl" demo "$@" ;;
     test) exec "$venv/bin/python" -m pytest "$@" ;;
