@@ -170,7 +170,6 @@ def test_decl_trains_on_image_level_noise_and_logs_both_terms(micro_data_dir, tm
     assert 0.0 <= trained["division/predicted_clean_ratio"] <= 1.0 and result["test"]["rsum"] > 0
 
 
-@pytest.mark.slow
 def test_the_alignment_labels_pick_a_clean_set_purer_than_the_data(tiny_data_dir, tmp_path) -> None:
     """After two warmup epochs at 40% image-level noise, the pairs whose own item holds the largest bidirectional
     evidence are clean more often than the 60% of the data, and the evidence share ranks clean above noisy."""
