@@ -89,7 +89,7 @@ def test_notes_flag_a_method_below_vsepp_and_runs_still_improving(leaderboard):
 def test_cost_counts_cpu_time_of_every_run(leaderboard):
     rows = [_row("a", "ncr-caption", 0.5, 0, 1.0, cpu_seconds=1800.0), _row("b", "ncr-caption", 0.5, 0, 1.0, cpu_seconds=1800.0)]
     line = leaderboard.cost_line(rows, 120.0)
-    assert line.startswith("cost: 2 runs in 1.00 core-hours of training (2.0 runs per core-hour; devices: cpu)")
+    assert line.startswith("cost: 2 runs in 1.000 core-hours of training (2.0 runs per core-hour; devices: cpu)")
     assert line.endswith("0.03 h of wall time in all, this call's 2.0 min")
 
 
@@ -101,7 +101,7 @@ def test_reported_numbers_keep_their_source_and_protocol(leaderboard):
 
 
 def test_bad_arguments_are_refused(leaderboard, capsys):
-    for argv, message in ((["--jobs", "0"], "--jobs must be >= 1"), (["--decl-ratios", "1.0"], "--decl-ratios must lie in")):
+    for argv, message in ((["--jobs", "0"], "--jobs and --threads must be >= 1"), (["--decl-ratios", "1.0"], "--decl-ratios must lie in")):
         with pytest.raises(SystemExit):
             leaderboard.parse_args(argv)
         assert message in capsys.readouterr().err
