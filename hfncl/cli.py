@@ -15,8 +15,13 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import version
+from typing import Any
 
+from hfncl.commands import data
 from hfncl.plugins import PluginError
+
+COMMAND_MODULES = (data,)
+"""The subcommands of :mod:`hfncl.commands`: each module's ``add_parser`` adds its parser and sets ``func``."""
 
 
 @dataclass(frozen=True)
@@ -44,16 +49,29 @@ def command(
     return register
 
 
+class BothSpellingsParser(argparse.ArgumentParser):
+    """A subcommand's parser that takes every ``--multi-word`` flag also as ``--multi_word``, as ``hfncl train``
+    does (its dataclass fields take both)."""
+
+    def add_argument(self, *names: Any, **kwargs: Any) -> argparse.Action:
+        underscored = ["--" + name[2:].replace("-", "_") for name in names if name.startswith("--") and "-" in name[2:]]
+        return super().add_argument(*names, *[name for name in underscored if name not in names], **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with one subparser per registered command."""
     parser = argparse.ArgumentParser(
         prog="hfncl", description="Learning image-text retrieval from noisy pairs, one plugin per method."
     )
     parser.add_argument("--version", action="version", version=f"hfncl {version('hfncl')}")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    subparsers = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, parser_class=BothSpellingsParser
+    )
     for name, cmd in COMMANDS.items():
         sub = subparsers.add_parser(name, help=cmd.help, description=cmd.help)
         cmd.add_arguments(sub)
+    for module in COMMAND_MODULES:
+        module.add_parser(subparsers)
     return parser
 
 
@@ -65,13 +83,23 @@ def main(argv: list[str] | None = None) -> int:
         if handler is not None:
             return handler(argv[1:])
         args = build_parser().parse_args(argv)
-        return COMMANDS[args.command].run(args)
+        return args.func(args) if "func" in args else COMMANDS[args.command].run(args)
     except PluginError as error:
         print(f"hfncl: error: {error}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # the reader stopped early (hfncl plugins | head): not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         return 0
+
+
+LOADING_FAILURES = ("allocate", "out of memory", "Error(s) in loading state_dict", "ignore_mismatched_sizes")
+"""What the runtime errors of a model too large to allocate, or of transformers refusing a checkpoint's tensors, say."""
+
+
+def loading_failure(error: BaseException) -> bool:
+    """Whether ``error`` is a failure to allocate a model (``MemoryError``, torch's out of memory) or transformers'
+    refusal of a checkpoint's tensors: reported in one line, where any other runtime error stays a traceback."""
+    return isinstance(error, MemoryError) or any(said in str(error) for said in LOADING_FAILURES)
 
 
 def _plugins_arguments(parser: argparse.ArgumentParser) -> None:
@@ -132,7 +160,7 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
         "--full",
         action="store_true",
         help="The README's comparison: every method on 3000 training images with its own demo settings (about 17 "
-        "minutes on 2 CPU cores) instead of the quick demo (600 images, 4 epochs at 5x the learning rate).",
+        "minutes on 2 CPU cores) instead of the quick demo (600 images, at most 3 epochs at 5x the learning rate).",
     )
     parser.add_argument(
         "--size",
@@ -261,6 +289,7 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
 )
 def evaluate_command(args: argparse.Namespace) -> int:
     """Print the metrics of ``args.checkpoints`` on ``args.split`` as JSON."""
+    from hfncl.config import one_line
     from hfncl.data import DataFormatError
     from hfncl.hub import IncompatibleCheckpointError
     from hfncl.tasks.checkpoints import evaluate_checkpoints
@@ -279,6 +308,11 @@ def evaluate_command(args: argparse.Namespace) -> int:
         )
     except (DataFormatError, IncompatibleCheckpointError, OSError, ValueError) as error:
         print(f"hfncl: error: {error}", file=sys.stderr)
+        return 1
+    except (MemoryError, RuntimeError) as error:
+        if not loading_failure(error):
+            raise
+        print(f"hfncl: error: {one_line(error)}", file=sys.stderr)
         return 1
     mode = "mean of the checkpoints" if args.network is None else f"network {args.network} of each checkpoint alone"
     report = {"checkpoints": args.checkpoints, "split": args.split, "mode": mode, "metrics": metrics}
@@ -440,6 +474,22 @@ def _audit_arguments(parser: argparse.ArgumentParser) -> None:
         "--resume", action="store_true",
         help="Continue a killed audit of the same data and settings from its last checkpoint (OUTPUT_DIR/training).",
     )
+    parser.add_argument(
+        "--resume-ignore-mismatch", action="store_true",
+        help="With --resume, continue across a change of settings or data on purpose (the fields are listed).",
+    )
+    parser.add_argument(
+        "--overwrite-output-dir", action="store_true",
+        help="Replace an earlier audit in OUTPUT_DIR: everything it wrote (table, model, cleaned split) goes first.",
+    )
+    parser.add_argument(
+        "--allow-output-in-data-dir", action="store_true",
+        help="Let OUTPUT_DIR be the data directory or lie inside it (refused by default: the audit never writes "
+        "into the data it audits unless told to).",
+    )
+    parser.add_argument("--batch-size", type=int, help="Training batch size (default: the method's settings).")
+    parser.add_argument("--embed-dim", type=int, help="Joint embedding dimension (default 1024).")
+    parser.add_argument("--word-dim", type=int, help="Word embedding dimension (default 300).")
 
 
 @command(
@@ -453,14 +503,24 @@ def audit_command(args: argparse.Namespace) -> int:
     from hfncl.config import one_line
     from hfncl.tasks.pairs import ModelArguments
 
+    training: dict[str, Any] = {"resume_ignore_mismatch": True} if args.resume_ignore_mismatch else {}
+    if args.batch_size is not None:
+        training["batch_size"] = args.batch_size
     try:
+        model_args = ModelArguments(image_tower=args.image_tower, embed_dim=args.embed_dim, word_dim=args.word_dim)
         result = run_audit(
             args.data_dir, args.plugins, args.output_dir, args.epochs, split=args.split, data_format=args.data_format,
-            write_clean=args.write_clean, model=args.model, model_args=ModelArguments(image_tower=args.image_tower),
-            seed=args.seed, folds=args.folds, resume=args.resume,
+            write_clean=args.write_clean, model=args.model, model_args=model_args, training=training or None,
+            seed=args.seed, folds=args.folds, resume=args.resume, overwrite=args.overwrite_output_dir,
+            allow_output_in_data_dir=args.allow_output_in_data_dir,
             refit=False if args.refit is None else (args.refit or True), refit_epochs=args.refit_epochs,
         )
     except (OSError, ValueError) as error:  # AuditError and DataFormatError are ValueErrors
+        print(f"hfncl: error: {one_line(error)}", file=sys.stderr)
+        return 1
+    except (MemoryError, RuntimeError) as error:
+        if not loading_failure(error):
+            raise
         print(f"hfncl: error: {one_line(error)}", file=sys.stderr)
         return 1
     print("\n".join(audit_summary(result.table, args.output_dir, result.clean_files)))
