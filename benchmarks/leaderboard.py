@@ -328,7 +328,13 @@ def notes(rows: list[dict[str, Any]]) -> list[str]:
     for (protocol, method, ratio), value in sorted(mean.items()):
         vsepp = mean.get((protocol, "vsepp", ratio))
         if method != "vsepp" and vsepp is not None and value < vsepp:
-            out.append(f"{method} is below VSE++ under {protocol} at {ratio:.0%} ({value:.1f} vs {vsepp:.1f}); cause unmeasured here")
+            division = [r["division"] for r in plain if (r["protocol"], r["method"], r["noise_ratio"]) == (protocol, method, ratio)
+                        and r.get("division", {}).get("auc") is not None]
+            seen = "; its division (network A, last epoch): " + ", ".join(
+                f"{key} {statistics.mean(d[key] for d in division):.2f}" for key in ("auc", "precision", "recall")
+                if all(d.get(key) is not None for d in division)) if division else ""
+            out.append(f"{method} is below VSE++ under {protocol} at {ratio:.0%} ({value:.1f} vs {vsepp:.1f}){seen}; "
+                       "the cause is not measured further here")
     stopped = sorted({f"{r['method']} ({r['protocol']} {r['noise_ratio']:.0%} seed {r['seed']})" for r in rows
                       if r["mode"] != NETWORK_A and r.get("planned_epochs") and r["epochs"] >= r["planned_epochs"]
                       and r.get("best_epoch") == r["epochs"]})

@@ -79,10 +79,12 @@ def test_tables_name_protocol_and_mode_and_share_of_the_oracle(leaderboard):
 
 
 def test_notes_flag_a_method_below_vsepp_and_runs_still_improving(leaderboard):
-    rows = [_row("vsepp", "ncr-caption", 0.5, 0, 300.0, "one network"), _row("gsc", "ncr-caption", 0.5, 0, 280.0, "mean of 2 networks"),
+    rows = [_row("vsepp", "ncr-caption", 0.5, 0, 300.0, "one network"), _row("gsc", "ncr-caption", 0.5, 0, 280.0, "mean of 2 networks",
+                 division={"auc": 0.55, "precision": 0.5, "recall": 0.1}),
             _row("ncr", "ncr-caption", 0.5, 0, 310.0, "mean of 2 networks", epochs=20, best_epoch=20)]
     notes = leaderboard.notes(rows)
-    assert notes[0].startswith("gsc is below VSE++ under ncr-caption at 50% (280.0 vs 300.0)")
+    assert notes[0].startswith("gsc is below VSE++ under ncr-caption at 50% (280.0 vs 300.0); its division (network A, "
+                               "last epoch): auc 0.55, precision 0.50, recall 0.10;")
     assert notes[1].endswith("ncr (ncr-caption 50% seed 0)") and len(notes) == 2
 
 
