@@ -17,8 +17,9 @@ protocol at its ratios, a seed seeding the noise and the training:
 
 Benchmarks: ``generated`` (:mod:`hfncl.data.synthetic`, ``--size``, default tiny: 200 training
 images x 5 captions, 50 dev, 100 test; the demo's model, ``--model`` changes it; ``--batch-size
-32`` gives its 1000 pairs 31 steps an epoch: with the demo's 128 and a 64-d joint space, VSE++
-at 50% noise stayed at chance, test rSum 74.0 after 12 epochs, against 161.6 with 32) and
+32`` gives its 1000 pairs 31 steps an epoch: VSE++ at 50% noise stayed at chance with the demo's
+128 and a 64-d joint space, test rSum 74.0 after 12 epochs, and reached 161.6 with 32 and the
+demo's 256-d model; the two changes were not measured apart) and
 ``proxy`` (Flickr8k captions through MiniLM, ``accuracy.py``'s proxy with
 ``--proxy-train-images`` training images, default 1000; skipped with a message when the file
 or the encoder package is absent).
