@@ -102,10 +102,11 @@ def commit() -> str:
 
 
 def prepare_benchmark(
-    name: str, args: argparse.Namespace, output_dir: Path, generated: SyntheticConfig = GENERATED
+    name: str, args: argparse.Namespace, output_dir: Path, generated: SyntheticConfig = GENERATED,
+    proxy: ProxyConfig = PROXY,
 ) -> tuple[Path | None, str]:
-    """The benchmark's precomp directory and a line describing it (``generated``: the size of the generated one);
-    ``None`` and the reason when it cannot be built."""
+    """The benchmark's precomp directory and a line describing it (``generated``, ``proxy``: the sizes of the
+    generated benchmark and of the proxy); ``None`` and the reason when it cannot be built."""
     if name == "generated":
         config = QUICK_GENERATED if args.quick else generated
         suffix = "" if config in (GENERATED, QUICK_GENERATED) else f"_{config.num_train}"
@@ -118,8 +119,9 @@ def prepare_benchmark(
     if isinstance(sources, str):
         return None, f"proxy skipped: {sources}"
     captions, encoder = sources
-    config = QUICK_PROXY if args.quick else PROXY
-    directory = build_caption_proxy(captions, output_dir / "data_proxy", encoder, config)
+    config = QUICK_PROXY if args.quick else proxy
+    suffix = "" if config in (PROXY, QUICK_PROXY) else f"_{config.max_images}"
+    directory = build_caption_proxy(captions, output_dir / f"data_proxy{suffix}", encoder, config)
     return directory, (
         f"real-text proxy from {captions.name} (MiniLM token vectors of caption #{config.region_caption} as "
         f"{config.max_regions} regions, the other captions as texts; {config.num_test} test images)"

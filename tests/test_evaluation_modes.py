@@ -26,7 +26,7 @@ def runs(micro_data_dir, tmp_path_factory):
     out = {}
     for plugin, kind in (("ncr", "image"), ("vsepp", "caption")):
         data = DataArguments(data_dir=str(micro_data_dir), noise_ratio=0.4, noise_kind=kind)
-        config = tiny_config(root / plugin, [plugin], epochs=3, warmup_epochs=1, batch_size=16, lr_decay_epochs=[])
+        config = tiny_config(root / plugin, [plugin], epochs=2, warmup_epochs=1, batch_size=16, lr_decay_epochs=[])
         out[plugin] = (run_experiment(data, config, TINY_MODEL), root / plugin)
     return out
 

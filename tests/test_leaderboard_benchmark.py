@@ -79,17 +79,19 @@ def test_tables_name_protocol_and_mode_and_share_of_the_oracle(leaderboard):
 
 
 def test_notes_flag_a_method_below_vsepp_and_runs_still_improving(leaderboard):
-    rows = [_row("vsepp", "ncr-caption", 0.5, 0, 300.0, "one network"), _row("gsc", "ncr-caption", 0.5, 0, 280.0, "mean of 2 networks"),
+    rows = [_row("vsepp", "ncr-caption", 0.5, 0, 300.0, "one network"), _row("gsc", "ncr-caption", 0.5, 0, 280.0, "mean of 2 networks",
+                 division={"auc": 0.55, "precision": 0.5, "recall": 0.1}),
             _row("ncr", "ncr-caption", 0.5, 0, 310.0, "mean of 2 networks", epochs=20, best_epoch=20)]
     notes = leaderboard.notes(rows)
-    assert notes[0].startswith("gsc is below VSE++ under ncr-caption at 50% (280.0 vs 300.0)")
+    assert notes[0].startswith("gsc is below VSE++ under ncr-caption at 50% (280.0 vs 300.0); its division (network A, "
+                               "last epoch): auc 0.55, precision 0.50, recall 0.10;")
     assert notes[1].endswith("ncr (ncr-caption 50% seed 0)") and len(notes) == 2
 
 
 def test_cost_counts_cpu_time_of_every_run(leaderboard):
     rows = [_row("a", "ncr-caption", 0.5, 0, 1.0, cpu_seconds=1800.0), _row("b", "ncr-caption", 0.5, 0, 1.0, cpu_seconds=1800.0)]
     line = leaderboard.cost_line(rows, 120.0)
-    assert line.startswith("cost: 2 runs in 1.00 core-hours of training (2.0 runs per core-hour; devices: cpu)")
+    assert line.startswith("cost: 2 runs in 1.000 core-hours of training (2.0 runs per core-hour; devices: cpu)")
     assert line.endswith("0.03 h of wall time in all, this call's 2.0 min")
 
 
@@ -101,7 +103,7 @@ def test_reported_numbers_keep_their_source_and_protocol(leaderboard):
 
 
 def test_bad_arguments_are_refused(leaderboard, capsys):
-    for argv, message in ((["--jobs", "0"], "--jobs must be >= 1"), (["--decl-ratios", "1.0"], "--decl-ratios must lie in")):
+    for argv, message in ((["--jobs", "0"], "--jobs and --threads must be >= 1"), (["--decl-ratios", "1.0"], "--decl-ratios must lie in")):
         with pytest.raises(SystemExit):
             leaderboard.parse_args(argv)
         assert message in capsys.readouterr().err
