@@ -17,6 +17,7 @@ if __name__ == "__main__":
         run_recipe(
             __doc__,
             plugins=["rcl"],
+            paper="cc152k",
             defaults={
                 "epochs": 30,
                 "warmup_epochs": 0,

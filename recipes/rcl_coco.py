@@ -19,6 +19,7 @@ if __name__ == "__main__":
         run_recipe(
             __doc__,
             plugins=["rcl"],
+            paper="coco",
             defaults={
                 "epochs": 20,
                 "warmup_epochs": 0,

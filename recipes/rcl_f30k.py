@@ -20,6 +20,7 @@ if __name__ == "__main__":
         run_recipe(
             __doc__,
             plugins=["rcl"],
+            paper="f30k",
             defaults={
                 "epochs": 30,
                 "warmup_epochs": 0,
