@@ -17,6 +17,7 @@ if __name__ == "__main__":
         run_recipe(
             __doc__,
             plugins=["crcl"],
+            paper="cc152k",
             defaults={
                 "epochs": 32,
                 "warmup_epochs": 2,

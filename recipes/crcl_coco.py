@@ -19,6 +19,7 @@ if __name__ == "__main__":
         run_recipe(
             __doc__,
             plugins=["crcl"],
+            paper="coco",
             defaults={
                 "epochs": 32,
                 "warmup_epochs": 2,

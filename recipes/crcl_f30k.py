@@ -22,6 +22,7 @@ if __name__ == "__main__":
         run_recipe(
             __doc__,
             plugins=["crcl"],
+            paper="f30k",
             defaults={
                 "epochs": 32,
                 "warmup_epochs": 2,
