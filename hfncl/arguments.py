@@ -15,6 +15,7 @@ from importlib.metadata import EntryPoint
 from typing import Any
 
 from hfncl.config import check_field_types
+from hfncl.limits import check_sizes
 from hfncl.plugins import registered_entry_points
 
 NOISE_KINDS = ("caption", "image")
@@ -187,6 +188,7 @@ class ModelArguments:
 
     def __post_init__(self) -> None:
         check_field_types(self)
+        check_sizes(asdict(self), "ModelArguments")
 
     def explicit(self) -> dict[str, Any]:
         """The fields given a value; ``text_tower`` NAME becomes ``text_tower="transformer"``, ``text_tower_name=NAME``
@@ -272,3 +274,12 @@ class CategoryModelArguments:
 
     def __post_init__(self) -> None:
         check_field_types(self)
+        check_sizes(asdict(self), "CategoryModelArguments")
+
+
+ARGUMENTS_OF_KIND: dict[str, tuple[type[Any], type[Any]]] = {
+    "pairs": (DataArguments, ModelArguments),
+    "labels": (LabelDataArguments, CategoryModelArguments),
+}
+"""The data and model arguments of each kind of data (its task's ``data_arguments`` and ``model_arguments``,
+:mod:`hfncl.tasks`), for a recipe's ``--help`` that imports no task."""

@@ -17,7 +17,11 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any
 
+from hfncl.commands import data
 from hfncl.plugins import PluginError
+
+COMMAND_MODULES = (data,)
+"""The subcommands of :mod:`hfncl.commands`: each module's ``add_parser`` adds its parser and sets ``func``."""
 
 
 @dataclass(frozen=True)
@@ -45,16 +49,29 @@ def command(
     return register
 
 
+class BothSpellingsParser(argparse.ArgumentParser):
+    """A subcommand's parser that takes every ``--multi-word`` flag also as ``--multi_word``, as ``hfncl train``
+    does (its dataclass fields take both)."""
+
+    def add_argument(self, *names: Any, **kwargs: Any) -> argparse.Action:
+        underscored = ["--" + name[2:].replace("-", "_") for name in names if name.startswith("--") and "-" in name[2:]]
+        return super().add_argument(*names, *[name for name in underscored if name not in names], **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with one subparser per registered command."""
     parser = argparse.ArgumentParser(
         prog="hfncl", description="Learning image-text retrieval from noisy pairs, one plugin per method."
     )
     parser.add_argument("--version", action="version", version=f"hfncl {version('hfncl')}")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    subparsers = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, parser_class=BothSpellingsParser
+    )
     for name, cmd in COMMANDS.items():
         sub = subparsers.add_parser(name, help=cmd.help, description=cmd.help)
         cmd.add_arguments(sub)
+    for module in COMMAND_MODULES:
+        module.add_parser(subparsers)
     return parser
 
 
@@ -66,13 +83,23 @@ def main(argv: list[str] | None = None) -> int:
         if handler is not None:
             return handler(argv[1:])
         args = build_parser().parse_args(argv)
-        return COMMANDS[args.command].run(args)
+        return args.func(args) if "func" in args else COMMANDS[args.command].run(args)
     except PluginError as error:
         print(f"hfncl: error: {error}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # the reader stopped early (hfncl plugins | head): not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         return 0
+
+
+LOADING_FAILURES = ("allocate", "out of memory", "Error(s) in loading state_dict", "ignore_mismatched_sizes")
+"""What the runtime errors of a model too large to allocate, or of transformers refusing a checkpoint's tensors, say."""
+
+
+def loading_failure(error: BaseException) -> bool:
+    """Whether ``error`` is a failure to allocate a model (``MemoryError``, torch's out of memory) or transformers'
+    refusal of a checkpoint's tensors: reported in one line, where any other runtime error stays a traceback."""
+    return isinstance(error, MemoryError) or any(said in str(error) for said in LOADING_FAILURES)
 
 
 def _plugins_arguments(parser: argparse.ArgumentParser) -> None:
@@ -133,7 +160,7 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
         "--full",
         action="store_true",
         help="The README's comparison: every method on 3000 training images with its own demo settings (about 17 "
-        "minutes on 2 CPU cores) instead of the quick demo (600 images, 4 epochs at 5x the learning rate).",
+        "minutes on 2 CPU cores) instead of the quick demo (600 images, at most 3 epochs at 5x the learning rate).",
     )
     parser.add_argument(
         "--size",
@@ -247,6 +274,11 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
         "--mixed-precision", choices=("no", "bf16", "fp16"), default="no",
         help="Encode and score under autocast in this dtype (scores stay float32; bf16 also on CPUs).",
     )
+    parser.add_argument(
+        "--network", type=int, default=None,
+        help="Score network K (0: A) of each checkpoint alone, by its own similarity (default: the model as its "
+        "plugins rank, the mean over its networks).",
+    )
     parser.add_argument("--no-progress", action="store_true", help="Hide the progress bars.")
 
 
@@ -257,60 +289,35 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
 )
 def evaluate_command(args: argparse.Namespace) -> int:
     """Print the metrics of ``args.checkpoints`` on ``args.split`` as JSON."""
-    import torch
-
+    from hfncl.config import one_line
     from hfncl.data import DataFormatError
-    from hfncl.engine.encoding import RetrievalSplit, evaluate_ensemble
-    from hfncl.evaluation import check_split_size
-    from hfncl.hub import IncompatibleCheckpointError, load_text_vocabulary
-    from hfncl.models import NCLModel
-    from hfncl.plugins import build_plugin_manager
+    from hfncl.hub import IncompatibleCheckpointError
+    from hfncl.tasks.checkpoints import evaluate_checkpoints
 
     try:
-        models = [NCLModel.from_pretrained(name).to(args.device) for name in args.checkpoints]
-        splits = [
-            RetrievalSplit.from_precomp(
-                _evaluation_split(args.data_dir, args.split, name, model.config),
-                load_text_vocabulary(name, model.config),
-            )
-            for name, model in zip(args.checkpoints, models, strict=True)
-        ]
-        check_split_size(splits[0].num_images, f"split {args.split!r} of {args.data_dir}", args.folds, "--folds")
-        hooks = [build_plugin_manager(m.config.plugins).hook if m.config.plugins else None for m in models]
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.mixed_precision)
-        with torch.autocast(torch.device(args.device).type, dtype=dtype, enabled=dtype is not None):
-            metrics = evaluate_ensemble(
-                models,
-                splits,
-                batch_size=args.batch_size,
-                device=args.device,
-                folds=args.folds,
-                hooks=hooks,
-                progress=not args.no_progress,
-            )
+        metrics = evaluate_checkpoints(
+            args.checkpoints,
+            args.data_dir,
+            args.split,
+            network=args.network,
+            batch_size=args.batch_size,
+            device=args.device,
+            folds=args.folds,
+            mixed_precision=args.mixed_precision,
+            progress=not args.no_progress,
+        )
     except (DataFormatError, IncompatibleCheckpointError, OSError, ValueError) as error:
         print(f"hfncl: error: {error}", file=sys.stderr)
         return 1
-    print(json.dumps({"checkpoints": args.checkpoints, "split": args.split, "metrics": metrics}, indent=1))
+    except (MemoryError, RuntimeError) as error:
+        if not loading_failure(error):
+            raise
+        print(f"hfncl: error: {one_line(error)}", file=sys.stderr)
+        return 1
+    mode = "mean of the checkpoints" if args.network is None else f"network {args.network} of each checkpoint alone"
+    report = {"checkpoints": args.checkpoints, "split": args.split, "mode": mode, "metrics": metrics}
+    print(json.dumps(report, indent=1))
     return 0
-
-
-def _evaluation_split(data_dir: str, split: str, checkpoint: str, config: Any) -> Any:
-    """The split a checkpoint reads: raw images of an imagefolder through the checkpoint's own
-    image processor for a pixel image tower, precomputed regions of its feature size otherwise
-    (:func:`hfncl.tasks.pairs.data_format` checks that the data fit the tower)."""
-    from pathlib import Path
-
-    from hfncl.data import load_precomp_split
-    from hfncl.data.pixels import load_pixel_splits
-    from hfncl.hub.checkpoint import load_image_processor
-    from hfncl.tasks.pairs import data_format
-
-    processor = load_image_processor(checkpoint, config)
-    tower_name = None if processor is None else config.image_tower_name or checkpoint
-    if data_format("auto", Path(data_dir), split, tower_name) == "precomp":
-        return load_precomp_split(data_dir, split, expected_feature_dim=config.image_dim)
-    return load_pixel_splits(data_dir, [split], processor)[split]
 
 
 def _extract_arguments(parser: argparse.ArgumentParser) -> None:
@@ -467,6 +474,22 @@ def _audit_arguments(parser: argparse.ArgumentParser) -> None:
         "--resume", action="store_true",
         help="Continue a killed audit of the same data and settings from its last checkpoint (OUTPUT_DIR/training).",
     )
+    parser.add_argument(
+        "--resume-ignore-mismatch", action="store_true",
+        help="With --resume, continue across a change of settings or data on purpose (the fields are listed).",
+    )
+    parser.add_argument(
+        "--overwrite-output-dir", action="store_true",
+        help="Replace an earlier audit in OUTPUT_DIR: everything it wrote (table, model, cleaned split) goes first.",
+    )
+    parser.add_argument(
+        "--allow-output-in-data-dir", action="store_true",
+        help="Let OUTPUT_DIR be the data directory or lie inside it (refused by default: the audit never writes "
+        "into the data it audits unless told to).",
+    )
+    parser.add_argument("--batch-size", type=int, help="Training batch size (default: the method's settings).")
+    parser.add_argument("--embed-dim", type=int, help="Joint embedding dimension (default 1024).")
+    parser.add_argument("--word-dim", type=int, help="Word embedding dimension (default 300).")
 
 
 @command(
@@ -480,14 +503,24 @@ def audit_command(args: argparse.Namespace) -> int:
     from hfncl.config import one_line
     from hfncl.tasks.pairs import ModelArguments
 
+    training: dict[str, Any] = {"resume_ignore_mismatch": True} if args.resume_ignore_mismatch else {}
+    if args.batch_size is not None:
+        training["batch_size"] = args.batch_size
     try:
+        model_args = ModelArguments(image_tower=args.image_tower, embed_dim=args.embed_dim, word_dim=args.word_dim)
         result = run_audit(
             args.data_dir, args.plugins, args.output_dir, args.epochs, split=args.split, data_format=args.data_format,
-            write_clean=args.write_clean, model=args.model, model_args=ModelArguments(image_tower=args.image_tower),
-            seed=args.seed, folds=args.folds, resume=args.resume,
+            write_clean=args.write_clean, model=args.model, model_args=model_args, training=training or None,
+            seed=args.seed, folds=args.folds, resume=args.resume, overwrite=args.overwrite_output_dir,
+            allow_output_in_data_dir=args.allow_output_in_data_dir,
             refit=False if args.refit is None else (args.refit or True), refit_epochs=args.refit_epochs,
         )
     except (OSError, ValueError) as error:  # AuditError and DataFormatError are ValueErrors
+        print(f"hfncl: error: {one_line(error)}", file=sys.stderr)
+        return 1
+    except (MemoryError, RuntimeError) as error:
+        if not loading_failure(error):
+            raise
         print(f"hfncl: error: {one_line(error)}", file=sys.stderr)
         return 1
     print("\n".join(audit_summary(result.table, args.output_dir, result.clean_files)))

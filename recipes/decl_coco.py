@@ -25,6 +25,7 @@ if __name__ == "__main__":
         run_recipe(
             __doc__,
             plugins=["decl"],
+            paper="coco",
             defaults={
                 "epochs": 22,
                 "warmup_epochs": 2,

@@ -53,7 +53,7 @@ from hfncl.integrity import (
     writing,
 )
 from hfncl.options import OptionsT
-from hfncl.plugins import PluginError, RunPlugins, run_plugins
+from hfncl.plugins import PluginError, RunPlugins, hook_error, run_plugins
 from hfncl.trainer_view import ContractView
 from hfncl.types import Batch, BatchPlan, Division
 
@@ -693,6 +693,8 @@ class Trainer:
         self._event("on_hook_begin", name)
         try:
             return getattr(self.hook, name)(trainer=self.view, **arguments)
+        except (TypeError, AttributeError) as error:  # a value of the wrong type: named by plugin and hook
+            raise hook_error(self.hook, name, error) from error
         finally:
             self._event("on_hook_end", name)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hfncl.limits import check_sizes
 from hfncl.models.configuration import CHECKPOINT_FORMAT, HfnclConfig
 
 _POSITIVE_INTS = ("image_dim", "text_dim", "num_classes", "embed_dim", "hidden_dim", "num_networks")
@@ -64,6 +65,7 @@ class CategoryConfig(HfnclConfig):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"CategoryConfig.{name} must be a positive integer, got {value!r}")
+        check_sizes({name: getattr(self, name) for name in _POSITIVE_INTS}, "CategoryConfig")
         if self.num_classes < 2:
             raise ValueError(f"CategoryConfig.num_classes must be at least 2, got {self.num_classes}")
         self.check_provenance()

@@ -117,6 +117,21 @@ def unpack_local(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return packed[..., :-1], packed[..., -1] > 0.5
 
 
+def global_embeddings(embeds: torch.Tensor) -> torch.Tensor:
+    """One vector per item: pooled embeddings (B, d) as they are; packed local features (B, T, d + 1)
+    (:func:`pack_local`) as the mean of their L2-normalised valid positions, SGRAF's global mean (the query of its
+    attention pooling) and what the cross-modal structure of GSC and the anchor affinities of BiCro compare."""
+    if embeds.dim() == 2:
+        return embeds
+    if embeds.dim() == 3:
+        states, mask = unpack_local(embeds)
+        weights = mask.unsqueeze(-1).to(states.dtype)
+        return (l2norm(states) * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1.0)
+    raise ValueError(
+        f"global_embeddings expects (B, d) embeddings or packed (B, T, d + 1) local features, got {tuple(embeds.shape)}"
+    )
+
+
 def concat_packed(parts: Sequence[torch.Tensor], dim: int = 0) -> torch.Tensor:
     """Concatenate packed tensors along ``dim`` after zero-padding the position axis (dim -2) to the longest."""
     longest = max(part.size(-2) for part in parts)
