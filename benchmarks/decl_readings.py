@@ -6,7 +6,7 @@ Trains DECL with each score reading (``decl.score``: ``tanh``, the authors' code
 VSE++ on the demo's cosine model, on generated pairs of ``--size`` with ``--noise-ratio`` image-level noise
 (all captions of an image move together, DECL's protocol), for ``--epochs`` epochs of which
 ``--warmup-epochs`` warm up, Adam at ``--learning-rate`` without decay in batches of ``--batch-size``,
-DECL's eta = 2 per step (its demo setting); one run per seed. DECL's division needs a network that
+DECL's eta = 2 per step; one run per seed. DECL's division needs a network that
 already ranks a pair's own item first within its batch, so the schedule is shorter steps at a higher
 rate than the demo's (at the demo's Adam 2e-4 in batches of 128, two or five warmup epochs leave a
 network whose alignment labels call 2-8% of the pairs clean, and DECL collapses).
