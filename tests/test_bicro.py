@@ -195,6 +195,7 @@ def test_both_mixtures_give_the_small_losses_the_higher_clean_probability():
         assert prob[:80].min() > 0.5 > prob[80:].max(), mixture
 
 
+@pytest.mark.slow
 def test_bicro_trains_two_networks_and_labels_every_pair_of_a_batch(tiny_data_dir, tmp_path):
     """On the tiny benchmark at 40% noise, 1 warmup and 2 co-training epochs: finite validation rSum, each network's
     division made from its peer's losses, the soft-margin term logged for both networks once the noisy part trains,
