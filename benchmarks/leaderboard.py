@@ -427,7 +427,9 @@ def report(args: argparse.Namespace, results: dict[str, Any], wall: float) -> st
     parts = [
         "# Leaderboard: noisy-correspondence methods side by side",
         "",
-        f"Command: `python benchmarks/leaderboard.py {' '.join(args.argv)}`; {machine()}; commit {commit()}. "
+        f"Command: `python benchmarks/leaderboard.py {' '.join(a for a in args.argv if a != '--report-only')}`"
+        + (" (these tables: its finished runs, `--report-only`)" if args.report_only else "")
+        + f"; {machine()}; commit {commit()}. "
         "Measured here, on the same data, noise files, schedule and evaluation; test rSum of the best-validation "
         f"checkpoint, mean ± sd over seeds {args.seeds}; share of oracle: over {ORACLE} ({args.oracle_method[0]} on "
         "exactly the clean pairs, trained to convergence) at the same ratio and seed.",
