@@ -124,7 +124,9 @@ def nearest_entries(queries: torch.Tensor, keys: torch.Tensor, bank: torch.Tenso
     of ``keys`` are candidates, so a clean pair's entry is itself.
     """
     queries, candidates = F.normalize(queries.float(), dim=1), F.normalize(keys[bank].float(), dim=1)
-    nearest = [(queries[start : start + CHUNK] @ candidates.t()).argmax(dim=1) for start in range(0, len(queries), CHUNK)]
+    nearest = [
+        (queries[start : start + CHUNK] @ candidates.t()).argmax(dim=1) for start in range(0, len(queries), CHUNK)
+    ]
     return bank[torch.cat(nearest)]
 
 
@@ -171,7 +173,9 @@ def divide(trainer, epoch) -> Division:
         "statistic": columns["loss"],
         "mixture": mixture,
     }
-    return replace(Division(clean_prob, clean, extras), statistic_name="per-pair loss L (memory bank: GMM posterior > threshold)")
+    return replace(
+        Division(clean_prob, clean, extras), statistic_name="per-pair loss L (memory bank: GMM posterior > threshold)"
+    )
 
 
 @hookimpl
@@ -194,19 +198,31 @@ def train_step(trainer, batch, networks) -> dict[str, float] | None:
 
     siamese = copy.deepcopy(trainer.model.networks[NET])
     before = [entry_losses(trainer, siamese, entry, settings.temperature) for entry in entries]
-    siamese_loss = pair_cross_entropy(trainer.forward(NET, batch, network=siamese).similarity, settings.temperature).mean()
+    siamese_loss = pair_cross_entropy(
+        trainer.forward(NET, batch, network=siamese).similarity, settings.temperature
+    ).mean()
     parameters = [parameter for parameter in siamese.parameters() if parameter.requires_grad]
     gradients = torch.autograd.grad(siamese_loss, parameters, allow_unused=True)
-    siamese_update(parameters, list(gradients), trainer.config.learning_rate * settings.siamese_lr_scale, settings.siamese_step)
+    siamese_update(
+        parameters, list(gradients), trainer.config.learning_rate * settings.siamese_lr_scale, settings.siamese_step
+    )
     after = [entry_losses(trainer, siamese, entry, settings.temperature) for entry in entries]
     weights = confidence_weight(loss_ratio(before[0], after[0], before[1], after[1]))
 
     outputs = trainer.forward(NET, batch)
-    batch_loss = npc_objective(weights, pair_cross_entropy(outputs.similarity, settings.temperature), settings.weighting)
+    batch_loss = npc_objective(
+        weights, pair_cross_entropy(outputs.similarity, settings.temperature), settings.weighting
+    )
     total = batch_loss
     metrics = {"npc_batch": float(batch_loss.detach()), "npc_weight": float(weights.mean())}
     if settings.bank_loss:
-        bank_loss = sum(pair_cross_entropy(trainer.forward(NET, entry).similarity, settings.temperature).mean() for entry in entries) / 2
+        bank_loss = (
+            sum(
+                pair_cross_entropy(trainer.forward(NET, entry).similarity, settings.temperature).mean()
+                for entry in entries
+            )
+            / 2
+        )
         total = total + bank_loss
         metrics["npc_bank"] = float(bank_loss.detach())
     trainer.optimize(total, networks)

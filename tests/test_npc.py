@@ -8,8 +8,10 @@ import shutil
 
 import pytest
 import torch
-
 from conftest import noisy_trainer, tiny_config
+from test_pixels import raw_dir, tower_dir  # noqa: F401 (fixtures)
+from test_towers import clip_dir, offline  # noqa: F401 (fixtures)
+
 from hfncl.experiment import DataArguments, ModelArguments, run_experiment
 from hfncl_plugins.npc import (
     confidence_weight,
@@ -20,8 +22,6 @@ from hfncl_plugins.npc import (
     pair_cross_entropy,
     siamese_update,
 )
-from test_pixels import raw_dir, tower_dir  # noqa: F401 (fixtures)
-from test_towers import clip_dir, offline  # noqa: F401 (fixtures)
 
 
 def test_pair_cross_entropy_by_hand():
@@ -43,7 +43,9 @@ def test_confidence_weight_is_tanh_below_one_and_one_above():
 
 
 def test_loss_ratio_averages_the_image_and_the_caption_entry():
-    ratio = loss_ratio(torch.tensor([1.0, 2.0]), torch.tensor([2.0, 1.0]), torch.tensor([3.0, 1.0]), torch.tensor([1.0, 4.0]))
+    ratio = loss_ratio(
+        torch.tensor([1.0, 2.0]), torch.tensor([2.0, 1.0]), torch.tensor([3.0, 1.0]), torch.tensor([1.0, 4.0])
+    )
     assert torch.allclose(ratio, torch.tensor([(0.5 + 3.0) / 2, (2.0 + 0.25) / 2]))
 
 
@@ -77,8 +79,11 @@ def test_negative_impact_of_one_siamese_step_on_a_linear_model_by_hand(step):
             plus[i, j] += eps
             minus[i, j] -= eps
             grad[i, j] = float(
-                (_linear_model_losses(plus, batch_images.double(), batch_texts.double(), tau).mean()
-                 - _linear_model_losses(minus, batch_images.double(), batch_texts.double(), tau).mean()) / (2 * eps)
+                (
+                    _linear_model_losses(plus, batch_images.double(), batch_texts.double(), tau).mean()
+                    - _linear_model_losses(minus, batch_images.double(), batch_texts.double(), tau).mean()
+                )
+                / (2 * eps)
             )
     w1 = w0 - lr * (grad if step == "sgd" else torch.sign(grad))
     before = _linear_model_losses(w0, bank_images, bank_texts, tau)
@@ -86,7 +91,9 @@ def test_negative_impact_of_one_siamese_step_on_a_linear_model_by_hand(step):
     expected = confidence_weight(loss_ratio(before, after, before, after))
     # the plugin's step on a copy of W
     parameter = w0.clone().requires_grad_(True)
-    (gradient,) = torch.autograd.grad(_linear_model_losses(parameter, batch_images, batch_texts, tau).mean(), [parameter])
+    (gradient,) = torch.autograd.grad(
+        _linear_model_losses(parameter, batch_images, batch_texts, tau).mean(), [parameter]
+    )
     siamese_update([parameter], [gradient], lr, step)
     moved = _linear_model_losses(parameter.detach(), bank_images, bank_texts, tau)
     got = confidence_weight(loss_ratio(before, moved, before, moved))
@@ -106,14 +113,41 @@ def test_nearest_entries_are_the_most_similar_bank_pairs_by_cosine():
     assert nearest_entries(embeds, embeds, bank).tolist() == [0, 1, 1, 0, 1]
 
 
-def test_npc_trains_region_features_and_stays_finite(tiny_data_dir, tmp_path):
-    config = tiny_config(tmp_path / "run", ["npc"], epochs=2, warmup_epochs=1, learning_rate=2e-4)
-    trainer = noisy_trainer(tiny_data_dir, config)
+def test_npc_trains_region_features_and_stays_finite(micro_data_dir, tmp_path):
+    config = tiny_config(
+        tmp_path / "run", ["npc"], epochs=2, warmup_epochs=1, batch_size=16, lr_decay_epochs=[], learning_rate=2e-4
+    )
+    trainer = noisy_trainer(micro_data_dir, config)
     summary = trainer.train()
     record = summary["history"][-1]
     assert all(math.isfinite(record[k]) for k in ("train/npc_batch", "train/npc_bank", "train/npc_weight"))
     assert 0 < record["train/npc_weight"] <= 1
     division = trainer.divisions[0]
-    assert bool(division.clean[division.extras["bank_image"]].all()) and bool(division.clean[division.extras["bank_text"]].all())
+    assert bool(division.clean[division.extras["bank_image"]].all()) and bool(
+        division.clean[division.extras["bank_text"]].all()
+    )
     weights = trainer.ledger.get("npc_weight")
     assert torch.isfinite(weights).all() and bool(((weights > 0) & (weights <= 1)).all())
+
+
+@pytest.mark.slow
+def test_the_clip_recipe_trains_npc_end_to_end_on_a_tiny_clip_offline(raw_dir, tower_dir, tmp_path, offline):  # noqa: F811
+    """recipes/npc_f30k_clip.py's settings (both CLIP towers, AdamW, no warmup epoch) on a tiny CLIP over raw images."""
+    source = shutil.copytree(tower_dir, tmp_path / "source")
+    config = tiny_config(
+        tmp_path / "run",
+        ["npc"],
+        epochs=1,
+        warmup_epochs=0,
+        batch_size=4,
+        lr_decay_epochs=[],
+        learning_rate=1e-3,
+        optimizer="adamw",
+        weight_decay=0.2,
+    )
+    model_args = ModelArguments(
+        embed_dim=8, image_tower=str(source), image_pooling="pooler", text_tower=str(source), text_pooling="pooler"
+    )
+    result = run_experiment(DataArguments(data_dir=str(raw_dir), noise_ratio=0.3), config, model_args)
+    assert all(math.isfinite(v) for v in result["test"].values())
+    assert all(math.isfinite(h["train/npc_batch"]) and 0 < h["train/npc_weight"] <= 1 for h in result["history"])

@@ -293,7 +293,7 @@ class Trainer:
 
     def samples(self, index: torch.Tensor) -> Batch:
         """The training samples at dataset positions ``index`` (this process's), collated as a training batch, on the
-        device: what a method that pairs each sample with others of the training set (NPC's memory entries) trains on."""
+        device: what a method that pairs each sample with others of the training set (memory entries) trains on."""
         items = [self.train_data[int(position)] for position in index.tolist()]
         return {k: v.to(self.accelerator.device) for k, v in self.task.collate(items).items()}
 
