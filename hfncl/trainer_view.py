@@ -83,10 +83,14 @@ class TrainerView(Protocol):
     def option(self, name: str) -> Any:
         """One option's value by full name (the untyped form, for plugins that declare ``option_defaults``)."""
 
-    def forward(self, net: int, batch: "Batch", *, grad: bool = True) -> Any:
+    def forward(self, net: int, batch: "Batch", *, grad: bool = True, network: "torch.nn.Module | None" = None) -> Any:
         """Network ``net`` on ``batch``, gathered over processes: ``PairOutputs`` or ``CategoryOutputs``.
 
-        ``grad=False`` predicts in eval mode (no dropout, BatchNorm running statistics read, not moved)."""
+        ``grad=False`` predicts in eval mode (no dropout, BatchNorm running statistics read, not moved).
+        ``network``: a copy of network ``net`` (a look-ahead model a method steps itself) to run in its place."""
+
+    def samples(self, index: "torch.Tensor") -> "Batch":
+        """The training samples at dataset positions ``index``, collated as a training batch, on the device."""
 
     def compute_loss(self, batch: "Batch", networks: list[int]) -> "tuple[torch.Tensor, dict[str, float]]":
         """The default objective of a step: every active plugin's terms, summed, and each term's value."""

@@ -262,7 +262,7 @@ class Trainer:
             raise KeyError(f"Unknown option {name!r}; declared by the active plugins: {sorted(self.options)}")
         return self.options[name]
 
-    def forward(self, net: int, batch: Batch, *, grad: bool = True) -> Any:
+    def forward(self, net: int, batch: Batch, *, grad: bool = True, network: torch.nn.Module | None = None) -> Any:
         """Network ``net`` on ``batch``, gathered into the global batch of every process.
 
         The outputs are the task's dataclass: :class:`hfncl.types.PairOutputs` for pairs,
@@ -273,9 +273,13 @@ class Trainer:
         dropout, BatchNorm on its running statistics, which the call leaves unchanged) and goes back
         to its mode afterwards, so the same batch gives the same prediction however often it is asked
         (NCR's peer prediction in co-rectify, as the authors' code predicts it; Co-teaching's selector).
+
+        ``network`` runs a copy of network ``net`` in its place (a look-ahead model a plugin steps itself,
+        NPC's siamese model); it is not wrapped for data parallelism.
         """
-        network = self.model.networks[net]
-        module = self.wrapped_networks[net] if grad else network
+        own = network is None
+        network = self.model.networks[net] if network is None else network
+        module = self.wrapped_networks[net] if grad and own else network
         was_training = network.training
         if not grad:
             network.eval()
@@ -286,6 +290,12 @@ class Trainer:
                 return self.task.outputs(network, gathered, gather(batch["index"]))
         finally:
             network.train(was_training)
+
+    def samples(self, index: torch.Tensor) -> Batch:
+        """The training samples at dataset positions ``index`` (this process's), collated as a training batch, on the
+        device: what a method that pairs each sample with others of the training set (memory entries) trains on."""
+        items = [self.train_data[int(position)] for position in index.tolist()]
+        return {k: v.to(self.accelerator.device) for k, v in self.task.collate(items).items()}
 
     def optimize(self, loss: torch.Tensor, networks: list[int]) -> None:
         """One optimiser step on ``loss`` for the given networks (clip, step, zero).
