@@ -101,7 +101,8 @@ def test_rce_against_a_loop():
 
 def test_mean_hinge_is_each_pair_s_hinge_averaged_over_the_batch():
     similarity = torch.tensor([[0.5, 0.6], [0.1, 0.4]])
-    # pair 0: row [0.2 - 0.5 + 0.6]_+ = 0.3, column [0.2 - 0.5 + 0.1]_+ = 0; pair 1: row 0, column [0.2 - 0.4 + 0.6] = 0.4
+    # pair 0: row [0.2 - 0.5 + 0.6]_+ = 0.3, column [0.2 - 0.5 + 0.1]_+ = 0;
+    # pair 1: row [0.2 - 0.4 + 0.1]_+ = 0, column [0.2 - 0.4 + 0.6]_+ = 0.4; each over b = 2 columns
     assert l2rm.mean_hinge(similarity, 0.2).tolist() == pytest.approx([0.15, 0.2])
 
 
