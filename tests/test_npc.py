@@ -113,6 +113,7 @@ def test_nearest_entries_are_the_most_similar_bank_pairs_by_cosine():
     assert nearest_entries(embeds, embeds, bank).tolist() == [0, 1, 1, 0, 1]
 
 
+@pytest.mark.slow
 def test_npc_trains_region_features_and_stays_finite(micro_data_dir, tmp_path):
     config = tiny_config(
         tmp_path / "run", ["npc"], epochs=2, warmup_epochs=1, batch_size=16, lr_decay_epochs=[], learning_rate=2e-4
