@@ -60,7 +60,8 @@ def options() -> type[NPCOptions]:
 
 @hookimpl
 def demo_settings() -> dict[str, Any]:
-    return {"epochs": 10}
+    """One warmup epoch: the demo's towers start untrained, and NPC's first memory bank presumes a pretrained model."""
+    return {"epochs": 10, "warmup_epochs": 1}
 
 
 @hookimpl
