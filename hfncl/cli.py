@@ -159,8 +159,9 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--full",
         action="store_true",
-        help="The README's comparison: every method on 3000 training images with its own demo settings (about 17 "
-        "minutes on 2 CPU cores) instead of the quick demo (600 images, at most 3 epochs at 5x the learning rate).",
+        help="The full comparison of benchmarks/README.md: every method on 3000 training images with its own demo "
+        "settings (about 17 minutes on 2 CPU cores) instead of the quick demo (600 images, at most 3 epochs at 5x "
+        "the learning rate).",
     )
     parser.add_argument(
         "--size",
@@ -174,7 +175,7 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
 @command(
     "demo",
     help="Train the installed methods on a generated benchmark with noise and print the comparison (a few minutes; "
-    "--full: the README's comparison).",
+    "--full: the full comparison of benchmarks/README.md).",
     add_arguments=_demo_arguments,
 )
 def demo_command(args: argparse.Namespace) -> int:
