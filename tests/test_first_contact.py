@@ -271,7 +271,7 @@ def test_train_help_names_the_installed_plugins_and_gives_examples_that_run(caps
         cli.main(["train", "--help"])
     assert exited.value.code == 0
     text = capsys.readouterr().out
-    assert "installed plugins: bicro, coteaching, crcl, decl, dmcm, gsc, gsc_intra, ncr, prototype_ce, rcl, tcvse, ugncl, vsepp" in text
+    assert "installed plugins: bicro, coteaching, crcl, decl, dmcm, gsc, gsc_intra, l2rm, ncr, npc, prototype_ce, rcl, tcvse, ugncl, vsepp" in text
     example = next(line for line in text.splitlines() if "--print-config" in line and line.startswith("  hfncl train"))
     arguments = shlex.split(example.replace("NAME.OPTION", "ncr.alpha").replace("NAME", "ncr"))[1:]
     assert cli.main(arguments) == 0
