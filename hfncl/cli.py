@@ -304,6 +304,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             device=args.device,
             folds=args.folds,
+            folds_name="--folds",
             mixed_precision=args.mixed_precision,
             progress=not args.no_progress,
         )

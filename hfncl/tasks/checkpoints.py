@@ -39,6 +39,7 @@ def evaluate_checkpoints(
     batch_size: int = 256,
     device: str = "cpu",
     folds: int = 1,
+    folds_name: str = "folds",
     mixed_precision: str = "no",
     progress: bool = False,
 ) -> dict[str, float]:
@@ -47,7 +48,8 @@ def evaluate_checkpoints(
     alone, by its own similarity.
 
     Raises:
-        ValueError: ``network`` outside a checkpoint's networks, or a split too small for ``folds``.
+        ValueError: ``network`` outside a checkpoint's networks, or a split too small for ``folds`` (named
+            ``folds_name`` in the message: the caller's spelling, e.g. a flag).
         DataFormatError, IncompatibleCheckpointError, OSError: unreadable data or checkpoints.
     """
     names = [str(c) for c in checkpoints]
@@ -58,7 +60,7 @@ def evaluate_checkpoints(
         )
         for name, model in zip(names, models, strict=True)
     ]
-    check_split_size(splits[0].num_images, f"split {split!r} of {data_dir}", folds, "folds")
+    check_split_size(splits[0].num_images, f"split {split!r} of {data_dir}", folds, folds_name)
     if network is None:
         hooks = [build_plugin_manager(m.config.plugins).hook if m.config.plugins else None for m in models]
     else:
