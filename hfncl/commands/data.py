@@ -103,7 +103,8 @@ def _synthetic_parser(commands: Any) -> None:
         parser.add_argument("--" + name.replace("_", "-"), type=kind, help=what)
     parser.add_argument("--noise-ratio", type=float, help="Also write the noise index of this share of the pairs.")
     parser.add_argument("--noise-kind", choices=("caption", "image"), default="caption",
-                        help="caption: a share of the captions re-paired; image: a share of the images permuted, all captions moving together.")
+                        help="caption: a share of the captions re-paired; image: a share of the images permuted, "
+                        "all captions moving together.")
     parser.add_argument("--noise-seed", type=int, default=0, help="Seed of the noise index.")
     parser.set_defaults(func=synthetic)
 
