@@ -92,6 +92,7 @@ DEFAULT_RATIOS = {"ncr-caption": [0.2, 0.5], "decl-image": [0.4, 0.8]}
 HEADS = ("sgr", "saf")
 SGRAF = "SGRAF: mean of an SGR and a SAF model"
 NETWORK_A = "network A alone"
+ONE_NETWORK = "one network"
 REPORTED_DATASETS = {"f30k": "Flickr30K", "coco": "MS-COCO 1K", "cc152k": "CC152K"}
 
 
@@ -255,7 +256,7 @@ def model_mode(best: Path) -> tuple[str, int]:
     plugins = config.get("plugins") or []
     if plugins and build_plugin_manager(plugins).hook.inference_similarity.get_hookimpls():
         return f"{'+'.join(plugins)}'s own ranking ({networks} network{'s' * (networks > 1)})", networks
-    return ("one network" if networks == 1 else f"mean of {networks} networks"), networks
+    return (ONE_NETWORK if networks == 1 else f"mean of {networks} networks"), networks
 
 
 def mode_rows(rows: list[dict[str, Any]], root: Path, data_dir: Path) -> list[dict[str, Any]]:
@@ -268,7 +269,7 @@ def mode_rows(rows: list[dict[str, Any]], root: Path, data_dir: Path) -> list[di
     for row in rows:
         best = root / row["protocol"] / _run_name(row) / "best"
         if is_reference(row["method"]) or not best.is_dir():
-            out.append({**row, "mode": "one network"})
+            out.append({**row, "mode": ONE_NETWORK})
             continue
         if row["method"].endswith(tuple(f" [{head}]" for head in HEADS)):
             continue
@@ -358,6 +359,65 @@ def notes(rows: list[dict[str, Any]]) -> list[str]:
     if stopped:
         out.append("still improving at the last planned epoch (not converged by the rule): " + ", ".join(stopped))
     return out
+
+
+def table_columns(args: argparse.Namespace) -> list[tuple[str, float]]:
+    """The (protocol, ratio) columns of a call's tables, in its order."""
+    return [(p, r) for p in args.protocols for r in (args.ncr_ratios if p == "ncr-caption" else args.decl_ratios)]
+
+
+README_MARKERS = ("<!-- leaderboard:start -->", "<!-- leaderboard:end -->")
+"""The lines of ``README.md`` between which :func:`readme_excerpt` stands."""
+
+
+def readme_excerpt(result: dict[str, Any], columns: list[tuple[str, float]], seeds: list[int]) -> list[str]:
+    """The README's short table of one benchmark's ``result``: a row per method as it ranks (its first evaluation
+    mode, not ``network A alone`` nor SGRAF), test rSum and share of the oracle (mean over ``seeds``) per protocol and
+    ratio of ``columns``, the methods by their mean share, best first; the oracle last."""
+    rows = [r for r in result["rows"] if r["mode"] not in (NETWORK_A, SGRAF)]
+    oracle = {(r["protocol"], r["noise_ratio"], r["seed"]): r["test"]["rsum"] for r in rows if r["method"] == ORACLE}
+    table: dict[str, dict[tuple[str, float], tuple[float, float | None]]] = {}
+    for method in sorted({r["method"] for r in rows}):
+        for column in columns:
+            group = [r for r in rows if r["method"] == method and (r["protocol"], r["noise_ratio"]) == column]
+            if group:
+                shares = [100 * r["test"]["rsum"] / oracle[(*column, r["seed"])]
+                          for r in group if (*column, r["seed"]) in oracle]
+                table.setdefault(method, {})[column] = (statistics.mean(r["test"]["rsum"] for r in group),
+                                                        statistics.mean(shares) if shares else None)
+
+    def rank(method: str) -> tuple[bool, float]:
+        shares = [share for _, share in table[method].values() if share is not None]
+        return is_reference(method), -(statistics.mean(shares) if shares else 0.0)
+
+    modes = {r["method"]: r["mode"] for r in rows}
+    lines = [f"Test rSum (share of the oracle), {result['description']}, seeds {seeds}; "
+             "[benchmarks/leaderboard.md](benchmarks/leaderboard.md) has every evaluation mode, the notes and the "
+             "cost:", "", "| method | " + " | ".join(f"`{p}` {r:.0%}" for p, r in columns) + " |",
+             "|---|" + "---|" * len(columns)]
+    for method in sorted(table, key=rank):
+        cells = []
+        for column in columns:
+            rsum, share = table[method].get(column, (None, None))
+            shown = share is not None and method != ORACLE
+            cells.append("-" if rsum is None else f"{rsum:.1f}" + (f" ({share:.0f}%)" if shown else ""))
+        name = method if is_reference(method) or modes[method] == ONE_NETWORK else f"{method}, {modes[method]}"
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def write_readme_excerpt(path: Path, lines: list[str]) -> None:
+    """Replace the text between :data:`README_MARKERS` of ``path`` by ``lines``.
+
+    Raises:
+        ValueError: ``path`` lacks either marker, or has them out of order.
+    """
+    text = path.read_text(encoding="utf-8")
+    start, end = text.find(README_MARKERS[0]), text.find(README_MARKERS[1])
+    if start < 0 or end < start:
+        raise ValueError(f"{path}: expected the lines {README_MARKERS[0]} and then {README_MARKERS[1]}")
+    head = text[: start + len(README_MARKERS[0])]
+    path.write_text(head + "\n" + "\n".join(lines) + "\n" + text[end:], encoding="utf-8")
 
 
 def reported_table(doc: Path = DOC) -> list[str]:
@@ -492,6 +552,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--output-dir", default="runs/leaderboard", help="Where data and runs go.")
     parser.add_argument("--report", default=None,
                         help="Path prefix of the .md / .png / .json (default benchmarks/leaderboard; --quick: OUTPUT_DIR/leaderboard).")
+    parser.add_argument("--readme", default=None,
+                        help="Also write the short table of --readme-benchmark between the leaderboard markers of this "
+                        "file (README.md).")
+    parser.add_argument("--readme-benchmark", choices=("generated", "proxy"), default="generated")
     parser.add_argument("--report-only", action="store_true", help="Train nothing: the tables of the finished runs.")
     parser.add_argument("--quick", action="store_true", help="Tiny data and model, 2 epochs, one ratio per protocol, seed 0.")
     args = parser.parse_args(argv)
@@ -546,6 +610,9 @@ def main(argv: list[str] | None = None) -> int:
         if "rows" in result:
             suffix = "" if len(results) == 1 or name == "generated" else f"_{name}"
             plot(result["rows"], args.protocols, prefix.with_name(prefix.name + suffix + ".png"))
+    if args.readme and "rows" in results.get(args.readme_benchmark, {}):
+        excerpt = readme_excerpt(results[args.readme_benchmark], table_columns(args), args.seeds)
+        write_readme_excerpt(Path(args.readme), excerpt)
     prefix.with_suffix(".json").write_text(json.dumps({"machine": machine(), "commit": commit(), "argv": args.argv,
                                                        "benchmarks": results}, indent=1, default=float))
     return 0

@@ -88,6 +88,40 @@ def test_notes_flag_a_method_below_vsepp_and_runs_still_improving(leaderboard):
     assert notes[1].endswith("ncr (ncr-caption 50% seed 0)") and len(notes) == 2
 
 
+def test_readme_excerpt_ranks_methods_by_their_mean_share_of_the_oracle(leaderboard, tmp_path):
+    rows = [_row("oracle", "ncr-caption", 0.2, 0, 400.0, mode="one network"),
+            _row("oracle", "decl-image", 0.4, 0, 200.0, mode="one network"),
+            _row("vsepp", "ncr-caption", 0.2, 0, 300.0, mode="one network"),
+            _row("vsepp", "decl-image", 0.4, 0, 100.0, mode="one network"),
+            _row("ncr", "ncr-caption", 0.2, 0, 320.0, mode="mean of 2 networks"),
+            _row("ncr", "ncr-caption", 0.2, 0, 200.0, mode="network A alone"),
+            _row("ncr", "decl-image", 0.4, 0, 160.0, mode="mean of 2 networks")]
+    lines = leaderboard.readme_excerpt({"rows": rows, "description": "a benchmark"},
+                                       [("ncr-caption", 0.2), ("decl-image", 0.4)], [0])
+    table = [line for line in lines if line.startswith("| ") and "---" not in line][1:]
+    # ncr: (80% + 80%) / 2 = 80% ahead of vsepp: (75% + 50%) / 2 = 62.5%; network A alone is not a row
+    assert table == ["| ncr, mean of 2 networks | 320.0 (80%) | 160.0 (80%) |",
+                     "| vsepp | 300.0 (75%) | 100.0 (50%) |", "| oracle | 400.0 | 200.0 |"]
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n<!-- leaderboard:start -->\nold\n<!-- leaderboard:end -->\nafter\n")
+    leaderboard.write_readme_excerpt(readme, ["new"])
+    assert readme.read_text() == "# x\n<!-- leaderboard:start -->\nnew\n<!-- leaderboard:end -->\nafter\n"
+    readme.write_text("no markers\n")
+    with pytest.raises(ValueError, match="README.md: expected the lines <!-- leaderboard:start -->"):
+        leaderboard.write_readme_excerpt(readme, ["new"])
+
+
+def test_the_readmes_table_is_the_committed_leaderboards(leaderboard):
+    committed = json.loads((BENCHMARKS / "leaderboard.json").read_text())
+    args = leaderboard.parse_args(committed["argv"])
+    expected = leaderboard.readme_excerpt(committed["benchmarks"][args.readme_benchmark],
+                                          leaderboard.table_columns(args), args.seeds)
+    readme = (BENCHMARKS.parent / "README.md").read_text()
+    start, end = (readme.index(marker) for marker in leaderboard.README_MARKERS)
+    assert readme[start:end].splitlines()[1:] == expected, "README's leaderboard excerpt differs from its JSON: " \
+        "python benchmarks/leaderboard.py --report-only --readme README.md ..."
+
+
 def test_cost_counts_cpu_time_of_every_run(leaderboard):
     rows = [_row("a", "ncr-caption", 0.5, 0, 1.0, cpu_seconds=1800.0), _row("b", "ncr-caption", 0.5, 0, 1.0, cpu_seconds=1800.0)]
     line = leaderboard.cost_line(rows, 120.0)
