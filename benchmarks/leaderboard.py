@@ -30,7 +30,13 @@ rate, then at a tenth of it until the validation rSum has not improved for ``--p
 epochs (at most 10 more); the best-validation checkpoint is tested. The **oracle**
 (``--oracle-method``, VSE++'s triplet) trains the same way on exactly the clean pairs, for
 at least as many optimiser steps as any method at that ratio and seed; a method's share is
-its test rSum over the oracle's, per seed, then averaged.
+its test rSum over its oracle's, per seed, then averaged. A method trained by another rule
+than the oracle method (optimiser, learning rate, weight decay, decay factor or the model
+fields its plugin asks for, :func:`training_rule`: TcVSE's AdamW at 5e-4 and max pooling,
+DECL's 5e-4, UGNCL's two image views) has an oracle of its own, ``oracle (M)``: the method
+itself on exactly the clean pairs under the same converged rule; the table names each row's
+oracle. Where a method falls below VSE++, the notes point to its ``docs/methods`` page's
+section "On the leaderboard", where the cause is measured.
 
 Evaluation modes, named in every row: the model as its method ranks (``one network``, the
 ``mean of K networks`` of a co-trained method, or the plugin's own ``inference_similarity``);
@@ -40,7 +46,10 @@ similarities averaged (``SGRAF``).
 
 Resumable run by run: each run leaves ``row.json`` under
 ``--output-dir/<benchmark>/<protocol>/`` and is reused; a run killed part way continues from
-its latest checkpoint; runs of methods installed later train when the script is run again.
+its latest checkpoint; runs of methods installed later train when the script is run again. A
+run whose ``run_config.yaml`` differs from the plan in a training field (its method's settings
+changed since, or an oracle's step floor grew) trains again from the start; ``--report-only``
+shows it and names it in the notes.
 ``--jobs N`` trains N runs at once, each in its own process (one GPU each where there are
 several; ``--threads`` CPU threads each, default 1). Writes ``--report`` ``.md`` (measured table,
 then the papers' reported numbers from ``docs/reproduction.md``, never mixed), ``.png``
