@@ -419,12 +419,12 @@ def _count(values: list[int]) -> str:
 
 
 def cause_page(method: str, docs: Path = METHOD_DOCS) -> str | None:
-    """Where the cause of ``method``'s place on the leaderboard is measured: its ``docs/methods`` page, when that page
-    has a section :data:`CAUSE_SECTION`."""
+    """Where the cause of ``method``'s place on the leaderboard is measured: its ``docs/methods`` page and the first
+    section whose heading starts with :data:`CAUSE_SECTION`, when the page has one."""
     page = docs / f"{method}.md"
-    if page.is_file() and any(line.strip() == CAUSE_SECTION for line in page.read_text().splitlines()):
-        return f"docs/methods/{method}.md, \"{CAUSE_SECTION.lstrip('# ')}\""
-    return None
+    headings = [line.strip() for line in page.read_text().splitlines()] if page.is_file() else []
+    heading = next((line for line in headings if line.startswith(CAUSE_SECTION)), None)
+    return f"docs/methods/{method}.md, \"{heading.lstrip('# ')}\"" if heading else None
 
 
 def notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, docs: Path = METHOD_DOCS) -> list[str]:

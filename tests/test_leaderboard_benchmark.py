@@ -161,6 +161,8 @@ def test_notes_flag_a_method_below_vsepp_and_runs_still_improving(leaderboard, t
     (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard\n\nWhy.\n")
     assert leaderboard.notes(rows, docs=docs)[0].endswith('; the cause, measured: docs/methods/gsc.md, "On the leaderboard"')
     assert leaderboard.notes(rows)[0] == leaderboard.notes(rows, docs=docs)[0]  # GSC's own page has the section
+    (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard: why GSC falls below VSE++\n")
+    assert leaderboard.notes(rows, docs=docs)[0].endswith('docs/methods/gsc.md, "On the leaderboard: why GSC falls below VSE++"')
 
 
 def test_cost_counts_cpu_time_of_every_run(leaderboard):
