@@ -478,17 +478,21 @@ README_MARKERS = ("<!-- leaderboard:start -->", "<!-- leaderboard:end -->")
 
 def readme_excerpt(result: dict[str, Any], columns: list[tuple[str, float]], seeds: list[int]) -> list[str]:
     """The README's short table of one benchmark's ``result``: a row per method as it ranks (its first evaluation
-    mode, not ``network A alone`` nor SGRAF), test rSum and share of the oracle (mean over ``seeds``) per protocol and
-    ratio of ``columns``, the methods by their mean share, best first; the oracle last."""
+    mode, not ``network A alone`` nor SGRAF), test rSum and share of its oracle (:func:`oracle_of`; mean over
+    ``seeds``) per protocol and ratio of ``columns``, the methods by their mean share, best first; the VSE++ oracle
+    last, a method's own oracle not shown."""
+    oracles = result.get("oracles", {})
     rows = [r for r in result["rows"] if r["mode"] not in (NETWORK_A, SGRAF)]
-    oracle = {(r["protocol"], r["noise_ratio"], r["seed"]): r["test"]["rsum"] for r in rows if r["method"] == ORACLE}
+    oracle = {(r["method"], r["protocol"], r["noise_ratio"], r["seed"]): r["test"]["rsum"]
+              for r in rows if is_reference(r["method"])}
     table: dict[str, dict[tuple[str, float], tuple[float, float | None]]] = {}
-    for method in sorted({r["method"] for r in rows}):
+    for method in sorted({r["method"] for r in rows if not is_reference(r["method"]) or r["method"] == ORACLE}):
         for column in columns:
             group = [r for r in rows if r["method"] == method and (r["protocol"], r["noise_ratio"]) == column]
             if group:
-                shares = [100 * r["test"]["rsum"] / oracle[(*column, r["seed"])]
-                          for r in group if (*column, r["seed"]) in oracle]
+                keys = [(oracle_of(r, oracles), *column, r["seed"]) for r in group]
+                shares = [100 * r["test"]["rsum"] / oracle[key] for r, key in zip(group, keys, strict=True)
+                          if oracle.get(key)]
                 table.setdefault(method, {})[column] = (statistics.mean(r["test"]["rsum"] for r in group),
                                                         statistics.mean(shares) if shares else None)
 
@@ -497,9 +501,10 @@ def readme_excerpt(result: dict[str, Any], columns: list[tuple[str, float]], see
         return is_reference(method), -(statistics.mean(shares) if shares else 0.0)
 
     modes = {r["method"]: r["mode"] for r in rows}
-    lines = [f"Test rSum (share of the oracle), {result['description']}, seeds {seeds}; "
-             "[benchmarks/leaderboard.md](benchmarks/leaderboard.md) has every evaluation mode, the notes and the "
-             "cost:", "", "| method | " + " | ".join(f"`{p}` {r:.0%}" for p, r in columns) + " |",
+    seeds_text = f"seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}"
+    lines = [f"Test rSum (share of its oracle), {result['description']}, {seeds_text}; "
+             "[benchmarks/leaderboard.md](benchmarks/leaderboard.md) has every evaluation mode, each row's oracle, "
+             "the notes and the cost:", "", "| method | " + " | ".join(f"`{p}` {r:.0%}" for p, r in columns) + " |",
              "|---|" + "---|" * len(columns)]
     for method in sorted(table, key=rank):
         cells = []
@@ -558,7 +563,8 @@ def plot(rows: list[dict[str, Any]], protocols: list[str], path: Path) -> Path |
     plt = pyplot()
     if plt is None:
         return None
-    figure, axes = plt.subplots(1, len(protocols), figsize=(5.2 * len(protocols), 4.2), squeeze=False)
+    figure, axes = plt.subplots(1, len(protocols), figsize=(5.2 * len(protocols) + 2.2, 4.6), squeeze=False,
+                                layout="constrained")
     labels = sorted({(r["method"], r["mode"]) for r in rows})
     colors = {label: plt.cm.tab20(index % 20) for index, label in enumerate(sorted({m for m, _ in labels}))}
     for axis, protocol in zip(axes[0], protocols, strict=True):
@@ -577,8 +583,9 @@ def plot(rows: list[dict[str, Any]], protocols: list[str], path: Path) -> Path |
         axis.set_title(f"protocol {protocol}", fontsize=10)
         axis.set_xlabel("noise ratio (%)")
         axis.set_ylabel("test rSum")
-        if axis.lines:
-            axis.legend(fontsize=7)
+    handles = {label: handle for axis in axes[0] for handle, label in zip(*axis.get_legend_handles_labels(), strict=True)}
+    if handles:  # one legend for both panels, beside them
+        figure.legend(list(handles.values()), list(handles), loc="outside right center", fontsize=7)
     return save_png(figure, path)
 
 
