@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from hfncl.hookspecs import hookimpl
 from hfncl.models.encoders import l2norm
-from hfncl.models.sgraf import unpack_local
+from hfncl.models.heads import unpack_local
 from hfncl.options import MethodOptions, option
 from hfncl.toolkit import bibtex_citation, same_terms_in_warmup
 
@@ -41,7 +41,7 @@ def structure_embeddings(embeds: torch.Tensor) -> torch.Tensor:
     """The representation I_i (T_i) whose cosines form the intra-modal structure (Sec. 3.1).
 
     Pooled embeddings (B, d) are used as they are. Packed local features (B, T, d + 1) of
-    a local-feature head (:func:`hfncl.models.sgraf.pack_local`) become the mean of their
+    a local-feature head (:func:`hfncl.models.heads.pack_local`) become the mean of their
     L2-normalised valid positions: SGRAF's global mean, the query of its attention pooling.
     """
     if embeds.dim() == 2:

@@ -9,7 +9,7 @@ from typing import Any
 from transformers import PretrainedConfig
 
 from hfncl.hub.record import IncompatibleCheckpointError
-from hfncl.models.head_registry import check_head_name
+from hfncl.models.heads import check_head_name
 from hfncl.models.towers import resolve_tower_config
 
 CHECKPOINT_FORMAT = 2
