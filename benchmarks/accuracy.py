@@ -101,11 +101,16 @@ def commit() -> str:
     return head.stdout.strip() + ("+" if dirty.stdout.strip() else "")
 
 
-def prepare_benchmark(name: str, args: argparse.Namespace, output_dir: Path) -> tuple[Path | None, str]:
-    """The benchmark's precomp directory and a line describing it; ``None`` and the reason when it cannot be built."""
+def prepare_benchmark(
+    name: str, args: argparse.Namespace, output_dir: Path, generated: SyntheticConfig = GENERATED,
+    proxy: ProxyConfig = PROXY,
+) -> tuple[Path | None, str]:
+    """The benchmark's precomp directory and a line describing it (``generated``, ``proxy``: the sizes of the
+    generated benchmark and of the proxy); ``None`` and the reason when it cannot be built."""
     if name == "generated":
-        config = QUICK_GENERATED if args.quick else GENERATED
-        directory = generate_precomp(output_dir / "data_generated", config)
+        config = QUICK_GENERATED if args.quick else generated
+        suffix = "" if config in (GENERATED, QUICK_GENERATED) else f"_{config.num_train}"
+        directory = generate_precomp(output_dir / f"data_generated{suffix}", config)
         return directory, (
             f"generated benchmark ({config.num_train} train images x {config.captions_per_image} captions, "
             f"{config.num_test} test images)"
@@ -114,8 +119,9 @@ def prepare_benchmark(name: str, args: argparse.Namespace, output_dir: Path) -> 
     if isinstance(sources, str):
         return None, f"proxy skipped: {sources}"
     captions, encoder = sources
-    config = QUICK_PROXY if args.quick else PROXY
-    directory = build_caption_proxy(captions, output_dir / "data_proxy", encoder, config)
+    config = QUICK_PROXY if args.quick else proxy
+    suffix = "" if config in (PROXY, QUICK_PROXY) else f"_{config.max_images}"
+    directory = build_caption_proxy(captions, output_dir / f"data_proxy{suffix}", encoder, config)
     return directory, (
         f"real-text proxy from {captions.name} (MiniLM token vectors of caption #{config.region_caption} as "
         f"{config.max_regions} regions, the other captions as texts; {config.num_test} test images)"
@@ -141,19 +147,21 @@ def oracle_row(method: str, first: str) -> str:
     return ORACLE if method == first else f"{ORACLE} ({method})"
 
 
-def jobs(args: argparse.Namespace, data_dir: Path) -> list[Job]:
-    """Every run of the table: per ratio and seed, each method, then the oracles and the half-data control (noisy ratios)."""
+def jobs(args: argparse.Namespace, data_dir: Path, noise_kind: str = "caption") -> list[Job]:
+    """Every run of the table: per ratio and seed, each method, then the oracles and the half-data control (noisy
+    ratios); ``noise_kind`` ``"caption"`` (NCR protocol) or ``"image"`` (DECL protocol)."""
     out = []
     first = args.oracle_method[0]
     for ratio in args.ratios:
         for seed in args.seeds:
-            noisy = DataArguments(data_dir=str(data_dir), noise_ratio=ratio, noise_seed=seed)
+            noisy = DataArguments(data_dir=str(data_dir), noise_ratio=ratio, noise_seed=seed, noise_kind=noise_kind)
             if not args.references_only:
                 out += [Job(run.plugin, run, seed, noisy) for run in method_runs(args.methods, ratio, args.settings)]
             if ratio == 0.0 or args.no_references:
                 continue
             vocab = str(training_vocabulary(data_dir))
-            references = [(oracle_row(method, first), method, oracle_split(data_dir, ratio, seed)) for method in args.oracle_method]
+            references = [(oracle_row(method, first), method, oracle_split(data_dir, ratio, seed, noise_kind))
+                          for method in args.oracle_method]
             if not args.no_half_data:
                 references.append((HALF_DATA, first, half_data_split(data_dir, ratio)))
             for row, method, split in references:

@@ -3,7 +3,7 @@
     python benchmarks/hardest_negatives.py RUN_DIR                       # RUN_DIR/best, 20 batches of 128
     python benchmarks/hardest_negatives.py RUN_DIR --checkpoint RUN_DIR/checkpoints/step-...-epoch-0010
 
-For NCR's co-training collapse on the real-text proxy (``benchmarks/README.md``, "A warmup long enough to rank"):
+For NCR's co-training collapse on the real-text proxy (``docs/methods/ncr.md``, "The wrong positives, not the same-image negatives"):
 the clean part trains the hardest negative of the batch with soft margins (NCR Eq. 6), so two candidates could
 feed it bad gradients, and this script measures both on the model the co-training starts from. A *same-image
 negative* is another caption of the row's image in the batch (a proxy of 4 captions per image holds one for about

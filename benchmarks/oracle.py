@@ -2,10 +2,12 @@
 
 A method never sees which training pairs are wrong. A benchmark does: it generated the
 noise. From the same noise index that :func:`hfncl.tasks.pairs.prepare_data` builds for a
-ratio and seed (:func:`hfncl.data.noise.caption_level_noise`), this module writes two extra
+ratio, seed and noise kind (:func:`hfncl.data.noise.make_noise`: NCR's caption level or
+DECL's image level), this module writes two extra
 training splits into the benchmark's precomp directory, beside ``train``:
 
-- the **oracle** split ``train_oracle_<ratio>_seed<seed>``: exactly the clean pairs of the
+- the **oracle** split ``train_oracle_<ratio>_seed<seed>`` (``train_oracle_image_...`` under
+  image-level noise): exactly the clean pairs of the
   noisy training set, one caption per row (an image with c clean captions appears c
   times: within a batch, a repeated image is a negative of the other's caption, as two
   captions of one image already are in the full split);
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hfncl.data.noise import caption_level_noise
+from hfncl.data.noise import make_noise
 from hfncl.data.precomp import read_captions
 from hfncl.data.vocab import Vocabulary
 
@@ -35,14 +37,15 @@ def _train_split(data_dir: Path) -> tuple[np.ndarray, list[str], int]:
     return images, captions, len(captions) // len(images)
 
 
-def clean_caption_mask(data_dir: str | Path, ratio: float, seed: int) -> np.ndarray:
-    """``(n_captions,)`` bool: the training captions that the NCR-protocol noise at ``ratio`` and ``seed`` leaves on their image."""
+def clean_caption_mask(data_dir: str | Path, ratio: float, seed: int, kind: str = "caption") -> np.ndarray:
+    """``(n_captions,)`` bool: the training captions that the noise of ``kind`` (``"caption"``: NCR protocol,
+    ``"image"``: DECL protocol) at ``ratio`` and ``seed`` leaves on their image."""
     images, captions, per_image = _train_split(Path(data_dir))
-    return _clean_captions(len(images), per_image, ratio, seed)
+    return _clean_captions(len(images), per_image, ratio, seed, kind)
 
 
-def _clean_captions(num_images: int, per_image: int, ratio: float, seed: int) -> np.ndarray:
-    pairing = caption_level_noise(num_images, per_image, ratio, seed)
+def _clean_captions(num_images: int, per_image: int, ratio: float, seed: int, kind: str = "caption") -> np.ndarray:
+    pairing = make_noise(kind, num_images, per_image, ratio, seed)
     return pairing == np.arange(num_images * per_image) // per_image
 
 
@@ -57,12 +60,13 @@ def _write_split(data_dir: Path, name: str, images: np.ndarray, rows: np.ndarray
     return name
 
 
-def oracle_split(data_dir: str | Path, ratio: float, seed: int) -> str:
-    """Write (once) the split of exactly the clean training pairs at ``ratio`` and ``seed``; returns its name."""
+def oracle_split(data_dir: str | Path, ratio: float, seed: int, kind: str = "caption") -> str:
+    """Write (once) the split of exactly the clean training pairs at ``ratio``, ``seed`` and noise ``kind``; returns
+    its name."""
     data_dir = Path(data_dir)
     images, captions, per_image = _train_split(data_dir)
-    kept = np.flatnonzero(_clean_captions(len(images), per_image, ratio, seed))
-    name = f"train_oracle_{round(ratio * 100)}_seed{seed}"
+    kept = np.flatnonzero(_clean_captions(len(images), per_image, ratio, seed, kind))
+    name = f"train_oracle_{'' if kind == 'caption' else kind + '_'}{round(ratio * 100)}_seed{seed}"
     return _write_split(data_dir, name, images, kept // per_image, [captions[c] for c in kept])
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from hfncl.choices import AUTO, FEATURE_DTYPES, LABEL_NOISE_KINDS, NOISE_KINDS, check_format_name
 from hfncl.config import check_field_types
+from hfncl.limits import check_sizes
 
 
 @dataclass
@@ -154,6 +155,7 @@ class ModelArguments:
 
     def __post_init__(self) -> None:
         check_field_types(self)
+        check_sizes(asdict(self), "ModelArguments")
 
     def explicit(self) -> dict[str, Any]:
         """The fields given a value; ``text_tower`` NAME becomes ``text_tower="transformer"``, ``text_tower_name=NAME``
@@ -239,9 +241,19 @@ class CategoryModelArguments:
 
     def __post_init__(self) -> None:
         check_field_types(self)
+        check_sizes(asdict(self), "CategoryModelArguments")
+
+
+ARGUMENTS_OF_KIND: dict[str, tuple[type[Any], type[Any]]] = {
+    "pairs": (DataArguments, ModelArguments),
+    "labels": (LabelDataArguments, CategoryModelArguments),
+}
+"""The data and model arguments of each kind of data (its task's ``data_arguments`` and ``model_arguments``,
+:mod:`hfncl.tasks`), for a recipe's ``--help`` that imports no task."""
 
 
 __all__ = [
+    "ARGUMENTS_OF_KIND",
     "AUTO",
     "CategoryModelArguments",
     "DataArguments",

@@ -2,8 +2,8 @@
 
 Each subcommand is a module of :mod:`hfncl.commands` (as transformers' ``commands/``): its
 ``add_parser(subparsers)`` declares the subcommand's arguments and sets the handler that runs it
-(``set_defaults(func=...)``, returning the exit status). :data:`COMMANDS` lists the modules in the
-order ``hfncl --help`` shows them; a new subcommand is a new module and a line here.
+(``set_defaults(func=...)``, returning the exit status). :data:`COMMANDS` lists them in the
+order ``hfncl --help`` shows them; a new subcommand is a new module and a name here.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ import sys
 from importlib import import_module
 from importlib.metadata import version
 
+from hfncl.commands.common import BothSpellingsParser
 from hfncl.registry import PluginError
 
-COMMANDS = ("plugins", "demo", "card", "push", "evaluate", "extract", "train", "audit", "check-plugin")
+COMMANDS = ("plugins", "demo", "card", "push", "evaluate", "extract", "train", "audit", "check-plugin", "data")
 """The subcommands, each the module of :mod:`hfncl.commands` of its name (``-`` written ``_``)."""
 
 
@@ -26,7 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="hfncl", description="Learning image-text retrieval from noisy pairs, one plugin per method."
     )
     parser.add_argument("--version", action="version", version=f"hfncl {version('hfncl')}")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    subparsers = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, parser_class=BothSpellingsParser
+    )
     for name in COMMANDS:
         import_module(f"hfncl.commands.{name.replace('-', '_')}").add_parser(subparsers)
     return parser

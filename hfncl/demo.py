@@ -33,17 +33,12 @@ import datasets
 import transformers
 
 from hfncl.config import TrainConfig, one_line
-from hfncl.data.synthetic import SyntheticConfig
+from hfncl.data.synthetic import SIZES, SyntheticConfig
 from hfncl.experiment import run_experiment
 from hfncl.plugins import PluginError, first_answer, installed_entry_points
 from hfncl.tasks import LABELS, PAIRS, TASKS, ExperimentTask, task_of_plugins
 
-DEMO_SIZES = {
-    "tiny": SyntheticConfig(num_train=200, num_dev=50, num_test=100),
-    "quick": SyntheticConfig(num_train=600, num_dev=100, num_test=200),
-    "small": SyntheticConfig(num_train=800, num_dev=200, num_test=500),
-    "full": SyntheticConfig(),
-}
+DEMO_SIZES = SIZES
 
 
 @dataclass(frozen=True)
@@ -308,10 +303,12 @@ def main(
     ]
     table = "\n\n".join(tables)
     print(table)
-    Path(output_dir, "comparison.md").write_text(table + "\n")
-    Path(output_dir, "comparison.json").write_text(
+    saved = Path(output_dir, "comparison.md")
+    saved.write_text(table + "\n")
+    saved.with_suffix(".json").write_text(
         json.dumps([{k: v for k, v in r.items() if k != "history"} for r in results], indent=1, default=float)
     )
+    print(f"table saved to {saved} (every run's figures: {saved.with_suffix('.json')})")
     return 1 if any("error" in r for r in results) else 0
 
 

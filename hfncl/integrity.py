@@ -22,8 +22,11 @@ from pathlib import Path
 MANIFEST = "hfncl_manifest.json"
 _CHUNK = 1 << 20
 LOW_SPACE_BYTES = 16 << 20
-"""Free space under which a write error without an errno (torch's ``PytorchStreamWriter failed writing``) is
-taken for a full disk."""
+"""Free space under which a write error without an errno (torch's ``PytorchStreamWriter failed writing``, a C++
+stream's ``basic_ios::clear: iostream error``) is taken for a full disk."""
+WRITE_ERRORS = ("writ", "iostream error")
+"""What the messages of writers that keep no errno say (torch's ``PytorchStreamWriter failed writing file``, the
+C++ stream's ``basic_ios::clear: iostream error`` under torch's and safetensors' savers)."""
 
 
 class IntegrityError(OSError):
@@ -40,7 +43,8 @@ def writing(directory: str | Path, what: str) -> Iterator[None]:
 
     A full disk is an ``OSError`` with ``errno.ENOSPC`` (in the error or its causes), or a
     ``RuntimeError`` of a writer that keeps no errno (torch's ``[enforce fail at
-    inline_container.cc...] PytorchStreamWriter failed writing file``) while the disk has
+    inline_container.cc...] PytorchStreamWriter failed writing file``, ``basic_ios::clear: iostream
+    error``: :data:`WRITE_ERRORS`) while the disk has
     less than :data:`LOW_SPACE_BYTES` free. Other errors pass unchanged.
     """
     directory = Path(directory)
@@ -67,7 +71,7 @@ def _chain(error: BaseException) -> Iterator[BaseException]:
 def _disk_full(error: BaseException, directory: Path) -> bool:
     if any(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in _chain(error)):
         return True
-    if not isinstance(error, RuntimeError) or "writ" not in str(error):
+    if not isinstance(error, RuntimeError) or not any(said in str(error) for said in WRITE_ERRORS):
         return False
     existing = next((p for p in (directory, *directory.parents) if p.exists()), Path.cwd())
     return shutil.disk_usage(existing).free < LOW_SPACE_BYTES

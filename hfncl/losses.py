@@ -56,6 +56,18 @@ def triplet_hardest_negative(similarity: torch.Tensor, margin: float | torch.Ten
     return to_text.max(dim=1).values + to_image.max(dim=0).values
 
 
+def triplet_hardest_negative_in_parts(
+    similarity: torch.Tensor, parts: list[torch.Tensor], margins: torch.Tensor
+) -> torch.Tensor:
+    """:func:`triplet_hardest_negative` within each part of a batch, summed over parts and pairs.
+
+    ``parts`` are position tensors (a part's hardest negatives come from the part alone, as when each part is a
+    batch of its own); ``margins`` are per pair (B,) or per cell (B, B). Zero, in the graph, without parts.
+    """
+    of_part = (lambda p: margins[p][:, p]) if margins.dim() == 2 else (lambda p: margins[p])
+    return sum((triplet_hardest_negative(similarity[p][:, p], of_part(p)).sum() for p in parts), similarity.sum() * 0)
+
+
 def soft_margin(labels: torch.Tensor, margin: float, curve: float) -> torch.Tensor:
     """A triplet margin that grows with a soft correspondence label y in [0, 1]: (m^y - 1) / (m - 1) * margin.
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +90,58 @@ def implemented_hooks(plugin: Any) -> tuple[str, ...]:
     return tuple(name for name in hook_names() if hasattr(getattr(plugin, name, None), marker))
 
 
+DECLARATIONS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "options": (lambda answer: inspect.isclass(answer) and issubclass(answer, MethodOptions),
+                "a MethodOptions subclass (the class itself) or None"),
+    "option_defaults": (lambda answer: isinstance(answer, dict), "a dict of option name -> default, or None"),
+    "citation": (lambda answer: isinstance(answer, str), "a BibTeX string or None"),
+    "demo_settings": (lambda answer: isinstance(answer, dict), "a dict of TrainConfig fields or None"),
+    "audit_settings": (lambda answer: isinstance(answer, dict), "a dict of TrainConfig fields or None"),
+    "data_kind": (lambda answer: isinstance(answer, str), "a data kind such as 'pairs' (a str) or None"),
+    "model_defaults": (lambda answer: isinstance(answer, dict), "a dict of NCLConfig fields or None"),
+}
+"""The hooks that take no argument (what a plugin declares), each with a test of its answer and the answer
+expected; ``None`` is always allowed."""
+
+
+def check_declarations(manager: pluggy.PluginManager) -> None:
+    """Call every registered plugin's declaration hooks (:data:`DECLARATIONS`) and check the type of each answer.
+
+    Raises:
+        PluginError: in one line naming the plugin, the hook and the type expected, for a hook that raises or
+            answers another type.
+    """
+    for hook_name, (fits, expected) in DECLARATIONS.items():
+        for implementation in getattr(manager.hook, hook_name).get_hookimpls():
+            where = f"Plugin {implementation.plugin_name!r}: hook {hook_name}()"
+            try:
+                answer = implementation.function()
+            except Exception as error:
+                raise PluginError(f"{where} raised {type(error).__name__}: {error} (expected {expected})") from error
+            if answer is not None and not fits(answer):
+                shown = repr(answer)
+                shown = shown if len(shown) <= 60 else shown[:57] + "..."
+                raise PluginError(f"{where} returned {type(answer).__name__} {shown}, expected {expected}")
+
+
+_HOOK_ERRORS: dict[type[BaseException], type[PluginError]] = {}
+
+
+def hook_error(manager_hook: Any, hook_name: str, error: Exception) -> PluginError:
+    """``error`` (a ``TypeError`` or ``AttributeError``: most often a value of the wrong type) raised while hook
+    ``hook_name`` ran, as a :class:`PluginError` that is still of ``error``'s type, naming the plugins implementing
+    the hook and the type the hook specification says it returns."""
+    kind = type(error)
+    if kind not in _HOOK_ERRORS:
+        _HOOK_ERRORS[kind] = type(f"Plugin{kind.__name__}", (PluginError, kind), {"__doc__": PluginError.__doc__})
+    plugins = [impl.plugin_name for impl in reversed(getattr(manager_hook, hook_name).get_hookimpls())]
+    expected = str(inspect.signature(getattr(hookspecs, hook_name)).return_annotation).strip("'\"")
+    return _HOOK_ERRORS[kind](
+        f"hook {hook_name} of plugin {' / '.join(repr(name) for name in plugins)} failed with {kind.__name__}: "
+        f"{error} (the hook takes the arguments of hfncl.hookspecs.{hook_name} and returns {expected})"
+    )
+
+
 def build_plugin_manager(names: list[str]) -> pluggy.PluginManager:
     """A plugin manager with exactly the named plugins registered, validated against the spec.
 
@@ -119,6 +171,7 @@ def build_plugin_manager(names: list[str]) -> pluggy.PluginManager:
                 f"Plugin {name!r} implements unknown hook(s) {', '.join(unknown)}; "
                 f"the hooks are: {', '.join(hook_names())}"
             )
+    check_declarations(manager)
     return manager
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -25,7 +26,7 @@ from typing import Any, NoReturn
 
 import yaml
 
-from hfncl.arguments import DataArguments, ModelArguments
+from hfncl.arguments import ARGUMENTS_OF_KIND, DataArguments, ModelArguments
 from hfncl.config import RUN_ONLY_FIELDS, PluginOptions, TrainConfig, add_field_aliases, alias_value, one_line
 from hfncl.dataclass_parser import DataclassArgumentParser
 from hfncl.plugins import PluginError, check_plugin_names, run_plugins
@@ -54,16 +55,23 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
         return super()._get_help_string(action)
 
 
-def argument_types(plugins: list[str]) -> tuple[type[Any], type[Any]]:
+def argument_types(plugins: list[str], listed: bool = False) -> tuple[type[Any], type[Any]]:
     """The data and model argument dataclasses of the task of the data the ``plugins`` learn from
     (:func:`hfncl.tasks.task_of_plugins`, which imports the plugins); the pairs task's, without importing
-    anything, when no plugin is named.
+    anything, when no plugin is named. With ``listed`` (for ``--help``), the kind is read from the cached plugin
+    listing (:func:`hfncl.plugin_listing.listed_plugins`), which imports neither the plugins nor torch once built.
 
     Raises:
         PluginError: a plugin cannot be imported, or answers a data kind no task handles.
     """
     if not plugins:
         return DataArguments, ModelArguments
+    if listed:
+        from hfncl.plugin_listing import listed_plugins
+
+        kinds = {info.name: info.data_kind for info in listed_plugins() if info.error is None}
+        if all(name in kinds for name in plugins) and kinds[plugins[0]] in ARGUMENTS_OF_KIND:
+            return ARGUMENTS_OF_KIND[kinds[plugins[0]]]
     from hfncl.tasks import task_of_plugins
 
     task = task_of_plugins(plugins)
@@ -76,6 +84,7 @@ def run_recipe(
     defaults: dict[str, Any],
     argv: Sequence[str] | None = None,
     prog: str | None = None,
+    paper: str | None = None,
 ) -> int:
     """Parse ``argv`` into data, training and model arguments with the recipe's defaults; train; print results.
 
@@ -84,9 +93,12 @@ def run_recipe(
     features. ``defaults`` are values of those arguments and of TrainConfig that the recipe
     fixes unless the command line overrides them (the paper's settings for that dataset). Its
     ``options`` are plugin options the recipe sets: ``--options`` (or a ``--config`` file's)
-    add to them and override them by name, rather than replacing them all.
+    add to them and override them by name, rather than replacing them all. ``paper`` names the dataset the
+    defaults are the paper's schedule for (a key of :data:`hfncl.data.check.EXPECTED`): training data under a
+    tenth of its size starts with a line saying the schedule will not learn there, and the demo's settings that do.
     """
-    data_arguments, model_arguments = argument_types(plugins)
+    args = list(sys.argv[1:] if argv is None else argv)
+    data_arguments, model_arguments = argument_types(plugins, listed="-h" in args or "--help" in args)
     parser = OneLineErrorParser(
         (data_arguments, TrainConfig, model_arguments),
         description=description,
@@ -101,7 +113,6 @@ def run_recipe(
         default=argparse.SUPPRESS,
         help="Print the effective settings (data, training, model, plugin options) as JSON and exit; needs no data.",
     )
-    args = list(sys.argv[1:] if argv is None else argv)
     printing = "--print-config" in args
     if printing:
         args.remove("--print-config")
@@ -115,6 +126,10 @@ def run_recipe(
         if printing:
             print(json.dumps(effective_settings(data_args, config, model_args), indent=1, sort_keys=True))
             return 0
+        if paper is not None and os.environ.get("RANK", "0") == "0":  # once under accelerate launch
+            warning = small_data_warning(data_args, config.plugins, paper)
+            if warning is not None:
+                print(warning, flush=True)
         from hfncl.experiment import run_experiment, summary_line
 
         result = run_experiment(data_args, config, model_args)
@@ -123,6 +138,33 @@ def run_recipe(
         return 2
     print(summary_line(result, config.output_dir))
     return 0
+
+
+def small_data_warning(data_args: Any, plugins: list[str], paper: str) -> str | None:
+    """:func:`hfncl.data.check.paper_size_warning` of the run's training split, followed by the flags of the
+    plugins' quick-demo settings (:data:`hfncl.demo.QUICK`), the schedule that learns on a few hundred images."""
+    from hfncl.data.check import paper_size_warning
+
+    line = paper_size_warning(data_args.data_dir, data_args.train_split, paper)
+    if line is None:
+        return None
+    from hfncl.demo import QUICK, demo_runs, planned_runs
+
+    try:
+        (run, *_) = planned_runs(demo_runs(plugins=plugins[:1]), QUICK)
+    except PluginError:
+        return f"{line}; see hfncl demo --help for settings that learn on small data"
+    flags = " ".join(f"--{name.replace('_', '-')} {_flag_value(value)}" for name, value in run.settings.items())
+    return f"{line}; the demo's settings do (hfncl demo --plugins {run.plugin} trains them): {flags}"
+
+
+def _flag_value(value: Any) -> str:
+    """A setting as the command line takes it: a list space-separated, a mapping as quoted JSON."""
+    if isinstance(value, dict):
+        return f"'{json.dumps(value)}'"
+    if isinstance(value, (list, tuple)):
+        return " ".join(str(item) for item in value)
+    return str(value)
 
 
 def effective_settings(data_args: Any, config: TrainConfig, model_args: Any) -> dict[str, Any]:

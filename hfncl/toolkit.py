@@ -92,6 +92,20 @@ def division_plan(division: "Division", noisy: bool = True, keep_last: bool = Fa
     return BatchPlan({"clean": division.clean, **({"noisy": ~division.clean} if noisy else {})}, keep_last=keep_last)
 
 
+def batch_parts(clean: torch.Tensor, with_noisy: bool = True) -> list[torch.Tensor]:
+    """Positions of a batch's clean part and (``with_noisy``) of its noisy part, each left out when it has fewer than
+    two pairs (a part of one pair has no negative)."""
+    parts = [clean.nonzero().squeeze(1)] + ([(~clean).nonzero().squeeze(1)] if with_noisy else [])
+    return [part for part in parts if part.numel() > 1]
+
+
+def epoch_at_share(trainer: "TrainerView", share: float) -> int:
+    """The epoch ``share`` of the way through the epochs after warmup: ``warmup + int((epochs - warmup) * share)``
+    (when co-training methods let their noisy part join the loss)."""
+    warmup = trainer.config.warmup_epochs
+    return warmup + int((trainer.config.epochs - warmup) * share)
+
+
 def epoch_seed(seed: int, epoch: int) -> int:
     """A seed of its own for each epoch of a run: ``seed + 7919 * (epoch + 1)``."""
     return seed + EPOCH_STRIDE * (epoch + 1)

@@ -128,7 +128,7 @@ def demo_settings() -> dict[str, Any]:
 
 AUDIT_EPOCHS = 20
 """``hfncl audit``'s epochs: on real text (the whole proxy, 18000 pairs) 20 epochs estimate 50.9% of 50% wrong pairs
-and flag them at precision 0.924, where NCR's audit says 64.3% at 0.712 (benchmarks/README.md, "Auditing")."""
+and flag them at precision 0.924, where NCR's audit says 64.3% at 0.712 (benchmarks/README.md, "The audit")."""
 
 
 @hookimpl

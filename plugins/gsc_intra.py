@@ -27,33 +27,13 @@ import torch
 import torch.nn.functional as F
 
 from hfncl.hookspecs import hookimpl
-from hfncl.models.encoders import l2norm
-from hfncl.models.heads import unpack_local
+from hfncl.models.heads import global_embeddings as structure_embeddings
 from hfncl.options import MethodOptions, option
 from hfncl.toolkit import bibtex_citation, same_terms_in_warmup
 
 if TYPE_CHECKING:
     from hfncl.trainer_view import TrainerView
     from hfncl.types import PairOutputs
-
-
-def structure_embeddings(embeds: torch.Tensor) -> torch.Tensor:
-    """The representation I_i (T_i) whose cosines form the intra-modal structure (Sec. 3.1).
-
-    Pooled embeddings (B, d) are used as they are. Packed local features (B, T, d + 1) of
-    a local-feature head (:func:`hfncl.models.heads.pack_local`) become the mean of their
-    L2-normalised valid positions: SGRAF's global mean, the query of its attention pooling.
-    """
-    if embeds.dim() == 2:
-        return embeds
-    if embeds.dim() == 3:
-        states, mask = unpack_local(embeds)
-        weights = mask.unsqueeze(-1).to(states.dtype)
-        return (l2norm(states) * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1.0)
-    raise ValueError(
-        f"intra_modal_similarity expects (B, d) embeddings or packed (B, T, d + 1) local features, "
-        f"got {tuple(embeds.shape)}"
-    )
 
 
 def intra_modal_similarity(embeds: torch.Tensor) -> torch.Tensor:

@@ -21,9 +21,20 @@ import torch
 
 from hfncl.division import fit_loss_mixture, threshold_division
 from hfncl.hookspecs import hookimpl
-from hfncl.losses import soft_margin, triplet_hardest_negative, triplet_sum_negatives
+from hfncl.losses import soft_margin, triplet_hardest_negative_in_parts, triplet_sum_negatives
 from hfncl.options import MethodOptions, option
-from hfncl.toolkit import batch_index, batch_view, bibtex_citation, division_plan, networks_in_turn, peer, recorded_or_pass, training_batches
+from hfncl.toolkit import (
+    batch_index,
+    batch_parts,
+    batch_view,
+    bibtex_citation,
+    division_plan,
+    epoch_at_share,
+    networks_in_turn,
+    peer,
+    recorded_or_pass,
+    training_batches,
+)
 from hfncl.types import BatchPlan, Division
 from hfncl_plugins.ncr_labels import LABELS, predict
 
@@ -177,8 +188,7 @@ def records_are_current(trainer, epoch: int) -> bool:
 
 def noisy_part_start_epoch(trainer) -> int:
     """The first epoch whose L_soft includes the noisy part: ``ncr.noisy_part_start`` of the epochs after warmup."""
-    warmup = trainer.config.warmup_epochs
-    return warmup + int((trainer.config.epochs - warmup) * trainer.options_of(NCROptions).noisy_part_start)
+    return epoch_at_share(trainer, trainer.options_of(NCROptions).noisy_part_start)
 
 
 def noisy_part_trains(trainer) -> bool:
@@ -186,16 +196,10 @@ def noisy_part_trains(trainer) -> bool:
     return trainer.epoch >= noisy_part_start_epoch(trainer)
 
 
-def _parts(clean: torch.Tensor, with_noisy: bool = True) -> list[torch.Tensor]:
-    """Positions of the clean part and (``with_noisy``) of the noisy part of a batch; a part of one pair has no negative."""
-    parts = [clean.nonzero().squeeze(1)] + ([(~clean).nonzero().squeeze(1)] if with_noisy else [])
-    return [part for part in parts if part.numel() > 1]
-
-
 def _per_part(similarity: torch.Tensor, clean: torch.Tensor, settings: NCROptions) -> torch.Tensor:
     """Eq. 5's prediction for every pair, computed within the clean part and within the noisy part."""
     prediction = torch.zeros(clean.shape, device=similarity.device)
-    for part in _parts(clean):
+    for part in batch_parts(clean):
         prediction[part] = predict(similarity[part][:, part], settings.prediction, settings.alpha, settings.top_fraction)
     return prediction
 
@@ -226,14 +230,7 @@ def rectify(trainer, batch, net, division) -> dict[str, torch.Tensor]:
 def co_divide_only_loss(similarity: torch.Tensor, clean: torch.Tensor, alpha: float) -> torch.Tensor:
     """Table 4's ablation without co-rectify: L_soft (Eq. 6) with margin alpha (y = 1) on the clean part only (zero,
     in the graph, when it has fewer than two pairs)."""
-    return _loss_over_parts(similarity, _parts(clean, with_noisy=False), torch.full(clean.shape, alpha).to(similarity))
-
-
-def _loss_over_parts(similarity: torch.Tensor, parts: list[torch.Tensor], margins: torch.Tensor) -> torch.Tensor:
-    """Eq. 6 with per-pair (or, broadcast, per-cell) ``margins``, hardest negatives within each part, summed (zero,
-    in the graph, without parts)."""
-    of_part = (lambda p: margins[p][:, p]) if margins.dim() == 2 else (lambda p: margins[p])
-    return sum((triplet_hardest_negative(similarity[p][:, p], of_part(p)).sum() for p in parts), similarity.sum() * 0)
+    return triplet_hardest_negative_in_parts(similarity, batch_parts(clean, with_noisy=False), torch.full(clean.shape, alpha).to(similarity))
 
 
 @hookimpl
@@ -252,7 +249,7 @@ def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor] | Non
         own_prediction = _per_part(outputs.similarity.detach(), clean, settings)
     labels = LABELS[settings.label_layout](targets["clean_prob"], clean, own_prediction, peer_prediction)
     margins = soft_margin(labels, settings.alpha, settings.curve)
-    return {"soft_margin_triplet": _loss_over_parts(outputs.similarity, _parts(clean, "peer_prediction" in targets), margins)}
+    return {"soft_margin_triplet": triplet_hardest_negative_in_parts(outputs.similarity, batch_parts(clean, "peer_prediction" in targets), margins)}
 
 
 citation = bibtex_citation(Path(__file__).with_name("bibtex") / "ncr.bib")

@@ -17,6 +17,7 @@ if __name__ == "__main__":
         run_recipe(
             __doc__,
             plugins=["coteaching"],
+            paper="f30k",
             defaults={"epochs": 30, "lr_decay_epochs": [15], "output_dir": "runs/coteaching_f30k"},
         )
     )

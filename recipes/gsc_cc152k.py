@@ -21,6 +21,7 @@ if __name__ == "__main__":
         run_recipe(
             __doc__,
             plugins=["gsc"],
+            paper="cc152k",
             defaults={
                 "similarity": "sgr",
                 "epochs": 60,

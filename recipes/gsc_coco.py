@@ -18,6 +18,7 @@ if __name__ == "__main__":
         run_recipe(
             __doc__,
             plugins=["gsc"],
+            paper="coco",
             defaults={
                 "similarity": "sgr",
                 "epochs": 60,

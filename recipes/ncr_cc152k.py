@@ -23,6 +23,7 @@ if __name__ == "__main__":
         run_recipe(
             __doc__,
             plugins=["ncr"],
+            paper="cc152k",
             defaults={
                 "epochs": 50,
                 "warmup_epochs": 10,

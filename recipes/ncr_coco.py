@@ -24,6 +24,7 @@ if __name__ == "__main__":
         run_recipe(
             __doc__,
             plugins=["ncr"],
+            paper="coco",
             defaults={
                 "epochs": 30,
                 "warmup_epochs": 10,

@@ -23,6 +23,7 @@ if __name__ == "__main__":
         run_recipe(
             __doc__,
             plugins=["ncr"],
+            paper="f30k",
             defaults={
                 "epochs": 45,
                 "warmup_epochs": 5,

@@ -20,6 +20,7 @@ if __name__ == "__main__":
         run_recipe(
             __doc__,
             plugins=["tcvse"],
+            paper="coco",
             defaults={
                 "epochs": 25,
                 "learning_rate": 5e-4,

@@ -25,6 +25,7 @@ if __name__ == "__main__":
         run_recipe(
             __doc__,
             plugins=["ugncl"],
+            paper="cc152k",
             defaults={
                 "epochs": 45,
                 "warmup_epochs": 5,

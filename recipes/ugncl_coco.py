@@ -23,6 +23,7 @@ if __name__ == "__main__":
         run_recipe(
             __doc__,
             plugins=["ugncl"],
+            paper="coco",
             defaults={
                 "epochs": 22,
                 "warmup_epochs": 2,

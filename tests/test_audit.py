@@ -380,3 +380,35 @@ def test_a_killed_audit_resumes_from_its_last_checkpoint_and_finds_the_same_pair
     for column in ("p_image", "p_caption", "clean_prob", "flagged", "rank"):
         assert table[column] == expected[column], column
     assert (tmp_path / "model").is_dir() and not (tmp_path / "training").exists()
+
+
+@pytest.mark.slow
+def test_a_kill_while_the_checkpoints_are_removed_leaves_the_tables_and_a_resume_finishes_without_training(
+    audited, noisy_data, tmp_path, monkeypatch
+):
+    import hfncl.audit as audit_package
+    from hfncl.engine.trainer import Trainer
+
+    remove_training = audit_package.remove_training
+
+    def killed_while_removing(output):
+        raise KeyboardInterrupt
+
+    def run(**changes):
+        return audit(noisy_data[0], ["ncr"], tmp_path, EPOCHS, model_args=TINY_MODEL, training=AUDIT_TRAINING,
+                     progress=False, write_clean="train_clean", **changes)
+
+    monkeypatch.setattr(audit_package, "remove_training", killed_while_removing)
+    with pytest.raises(KeyboardInterrupt):
+        run()
+    for written in ("audit.parquet", "audit.html", "model", "train_clean_ims.npy", "training"):
+        assert (tmp_path / written).exists(), written  # the tables first, the checkpoints last
+    monkeypatch.setattr(audit_package, "remove_training", remove_training)
+    trained_epochs: list[int] = []
+    train_epoch = Trainer._train_epoch
+    monkeypatch.setattr(Trainer, "_train_epoch", lambda trainer, epoch: trained_epochs.append(epoch) or train_epoch(trainer, epoch))
+    table = run(resume=True)  # its own cleaned split is replaced, not refused
+    assert trained_epochs == []
+    for column in ("p_image", "p_caption", "clean_prob", "flagged", "rank"):
+        assert table[column] == audited[0][column], column
+    assert not (tmp_path / "training").exists() and (tmp_path / "train_clean_caps.txt").is_file()

@@ -36,9 +36,10 @@ def test_help_imports_no_model_train_help_names_its_command_and_a_closed_pipe_is
 
 def test_push_without_a_token_says_how_to_log_in_before_reading_anything(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(huggingface_hub, "get_token", lambda: None)
-    assert cli.main(["push", str(tmp_path / "missing"), "user/model"]) == 1
+    (tmp_path / "best").mkdir()  # an empty directory: the token is asked for before any file is read
+    assert cli.main(["push", str(tmp_path / "best"), "user/model"]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "`hf auth login` or set HF_TOKEN" in err and "missing" not in err
+    assert err.count("\n") == 1 and "`hf auth login` or set HF_TOKEN" in err and "config.json" not in err
 
 
 def test_a_network_failure_while_pushing_is_one_line(monkeypatch, tmp_path, capsys):

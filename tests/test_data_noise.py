@@ -17,6 +17,7 @@ from hfncl.data import (
     save_noise_index,
     shuffle_subset,
 )
+from hfncl.data.noise import NOISE_PROTOCOLS, pairing_protocol
 
 
 def test_caption_level_noise_is_seeded_and_keeps_every_image_k_times():
@@ -131,3 +132,65 @@ def test_published_noise_indices_read_as_they_are(name, num_images, ratio):
     pairing = load_noise_index(published_file(name), num_images, 5)
     assert pairing.shape == (num_images * 5,) and pairing.dtype == np.int64
     assert abs(clean_mask(pairing, 5).mean() - (1.0 - ratio)) < 0.03
+
+
+RCL_FILES = [
+    ("rcl_f30k_precomp_noise_inx_0.2.npy", 29000, 0.2),
+    ("rcl_f30k_precomp_noise_inx_0.5.npy", 29000, 0.5),
+    ("rcl_f30k_precomp_noise_inx_0.8.npy", 29000, 0.8),
+    ("rcl_coco_precomp_noise_inx_0.2.npy", 113287, 0.2),
+]
+
+
+def _fixed_points_among_picked(index: np.ndarray, ratio: float) -> int:
+    """``int(ratio * n)`` images picked (DECL's rule) less those that moved: the picked ones left on their own image."""
+    return int(ratio * len(index)) - int((index != np.arange(len(index))).sum())
+
+
+@pytest.mark.parametrize(("name", "num_images", "ratio"), RCL_FILES)
+def test_published_decl_files_permute_the_picked_images_among_themselves(name, num_images, ratio):
+    index = np.load(published_file(name), allow_pickle=False)
+    assert index.shape == (num_images,) and index.dtype == np.int64
+    np.testing.assert_array_equal(np.sort(index), np.arange(num_images))  # a permutation of the images
+    moved = np.flatnonzero(index != np.arange(num_images))
+    np.testing.assert_array_equal(np.sort(index[moved]), moved)  # the moved images take each other's places
+    assert 0 <= _fixed_points_among_picked(index, ratio) <= 4  # int(ratio * n) picked; Poisson(1) fixed points
+    pairing = load_noise_index(published_file(name), num_images, 5)
+    assert (pairing.reshape(num_images, 5) == index[:, None]).all()  # all 5 captions of an image move together
+    assert pairing_protocol(pairing, 5) == "decl-image"
+
+
+def test_published_decl_files_are_not_derangements():
+    """Measured 2026-12-06: 1, 0, 1 and 1 of the picked images stay on their own image (F30K 20 / 50 / 80%, COCO 20%):
+    DECL's code shuffles the picked images, it does not forbid fixed points; so does the generator."""
+    fixed = [_fixed_points_among_picked(np.load(published_file(name)), ratio) for name, _, ratio in RCL_FILES]
+    assert fixed == [1, 0, 1, 1]
+
+
+@pytest.mark.parametrize("ratio", [0.2, 0.4, 0.8])
+def test_generated_decl_noise_is_the_published_kind(ratio):
+    index = image_level_noise(5000, ratio, seed=3)
+    shuffled, picked = shuffle_subset(np.arange(5000), ratio, seed=3)
+    np.testing.assert_array_equal(index, shuffled)
+    assert len(picked) == int(ratio * 5000)  # the picked fraction is exact
+    np.testing.assert_array_equal(np.sort(index), np.arange(5000))
+    moved = np.flatnonzero(index != np.arange(5000))
+    assert set(moved) <= set(picked) and np.array_equal(np.sort(index[moved]), moved)
+    assert _fixed_points_among_picked(index, ratio) == len(picked) - len(moved)
+
+
+def test_generated_decl_fixed_points_follow_a_uniform_permutation_not_a_derangement():
+    """A uniform permutation of m picked images leaves Poisson(1) of them in place (P(none) = 1/e); a derangement none.
+    Over 2000 seeds: the share without a fixed point and the mean count, against 1/e and 1 (5 sd of the binomial)."""
+    fixed = np.array([_fixed_points_among_picked(image_level_noise(200, 0.4, seed), 0.4) for seed in range(2000)])
+    share_none, sd = (fixed == 0).mean(), np.sqrt(np.exp(-1) * (1 - np.exp(-1)) / 2000)
+    assert abs(share_none - np.exp(-1)) < 5 * sd
+    assert abs(fixed.mean() - 1.0) < 5 * np.sqrt(1.0 / 2000)
+
+
+def test_pairing_protocol_names_each_protocol():
+    assert pairing_protocol(make_noise("image", 100, 5, 0.4, 0), 5) == "decl-image"
+    assert pairing_protocol(make_noise("caption", 100, 5, 0.4, 0), 5) == "ncr-caption"
+    assert pairing_protocol(np.arange(500) // 5, 5) is None
+    assert pairing_protocol(image_level_noise(100, 0.4, 0), 1) == "ncr-caption"  # one caption per image: the same
+    assert NOISE_PROTOCOLS == {"caption": "ncr-caption", "image": "decl-image"}

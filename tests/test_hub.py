@@ -277,7 +277,7 @@ def drop_tensor(directory: Path) -> None:
             r"has 11 words but config\.json says vocab_size 12",
         ),
         (lambda d: (d / "model.safetensors").unlink(), r"has no model\.safetensors"),
-        (drop_tensor, r"missing \['networks\.1\.image_encoder\.fc\.weight'\]"),
+        (drop_tensor, r"do not fit its config\.json: tensor networks\.1\.image_encoder\.fc\.weight is missing$"),
         (lambda d: (d / RUN_RECORD).unlink(), r"hfncl_run\.json does not exist"),
     ],
 )
@@ -824,3 +824,109 @@ def test_a_local_path_that_does_not_exist_is_said_so_at_once_without_asking_the_
         with pytest.raises(OSError, match=r"does not exist: no such local directory"):
             NCLModel.from_pretrained(name)
     assert time.perf_counter() - started < 5
+
+
+# --- a model loads whole or not at all (issue 58) ---------------------------------------------------------------
+
+
+def _small_checkpoint(directory: Path) -> tuple[Path, dict[str, torch.Tensor]]:
+    """An untrained region model saved by ``save_pretrained``, and its tensors."""
+    NCLModel(NCLConfig(image_dim=8, vocab_size=20, embed_dim=8, word_dim=8)).save_pretrained(directory)
+    return directory, load_file(directory / "model.safetensors")
+
+
+def _first_float(weights: dict[str, torch.Tensor]) -> str:
+    return next(name for name, tensor in weights.items() if tensor.is_floating_point())
+
+
+@pytest.mark.parametrize(
+    ("case", "said"),
+    [
+        ("missing", r"tensor {name} is missing; nothing was loaded"),
+        ("extra", r"tensor extra\.weight is not one of the model's; nothing was loaded"),
+        ("mis-shaped", r"tensor {name} has shape \[3, 3\], the model's is \[\d+(, \d+)?\]; nothing was loaded"),
+        ("integers", r"tensor {name} is stored as I32 \(integer\), the model's is float32 \(float\) \(and \d+ more\)"),
+    ],
+)
+def test_a_checkpoint_whose_tensors_do_not_fit_its_model_is_refused_in_one_line_naming_the_tensor(
+    tmp_path, capsys, case, said
+):
+    checkpoint, weights = _small_checkpoint(tmp_path / "model")
+    name = _first_float(weights)
+    if case == "missing":
+        del weights[name]
+    elif case == "extra":
+        weights["extra.weight"] = torch.zeros(2)
+    elif case == "mis-shaped":
+        weights[name] = torch.zeros(3, 3)
+    else:
+        weights = {k: t.to(torch.int32) if t.is_floating_point() else t for k, t in weights.items()}
+    save_file(weights, checkpoint / "model.safetensors", metadata={"format": "pt"})
+    pattern = "The weights of .* do not fit its config.json: " + said.format(name=re.escape(name))
+    with pytest.raises(CheckpointError, match=pattern):
+        NCLModel.from_pretrained(checkpoint)
+    capsys.readouterr()
+    assert cli.main(["evaluate", str(checkpoint), "--data-dir", str(tmp_path)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and re.search(pattern, captured.err) and "LOAD REPORT" not in captured.out
+
+
+def test_half_precision_weights_load_and_the_loading_info_is_given_when_asked(tmp_path):
+    checkpoint, weights = _small_checkpoint(tmp_path / "model")
+    save_file({k: t.half() if t.is_floating_point() else t for k, t in weights.items()}, checkpoint / "model.safetensors",
+              metadata={"format": "pt"})
+    model, info = NCLModel.from_pretrained(checkpoint, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    assert isinstance(model, NCLModel)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("vocab_size", 10**10, "NCLConfig.vocab_size must be at most 16777216, got 10000000000"),
+        ("vocab_size", 1e10, "NCLConfig.vocab_size must be a positive integer, got 10000000000.0"),
+        ("embed_dim", 10**9, "NCLConfig.embed_dim must be at most 65536, got 1000000000"),
+        ("word_dim", 60000, r"NCLConfig.vocab_size x NCLConfig.word_dim = 16000000 x 60000 is a weight matrix"),
+    ],
+)
+def test_config_sizes_over_their_bounds_are_refused_before_any_allocation(tmp_path, capsys, field, value, said):
+    checkpoint, _ = _small_checkpoint(tmp_path / "model")
+    config = json.loads((checkpoint / "config.json").read_text())
+    config[field] = value
+    if field == "word_dim":  # each size within its bound, their product not
+        config["vocab_size"] = 16_000_000
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=said):
+        NCLModel.from_pretrained(checkpoint)
+    capsys.readouterr()
+    assert cli.main(["evaluate", str(checkpoint), "--data-dir", str(tmp_path)]) == 1
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_model_widths_over_their_bounds_are_refused_on_the_command_line_before_any_work(tmp_path, capsys):
+    from hfncl.tasks.pairs import ModelArguments
+
+    with pytest.raises(ValueError, match="ModelArguments.embed_dim must be at most 65536, got 1000000000"):
+        ModelArguments(embed_dim=10**9)
+    for command in (["train", "--plugins", "vsepp"], ["audit", "--plugins", "ncr"]):
+        capsys.readouterr()
+        code = cli.main([*command, "--data_dir", str(tmp_path / "absent"), "--output_dir", str(tmp_path / "out"),
+                         "--embed_dim", "1000000000"])
+        assert code in (1, 2)
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "embed_dim must be at most 65536, got 1000000000" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_allocation_failure_while_loading_is_one_line(tmp_path, capsys, monkeypatch):
+    checkpoint, _ = _small_checkpoint(tmp_path / "model")
+
+    def no_memory(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: you tried "
+                           "to allocate 34359738368 bytes.")
+
+    monkeypatch.setattr(NCLModel, "from_pretrained", no_memory)
+    capsys.readouterr()
+    assert cli.main(["evaluate", str(checkpoint), "--data-dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "can't allocate memory" in err

@@ -108,7 +108,7 @@ def test_every_help_and_the_argument_errors_of_train_come_before_any_framework(t
     assert not {name for name in modules if name.startswith("hfncl_plugins")}  # plugin names from entry points
     train_help = " ".join(answers["helps"]["train --help"].split())
     assert train_help.startswith("usage: hfncl train ") and "--num_train_epochs" in train_help
-    assert "installed plugins: coteaching, dmcm, " in train_help
+    assert "installed plugins: bicro, coteaching, decl, dmcm, " in train_help
     assert "examples (NAME: an installed plugin):" in train_help
     assert all(text.startswith("usage: hfncl") for text in answers["helps"].values())
     for (name, (_, message)), (status, said) in zip(TRAIN_ERRORS.items(), answers["errors"], strict=True):

@@ -65,3 +65,66 @@ def test_a_hook_with_a_wrong_signature_stops_the_checks_at_the_hooks(tmp_path_fa
 def test_an_unknown_plugin_fails_at_the_import() -> None:
     (check,) = check_plugin("no_such_method")
     assert check.name == "import" and "Unknown plugin 'no_such_method'" in check.problem
+
+
+OPTIONS_AS_A_DICT = '''
+from hfncl.hookspecs import hookimpl
+
+@hookimpl
+def options():
+    return {"weight": 1.0}
+'''
+SETTINGS_AS_A_NUMBER = '''
+from hfncl.hookspecs import hookimpl
+
+@hookimpl
+def demo_settings():
+    return 0.5
+'''
+DIVISION_OF_THE_WRONG_TYPE = '''
+from hfncl.hookspecs import hookimpl
+
+@hookimpl
+def divide(trainer, epoch):
+    return {"clean": 1.0}.clean_prob
+'''
+
+
+def test_a_declaration_of_the_wrong_type_names_the_plugin_the_hook_and_the_type_expected(
+    tmp_path_factory, monkeypatch, capsys, tmp_path
+) -> None:
+    install("dict_options", OPTIONS_AS_A_DICT, tmp_path_factory.mktemp("dict_options"), monkeypatch)
+    install("float_settings", SETTINGS_AS_A_NUMBER, tmp_path_factory.mktemp("float_settings"), monkeypatch)
+    checks = {check.name: check.problem for check in check_plugin("dict_options")}
+    assert checks["hooks"] == (
+        "PluginError: Plugin 'dict_options': hook options() returned dict {'weight': 1.0}, expected a MethodOptions "
+        "subclass (the class itself) or None"
+    )
+    checks = {check.name: check.problem for check in check_plugin("float_settings")}
+    assert checks["hooks"] == (
+        "PluginError: Plugin 'float_settings': hook demo_settings() returned float 0.5, expected a dict of "
+        "TrainConfig fields or None"
+    )
+    capsys.readouterr()
+    assert cli.main(["train", "--plugins", "dict_options", "--data-dir", str(tmp_path), "--output-dir",
+                     str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Plugin 'dict_options': hook options() returned dict" in err
+    assert "Traceback" not in err
+
+
+def test_a_training_hook_that_fails_on_a_type_names_the_plugin_the_hook_and_what_it_returns(
+    tiny_data_dir, tmp_path, tmp_path_factory, monkeypatch
+) -> None:
+    import pytest
+    from conftest import noisy_trainer, tiny_config
+
+    from hfncl.plugins import PluginError
+
+    install("wrong_division", DIVISION_OF_THE_WRONG_TYPE, tmp_path_factory.mktemp("wrong_division"), monkeypatch)
+    trainer = noisy_trainer(tiny_data_dir, tiny_config(tmp_path, ["vsepp", "wrong_division"], epochs=2,
+                                                       warmup_epochs=1))
+    with pytest.raises(PluginError, match=r"hook divide of plugin 'wrong_division' failed with AttributeError: "
+                                          r".*returns list\[Division\] \| Division \| None") as raised:
+        trainer.train()
+    assert isinstance(raised.value, AttributeError)  # still the error it was

@@ -522,3 +522,84 @@ def test_formats_name_the_split_a_file_belongs_to(tmp_path):
     assert folder.split_of(tmp_path, tmp_path / "validation" / "b.jpg") == "dev"  # read as dev, as detect does
     assert folder.split_of(tmp_path, tmp_path / "thumbnails" / "c.jpg") is None
     assert folder.split_of(tmp_path, tmp_path / "notes.txt") is None
+
+
+# --- bounds on input and errors that name their source (issue 58) -----------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["train_caps.txt", "train_caps.tsv"])
+def test_a_caption_line_past_the_bound_is_refused_naming_file_and_line_before_tokenising(tmp_path, name):
+    from hfncl.data.captions import MAX_CAPTION_CHARACTERS
+    from hfncl.data.precomp import DataFormatError, read_captions
+
+    path = tmp_path / name
+    long = "word " * 300_000  # a 1.5 MB line
+    path.write_text("a dog runs\n" + long + "\n" if name.endswith(".txt") else f"1\ta dog runs\n2\t{long}\n")
+    said = f"^{re.escape(str(path))}:2: the caption has 1499999 characters, more than the {MAX_CAPTION_CHARACTERS}"
+    if name.endswith(".tsv"):  # csv refuses the field first, past its own limit
+        said = f"^{re.escape(str(path))}:2: not a row of tab-separated fields \\(field larger than field limit"
+    with pytest.raises(DataFormatError, match=said):
+        read_captions(path)
+
+
+def _imagefolder(directory: Path, rows: list[dict], files: dict[str, bytes | None]) -> Path:
+    from PIL import Image
+
+    split = directory / "train"
+    split.mkdir(parents=True)
+    for file, content in files.items():
+        if content is None:
+            Image.new("RGB", (4, 4), "red").save(split / file)
+        else:
+            (split / file).write_bytes(content)
+    (split / "metadata.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return directory
+
+
+def test_an_imagefolder_file_that_is_no_image_is_refused_before_training_naming_the_row(tmp_path):
+    from hfncl.data import DataFormatError
+    from hfncl.data.pixels import load_pixel_splits
+
+    rows = [{"file_name": "a.png", "captions": ["a red square"]}, {"file_name": "b.png", "captions": ["text"]}]
+    data = _imagefolder(tmp_path / "data", rows, {"a.png": None, "b.png": b"not an image at all\n"})
+    with pytest.raises(DataFormatError, match=r"split 'train' of imagefolder .*metadata.jsonl row 1: .*b.png is not an "
+                                              r"image PIL can read"):
+        load_pixel_splits(data, ["train"], None, cache_dir=tmp_path / "cache")
+
+
+def test_an_imagefolder_caption_past_the_bound_is_refused_naming_the_row(tmp_path):
+    from hfncl.data import DataFormatError
+    from hfncl.data.pixels import load_pixel_splits
+
+    rows = [{"file_name": "a.png", "captions": ["x" * 5000]}]
+    data = _imagefolder(tmp_path / "data", rows, {"a.png": None})
+    with pytest.raises(DataFormatError, match=r"split 'train' row 0: a caption has 5000 characters, more than the"):
+        load_pixel_splits(data, ["train"], None, cache_dir=tmp_path / "cache")
+
+
+def test_a_file_name_outside_the_split_is_one_line_naming_the_cause_not_a_dataset_generation_traceback(tmp_path):
+    from hfncl.data import DataFormatError
+    from hfncl.data.pixels import load_pixel_splits
+
+    rows = [{"file_name": "a.png", "captions": ["a"]}, {"file_name": "../outside.png", "captions": ["b"]}]
+    data = _imagefolder(tmp_path / "data", rows, {"a.png": None})
+    (data / "outside.png").write_bytes((data / "train" / "a.png").read_bytes())
+    with pytest.raises(DataFormatError, match=r"the dataset cannot be read: ValueError: Invalid metadata file_name "
+                                              r"'\.\./outside\.png'") as caught:
+        load_pixel_splits(data, ["train"], None, cache_dir=tmp_path / "cache")
+    assert "\n" not in str(caught.value)
+
+
+def test_a_full_disk_said_as_an_iostream_error_is_a_disk_full_error(tmp_path, monkeypatch):
+    from collections import namedtuple
+
+    from hfncl.integrity import writing
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr("shutil.disk_usage", lambda path: usage(100 << 20, 100 << 20, 0))
+    with pytest.raises(DiskFullError, match=f"no space left on the disk of {re.escape(str(tmp_path))} while writing "
+                                            "model.safetensors"), writing(tmp_path, "model.safetensors"):
+        raise RuntimeError("basic_ios::clear: iostream error")
+    monkeypatch.setattr("shutil.disk_usage", lambda path: usage(100 << 20, 0, 100 << 20))
+    with pytest.raises(RuntimeError, match="iostream error"), writing(tmp_path, "model.safetensors"):
+        raise RuntimeError("basic_ios::clear: iostream error")  # room on the disk: another failure, unchanged

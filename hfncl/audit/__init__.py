@@ -20,7 +20,6 @@ read, where the format can write one (the built-in ones can).
 
 from __future__ import annotations
 
-import shutil
 import sys
 import types
 from dataclasses import dataclass
@@ -32,11 +31,18 @@ import numpy as np
 
 from hfncl.audit.cross_fitting import held_out_p_values, image_folds
 from hfncl.audit.data import AuditError
+from hfncl.audit.output import (
+    TRAINING_FOLDER,
+    check_clean_name_free,
+    check_output_dir,
+    check_split_name,
+    owned_audit_dir,
+    remove_training,
+)
 from hfncl.audit.refit import refit_p_values
 from hfncl.audit.report import (
     TABLE_FILES,
     NoiseRate,
-    check_split_name,
     estimated_noise_rate,
     table_column,
     wilson_interval,
@@ -46,6 +52,7 @@ from hfncl.audit.report import (
 from hfncl.audit.table import Rescored, audit_table, fold_p_values, model_verdicts, pair_table, trained_scores
 from hfncl.audit.training import (
     MODEL_FOLDER,
+    TrainedMethod,
     audit_settings,
     default_plugins,
     load_trained,
@@ -56,10 +63,6 @@ from hfncl.audit.training import (
     train_scorer,
 )
 from hfncl.tasks.pairs import AUTO, ModelArguments
-
-TRAINING_FOLDER = "training"
-"""The folder of an audit's output directory that holds its training checkpoints until the model is saved: a
-killed audit continues from them with ``resume``."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,8 @@ def run_audit(
     refit: bool | list[str] = False,
     refit_epochs: int | None = None,
     refit_training: dict[str, Any] | None = None,
+    overwrite: bool = False,
+    allow_output_in_data_dir: bool = False,
 ) -> AuditResult:
     """:func:`audit`, also returning the files of the cleaned split (what ``hfncl audit`` prints)."""
     if write_clean is not None:
@@ -103,20 +108,32 @@ def run_audit(
             raise AuditError("cross-fitting (folds > 1) trains the method on each fold's complement: give no model")
         if refit:
             raise AuditError("a refit trains on the pairs the audited method keeps: give the plugins, not a model")
-        trained = load_trained(model, data_dir, split, data_format, write_clean)
-        table = audit_table(trained)
-    else:
-        plugins = list(plugins or default_plugins())
-        model_args = model_args or ModelArguments()
-        config = audit_settings(plugins, epochs, seed, progress, training)
-        if refit and folds > 1:
-            raise AuditError("cross-fitting (folds > 1) and a refit both hold pairs out: choose one")
-        refit_config = (
-            method_settings(plugins if refit is True else list(refit), refit_epochs, seed, progress, refit_training)
-            if refit
-            else None
-        )
+        check_output_dir(output, data_dir, allow_output_in_data_dir)
+        with owned_audit_dir(output, overwrite=overwrite, resume=resume):
+            if write_clean is not None:
+                check_clean_name_free(output, write_clean)
+            trained = load_trained(model, data_dir, split, data_format, write_clean)
+            return _write_results(audit_table(trained), trained, output, write_clean)
+    plugins = list(plugins or default_plugins())
+    model_args = model_args or ModelArguments()
+    config = audit_settings(plugins, epochs, seed, progress, training)
+    if refit and folds > 1:
+        raise AuditError("cross-fitting (folds > 1) and a refit both hold pairs out: choose one")
+    refit_config = (
+        method_settings(plugins if refit is True else list(refit), refit_epochs, seed, progress, refit_training)
+        if refit
+        else None
+    )
+    check_output_dir(output, data_dir, allow_output_in_data_dir)
+    with owned_audit_dir(output, overwrite=overwrite, resume=resume):
+        if write_clean is not None:
+            check_clean_name_free(output, write_clean)
         data = read_split(data_dir, split, model_args, plugins, data_format, write_clean)
+        if config.batch_size > data.split.num_captions:
+            raise AuditError(
+                f"batch size {config.batch_size} exceeds the {data.split.num_captions} pairs of split {split!r}: "
+                f"every epoch would take no step; give --batch-size at most {data.split.num_captions}"
+            )
         parts = image_folds(data.split.num_images, folds, seed) if folds > 1 else None  # refused before training
         checkpoints = output / TRAINING_FOLDER
         trained = train_method(data, config, model_args, checkpoints / "all", resume)
@@ -140,7 +157,15 @@ def run_audit(
             )
         table = pair_table(trained, scores, rescored)
         save_trained(trained, output / MODEL_FOLDER)
-        shutil.rmtree(checkpoints)
+        result = _write_results(table, trained, output, write_clean)
+        remove_training(output)  # last: a kill before leaves the checkpoints a resume continues from
+        return result
+
+
+def _write_results(
+    table: datasets.Dataset, trained: TrainedMethod, output: Path, write_clean: str | None
+) -> AuditResult:
+    """Write the table's files and, with ``write_clean``, the cleaned split into ``output``."""
     write_table(table, output, images=trained.data.image_reader())
     clean_files = []
     if write_clean is not None:
@@ -167,6 +192,8 @@ def audit(
     refit: bool | list[str] = False,
     refit_epochs: int | None = None,
     refit_training: dict[str, Any] | None = None,
+    overwrite: bool = False,
+    allow_output_in_data_dir: bool = False,
 ) -> datasets.Dataset:
     """Train ``plugins`` (default: :func:`~hfncl.audit.training.default_plugins`, the one installed plugin that
     declares ``audit_settings``) on split ``split`` of ``data_dir`` and return the audit table (one row per pair;
@@ -197,9 +224,14 @@ def audit(
     :data:`~hfncl.audit.calibration.HELD_OUT_LAMBDA`. The table keeps the audited method's verdicts, model and
     re-pairings.
 
-    Training checkpoints each epoch into ``output_dir/training`` (removed once the model is saved). An audit that
-    was killed continues from its latest checkpoint with ``resume`` (the same settings, model and pairs, else refused
-    in one line); without ``resume`` it trains afresh.
+    An audit owns ``output_dir`` as a training run does (:mod:`hfncl.audit.output`): it takes its lock; an earlier
+    audit's results there are refused unless ``overwrite`` (everything that audit wrote is removed first, its cleaned
+    split included) or ``resume``; ``output_dir`` may not be ``data_dir`` or lie inside it unless
+    ``allow_output_in_data_dir``; a ``write_clean`` NAME whose files or folder exist there is refused, and nothing the
+    cleaned split writes may lie outside ``output_dir`` or replace a file there. Training checkpoints each epoch into
+    ``output_dir/training``, removed last, once the table and the cleaned split are written. An audit that was killed
+    continues from its latest checkpoint with ``resume`` (the same settings, model and pairs, else refused in one
+    line).
 
     With ``model`` (a checkpoint directory: a run's ``best/``, an earlier audit's ``model/``), nothing trains: that
     model scores the pairs, and the table has no method columns (``clean_prob``, ``agree``).
@@ -208,17 +240,25 @@ def audit(
         AuditError: no method named and not exactly one installed plugin declaring ``audit_settings``, a method
             that makes no division, too few epochs, ``model`` with ``plugins`` or ``folds`` > 1, ``folds`` below 1 or
             more than half the images, ``refit`` with ``model`` or ``folds`` > 1, a ``model`` trained on other data
-            (:func:`~hfncl.audit.training.load_trained`), or ``write_clean`` for a format that cannot write a split.
+            (:func:`~hfncl.audit.training.load_trained`), ``write_clean`` for a format that cannot write a split or
+            whose files exist in ``output_dir``, ``output_dir`` inside ``data_dir``, or a batch larger than the split.
         ValueError: a ``write_clean`` that is no split name, an unknown ``data_format``, or settings ``TrainConfig``
             refuses.
-        DataFormatError: no such directory or split, an empty or malformed one (naming the file), or data that do
-            not fit the model's image tower (raw images for a region tower, features for a pixel tower).
+        DataFormatError: no such directory or split, an empty or malformed one (naming the file), data that do
+            not fit the model's image tower (raw images for a region tower, features for a pixel tower), features
+            whose squared norm overflows float32, a caption past the bound, a file of an imagefolder that is no image.
+        OutputDirError: ``output_dir`` locked by a live run, or holding an earlier audit without ``overwrite`` or
+            ``resume``.
         PluginError: a plugin that is not installed, or options it refuses.
+
+    Raises (after training): :class:`~hfncl.audit.finite.DivergedError` (an ``AuditError``) for a non-finite loss,
+    clean probability, similarity or p-value: no verdict is written.
     """
     return run_audit(
         data_dir, plugins, output_dir, epochs, split=split, data_format=data_format, write_clean=write_clean,
         model=model, model_args=model_args, training=training, seed=seed, progress=progress, folds=folds,
-        resume=resume, refit=refit, refit_epochs=refit_epochs, refit_training=refit_training,
+        resume=resume, refit=refit, refit_epochs=refit_epochs, refit_training=refit_training, overwrite=overwrite,
+        allow_output_in_data_dir=allow_output_in_data_dir,
     ).table
 
 

@@ -2,7 +2,7 @@
 
 A model memorises part of the wrong pairs it trains on, so in-sample their rank p-values are not uniform but
 skewed towards 0, and Storey's count above lambda (:mod:`hfncl.audit.calibration`) misses them; how much depends
-on the data and the schedule, so no fixed lambda serves every split (``benchmarks/README.md``, "Auditing").
+on the data and the schedule, so no fixed lambda serves every split (``docs/audit.md``).
 Held out, a wrong pair's caption and image are drawn apart for the model, and its p-value is uniform, as the
 estimator assumes. The images are dealt into ``folds`` folds; each fold's pairs are scored by the method trained on
 the other folds' pairs, their p-values ranked among that fold's images and captions. Out-of-sample scores are what

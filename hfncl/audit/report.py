@@ -18,8 +18,8 @@ import numpy as np
 
 from hfncl.audit.calibration import exceeding, storey_lambda, storey_noise_rate
 from hfncl.audit.data import AuditData
+from hfncl.audit.output import TABLE_FILES, check_split_name, write_staged_split
 
-TABLE_FILES = ("audit.parquet", "audit.csv", "audit.html")
 HTML_ROWS = 500
 """The most suspicious pairs the page lists."""
 THUMBNAIL_PIXELS = 96
@@ -101,6 +101,16 @@ def estimated_noise_rate(table: datasets.Dataset, confidence: float = 0.95) -> N
     return NoiseRate(flagged, pairs, rate, min(1.0, low / scale), min(1.0, high / scale), confidence)
 
 
+COLUMNS_NOTE = (
+    "<b>p_image</b>: the rank of the pair's image among all images for its caption, as a p-value: near 0 when the "
+    "model ranks it first, uniform on (0, 1] for an image drawn at random. <b>p_caption</b>: the same for the "
+    "caption among the other images' captions for its image. A wrong pair has large p-values in both directions. "
+    "The noise rate is estimated from how many p-values are large, so a weak model, which cannot match right pairs "
+    "either, overestimates it; a model that has partly learnt the wrong pairs underestimates it."
+)
+"""The audit page's note on its p-value columns and on the estimate's bias (:mod:`hfncl.audit.calibration`)."""
+
+
 def write_table(
     table: datasets.Dataset, output_dir: Path, rows: int = HTML_ROWS, images: ImageReader | None = None
 ) -> list[Path]:
@@ -134,6 +144,7 @@ def audit_page(table: datasets.Dataset, rows: int = HTML_ROWS, images: ImageRead
 padding:.3em .5em;vertical-align:top}}tr.flagged{{background:#fee}}</style></head><body>
 <h1>hfncl audit</h1>
 <p>Estimated noise rate: {html.escape(str(estimated_noise_rate(table)))}</p>
+<p>{COLUMNS_NOTE}</p>
 {figure}
 <h2>The {len(shown)} most suspicious pairs of {len(table)}</h2>
 <table><thead><tr>{"".join(f"<th>{html.escape(name)}</th>" for name in header)}</tr></thead>
@@ -217,22 +228,19 @@ def _histogram(table: datasets.Dataset) -> str | None:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def check_split_name(name: str) -> None:
-    """Refuse a split name that is not a plain file-name prefix (empty, or with a path separator)."""
-    if not name or "/" in name or "\\" in name:
-        raise ValueError(f"a split name is a file-name prefix without '/', got {name!r}")
-
-
 def write_clean_split(data: AuditData, flagged: np.ndarray, output_dir: Path, name: str) -> list[Path]:
     """Write split ``name`` of the unflagged pairs into ``output_dir`` in the format the split was read from
     (:meth:`~hfncl.audit.data.AuditData.write_pairs`): one image per kept pair (a format holds the same number of
-    captions for every image, which dropping captions would break), in pair order. Returns its files.
+    captions for every image, which dropping captions would break), in pair order. The split is staged and moved
+    in without replacing anything (:func:`~hfncl.audit.output.write_staged_split`). Returns its files.
 
     Raises:
         ValueError: every pair is flagged (an empty split cannot be written), or ``name`` is no split name.
+        AuditError: a file the format wrote outside ``output_dir``, or one that would replace a file there.
     """
     check_split_name(name)
     kept = np.flatnonzero(~np.asarray(flagged, dtype=bool))
     if kept.size == 0:
         raise ValueError(f"every pair of split {data.split.split!r} is flagged: no cleaned split to write")
-    return data.write_pairs(kept, output_dir, name)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    return write_staged_split(output_dir, lambda folder: data.write_pairs(kept, folder, name))

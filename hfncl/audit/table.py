@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from hfncl.audit.calibration import PairPValues, storey_lambda, storey_noise_rate, suspicion_order
+from hfncl.audit.finite import check_finite_p_values
 from hfncl.audit.scoring import PairScores, score_pairs
 from hfncl.audit.training import TrainedMethod
 from hfncl.data.pairs import PairSplit
@@ -136,7 +137,11 @@ def trained_scores(trained: TrainedMethod) -> PairScores:
 
 def pair_table(trained: TrainedMethod, scores: PairScores, rescored: Rescored | None = None) -> datasets.Dataset:
     """:func:`audit_table`'s rows from the trained model's ``scores`` of the split (``rescored``'s p-values, ranks
-    and flags instead of the model's when given)."""
+    and flags instead of the model's when given). A non-finite similarity or p-value is refused
+    (:func:`~hfncl.audit.finite.check_finite_p_values`)."""
+    check_finite_p_values(scores.p_values, "the trained model's")
+    if rescored is not None:
+        check_finite_p_values(rescored.p_values, "the held-out or refit model's")
     split = trained.data.split
     pairs = np.arange(split.num_captions)
     images = pairs // split.captions_per_image

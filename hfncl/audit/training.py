@@ -16,6 +16,7 @@ import torch
 
 import hfncl.plugins as plugin_registry
 from hfncl.audit.data import AuditData, AuditError, read_audit_data
+from hfncl.audit.finite import FiniteTraining
 from hfncl.config import LATEST, TrainConfig
 from hfncl.data import NoisyPairDataset, TokenizerVocabulary, Vocabulary
 from hfncl.demo import shortened_settings
@@ -189,7 +190,8 @@ def train_model(
         run = replace(config, output_dir=str(directory), resume_from_checkpoint=LATEST if resume else None)
         fingerprint = run_fingerprint(run, model_args=model_args) | data_fingerprint(data)
         dataset = NoisyPairDataset(data.split, vocab)
-        trainer = Trainer(run, model_config, dataset, task=PAIRS, callbacks=callbacks, fingerprint=fingerprint)
+        watched = [*(callbacks or []), FiniteTraining()]  # a diverged model gives no verdict
+        trainer = Trainer(run, model_config, dataset, task=PAIRS, callbacks=watched, fingerprint=fingerprint)
         trainer.train()
     return trainer, vocab
 

@@ -1,2 +1,2 @@
-"""The ``hfncl`` subcommands, one module each: ``add_parser(subparsers)`` adds its parser and sets its handler
-(``set_defaults(func=...)``, which returns the exit status); :mod:`hfncl.cli` lists the modules."""
+"""The ``hfncl`` subcommands, a module each: ``add_parser(subparsers)`` adds its parser and sets ``func``, the
+handler that returns the exit status. Each imports its library code when it runs, so ``--help`` stays quick."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from hfncl.commands.common import reports_errors
 
@@ -55,6 +56,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--resume", action="store_true",
         help="Continue a killed audit of the same data and settings from its last checkpoint (OUTPUT_DIR/training).",
     )
+    parser.add_argument(
+        "--resume-ignore-mismatch", action="store_true",
+        help="With --resume, continue across a change of settings or data on purpose (the fields are listed).",
+    )
+    parser.add_argument(
+        "--overwrite-output-dir", action="store_true",
+        help="Replace an earlier audit in OUTPUT_DIR: everything it wrote (table, model, cleaned split) goes first.",
+    )
+    parser.add_argument(
+        "--allow-output-in-data-dir", action="store_true",
+        help="Let OUTPUT_DIR be the data directory or lie inside it (refused by default: the audit never writes "
+        "into the data it audits unless told to).",
+    )
+    parser.add_argument("--batch-size", type=int, help="Training batch size (default: the method's settings).")
+    parser.add_argument("--embed-dim", type=int, help="Joint embedding dimension (default 1024).")
+    parser.add_argument("--word-dim", type=int, help="Word embedding dimension (default 300).")
     parser.set_defaults(func=run)
 
 
@@ -64,10 +81,15 @@ def run(args: argparse.Namespace) -> int:
     from hfncl.audit import audit_summary, run_audit
     from hfncl.tasks.pairs import ModelArguments
 
+    training: dict[str, Any] = {"resume_ignore_mismatch": True} if args.resume_ignore_mismatch else {}
+    if args.batch_size is not None:
+        training["batch_size"] = args.batch_size
+    model_args = ModelArguments(image_tower=args.image_tower, embed_dim=args.embed_dim, word_dim=args.word_dim)
     result = run_audit(
         args.data_dir, args.plugins, args.output_dir, args.epochs, split=args.split, data_format=args.data_format,
-        write_clean=args.write_clean, model=args.model, model_args=ModelArguments(image_tower=args.image_tower),
-        seed=args.seed, folds=args.folds, resume=args.resume,
+        write_clean=args.write_clean, model=args.model, model_args=model_args, training=training or None,
+        seed=args.seed, folds=args.folds, resume=args.resume, overwrite=args.overwrite_output_dir,
+        allow_output_in_data_dir=args.allow_output_in_data_dir,
         refit=False if args.refit is None else (args.refit or True), refit_epochs=args.refit_epochs,
     )
     print("\n".join(audit_summary(result.table, args.output_dir, result.clean_files)))

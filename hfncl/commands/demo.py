@@ -25,7 +25,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--full",
         action="store_true",
         help="The README's comparison: every method on 3000 training images with its own demo settings (about 17 "
-        "minutes on 2 CPU cores) instead of the quick demo (600 images, 4 epochs at 5x the learning rate).",
+        "minutes on 2 CPU cores) instead of the quick demo (600 images, at most 3 epochs at 5x the learning rate).",
     )
     parser.add_argument(
         "--size",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
 
 from hfncl.commands.common import add_device_argument, add_progress_argument, reports_errors
 
@@ -23,6 +22,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--mixed-precision", choices=("no", "bf16", "fp16"), default="no",
         help="Encode and score under autocast in this dtype (scores stay float32; bf16 also on CPUs).",
     )
+    parser.add_argument(
+        "--network", type=int, default=None,
+        help="Score network K (0: A) of each checkpoint alone, by its own similarity (default: the model as its "
+        "plugins rank, the mean over its networks).",
+    )
     add_progress_argument(parser)
     parser.set_defaults(func=run)
 
@@ -30,52 +34,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 @reports_errors
 def run(args: argparse.Namespace) -> int:
     """Print the metrics of ``args.checkpoints`` on ``args.split`` as JSON."""
-    import torch
+    from hfncl.tasks.checkpoints import evaluate_checkpoints
 
-    from hfncl.engine.encoding import RetrievalSplit, evaluate_ensemble
-    from hfncl.evaluation import check_split_size
-    from hfncl.hub import load_text_vocabulary
-    from hfncl.models import NCLModel
-    from hfncl.plugins import build_plugin_manager
-
-    models = [NCLModel.from_pretrained(name).to(args.device) for name in args.checkpoints]
-    splits = [
-        RetrievalSplit.from_precomp(
-            _evaluation_split(args.data_dir, args.split, name, model.config),
-            load_text_vocabulary(name, model.config),
-        )
-        for name, model in zip(args.checkpoints, models, strict=True)
-    ]
-    check_split_size(splits[0].num_images, f"split {args.split!r} of {args.data_dir}", args.folds, "--folds")
-    hooks = [build_plugin_manager(m.config.plugins).hook if m.config.plugins else None for m in models]
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.mixed_precision)
-    with torch.autocast(torch.device(args.device).type, dtype=dtype, enabled=dtype is not None):
-        metrics = evaluate_ensemble(
-            models,
-            splits,
-            batch_size=args.batch_size,
-            device=args.device,
-            folds=args.folds,
-            hooks=hooks,
-            progress=not args.no_progress,
-        )
-    print(json.dumps({"checkpoints": args.checkpoints, "split": args.split, "metrics": metrics}, indent=1))
+    metrics = evaluate_checkpoints(
+        args.checkpoints,
+        args.data_dir,
+        args.split,
+        network=args.network,
+        batch_size=args.batch_size,
+        device=args.device,
+        folds=args.folds,
+        mixed_precision=args.mixed_precision,
+        progress=not args.no_progress,
+    )
+    mode = "mean of the checkpoints" if args.network is None else f"network {args.network} of each checkpoint alone"
+    report = {"checkpoints": args.checkpoints, "split": args.split, "mode": mode, "metrics": metrics}
+    print(json.dumps(report, indent=1))
     return 0
-
-
-def _evaluation_split(data_dir: str, split: str, checkpoint: str, config: Any) -> Any:
-    """The split a checkpoint reads: raw images of an imagefolder through the checkpoint's own
-    image processor for a pixel image tower, precomputed regions of its feature size otherwise
-    (:func:`hfncl.tasks.pairs.data_format` checks that the data fit the tower)."""
-    from pathlib import Path
-
-    from hfncl.data import load_precomp_split
-    from hfncl.data.pixels import load_pixel_splits
-    from hfncl.hub.checkpoint import load_image_processor
-    from hfncl.tasks.pairs import data_format
-
-    processor = load_image_processor(checkpoint, config)
-    tower_name = None if processor is None else config.image_tower_name or checkpoint
-    if data_format("auto", Path(data_dir), split, tower_name) == "precomp":
-        return load_precomp_split(data_dir, split, expected_feature_dim=config.image_dim)
-    return load_pixel_splits(data_dir, [split], processor)[split]

@@ -28,6 +28,19 @@ def control_character(text: str) -> str | None:
     return None if found is None else f"U+{ord(found.group()):04X} at column {found.start() + 1}"
 
 
+MAX_CAPTION_CHARACTERS = 4096
+"""The longest caption read (MS-COCO's and Flickr30K's are under 500 characters): a longer line is a broken file
+(a binary, or a whole document on one line) whose tokenising would allocate gigabytes."""
+
+
+def overlong(text: str) -> str | None:
+    """``N characters, more than the M a caption may have`` when ``text`` is longer than
+    :data:`MAX_CAPTION_CHARACTERS`; ``None`` otherwise."""
+    if len(text) <= MAX_CAPTION_CHARACTERS:
+        return None
+    return f"{len(text)} characters, more than the {MAX_CAPTION_CHARACTERS} a caption may have"
+
+
 class CaptionStore(Sequence[str]):
     """An immutable sequence of captions stored as one UTF-8 buffer with int64 offsets.
 

@@ -41,10 +41,11 @@ import datasets
 import numpy as np
 import torch
 import torch.nn.functional as F
+from datasets.exceptions import DatasetGenerationError
 from huggingface_hub import HfApi, is_offline_mode
 from huggingface_hub.errors import HfHubHTTPError, RevisionResolutionError
 
-from hfncl.data.captions import control_character
+from hfncl.data.captions import control_character, overlong
 from hfncl.data.precomp import DataFormatError, default_cache_root
 
 MODEL_FEATURES = ("pooled", "patches")
@@ -298,11 +299,21 @@ def _nms(boxes: torch.Tensor, scores: torch.Tensor, threshold: float, limit: int
 
 
 def load_raw_dataset(source: str | Path, cache_dir: str | Path | None = None) -> datasets.DatasetDict:
-    """An ``imagefolder`` directory or a Hub dataset id as a ``DatasetDict`` of splits."""
+    """An ``imagefolder`` directory or a Hub dataset id as a ``DatasetDict`` of splits.
+
+    Raises:
+        DataFormatError: ``datasets`` failed to build the dataset (a ``DatasetGenerationError``: a ``file_name``
+            outside the split's folder, a malformed ``metadata.jsonl``), said by its first cause in one line.
+    """
     cache = None if cache_dir is None else str(cache_dir)
-    if Path(source).is_dir():
-        return datasets.load_dataset("imagefolder", data_dir=str(source), cache_dir=cache)
-    return datasets.load_dataset(str(source), cache_dir=cache)
+    try:
+        if Path(source).is_dir():
+            return datasets.load_dataset("imagefolder", data_dir=str(source), cache_dir=cache)
+        return datasets.load_dataset(str(source), cache_dir=cache)
+    except DatasetGenerationError as error:
+        cause = error.__cause__ or error.__context__ or error
+        message = " ".join(str(cause).split()) or type(cause).__name__
+        raise DataFormatError(f"{source}: the dataset cannot be read: {type(cause).__name__}: {message}") from error
 
 
 def split_captions(dataset: datasets.Dataset, column: str, split: str) -> tuple[list[str], int]:
@@ -336,6 +347,9 @@ def split_captions(dataset: datasets.Dataset, column: str, split: str) -> tuple[
             where = control_character(caption)
             if where is not None:
                 raise DataFormatError(f"split {split!r} row {row}: a caption has a control character ({where})")
+            length = overlong(caption)
+            if length is not None:
+                raise DataFormatError(f"split {split!r} row {row}: a caption has {length}")
         captions.extend(" ".join(c.split()) for c in cell)
     if per_image is None:
         raise DataFormatError(f"split {split!r} has no rows")
@@ -360,8 +374,11 @@ def _extract_split(
     batch_size: int,
     num_shards: int,
     split: str,
+    processes: tuple[int, int] = (0, 1),
 ) -> list[datasets.Dataset]:
-    """The mapped shards of one split with the extractor's columns (``regions`` (R, D), ...), cached when complete."""
+    """The mapped shards of one split with the extractor's columns (``regions`` (R, D), ...), cached when complete;
+    with ``processes`` ``(index, count)``, only the shards ``index``, ``index + count``, ... (each process of
+    ``accelerate launch`` maps its own; the main process then reads them all from the cache)."""
     if image_column not in dataset.column_names:
         raise DataFormatError(f"split {split!r} has no image column {image_column!r} (columns: {dataset.column_names})")
     images = dataset.select_columns([image_column])
@@ -370,7 +387,7 @@ def _extract_split(
     cache_dir.mkdir(parents=True, exist_ok=True)
     features = _arrow_features(extractor.columns([images[0][image_column]]))
     shards = []
-    for index in range(min(num_shards, images.num_rows)):
+    for index in range(processes[0], min(num_shards, images.num_rows), processes[1]):
         shard = images.shard(num_shards, index, contiguous=True)
         shards.append(
             shard.map(
@@ -422,6 +439,7 @@ def extract_features(
     num_regions: int = 36,
     box_geometry: bool = False,
     score_threshold: float = 0.0,
+    processes: tuple[int, int] = (0, 1),
 ) -> dict[str, tuple[int, ...]]:
     """Extract the image features of every split of ``source`` into the precomp directory ``output_dir``.
 
@@ -443,9 +461,12 @@ def extract_features(
             keys the cache); ignored for a local directory.
         num_regions, box_geometry, score_threshold: for ``"regions"``, as in
             :class:`RegionFeatureExtractor`; each split's region counts go to ``{split}_num_regions.npy``.
+        processes: ``(index, count)`` of this process among ``count`` that share the work: with ``count > 1`` it
+            maps (and caches) only its own shards and writes nothing; a call with the default ``(0, 1)`` after
+            every process finished reads them all from the cache and writes the directory.
 
     Returns:
-        The shape (N, R, D) of each split's features, by precomp split name.
+        The shape (N, R, D) of each split's features, by precomp split name (nothing where ``count > 1``).
 
     Raises:
         DataFormatError: a missing column, an empty caption or unequal caption counts, naming the split and row.
@@ -469,7 +490,11 @@ def extract_features(
     for name, dataset in raw.items():
         split = SPLIT_NAMES.get(name, name)
         captions, _ = split_captions(dataset, caption_column, split)
-        shards = _extract_split(dataset, extractor, image_column, cache / "features", batch_size, num_shards, split)
+        shards = _extract_split(
+            dataset, extractor, image_column, cache / "features", batch_size, num_shards, split, processes
+        )
+        if processes[1] > 1:
+            continue
         shapes[split] = _write_regions(shards, output_dir / f"{split}_ims.npy")
         if "num_regions" in shards[0].column_names:
             counts = [shard.with_format("numpy")["num_regions"] for shard in shards]

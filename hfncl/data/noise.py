@@ -24,6 +24,9 @@ import numpy as np
 from hfncl.choices import NOISE_KINDS
 from hfncl.data.precomp import DataFormatError
 
+NOISE_PROTOCOLS = {"caption": "ncr-caption", "image": "decl-image"}
+"""The protocol's name of each noise kind, as ``results.json``, the model card and the benchmark tables write it."""
+
 
 def caption_level_noise(num_images: int, captions_per_image: int, ratio: float, seed: int) -> np.ndarray:
     """NCR protocol: (num_images * k,) int64, entry ``c`` = the image caption ``c`` is paired with.
@@ -62,6 +65,18 @@ def shuffle_subset(values: np.ndarray, ratio: float, seed: int) -> tuple[np.ndar
     picked = np.sort(rng.choice(len(shuffled), size=int(ratio * len(shuffled)), replace=False))
     shuffled[picked] = rng.permutation(shuffled[picked])
     return shuffled, picked
+
+
+def pairing_protocol(caption_to_image: np.ndarray, captions_per_image: int) -> str | None:
+    """The protocol of a caption-level pairing: ``"decl-image"`` when every image's captions are paired with one
+    image together (DECL's image-level permutation), ``"ncr-caption"`` when some image's captions are split
+    (NCR's caption re-pairing), ``None`` when every pair is clean. With one caption per image the two protocols
+    coincide: ``"ncr-caption"``."""
+    pairing = np.asarray(caption_to_image)
+    if clean_mask(pairing, captions_per_image).all():
+        return None
+    together = (pairing.reshape(-1, captions_per_image) == pairing[::captions_per_image, None]).all()
+    return NOISE_PROTOCOLS["image" if together and captions_per_image > 1 else "caption"]
 
 
 def make_noise(kind: str, num_images: int, captions_per_image: int, ratio: float, seed: int) -> np.ndarray:

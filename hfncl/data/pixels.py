@@ -98,14 +98,22 @@ def image_files(images: datasets.Dataset, column: str) -> list[str]:
 
 
 def _check_image_files(images: datasets.Dataset, column: str, data_dir: Path, split: str) -> None:
-    """Refuse a split whose ``metadata.jsonl`` names an image file that does not exist (``datasets`` would find out
-    only when a batch reads it, in training)."""
+    """Refuse a split whose ``metadata.jsonl`` names an image file that does not exist, or a file that is no image
+    (PIL identifies none from its header: only the header is read), before training (``datasets`` would find out
+    only when a batch reads it)."""
+    from PIL import Image, UnidentifiedImageError
+
     for row, path in enumerate(image_files(images, column)):
+        where = f"split {split!r} of imagefolder {data_dir}, {METADATA_FILE} row {row}"
         if not Path(path).is_file():
             raise DataFormatError(
-                f"split {split!r} of imagefolder {data_dir}, {METADATA_FILE} row {row}: no image file {path} "
-                "(file_name must name an image inside the split's folder)"
+                f"{where}: no image file {path} (file_name must name an image inside the split's folder)"
             )
+        try:
+            with Image.open(path):
+                pass
+        except (UnidentifiedImageError, OSError) as error:
+            raise DataFormatError(f"{where}: {path} is not an image PIL can read ({error})") from None
 
 
 def load_pixel_splits(

@@ -36,11 +36,12 @@ from datasets.exceptions import DatasetGenerationError
 
 from hfncl.choices import FEATURE_DTYPES
 from hfncl.config import default_cache_root
-from hfncl.data.captions import CaptionStore, control_character
+from hfncl.data.captions import MAX_CAPTION_CHARACTERS, CaptionStore, control_character, overlong
 from hfncl.data.errors import DataFormatError
 from hfncl.data.split_sizes import SplitSizes
 
-_CACHE_FORMAT_VERSION = 1
+_CACHE_FORMAT_VERSION = 2
+"""Bumped when the conversion checks more: 2 refuses features whose squared norm overflows float32."""
 
 
 @dataclass
@@ -183,7 +184,13 @@ def read_captions(path: str | Path) -> CaptionStore:
     if path.suffix == ".tsv":
         reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t")
         rows = ((reader.line_num, row) for row in reader)
-        captions = CaptionStore(_tsv_caption(path, line, row) for line, row in rows)
+        try:
+            captions = CaptionStore(_tsv_caption(path, line, row) for line, row in rows)
+        except csv.Error as err:  # a field past csv's limit: a caption far past MAX_CAPTION_CHARACTERS
+            raise DataFormatError(
+                f"{path}:{reader.line_num}: not a row of tab-separated fields ({err}; a caption may have at most "
+                f"{MAX_CAPTION_CHARACTERS} characters)"
+            ) from None
     else:
         lines = io.StringIO(text, newline=None) if text else io.StringIO()
         captions = CaptionStore(_caption(path, line, raw) for line, raw in enumerate(lines, start=1))
@@ -204,6 +211,9 @@ def iter_feature_chunks(path: str | Path, chunk_size: int) -> Iterator[tuple[int
 
 def _caption(path: Path, line: int, raw: str) -> str:
     caption = raw.strip()
+    length = overlong(caption)
+    if length is not None:
+        raise DataFormatError(f"{path}:{line}: the caption has {length}: is the file captions, one per line?")
     if not caption:
         raise DataFormatError(f"{path}:{line}: empty caption (expected one non-empty caption per line)")
     where = control_character(caption)
@@ -343,11 +353,40 @@ def _region_rows(path: str, dtype: str, check_finite: bool, chunk_size: int) -> 
             stored = chunk.astype(dtype, copy=False)
         if check_finite:
             _check_finite(path, start, chunk, "a NaN or infinite feature")
+            _check_magnitude(path, start, chunk)
             if stored.dtype != chunk.dtype:
                 limit = float(np.finfo(stored.dtype).max)
                 _check_finite(path, start, stored, f"a feature beyond +-{limit:g}, which overflows {dtype} storage")
         for row in stored:
             yield {"regions": row}
+
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def squared_norms(chunk: np.ndarray) -> np.ndarray:
+    """Each row's sum of squares over all its features, in float64 (a row's features may be several axes)."""
+    flat = np.asarray(chunk, dtype=np.float64).reshape(len(chunk), -1)
+    return np.einsum("ij,ij->i", flat, flat)
+
+
+def overflowing_rows(chunk: np.ndarray) -> np.ndarray:
+    """Whether each row's squared norm (:func:`squared_norms`) exceeds float32's largest number: a dot product of
+    two such rows, or a row's own norm, overflows in float32 arithmetic, and training on it diverges to NaN. By
+    Cauchy-Schwarz, rows within the bound keep every product of two of them finite."""
+    return squared_norms(chunk) > FLOAT32_MAX
+
+
+def _check_magnitude(path: str, start: int, chunk: np.ndarray) -> None:
+    """Refuse an image whose features' squared norm overflows float32 (:func:`overflowing_rows`), naming it."""
+    overflowing = overflowing_rows(chunk)
+    if overflowing.any():
+        first = int(np.flatnonzero(overflowing)[0])
+        norm = float(squared_norms(chunk[first : first + 1])[0])
+        raise DataFormatError(
+            f"{path}: image {start + first} has features of squared norm {norm:.3g}, beyond float32's "
+            f"{FLOAT32_MAX:.3g}: products of them overflow float32 arithmetic (rescale the features)"
+        )
 
 
 def _check_finite(path: str, start: int, chunk: np.ndarray, problem: str) -> None:

@@ -57,6 +57,15 @@ class SyntheticConfig:
             raise ValueError("SyntheticConfig: need 1 <= concepts_per_caption <= concepts_per_image <= num_concepts")
 
 
+SIZES = {
+    "tiny": SyntheticConfig(num_train=200, num_dev=50, num_test=100),
+    "quick": SyntheticConfig(num_train=600, num_dev=100, num_test=200),
+    "small": SyntheticConfig(num_train=800, num_dev=200, num_test=500),
+    "full": SyntheticConfig(),
+}
+"""The generated benchmarks by name: ``hfncl demo --size`` and ``hfncl data synthetic --size`` (quick: the demo's)."""
+
+
 def _words(rng: np.random.Generator, count: int) -> list[str]:
     """Distinct pronounceable pseudo-words."""
     words: list[str] = []

@@ -9,6 +9,7 @@ Progress bars and the libraries' own bars are switched here too.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -29,8 +30,10 @@ TRAINING_HOOKS = (
 
 
 def progress_bar(iterable: Iterable, description: str, enabled: bool, **options: Any) -> tqdm:
-    """A tqdm bar over ``iterable`` that vanishes when done; a silent pass-through when not ``enabled``."""
-    return tqdm(iterable, desc=description, disable=not enabled, leave=False, dynamic_ncols=True, **options)
+    """A tqdm bar over ``iterable`` that vanishes when done; a silent pass-through when not ``enabled``, or when its
+    stream (stderr) is not a terminal (tqdm's ``disable=None``): a log file gets no bars."""
+    disable = None if enabled else True
+    return tqdm(iterable, desc=description, disable=disable, leave=False, dynamic_ncols=True, **options)
 
 
 @contextmanager
@@ -138,8 +141,12 @@ def format_epoch_line(record: dict[str, Any], epochs: int, seconds: float, width
     sides = [side for side in ("i2t", "t2i") if side + "_r1" in validation]
     recalls = " ".join(f"{side} {validation[side + '_r1']:.1f}" for side in sides)
     divisions = _division_columns(record)
-    auc = "division AUC " + "/".join(f"{value:.3f}" for value in divisions.pop("auc")) if "auc" in divisions else ""
+    aucs = divisions.pop("auc", [])
     shares = " ".join(f"{name} " + "/".join(f"{share:.0%}" for share in values) for name, values in divisions.items())
+    if any(math.isfinite(value) for value in aucs):
+        auc = "division AUC " + "/".join(f"{value:.3f}" for value in aucs)
+    else:  # no known noisy pair (an audit of real data, a clean run): AUC undefined, the shares only
+        auc, shares = ("division " + shares, "") if shares else ("", "")
     for keep_recalls, keep_shares in ((True, True), (False, True), (False, False)):
         parts = [
             head,
@@ -233,7 +240,7 @@ def _divisions(record: dict[str, Any]) -> list[str]:
     for prefix in _division_prefixes(record):
         name = prefix[len("division"):].strip("/")
         auc, precision, recall = (record[f"{prefix}/{metric}"] for metric in ("auc", "precision", "recall"))
-        text = f"AUC {auc:.3f} P {precision:.3f} R {recall:.3f}"
+        text = f"AUC {auc:.3f} P {precision:.3f} R {recall:.3f}" if math.isfinite(auc) else "no known noisy pairs"
         shares = [f"{set_name} {share:.0%}" for set_name, share in _shares(record, prefix)]
         shown.append(" ".join(filter(None, [name, text, *shares])))
     return shown

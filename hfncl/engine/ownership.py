@@ -15,7 +15,7 @@ import os
 import shutil
 import socket
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -49,7 +49,7 @@ def _running(pid: int) -> bool:
     return True
 
 
-def _acquire(directory: Path) -> Path:
+def _acquire(directory: Path, advice: str) -> Path:
     lock = directory / LOCK_FILE
     me = {"pid": os.getpid(), "host": socket.gethostname()}
     for _ in range(3):
@@ -60,12 +60,12 @@ def _acquire(directory: Path) -> Path:
             if owner is not None and owner["host"] != me["host"]:
                 raise OutputDirError(
                     f"{directory} is locked by process {owner['pid']} on host {owner['host']} ({lock}); if that run "
-                    "has ended, delete the lock file, else choose another output_dir"
+                    f"has ended, delete the lock file, else choose another {advice}"
                 ) from None
             if owner is not None and _running(owner["pid"]):
                 raise OutputDirError(
                     f"{directory} is in use by the run of process {owner['pid']} on this host ({lock}): wait for it "
-                    "to end or choose another output_dir"
+                    f"to end or choose another {advice}"
                 ) from None
             what = (
                 "an unreadable lock" if owner is None else f"the lock of process {owner['pid']}, which no longer runs,"
@@ -87,11 +87,21 @@ def _release(lock: Path) -> None:
 
 @contextmanager
 def owned_output_dir(
-    output_dir: str | Path, *, overwrite: bool = False, resume: bool = False, main_process: bool = True
+    output_dir: str | Path,
+    *,
+    overwrite: bool = False,
+    resume: bool = False,
+    main_process: bool = True,
+    results: Sequence[str] = RUN_RESULTS,
+    artefacts: Sequence[str] = RUN_ARTEFACTS,
+    flags: tuple[str, str, str] = ("--overwrite_output_dir", "--resume_from_checkpoint latest", "output_dir"),
 ) -> Iterator[Path]:
     """Hold ``output_dir`` for one run (created if missing); see the module docstring.
 
-    Only the main process locks and checks; the others just enter.
+    Only the main process locks and checks; the others just enter. ``results`` are the names that mark a
+    previous run's results, ``artefacts`` what ``overwrite`` removes, and ``flags`` the command's own spellings
+    of overwrite, resume and the output directory, which the errors advise (another command, e.g. ``hfncl audit``,
+    owns its directory the same way with its own names).
 
     Raises:
         OutputDirError: the directory is locked by a live run, or holds another run's
@@ -102,16 +112,17 @@ def owned_output_dir(
         yield directory
         return
     directory.mkdir(parents=True, exist_ok=True)
-    lock = _acquire(directory)
+    overwrite_flag, resume_flag, output_flag = flags
+    lock = _acquire(directory, output_flag)
     try:
-        previous = [name for name in RUN_RESULTS if (directory / name).exists()]
+        previous = [name for name in results if (directory / name).exists()]
         if previous and not (overwrite or resume):
             raise OutputDirError(
-                f"{directory} holds another run's results ({', '.join(previous)}): pass --overwrite_output_dir to "
-                "replace them, --resume_from_checkpoint latest to continue that run, or choose another output_dir"
+                f"{directory} holds another run's results ({', '.join(previous)}): pass {overwrite_flag} to "
+                f"replace them, {resume_flag} to continue that run, or choose another {output_flag}"
             )
         if overwrite and not resume:
-            for name in RUN_ARTEFACTS:
+            for name in artefacts:
                 target = directory / name
                 if target.is_dir() and not target.is_symlink():
                     shutil.rmtree(target)

@@ -21,6 +21,7 @@ from hfncl.engine.distributed import gather
 from hfncl.engine.randomness import per_sample_uniform, purpose_key
 from hfncl.engine.tasks import Task
 from hfncl.options import OptionsT
+from hfncl.plugins import hook_error
 from hfncl.registry import PluginError
 from hfncl.types import Batch, Division
 
@@ -196,6 +197,8 @@ class TrainerSurface:
         self._event("on_hook_begin", name)
         try:
             return getattr(self.hook, name)(trainer=self.view, **arguments)
+        except (TypeError, AttributeError) as error:  # a value of the wrong type: named by plugin and hook
+            raise hook_error(self.hook, name, error) from error
         finally:
             self._event("on_hook_end", name)
 

@@ -269,11 +269,13 @@ def noise_sentence(data: DataDescription) -> str:
     """How the training pairs were corrupted, with the measured share of wrong pairs."""
     measured = f"{data.true_noise_ratio:.1%} of the {data.train_pairs} training pairs are wrong"
     if data.noise_file:
-        return f"pairing read from the noise index `{data.noise_file}`; {measured}."
+        protocol = f" (protocol `{data.noise_protocol}`)" if data.noise_protocol else ""
+        return f"pairing read from the noise index `{data.noise_file}`{protocol}; {measured}."
     if not data.noise_ratio:
         return f"none, the dataset's own pairs; {measured}."
     kind = _NOISE_KINDS.get(data.noise_kind or "", f"`{data.noise_kind}`")
-    return f"{kind}, ratio {data.noise_ratio * 100:g}%, seed {data.noise_seed}; {measured}."
+    protocol = f"protocol `{data.noise_protocol}`, " if data.noise_protocol else ""
+    return f"{protocol}{kind}, ratio {data.noise_ratio * 100:g}%, seed {data.noise_seed}; {measured}."
 
 
 def architecture_fields(config: PretrainedConfig) -> dict[str, Any]:

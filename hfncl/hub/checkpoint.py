@@ -93,9 +93,10 @@ def weight_files(checkpoint: str | Path) -> list[Path]:
     raise CheckpointError(f"{checkpoint} has no {WEIGHTS_FILE} (nor {WEIGHTS_INDEX}): no weights to load")
 
 
-def _saved_shapes(files: list[Path]) -> dict[str, tuple[int, ...]]:
-    """Tensor name -> shape, read from the safetensors headers (no weights are read)."""
-    shapes = {}
+def _saved_tensors(files: list[Path]) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Tensor name -> (shape, safetensors dtype such as ``F32``), read from the safetensors headers (no weights are
+    read)."""
+    tensors_of = {}
     for path in files:
         if path.suffix != ".safetensors":
             continue
@@ -103,30 +104,60 @@ def _saved_shapes(files: list[Path]) -> dict[str, tuple[int, ...]]:
             raise CheckpointError(f"{path} does not exist, but the weight index names it")
         try:
             with safe_open(str(path), framework="pt") as tensors:
-                shapes.update({name: tuple(tensors.get_slice(name).get_shape()) for name in tensors.keys()})
+                for name in tensors.keys():
+                    saved = tensors.get_slice(name)
+                    tensors_of[name] = (tuple(saved.get_shape()), saved.get_dtype())
         except SafetensorError as error:
             raise CheckpointError(f"{path} is corrupted or truncated: {error}") from error
-    return shapes
+    return tensors_of
 
 
-def _check_weights(config: PretrainedConfig, files: list[Path], checkpoint: Path) -> None:
-    """Every tensor the architecture of ``config`` needs is saved, with its shape, and nothing else.
+def _dtype_kind(dtype: str) -> str:
+    """``float``, ``bool`` or ``integer`` for a safetensors dtype name (``F32``, ``BF16``, ``BOOL``, ``I64`` ...) or a
+    torch dtype's name."""
+    name = dtype.lower().removeprefix("torch.")
+    if name in ("bool",):
+        return "bool"
+    return "float" if name.startswith(("f", "bf")) or "float" in name else "integer"
 
-    The architecture is the model class ``AutoModel`` registers for the config's type,
-    built on the meta device (no memory, no initialisation).
+
+def check_weights(
+    config: PretrainedConfig,
+    files: list[Path],
+    checkpoint: str | Path,
+    model_class: type | None = None,
+    consequence: str = "",
+) -> None:
+    """Every tensor the architecture of ``config`` needs is saved, with its shape and its dtype's kind (floating
+    point, integer or bool), and nothing else: a model loads whole or not at all.
+
+    The architecture is ``model_class`` (default: the model class ``AutoModel`` registers for the config's type),
+    built on the meta device (no memory, no initialisation). ``consequence`` ends the message (e.g. "; nothing was
+    loaded").
+
+    Raises:
+        CheckpointError: in one line naming the first missing, extra, mis-shaped or mistyped tensor and how many
+            tensors are wrong.
     """
     with torch.device("meta"):
-        expected = {name: tuple(t.shape) for name, t in AutoModel.from_config(config).state_dict().items()}
-    saved = _saved_shapes(files)
-    missing = sorted(set(expected) - set(saved))
-    unexpected = sorted(set(saved) - set(expected))
-    mismatched = sorted(
-        f"{k} {saved[k]} != {expected[k]}" for k in set(saved) & set(expected) if saved[k] != expected[k]
-    )
-    if missing or unexpected or mismatched:
+        model = AutoModel.from_config(config) if model_class is None else model_class(config)
+        expected = {name: (tuple(t.shape), str(t.dtype)) for name, t in model.state_dict().items()}
+    saved = _saved_tensors(files)
+    problems = [f"tensor {name} is missing" for name in sorted(set(expected) - set(saved))]
+    problems += [f"tensor {name} is not one of the model's" for name in sorted(set(saved) - set(expected))]
+    for name in sorted(set(saved) & set(expected)):
+        (shape, dtype), (want_shape, want_dtype) = saved[name], expected[name]
+        if shape != want_shape:
+            problems.append(f"tensor {name} has shape {list(shape)}, the model's is {list(want_shape)}")
+        elif _dtype_kind(dtype) != _dtype_kind(want_dtype):
+            problems.append(
+                f"tensor {name} is stored as {dtype} ({_dtype_kind(dtype)}), the model's is "
+                f"{want_dtype.removeprefix('torch.')} ({_dtype_kind(want_dtype)})"
+            )
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise CheckpointError(
-            f"The weights of {checkpoint} do not fit its config.json: missing {missing}, unexpected {unexpected}, "
-            f"wrong shape {mismatched}"
+            f"The weights of {checkpoint} do not fit its config.json: {problems[0]}{more}{consequence}"
         )
 
 
@@ -147,7 +178,7 @@ def checkpoint_files(checkpoint: str | Path, card: Path | None = None) -> list[P
     checkpoint = Path(checkpoint)
     config = read_config(checkpoint)
     weights = weight_files(checkpoint)
-    _check_weights(config, weights, checkpoint)
+    check_weights(config, weights, checkpoint)
     text_files = text_vocabulary_files(checkpoint, config)
     card = card or checkpoint / CARD_FILE
     if not card.is_file():

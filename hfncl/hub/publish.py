@@ -86,8 +86,12 @@ def push_checkpoint(
             not rewritten (the regenerated card is written there only after the upload succeeded).
     """
     checkpoint = Path(checkpoint)
+    if not checkpoint.is_dir():  # the path first: no token or network would make it exist
+        raise CheckpointError(
+            f"{checkpoint}: no such checkpoint directory" + (" (it is a file)" if checkpoint.exists() else "")
+        )
     if not (token or huggingface_hub.get_token()):  # HF_TOKEN or the saved login; before reading anything
-        raise HubUploadError(f"Nothing was uploaded to {repo_id}: no Hub token; {LOGIN_HINT}")
+        raise HubUploadError(f"Nothing was uploaded to {repo_id}: no Hub token{_offline_note()}; {LOGIN_HINT}")
     with tempfile.TemporaryDirectory(prefix="hfncl-card-") as temporary:
         card = None
         if not keep_card:  # published first; written into the checkpoint only once the Hub has it
@@ -112,10 +116,15 @@ def push_checkpoint(
             )
         except _NETWORK_ERRORS as error:
             reason = " ".join(str(error).split())[:200]
-            raise HubUploadError(f"Pushing to {repo_id} failed ({reason}): {LOGIN_HINT}") from None
+            raise HubUploadError(f"Pushing to {repo_id} failed ({reason}){_offline_note()}: {LOGIN_HINT}") from None
         if card is not None:
             atomic_write_text(checkpoint / CARD_FILE, card.read_text())
     return commit
+
+
+def _offline_note() -> str:
+    """What a failed push adds when ``HF_HUB_OFFLINE`` is set: the Hub is switched off here, not unreachable."""
+    return ", and HF_HUB_OFFLINE is set (unset it to reach the Hub)" if huggingface_hub.is_offline_mode() else ""
 
 
 def push_model(

@@ -45,6 +45,8 @@ class DataDescription:
         noise_file: the noise index file read instead of generating one, if any.
         true_noise_ratio: share of training pairs that are actually wrong (measured).
         test_folds: test metrics are also averaged over this many folds when above 1.
+        noise_protocol: the noise protocol's name (:data:`hfncl.data.noise.NOISE_PROTOCOLS`: ``"ncr-caption"``,
+            ``"decl-image"``), of the generated noise or of the noise file's pairing; ``None`` without noise.
     """
 
     dataset: str
@@ -61,6 +63,7 @@ class DataDescription:
     noise_file: str | None
     true_noise_ratio: float
     test_folds: int = 1
+    noise_protocol: str | None = None
 
 
 @dataclass
@@ -153,7 +156,7 @@ def _check_metrics(values: Any, name: str, source: str, optional: bool) -> None:
 
 def _data_description(data: Any, source: str) -> DataDescription:
     names = {f.name for f in fields(DataDescription)}
-    required = {f.name for f in fields(DataDescription) if f.name != "test_folds"}
+    required = {f.name for f in fields(DataDescription) if f.name not in ("test_folds", "noise_protocol")}
     if not isinstance(data, dict) or required - set(data) or set(data) - names:
         got = sorted(data) if isinstance(data, dict) else type(data).__name__
         raise CheckpointError(f"{source}: 'data' must have the fields {sorted(names)}, got {got}")

@@ -9,6 +9,7 @@ from typing import Any
 from transformers import PretrainedConfig
 
 from hfncl.hub.record import IncompatibleCheckpointError
+from hfncl.limits import check_sizes
 from hfncl.models.heads import check_head_name
 from hfncl.models.towers import resolve_tower_config
 
@@ -368,6 +369,7 @@ class NCLConfig(HfnclConfig):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"NCLConfig.{name} must be a positive integer, got {value!r}")
+        check_sizes({name: getattr(self, name) for name in _POSITIVE_INTS}, "NCLConfig")
         if not isinstance(self.bidirectional, bool):
             raise ValueError(f"NCLConfig.bidirectional must be True or False, got {self.bidirectional!r}")
         image_poolings = TRANSFORMER_POOLINGS if self.image_tower == "transformer" else IMAGE_POOLINGS

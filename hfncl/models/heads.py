@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
+from hfncl.models.encoders import l2norm
 from hfncl.registry import SIMILARITY_HEADS, registered_entry_points
 
 HEAD_GROUP = SIMILARITY_HEADS
@@ -133,3 +134,18 @@ def concat_packed(parts: Sequence[torch.Tensor], dim: int = 0) -> torch.Tensor:
     longest = max(part.size(-2) for part in parts)
     padded = [F.pad(part, (0, 0, 0, longest - part.size(-2))) for part in parts]
     return torch.cat(padded, dim=dim)
+
+
+def global_embeddings(embeds: torch.Tensor) -> torch.Tensor:
+    """One vector per item: pooled embeddings (B, d) as they are; packed local features (B, T, d + 1)
+    (:func:`pack_local`) as the mean of their L2-normalised valid positions, SGRAF's global mean (the query of its
+    attention pooling) and what the cross-modal structure of GSC and the anchor affinities of BiCro compare."""
+    if embeds.dim() == 2:
+        return embeds
+    if embeds.dim() == 3:
+        states, mask = unpack_local(embeds)
+        weights = mask.unsqueeze(-1).to(states.dtype)
+        return (l2norm(states) * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1.0)
+    raise ValueError(
+        f"global_embeddings expects (B, d) embeddings or packed (B, T, d + 1) local features, got {tuple(embeds.shape)}"
+    )

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +15,7 @@ from huggingface_hub import is_offline_mode
 from safetensors import SafetensorError
 from transformers import PreTrainedModel
 
-from hfncl.hub.record import RUN_RECORD, IncompatibleCheckpointError
+from hfncl.hub.record import RUN_RECORD, CheckpointError, IncompatibleCheckpointError
 from hfncl.hub.source import CheckpointSource, pin_source
 from hfncl.integrity import MANIFEST, verify_manifest
 from hfncl.registry import require_plugins
@@ -83,6 +85,55 @@ def refuse_missing_local_path(name: str) -> None:
         )
 
 
+def _check_local_weights(model_class: type[PreTrainedModel], directory: Path) -> None:
+    """Before anything is allocated: ``config.json``'s sizes within their bounds (the config's own checks,
+    :mod:`hfncl.limits`), and every tensor of the model it describes saved with its shape and dtype kind, nothing
+    else (:func:`hfncl.hub.checkpoint.check_weights`, on the meta device)."""
+    from hfncl.hub.checkpoint import check_weights, weight_files
+
+    config = model_class.config_class.from_pretrained(directory)
+    try:
+        check_weights(config, weight_files(directory), directory, model_class, "; nothing was loaded")
+    except CheckpointError as error:
+        if isinstance(error.__cause__, SafetensorError):
+            raise error.__cause__ from None  # damaged weights: said as when transformers reads them
+        raise
+
+
+@contextmanager
+def _quiet_load_report() -> Iterator[None]:
+    """transformers' loading report (a multi-line table of missing or unexpected tensors) unprinted: a partial
+    load is refused in one line instead (:func:`_refuse_partial_load`)."""
+    from transformers.utils import logging as transformers_logging
+
+    level = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        transformers_logging.set_verbosity(level)
+
+
+def _refuse_partial_load(name: str, info: dict[str, Any]) -> None:
+    """Refuse a model that transformers loaded only in part (a tensor missing, extra, or of another shape, which it
+    would initialise at random), naming the first such tensor.
+
+    Raises:
+        CheckpointError: in one line.
+    """
+    problems = [f"tensor {key} is missing" for key in sorted(info.get("missing_keys") or ())]
+    problems += [f"tensor {key} is not one of the model's" for key in sorted(info.get("unexpected_keys") or ())]
+    problems += [
+        f"tensor {item[0]} has shape {list(item[1])}, the model's is {list(item[2])}"
+        for item in sorted(info.get("mismatched_keys") or (), key=str)
+    ]
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise CheckpointError(
+            f"The weights of {name} do not fit its config.json: {problems[0]}{more}; nothing was loaded"
+        )
+
+
 class HfnclPreTrainedModel(PreTrainedModel):
     """A transformers model whose loading names the problem: a newer checkpoint format, damaged
     weights, an offline Hub id, a missing plugin; and whose ``push_to_hub`` publishes a whole
@@ -100,10 +151,12 @@ class HfnclPreTrainedModel(PreTrainedModel):
     @classmethod
     def from_pretrained(
         cls, pretrained_model_name_or_path: str | os.PathLike, *model_args: Any, **kwargs: Any
-    ) -> HfnclPreTrainedModel:
+    ) -> Any:
         """``PreTrainedModel.from_pretrained`` (local directory or Hub id) with errors that say what to do.
 
-        ``AutoModel.from_pretrained`` ends here too, so the Auto classes give the same errors.
+        ``AutoModel.from_pretrained`` ends here too, so the Auto classes give the same errors. Returns the model,
+        or with ``output_loading_info=True`` the model and transformers' loading information (nothing missing,
+        unexpected or mismatched: such a checkpoint is refused).
         The model remembers where it came from in :attr:`checkpoint_source`, for
         :meth:`push_to_hub`: a local directory, or a Hub id with the commit its revision is
         resolved to here, before loading, so that transformers loads that very commit.
@@ -115,6 +168,10 @@ class HfnclPreTrainedModel(PreTrainedModel):
                 ``config.json`` or weights differ from its manifest (:mod:`hfncl.integrity`).
             hfncl.plugins.MissingPluginError: a plugin that trained the model is not
                 installed; the message names the package to install.
+            hfncl.hub.CheckpointError: (a ``ValueError``) a tensor of the model is missing from the weights, or they
+                hold one the model has not, or one of another shape or dtype kind (floating point, integer, bool),
+                named in one line; nothing is loaded (a local directory is checked before anything is allocated).
+            ValueError: a ``config.json`` size over its bound (:mod:`hfncl.limits`).
             OSError: a local directory has no ``config.json`` or no safetensors weights (pickle weights are never
                 read: ``use_safetensors=True``), the safetensors weights are corrupted or truncated, or
                 ``HF_HUB_OFFLINE=1`` is set and a name that is not a local directory is not
@@ -129,9 +186,16 @@ class HfnclPreTrainedModel(PreTrainedModel):
             require_safetensors(local)
             _verify_local(local)
         kwargs.setdefault("use_safetensors", True)
+        wants_info = bool(kwargs.pop("output_loading_info", False))
         source = pin_source(name, kwargs)
         try:
-            model = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+            if local.is_dir() and "config" not in kwargs:
+                _check_local_weights(cls, local)
+            with _quiet_load_report():
+                model, info = super().from_pretrained(
+                    pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
+                )
+            _refuse_partial_load(name, info)
         except IncompatibleCheckpointError as error:
             raise IncompatibleCheckpointError(f"{name}: {error}") from error
         except SafetensorError as error:
@@ -151,7 +215,7 @@ class HfnclPreTrainedModel(PreTrainedModel):
         config = model.config
         require_plugins(config.plugins, config.plugin_distributions, config.plugin_versions, source=name)
         model.checkpoint_source = source
-        return model
+        return (model, info) if wants_info else model
 
     def after_loading(self) -> None:
         """Restore what the saved weights do not carry (nothing by default)."""

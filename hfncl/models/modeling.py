@@ -220,6 +220,21 @@ class NCLModel(HfnclPreTrainedModel):
         elif isinstance(module, (nn.GRU, nn.BatchNorm1d)):
             module.reset_parameters()
 
+    def single_network(self, index: int) -> "NCLModel":
+        """Network ``index`` alone, as a one-network model sharing its weights (a co-trained method's one-network
+        evaluation: that network's own similarity instead of the mean over the K networks).
+
+        Raises:
+            ValueError: ``index`` is not one of the model's networks.
+        """
+        if not 0 <= index < len(self.networks):
+            raise ValueError(f"network {index} does not exist: the model holds {len(self.networks)} network(s)")
+        config = type(self.config).from_dict({**self.config.to_dict(), "num_networks": 1})
+        with torch.device("meta"):
+            single = type(self)(config)
+        single.networks = nn.ModuleList([self.networks[index]])
+        return single.train(self.training)
+
     @property
     def matching_networks(self) -> list[MatchingNetwork]:
         """The K networks of :attr:`networks` (an ``nn.ModuleList``), as the class they are."""

@@ -32,7 +32,7 @@ time in page faults (5.5 of 26 s with 256 MiB blocks, 0.4 of 23 s with 32 MiB).
 CUDA_BLOCK_BYTES = 2**30
 """Memory budget of one pair block on a CUDA device, where no mmap threshold applies and every block
 costs kernel launches: with 1 GiB an SGR 1024/256 training step of 128 pairs holds each caption group
-in one block (benchmarks/README.md, "On CUDA")."""
+in one block (benchmarks/README.md, "Speed and memory": its CUDA columns ran with it)."""
 
 CAPTION_GROUP = 16
 """Captions per block at most; a block's captions all have the same length, so no padding is scored."""

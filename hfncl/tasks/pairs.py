@@ -35,6 +35,7 @@ from hfncl.data import (
 )
 from hfncl.data.formats import detect_format, get_format, unread_split_files
 from hfncl.data.image_processor import image_processor_from_pretrained
+from hfncl.data.noise import NOISE_PROTOCOLS, pairing_protocol
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
 from hfncl.evaluation import check_split_size
@@ -239,7 +240,16 @@ def describe_data(args: DataArguments, data: PairData) -> DataDescription:
         noise_file=args.noise_file,
         true_noise_ratio=float(1.0 - train.clean_mask.mean()),
         test_folds=args.test_folds,
+        noise_protocol=noise_protocol(args, data),
     )
+
+
+def noise_protocol(args: DataArguments, data: PairData) -> str | None:
+    """The noise protocol's name (:data:`hfncl.data.noise.NOISE_PROTOCOLS`): of ``noise_kind`` for generated noise,
+    read from the pairing for a noise file; ``None`` without noise."""
+    if args.noise_file:
+        return pairing_protocol(data.train.caption_to_image, data.train.captions_per_image)
+    return NOISE_PROTOCOLS[args.noise_kind] if args.noise_ratio > 0 else None
 
 
 DEMO_MODEL = ModelArguments(embed_dim=256, word_dim=64)
@@ -422,6 +432,7 @@ class PairTask:
         """The first fields of ``results.json``: the noise asked for and measured, and the processes."""
         return {
             "noise_ratio": data.noise_ratio,
+            "noise_protocol": noise_protocol(args, data),
             "noise_file": args.noise_file,
             "true_noise_ratio": float(1.0 - data.train.clean_mask.mean()),
             "num_processes": num_processes,

@@ -13,9 +13,10 @@ import numpy as np
 
 from hfncl.data.labelled.files import _ArrayRef, _opened
 from hfncl.data.labelled.labels import _ResolvedSplit
-from hfncl.data.precomp import DataFormatError, cached_arrow_dataset, default_cache_root
+from hfncl.data.precomp import DataFormatError, cached_arrow_dataset, default_cache_root, overflowing_rows
 
-_CACHE_FORMAT_VERSION = 1
+_CACHE_FORMAT_VERSION = 2
+"""Bumped when the conversion checks more: 2 refuses features whose squared norm overflows float32."""
 
 
 def _identity(ref: _ArrayRef) -> dict[str, object]:
@@ -108,6 +109,13 @@ def _sample_rows(
                         raise DataFormatError(
                             f"{ref.where}: row {row} has a NaN, infinite or {dtype}-overflowing feature "
                             "(features must be finite)"
+                        )
+                    overflowing = overflowing_rows(block)
+                    if overflowing.any():
+                        row = int(chunk[np.flatnonzero(overflowing)[0]])
+                        raise DataFormatError(
+                            f"{ref.where}: row {row} has features whose squared norm overflows float32 arithmetic "
+                            "(rescale the features)"
                         )
                 blocks[name] = stored
             for offset in range(len(chunk)):

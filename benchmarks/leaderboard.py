@@ -1,0 +1,546 @@
+"""The field's leaderboard: every installed image-caption method under NCR's and DECL's noise protocols.
+
+    python benchmarks/leaderboard.py --batch-size 32                  # generated benchmark, seeds 0-2
+    python benchmarks/leaderboard.py --benchmark proxy --seeds 0      # the real-text proxy (Flickr8k, 1000 images)
+    python benchmarks/leaderboard.py --jobs 4                         # 4 runs at once (one per GPU where several)
+    python benchmarks/leaderboard.py --sgraf ncr vsepp                # also SGR and SAF models, averaged ("SGRAF")
+    python benchmarks/leaderboard.py --quick                          # checks the script in about a minute
+
+Methods: every installed plugin (entry-point group ``hfncl``, built-in or third-party) that
+learns from image-caption pairs and declares ``demo_settings``, or those named with
+``--methods`` (:func:`common.method_runs`, the selection of ``accuracy.py``). Noise: each
+protocol at its ratios, a seed seeding the noise and the training:
+
+- ``ncr-caption`` (``--ncr-ratios``, default 20 / 50%): NCR's caption-level re-pairing;
+- ``decl-image`` (``--decl-ratios``, default 40 / 80%): DECL's image-level permutation, all
+  captions of a picked image moved together (:mod:`hfncl.data.noise`).
+
+Benchmarks: ``generated`` (:mod:`hfncl.data.synthetic`, ``--size``, default tiny: 200 training
+images x 5 captions, 50 dev, 100 test; the demo's model, ``--model`` changes it; ``--batch-size
+32`` gives its 1000 pairs 31 steps an epoch: VSE++ at 50% noise stayed at chance with the demo's
+128 and a 64-d joint space, test rSum 74.0 after 12 epochs, and reached 161.6 with 32 and the
+demo's 256-d model; the two changes were not measured apart) and
+``proxy`` (Flickr8k captions through MiniLM, ``accuracy.py``'s proxy with
+``--proxy-train-images`` training images, default 1000; skipped with a message when the file
+or the encoder package is absent).
+
+Schedule: a method trains its demo settings under the converged oracle's rule of
+``accuracy.py`` (:func:`accuracy.converged_settings`): its demo epochs at its learning
+rate, then at a tenth of it until the validation rSum has not improved for ``--patience``
+epochs (at most 10 more); the best-validation checkpoint is tested. The **oracle**
+(``--oracle-method``, VSE++'s triplet) trains the same way on exactly the clean pairs, for
+at least as many optimiser steps as any method at that ratio and seed; a method's share is
+its test rSum over the oracle's, per seed, then averaged.
+
+Evaluation modes, named in every row: the model as its method ranks (``one network``, the
+``mean of K networks`` of a co-trained method, or the plugin's own ``inference_similarity``);
+for a co-trained method also ``network A`` alone (its own similarity); with ``--sgraf``, the
+method trained twice, with the SGR and with the SAF similarity head, and the two models'
+similarities averaged (``SGRAF``).
+
+Resumable run by run: each run leaves ``row.json`` under
+``--output-dir/<benchmark>/<protocol>/`` and is reused; a run killed part way continues from
+its latest checkpoint; runs of methods installed later train when the script is run again.
+``--jobs N`` trains N runs at once, each in its own process (one GPU each where there are
+several; ``--threads`` CPU threads each, default 1). Writes ``--report`` ``.md`` (measured table,
+then the papers' reported numbers from ``docs/reproduction.md``, never mixed), ``.png``
+(rSum against noise ratio per method, a panel per protocol) and ``.json``; prints the cost
+(runs per core-hour, wall time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import dataclasses
+import itertools
+import json
+import multiprocessing
+import os
+import re
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from accuracy import (
+    ORACLE,
+    PROXY,
+    Job,
+    bounded_job,
+    commit,
+    converged_settings,
+    is_reference,
+    jobs,
+    prepare_benchmark,
+    split_pairs,
+    train,
+)
+from common import DEFAULT_CAPTIONS, machine, mean_spread, pyplot, quiet, write_report
+from reproduce import DOC, REPO, paper_numbers
+
+from hfncl.data.noise import NOISE_PROTOCOLS
+from hfncl.demo import DEMO_SIZES, DemoRun
+from hfncl.plots import save_png
+
+PROTOCOL_KINDS = {protocol: kind for kind, protocol in NOISE_PROTOCOLS.items()}
+DEFAULT_RATIOS = {"ncr-caption": [0.2, 0.5], "decl-image": [0.4, 0.8]}
+HEADS = ("sgr", "saf")
+SGRAF = "SGRAF: mean of an SGR and a SAF model"
+NETWORK_A = "network A alone"
+REPORTED_DATASETS = {"f30k": "Flickr30K", "coco": "MS-COCO 1K", "cc152k": "CC152K"}
+
+
+# --- planning -------------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One training run of the leaderboard: an :class:`accuracy.Job` under a protocol, with a model override."""
+
+    protocol: str
+    job: Job
+    model: dict[str, Any] | None = None
+
+    def directory(self, root: Path) -> Path:
+        return root / self.protocol
+
+    @property
+    def key(self) -> str:
+        return f"{self.protocol}/{self.job.name}"
+
+
+def head_row(method: str, head: str) -> str:
+    """The row name of ``method`` trained with similarity head ``head`` (one half of its SGRAF pair)."""
+    return f"{method} [{head}]"
+
+
+def protocol_args(args: argparse.Namespace, protocol: str) -> argparse.Namespace:
+    """``args`` as ``accuracy.jobs`` reads them for one protocol: its ratios, no half-data control."""
+    ratios = args.ncr_ratios if protocol == "ncr-caption" else args.decl_ratios
+    return argparse.Namespace(**{**vars(args), "ratios": ratios, "no_half_data": True, "references_only": False})
+
+
+def converged_method(job: Job, patience: int) -> Job:
+    """A method's ``job`` on the converged oracle's rule (:func:`accuracy.converged_settings`, no step floor):
+    its demo epochs, then at a tenth of the learning rate until the validation rSum stalls for ``patience``
+    epochs; unchanged with ``patience`` 0."""
+    if not patience:
+        return job
+    batch = int(job.run.settings.get("batch_size", 128))
+    per_epoch = split_pairs(job.data.data_dir, job.data.train_split) // batch
+    settings = converged_settings(job.run.settings, 0.0, per_epoch, patience)
+    return dataclasses.replace(job, run=DemoRun(job.run.plugin, job.run.noise_ratio, settings))
+
+
+def with_batch(job: Job, batch_size: int | None) -> Job:
+    """``job`` with the batch size ``batch_size`` (``None``: its own)."""
+    if batch_size is None:
+        return job
+    return dataclasses.replace(job, run=DemoRun(job.run.plugin, job.run.noise_ratio, {**job.run.settings, "batch_size": batch_size}))
+
+
+def plan(args: argparse.Namespace, data_dir: Path) -> tuple[list[Run], list[Run]]:
+    """The method runs (first phase) and the reference runs (second phase: their schedules read the methods' steps)
+    of every protocol."""
+    methods, references = [], []
+    for protocol in args.protocols:
+        for job in jobs(protocol_args(args, protocol), data_dir, PROTOCOL_KINDS[protocol]):
+            job = with_batch(job, args.batch_size)
+            if is_reference(job.row):
+                references.append(Run(protocol, job))
+                continue
+            methods.append(Run(protocol, converged_method(job, args.patience)))
+            if args.sgraf is not None and (not args.sgraf or job.row in args.sgraf):
+                for head in HEADS:
+                    twin = dataclasses.replace(job, row=head_row(job.row, head))
+                    methods.append(Run(protocol, converged_method(twin, args.patience), {"similarity": head}))
+    return methods, references
+
+
+def groups(methods: list[Run], references: list[Run]) -> list[list[Run]]:
+    """The runs in the order they train: per protocol and ratio, its methods, then its references (whose schedule
+    reads the methods' steps), the protocols taking turns, so that a call stopped early leaves whole columns of
+    both."""
+    by_protocol: dict[str, list[float]] = {}
+    for run in methods + references:
+        ratios = by_protocol.setdefault(run.protocol, [])
+        ratios += [] if run.job.run.noise_ratio in ratios else [run.job.run.noise_ratio]
+    columns = [[(protocol, ratio) for ratio in ratios] for protocol, ratios in by_protocol.items()]
+    keys = [key for row in itertools.zip_longest(*columns) for key in row if key]  # the protocols in turn
+    out = []
+    for key in keys:
+        for phase in (methods, references):
+            out.append([run for run in phase if (run.protocol, run.job.run.noise_ratio) == key])
+    return [group for group in out if group]
+
+
+# --- running --------------------------------------------------------------------------------------------------------
+
+
+def _worker_setup(devices: Any, threads: int) -> None:
+    """A worker process: its own GPU where there are several (taken from the ``devices`` queue), and ``threads``
+    CPU threads."""
+    if devices is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(devices.get())
+    torch.set_num_threads(threads)
+    quiet()
+
+
+def train_run(run: Run, root: Path, quick: bool, model: dict[str, Any] | None, report_only: bool) -> dict[str, Any] | None:
+    """Train ``run`` (or read its finished ``row.json``); the row, with its protocol, threads and device."""
+    directory = run.directory(root)
+    started = resource.getrusage(resource.RUSAGE_SELF)
+    row = train(run.job, directory, quick, False, True, report_only, {**(model or {}), **(run.model or {})})
+    if row is None or "protocol" in row:
+        return row
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    cpu = used.ru_utime + used.ru_stime - started.ru_utime - started.ru_stime
+    row.update(protocol=run.protocol, cpu_seconds=cpu, threads=torch.get_num_threads(), device=device, model=run.model)
+    (directory / run.job.name / "row.json").write_text(json.dumps(row, indent=1, default=float))
+    return row
+
+
+def run_all(runs: list[Run], args: argparse.Namespace, root: Path, rows: list[dict[str, Any]]) -> None:
+    """Train ``runs`` (references get their convergence schedule from ``rows`` first) in ``--jobs`` processes,
+    appending each finished row to ``rows``; a failed run is reported and the others go on."""
+    bounded = [
+        dataclasses.replace(run, job=bounded_job(run.job, [r for r in rows if r["protocol"] == run.protocol], args))
+        for run in runs
+    ]
+    if args.jobs == 1 or args.report_only:
+        torch.set_num_threads(args.threads)
+        for run in bounded:
+            _collect(run, lambda r=run: train_run(r, root, args.quick, args.model, args.report_only), rows)
+        return
+    gpus = torch.cuda.device_count()
+    context = multiprocessing.get_context("spawn")
+    devices = None
+    if gpus > 1:
+        devices = context.Queue()
+        for index in range(args.jobs):
+            devices.put(index % gpus)
+    with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=context, initializer=_worker_setup,
+                                                initargs=(devices, args.threads)) as pool:
+        futures = {pool.submit(train_run, run, root, args.quick, args.model, False): run for run in bounded}
+        for future in concurrent.futures.as_completed(futures):
+            _collect(futures[future], future.result, rows)
+
+
+def _collect(run: Run, result: Any, rows: list[dict[str, Any]]) -> None:
+    try:
+        row = result()
+    except Exception as error:  # noqa: BLE001 - one failed run must not end the table
+        print(f"{run.key}: failed: {type(error).__name__}: {error}", file=sys.stderr)
+        return
+    if row is not None:
+        rows.append(row)
+        print(f"{run.key}: rSum {row['test']['rsum']:.1f} after {row['epochs']} epochs ({row['seconds']:.0f}s)", flush=True)
+
+
+# --- evaluation modes -----------------------------------------------------------------------------------------------
+
+
+def model_mode(best: Path) -> tuple[str, int]:
+    """How the model in ``best`` ranks when tested, and its number of networks."""
+    from hfncl.plugins import build_plugin_manager
+
+    config = json.loads((best / "config.json").read_text())
+    networks = int(config.get("num_networks", 1))
+    plugins = config.get("plugins") or []
+    if plugins and build_plugin_manager(plugins).hook.inference_similarity.get_hookimpls():
+        return f"{'+'.join(plugins)}'s own ranking ({networks} network{'s' * (networks > 1)})", networks
+    return ("one network" if networks == 1 else f"mean of {networks} networks"), networks
+
+
+def mode_rows(rows: list[dict[str, Any]], root: Path, data_dir: Path) -> list[dict[str, Any]]:
+    """Every measured row labelled with its evaluation mode, plus the ``network A`` row of each co-trained run and
+    the SGRAF row of each method trained with both heads (scored once, cached in the run's ``modes.json``)."""
+    from hfncl.tasks.checkpoints import evaluate_checkpoints
+
+    out = []
+    by_key = {(r["protocol"], r["method"], r["noise_ratio"], r["seed"]): r for r in rows}
+    for row in rows:
+        best = root / row["protocol"] / _run_name(row) / "best"
+        if is_reference(row["method"]) or not best.is_dir():
+            out.append({**row, "mode": "one network"})
+            continue
+        if row["method"].endswith(tuple(f" [{head}]" for head in HEADS)):
+            continue
+        mode, networks = model_mode(best)
+        out.append({**row, "mode": mode})
+        if networks > 1:
+            test = _cached(best.parent / "modes.json", NETWORK_A,
+                           lambda b=best: evaluate_checkpoints([b], data_dir, "test", network=0))
+            out.append({**row, "mode": NETWORK_A, "test": test})
+        pair = [by_key.get((row["protocol"], head_row(row["method"], h), row["noise_ratio"], row["seed"])) for h in HEADS]
+        if all(pair):
+            dirs = [root / row["protocol"] / _run_name(p) / "best" for p in pair if p]
+            test = _cached(best.parent / "modes.json", SGRAF, lambda d=dirs: evaluate_checkpoints(d, data_dir, "test"))
+            seconds = sum(p["seconds"] for p in pair if p)
+            out.append({**row, "mode": SGRAF, "test": test, "seconds": seconds, "epochs": pair[0]["epochs"] if pair[0] else 0})
+    return out
+
+
+def _run_name(row: dict[str, Any]) -> str:
+    return f"{row['method'].replace(' ', '_')}_noise{round(row['noise_ratio'] * 100)}_seed{row['seed']}"
+
+
+def _cached(path: Path, mode: str, compute: Any) -> dict[str, float]:
+    saved = json.loads(path.read_text()) if path.is_file() else {}
+    if mode not in saved:
+        saved[mode] = compute()
+        path.write_text(json.dumps(saved, indent=1, default=float))
+    return saved[mode]
+
+
+# --- tables ---------------------------------------------------------------------------------------------------------
+
+
+def protocol_table(rows: list[dict[str, Any]], protocol: str, ratios: list[float]) -> list[str]:
+    """Markdown rows of one protocol: a row per method and evaluation mode, rSum and share of the oracle per ratio."""
+    header = "| method | evaluation | " + " | ".join(f"{r:.0%} rSum | {r:.0%} share of oracle" for r in ratios)
+    lines = [header + " | epochs (best / trained) |", "|---|---|" + "---|---|" * len(ratios) + "---|"]
+    groups: dict[tuple[str, str], dict[float, list[dict[str, Any]]]] = {}
+    for row in sorted(rows, key=lambda r: (is_reference(r["method"]), r["method"], r["mode"])):
+        groups.setdefault((row["method"], row["mode"]), {}).setdefault(row["noise_ratio"], []).append(row)
+    oracle = {(r["noise_ratio"], r["seed"]): r["test"]["rsum"] for r in rows if r["method"] == ORACLE}
+    for (method, mode), by_ratio in groups.items():
+        cells = []
+        for ratio in ratios:
+            group = by_ratio.get(ratio, [])
+            rsum = mean_spread([r["test"]["rsum"] for r in group])
+            share = mean_spread([100 * r["test"]["rsum"] / oracle[ratio, r["seed"]] for r in group if oracle.get((ratio, r["seed"]))])
+            cells.append(f"{rsum} | {share}{'%' if share != '-' else ''}")
+        runs = [r for group in by_ratio.values() for r in group]
+        epochs = f"{_count([r['best_epoch'] or 0 for r in runs])} / {_count([r['epochs'] for r in runs])}"
+        lines.append(f"| {method} | {mode} | " + " | ".join(cells) + f" | {epochs} |")
+    return lines
+
+
+def _count(values: list[int]) -> str:
+    """A count of epochs: the value where the runs agree, mean ± sd where they differ."""
+    return str(values[0]) if len(set(values)) == 1 else mean_spread(values, 0)
+
+
+def notes(rows: list[dict[str, Any]]) -> list[str]:
+    """Where a method's mean rSum falls below VSE++'s at a protocol and ratio (same evaluation mode of the method as
+    trained), and the runs that stopped at their last planned epoch (not converged by the rule)."""
+    out = []
+    plain = [r for r in rows if r["mode"] != NETWORK_A and r["mode"] != SGRAF and not is_reference(r["method"])]
+    mean: dict[tuple[str, str, float], float] = {}
+    for key in {(r["protocol"], r["method"], r["noise_ratio"]) for r in plain}:
+        mean[key] = statistics.mean(r["test"]["rsum"] for r in plain if (r["protocol"], r["method"], r["noise_ratio"]) == key)
+    for (protocol, method, ratio), value in sorted(mean.items()):
+        vsepp = mean.get((protocol, "vsepp", ratio))
+        if method != "vsepp" and vsepp is not None and value < vsepp:
+            division = [r["division"] for r in plain if (r["protocol"], r["method"], r["noise_ratio"]) == (protocol, method, ratio)
+                        and r.get("division", {}).get("auc") is not None]
+            seen = "; its division (network A, last epoch): " + ", ".join(
+                f"{key} {statistics.mean(d[key] for d in division):.2f}" for key in ("auc", "precision", "recall")
+                if all(d.get(key) is not None for d in division)) if division else ""
+            out.append(f"{method} is below VSE++ under {protocol} at {ratio:.0%} ({value:.1f} vs {vsepp:.1f}){seen}; "
+                       "the cause is not measured further here")
+    stopped = sorted({f"{r['method']} ({r['protocol']} {r['noise_ratio']:.0%} seed {r['seed']})" for r in rows
+                      if r["mode"] != NETWORK_A and r.get("planned_epochs") and r["epochs"] >= r["planned_epochs"]
+                      and r.get("best_epoch") == r["epochs"]})
+    if stopped:
+        out.append("still improving at the last planned epoch (not converged by the rule): " + ", ".join(stopped))
+    return out
+
+
+def reported_table(doc: Path = DOC) -> list[str]:
+    """The papers' own rSum (``docs/reproduction.md``'s "Paper's reported numbers", read by ``reproduce.py``), a row
+    per recipe of Flickr30K, MS-COCO 1K or CC152K, each with its source and protocol."""
+    numbers = paper_numbers(doc)
+    sources = dict(re.findall(r"^## recipes/(\w+)\.py\n\n(?:[^#\n].*\n|\n)*?Paper's reported numbers: (.*?),? rSum",
+                              doc.read_text(), flags=re.MULTILINE))
+    lines = ["| recipe | data set | protocol | noise: rSum (reported) | source |", "|---|---|---|---|---|"]
+    for recipe, by_noise in numbers.items():
+        dataset = REPORTED_DATASETS.get(recipe.rsplit("_", 1)[-1])
+        if not by_noise or dataset is None:
+            continue
+        cells = ", ".join(f"{'real' if r is None else f'{r:.0%}'}: {v}" for r, v in by_noise.items())
+        lines.append(f"| {recipe} | {dataset} | {recipe_protocol(recipe, by_noise)} | {cells} | {sources.get(recipe, '-').rstrip(',:')} |")
+    return lines
+
+
+def recipe_protocol(recipe: str, by_noise: dict[float | None, float]) -> str:
+    """The noise protocol of a recipe's reported numbers: the recipe's ``noise_kind`` (caption unless it sets image);
+    ``real`` for a data set's own noise only, ``clean`` without noise."""
+    if set(by_noise) == {None}:
+        return "real (CC152K)"
+    if set(by_noise) == {0.0}:
+        return "clean"
+    text = (REPO / "recipes" / f"{recipe}.py").read_text() if (REPO / "recipes" / f"{recipe}.py").is_file() else ""
+    return NOISE_PROTOCOLS["image" if re.search(r"""["']noise_kind["']\s*:\s*["']image["']""", text) else "caption"]
+
+
+def plot(rows: list[dict[str, Any]], protocols: list[str], path: Path) -> Path | None:
+    """rSum against noise ratio per method and mode (mean over seeds, bars: sd), a panel per protocol."""
+    plt = pyplot()
+    if plt is None:
+        return None
+    figure, axes = plt.subplots(1, len(protocols), figsize=(5.2 * len(protocols), 4.2), squeeze=False)
+    labels = sorted({(r["method"], r["mode"]) for r in rows})
+    colors = {label: f"C{index % 10}" for index, label in enumerate(sorted({m for m, _ in labels}))}
+    for axis, protocol in zip(axes[0], protocols, strict=True):
+        for method, mode in labels:
+            group = [r for r in rows if r["protocol"] == protocol and (r["method"], r["mode"]) == (method, mode)]
+            ratios = sorted({r["noise_ratio"] for r in group})
+            if not ratios:
+                continue
+            values = [[r["test"]["rsum"] for r in group if r["noise_ratio"] == x] for x in ratios]
+            means = [statistics.mean(v) for v in values]
+            errors = [statistics.stdev(v) if len(v) > 1 else 0.0 for v in values]
+            style = "--" if is_reference(method) else (":" if mode in (NETWORK_A, SGRAF) else "-")
+            name = method if style == "-" or is_reference(method) else f"{method} ({'A' if mode == NETWORK_A else 'SGRAF'})"
+            axis.errorbar([100 * x for x in ratios], means, yerr=errors, fmt=style, marker="o", markersize=3,
+                          color=colors[method], label=name, capsize=2)
+        axis.set_title(f"protocol {protocol}", fontsize=10)
+        axis.set_xlabel("noise ratio (%)")
+        axis.set_ylabel("test rSum")
+        if axis.lines:
+            axis.legend(fontsize=7)
+    return save_png(figure, path)
+
+
+# --- the script -----------------------------------------------------------------------------------------------------
+
+
+def cost_line(rows: list[dict[str, Any]], wall: float) -> str:
+    """Runs per core-hour (core-seconds: the CPU time a run's process used, all threads; a GPU run's device named),
+    the runs' own wall time and this call's."""
+    core_hours = sum(r.get("cpu_seconds", r["seconds"] * r.get("threads", 1)) for r in rows) / 3600
+    run_wall = sum(r["seconds"] for r in rows) / 3600
+    devices = sorted({r.get("device", "cpu") for r in rows})
+    rate = f"{len(rows) / core_hours:.1f}" if core_hours else "-"
+    return (f"cost: {len(rows)} runs in {core_hours:.3f} core-hours of training ({rate} runs per core-hour; devices: "
+            f"{', '.join(devices)}); {run_wall:.2f} h of wall time in all, this call's {wall / 60:.1f} min")
+
+
+def report(args: argparse.Namespace, results: dict[str, Any], wall: float) -> str:
+    parts = [
+        "# Leaderboard: noisy-correspondence methods side by side",
+        "",
+        f"Command: `python benchmarks/leaderboard.py {' '.join(args.argv)}`; {machine()}; commit {commit()}. "
+        "Measured here, on the same data, noise files, schedule and evaluation; test rSum of the best-validation "
+        f"checkpoint, mean ± sd over seeds {args.seeds}; share of oracle: over {ORACLE} ({args.oracle_method[0]} on "
+        "exactly the clean pairs, trained to convergence) at the same ratio and seed.",
+    ]
+    for benchmark, result in results.items():
+        if "skipped" in result:
+            parts += ["", f"## {benchmark}: {result['skipped']}"]
+            continue
+        rows = result["rows"]
+        for protocol in args.protocols:
+            ratios = args.ncr_ratios if protocol == "ncr-caption" else args.decl_ratios
+            parts += ["", f"## Measured: {result['description']}, protocol `{protocol}`", ""]
+            parts += protocol_table([r for r in rows if r["protocol"] == protocol], protocol, ratios)
+        if result["notes"]:
+            parts += ["", "Notes:"] + [f"- {line}" for line in result["notes"]]
+        parts += ["", f"{benchmark}: {result['cost']}"]
+    parts += ["", "## Reported by the papers (not measured here; Flickr30K, MS-COCO 1K, CC152K)", "",
+              "Each paper's own numbers as `docs/reproduction.md` transcribes them, with their source; "
+              "not comparable with the measured tables above.", ""]
+    parts += reported_table()
+    return "\n".join(parts)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--benchmark", nargs="+", choices=("generated", "proxy"), default=None,
+                        help="Benchmarks (default: generated; with --quick: both).")
+    parser.add_argument("--methods", nargs="+", default=None, help="Methods (default: every installed pair method with demo settings).")
+    parser.add_argument("--protocols", nargs="+", choices=tuple(DEFAULT_RATIOS), default=list(DEFAULT_RATIOS))
+    parser.add_argument("--ncr-ratios", type=float, nargs="+", default=DEFAULT_RATIOS["ncr-caption"])
+    parser.add_argument("--decl-ratios", type=float, nargs="+", default=DEFAULT_RATIOS["decl-image"])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--size", choices=tuple(DEMO_SIZES), default="tiny",
+                        help="Size of the generated benchmark (hfncl.demo.DEMO_SIZES; tiny: 200 training images, 100 "
+                        "test); runs of another size than tiny go to OUTPUT_DIR/generated_<size>.")
+    parser.add_argument("--jobs", type=int, default=1, help="Runs trained at once, each in its own process.")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="CPU threads per run (default 1: on a loaded machine a second thread waits for a core at "
+                        "every parallel operation; a run of the tiny benchmark took 220 s per epoch with 2, 3 s with 1).")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="Batch size of every run (default: the demo's 128; a small benchmark needs more steps).")
+    parser.add_argument("--patience", type=int, default=2,
+                        help="Epochs without a better validation rSum that end a run after its demo epochs (0: demo schedule).")
+    parser.add_argument("--oracle-method", nargs="+", default=["vsepp"])
+    parser.add_argument("--oracle-patience", type=int, default=2)
+    parser.add_argument("--no-references", action="store_true", help="Leave out the oracle.")
+    parser.add_argument("--sgraf", nargs="*", default=None,
+                        help="Also train the methods named (none named: all) with the SGR and the SAF head; row SGRAF.")
+    parser.add_argument("--model", type=json.loads, default=None, help="JSON of ModelArguments fields over the demo model's.")
+    parser.add_argument("--captions-file", default=str(DEFAULT_CAPTIONS))
+    parser.add_argument("--proxy-train-images", type=int, default=1000,
+                        help="Training images of the real-text proxy (its 500 dev and 1000 test images besides).")
+    parser.add_argument("--output-dir", default="runs/leaderboard", help="Where data and runs go.")
+    parser.add_argument("--report", default=None,
+                        help="Path prefix of the .md / .png / .json (default benchmarks/leaderboard; --quick: OUTPUT_DIR/leaderboard).")
+    parser.add_argument("--report-only", action="store_true", help="Train nothing: the tables of the finished runs.")
+    parser.add_argument("--quick", action="store_true", help="Tiny data and model, 2 epochs, one ratio per protocol, seed 0.")
+    args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    args.settings, args.references_only, args.no_half_data = None, False, True
+    if args.benchmark is None:
+        args.benchmark = ["generated", "proxy"] if args.quick else ["generated"]
+    if args.quick:
+        args.ncr_ratios, args.decl_ratios, args.seeds = [0.5], [0.4], [0]
+    if args.jobs < 1 or args.threads < 1:
+        parser.error(f"--jobs and --threads must be >= 1, got {args.jobs} and {args.threads}")
+    for name in ("ncr_ratios", "decl_ratios"):
+        if not all(0.0 < r < 1.0 for r in getattr(args, name)):
+            parser.error(f"--{name.replace('_', '-')} must lie in (0, 1), got {getattr(args, name)}")
+    if args.patience < 0 or args.oracle_patience < 0:
+        parser.error("--patience and --oracle-patience must be >= 0")
+    if args.report is None:
+        args.report = str(Path(args.output_dir) / "leaderboard") if args.quick else str(REPO / "benchmarks" / "leaderboard")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    quiet()
+    started = time.perf_counter()
+    output_dir = Path(args.output_dir)
+    results: dict[str, Any] = {}
+    for name in args.benchmark:
+        proxy = dataclasses.replace(PROXY, max_images=args.proxy_train_images + PROXY.num_dev + PROXY.num_test)
+        data_dir, description = prepare_benchmark(name, args, output_dir, DEMO_SIZES[args.size], proxy)
+        if data_dir is None:
+            print(description)
+            results[name] = {"skipped": description}
+            continue
+        root = output_dir / (name if name == "proxy" or args.size == "tiny" else f"{name}_{args.size}")
+        methods, references = plan(args, data_dir)
+        rows: list[dict[str, Any]] = []
+        began = time.perf_counter()
+        for group in groups(methods, references):
+            run_all(group, args, root, rows)
+        labelled = mode_rows(rows, root, data_dir)
+        planned = len(methods) + len(references)
+        cost = cost_line(rows, time.perf_counter() - began)
+        if len(rows) < planned:
+            cost += f"; {planned - len(rows)} of {planned} planned runs not finished (not shown)"
+        print(f"{name}: {cost}")
+        results[name] = {"description": description, "rows": labelled, "notes": notes(labelled), "cost": cost,
+                         "data_dir": str(data_dir)}
+    prefix = Path(args.report)
+    write_report(prefix.with_suffix(".md"), report(args, results, time.perf_counter() - started))
+    for name, result in results.items():
+        if "rows" in result:
+            suffix = "" if len(results) == 1 or name == "generated" else f"_{name}"
+            plot(result["rows"], args.protocols, prefix.with_name(prefix.name + suffix + ".png"))
+    prefix.with_suffix(".json").write_text(json.dumps({"machine": machine(), "commit": commit(), "argv": args.argv,
+                                                       "benchmarks": results}, indent=1, default=float))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,236 @@
+"""BiCro: Bidirectional Cross-modal similarity consistency (Yang et al., CVPR 2023).
+
+Two networks trained in turn, as NCR trains them. A robust warmup trains each network on the small-loss share of
+every batch. After it, every epoch each network's division comes from a two-component mixture on the per-pair loss
+L_w of its *peer* (co-divide, as NCR Eq. 1-3). In each batch the peer, in eval mode, picks the clean anchor pairs
+(the clean part's pairs of smallest peer loss) and gives every other pair a soft correspondence label from the
+bidirectional consistency of its similarities with the anchors (Sec. 3.3): the image's nearest anchor image, then
+the caption's similarity to that anchor's caption, and the same from the caption's side. A clean image-caption pair
+sits as close to an anchor in one modality as in the other; a mismatched one does not. The labels set the margins
+of the soft-margin triplet loss on hardest negatives (NCR Eq. 6-7), within the batch's clean and noisy parts.
+
+The paper's text was not at hand when this was written, so docstrings name sections, not equation numbers.
+Reading choices (the authors' code, xu5zhao/BiCro, against the paper) and measurements: ``docs/methods/bicro.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hfncl.beta_mixture import bmm_clean_probability
+from hfncl.division import fit_loss_mixture, threshold_division
+from hfncl.hookspecs import hookimpl
+from hfncl.losses import soft_margin, triplet_hardest_negative_in_parts, triplet_sum_negatives
+from hfncl.models.heads import global_embeddings
+from hfncl.options import MethodOptions, option
+from hfncl.toolkit import (
+    batch_index,
+    batch_parts,
+    batch_view,
+    bibtex_citation,
+    epoch_at_share,
+    networks_in_turn,
+    peer,
+    training_batches,
+)
+from hfncl.types import Division
+
+NETWORKS = 2
+MIXTURES, ANCHOR_SCORES, AFFINITIES = ("gmm", "bmm"), ("loss", "clean_prob"), ("cosine", "euclidean")
+CLEAN_LABELS, LABEL_LAYOUTS = ("consistency", "one"), ("pair", "broadcast")
+
+
+@dataclass(frozen=True)
+class BiCroOptions(MethodOptions, namespace="bicro"):
+    """The margin alpha and curve m of the soft margin, the mixture and threshold of the division, the warmup's
+    small-loss share, the anchors' share of the clean part and the readings of docs/methods/bicro.md."""
+
+    alpha: float = option(0.2, minimum=0)
+    curve: float = option(10.0, exclusive_minimum=1)
+    threshold: float = option(0.5, minimum=0, maximum=1)
+    mixture: str = option("gmm", choices=MIXTURES)
+    warmup_share: float = option(0.3, exclusive_minimum=0, maximum=1)
+    anchor_fraction: float = option(0.1, minimum=0, maximum=1)
+    anchor_score: str = option("loss", choices=ANCHOR_SCORES)
+    affinity: str = option("cosine", choices=AFFINITIES)
+    clean_labels: str = option("consistency", choices=CLEAN_LABELS)
+    label_threshold: float = option(0.5, minimum=0, exclusive_maximum=1)
+    noisy_part_start: float = option(0.5, minimum=0, maximum=1)
+    label_layout: str = option("broadcast", choices=LABEL_LAYOUTS)
+
+
+@hookimpl
+def options() -> type[BiCroOptions]:
+    return BiCroOptions
+
+
+@hookimpl
+def demo_settings() -> dict[str, Any]:
+    """NCR's demo schedule (10 epochs, 4 of them warmup): docs/methods/bicro.md."""
+    return {"epochs": 10, "warmup_epochs": 4}
+
+
+@hookimpl
+def num_networks(config) -> int:
+    return NETWORKS
+
+
+training_passes = networks_in_turn()
+
+
+@hookimpl
+def division_fields(config) -> dict[str, list[str]]:
+    """The division of the batch and its soft correspondence labels go from ``rectify`` to ``loss``."""
+    return {"division": ["statistic"], "targets": ["clean", "labels"], "needs_targets": ["clean", "labels"]}
+
+
+def small_loss_share(per_pair: torch.Tensor, share: float) -> torch.Tensor:
+    """The robust warmup's loss: the sum of the ``int(share * b)`` smallest per-pair losses of the batch (zero, in the
+    graph, when that is none), as the authors' ``warmup_sele``."""
+    count = int(share * per_pair.numel())
+    return per_pair.topk(count, largest=False).values.sum() if count else per_pair.sum() * 0
+
+
+@hookimpl
+def warmup_loss(trainer, batch, outputs, net) -> dict[str, torch.Tensor]:
+    """Robust warmup: L_w (NCR Eq. 2, each pair's hinge terms averaged over the b columns) of the ``bicro.warmup_share``
+    pairs of smallest L_w in the batch; share 1 is NCR's warmup on every pair."""
+    settings = trainer.options_of(BiCroOptions)
+    per_pair = triplet_sum_negatives(outputs.similarity, settings.alpha) / outputs.similarity.size(0)
+    return {"warmup_small_loss": small_loss_share(per_pair, settings.warmup_share)}
+
+
+def pass_losses(trainer, epoch: int) -> list[torch.Tensor]:
+    """Every network's per-pair L_w in an eval-mode pass over the training set, in shuffled training-size batches
+    (the authors' ``eval_train``)."""
+    alpha = trainer.options_of(BiCroOptions).alpha
+
+    def per_pair_loss(batch) -> dict[str, torch.Tensor]:
+        similarities = [trainer.forward(net, batch, grad=False).similarity for net in range(NETWORKS)]
+        return {f"loss{net}": triplet_sum_negatives(s, alpha) / s.size(0) for net, s in enumerate(similarities)}
+
+    losses = trainer.collect(per_pair_loss, description=f"epoch {epoch} co-divide", **training_batches(trainer, epoch))
+    return [losses[f"loss{net}"] for net in range(NETWORKS)]
+
+
+def clean_probability(losses: torch.Tensor, mixture: str, seed: int) -> torch.Tensor:
+    """The posterior of the small-loss component of a two-component GMM or BMM on the min-max scaled losses."""
+    if mixture == "bmm":
+        return bmm_clean_probability(losses, max_iter=10)[0]
+    return fit_loss_mixture(losses, seed=seed)[0]
+
+
+@hookimpl
+def divide(trainer, epoch) -> list[Division]:
+    """Co-divide: network k's division is the mixture fitted on its peer's per-pair L_w. When every pair looks clean,
+    the 1/100 of lowest clean probability is made noisy, as the authors' ``split_prob``."""
+    settings = trainer.options_of(BiCroOptions)
+    losses = pass_losses(trainer, epoch)
+    divisions = []
+    for net in range(NETWORKS):
+        peer_loss = losses[peer(net, NETWORKS)]
+        clean_prob = clean_probability(peer_loss, settings.mixture, trainer.config.seed + epoch)
+        division = threshold_division(clean_prob, settings.threshold, 0.01, statistic=peer_loss)
+        divisions.append(replace(division, statistic_name="the peer network's per-pair loss L_w"))
+    return divisions
+
+
+def select_anchors(score: torch.Tensor, clean: torch.Tensor, fraction: float) -> torch.Tensor:
+    """Positions of the anchors: the ``int(fraction * c) + 1`` clean pairs of highest ``score`` (c clean pairs; ties to
+    the lower position), as the authors' ``predict_clean`` takes ``c // 10 + 1``; none without clean pairs."""
+    positions = clean.nonzero().squeeze(1)
+    count = min(int(fraction * positions.numel()) + 1, positions.numel())
+    order = torch.sort(score[positions], descending=True, stable=True).indices
+    return positions[order[:count]]
+
+
+def anchor_affinity(items: torch.Tensor, anchors: torch.Tensor, affinity: str) -> torch.Tensor:
+    """(B, K) affinity of every item with every anchor of one modality, on unit-norm embeddings: cosine similarity,
+    or Euclidean distance floored at 1e-2 (the authors' ``EuclideanDistances``). Unit norms keep an image distance
+    and a caption distance comparable where the two towers' embeddings differ in scale."""
+    items, anchors = torch.nn.functional.normalize(items, dim=1), torch.nn.functional.normalize(anchors, dim=1)
+    if affinity == "euclidean":
+        return torch.cdist(items, anchors).clamp_min(1e-2)
+    return items @ anchors.t()
+
+
+def consistency_ratio(own: torch.Tensor, other: torch.Tensor, nearest_is_largest: bool) -> torch.Tensor:
+    """One direction of the consistency (Sec. 3.3): the nearest anchor by ``own`` (B, K), then min(q, 1 / q) with
+    q = own / other at that anchor, in [0, 1] when both affinities are positive (the authors' ``SIM_SELE``)."""
+    nearest = own.argmax(dim=1, keepdim=True) if nearest_is_largest else own.argmin(dim=1, keepdim=True)
+    ratio = own.gather(1, nearest).squeeze(1) / other.gather(1, nearest).squeeze(1)
+    return torch.nan_to_num(torch.where(ratio < 1, ratio, 1 / ratio), nan=0.0)
+
+
+def bidirectional_consistency(
+    images: torch.Tensor, texts: torch.Tensor, anchors: torch.Tensor, affinity: str
+) -> torch.Tensor:
+    """Each pair's soft correspondence from the anchors (Sec. 3.3): the mean of the image-to-text and text-to-image
+    consistency ratios, clamped to [0, 1]. ``images``, ``texts``: (B, d) global embeddings; ``anchors``: positions."""
+    image_side = anchor_affinity(images, images[anchors], affinity)
+    text_side = anchor_affinity(texts, texts[anchors], affinity)
+    largest = affinity == "cosine"
+    image_to_text = consistency_ratio(image_side, text_side, largest)
+    text_to_image = consistency_ratio(text_side, image_side, largest)
+    return ((image_to_text + text_to_image) / 2).clamp(0, 1)
+
+
+def soft_labels(
+    consistency: torch.Tensor, clean: torch.Tensor, anchors: torch.Tensor, settings: BiCroOptions
+) -> torch.Tensor:
+    """Soft correspondence labels of a batch: 1 for the anchors; for the other clean pairs (1 + c) / 2 (the authors'
+    code) or 1; for the noisy pairs the consistency c; every label at or below ``bicro.label_threshold`` set to 0
+    (the authors' ``noise_soft`` with ``noise_tem``)."""
+    clean_label = (1 + consistency) / 2 if settings.clean_labels == "consistency" else torch.ones_like(consistency)
+    labels = torch.where(clean, clean_label, consistency)
+    labels[anchors] = 1.0
+    return labels * (labels > settings.label_threshold)
+
+
+def noisy_part_trains(trainer) -> bool:
+    """Whether this epoch's loss includes the noisy part (from ``bicro.noisy_part_start`` of the co-training on)."""
+    return trainer.epoch >= epoch_at_share(trainer, trainer.options_of(BiCroOptions).noisy_part_start)
+
+
+@hookimpl
+def rectify(trainer, batch, net, division) -> dict[str, torch.Tensor]:
+    """The division of the batch and its soft labels, from the peer network in eval mode (the authors' ``predict``):
+    anchors from the clean part by ``bicro.anchor_score`` (the peer's smallest L_w, or the highest clean
+    probability), the consistency from its global embeddings."""
+    settings = trainer.options_of(BiCroOptions)
+    targets = batch_view(division, batch_index(trainer, batch), ("clean", "clean_prob"), batch["index"].device)
+    outputs = trainer.forward(peer(net, NETWORKS), batch, grad=False)
+    clean = targets["clean"].to(outputs.similarity.device)
+    if settings.anchor_score == "loss":
+        score = torch.zeros(clean.shape, device=clean.device)
+        if clean.sum() > 1:
+            part = clean.nonzero().squeeze(1)
+            score[part] = -triplet_sum_negatives(outputs.similarity[part][:, part], settings.alpha)
+    else:
+        score = targets["clean_prob"].to(clean.device)
+    anchors = select_anchors(score, clean, settings.anchor_fraction)
+    if anchors.numel() == 0:
+        return {"clean": clean, "labels": torch.zeros(clean.shape, device=clean.device)}
+    images, texts = global_embeddings(outputs.image_embeds).float(), global_embeddings(outputs.text_embeds).float()
+    consistency = bidirectional_consistency(images, texts, anchors, settings.affinity)
+    return {"clean": clean, "labels": soft_labels(consistency, clean, anchors, settings)}
+
+
+@hookimpl
+def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
+    """The soft-margin triplet loss (NCR Eq. 6-7) with hardest negatives within the clean part and, once it trains,
+    the noisy part: margin (m^y - 1) / (m - 1) alpha per pair, or (``"broadcast"``, the authors' code) caption j's
+    margin in both hinges of cell (i, j)."""
+    settings = trainer.options_of(BiCroOptions)
+    margins = soft_margin(targets["labels"], settings.alpha, settings.curve)
+    if settings.label_layout == "broadcast":
+        margins = margins[None, :].expand(margins.numel(), -1)
+    parts = batch_parts(targets["clean"], with_noisy=noisy_part_trains(trainer))
+    return {"soft_margin_triplet": triplet_hardest_negative_in_parts(outputs.similarity, parts, margins)}
+
+
+citation = bibtex_citation(Path(__file__).with_name("bibtex") / "bicro.bib")
