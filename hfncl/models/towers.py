@@ -259,7 +259,8 @@ def parameter_counts(model: nn.Module) -> dict[str, dict[str, int]]:
     submodule of the network such as a similarity head).
     """
     counts: dict[str, dict[str, int]] = {}
-    for k, network in enumerate(model.networks):
+    networks = model.get_submodule("networks")
+    for k, network in enumerate(networks.children()):
         for name, child in network.named_children():
             part = {"text_encoder": "text", "image_encoder": "image"}.get(name, name)
             entry = counts.setdefault(f"net{k}.{part}", {"trainable": 0, "total": 0})
