@@ -14,7 +14,7 @@ By default the demo is the quick one (:data:`QUICK`), a few minutes on two CPU c
 pair methods train on a benchmark of 600 images for a few epochs at a higher learning
 rate in smaller batches, the label methods for a third of their epochs at a higher learning rate,
 long enough that every dividing method separates the noisy pairs far better than
-chance; ``full`` (:data:`FULL`) is the README's comparison, each method on 3000 images with
+chance; ``full`` (:data:`FULL`) is the full comparison of benchmarks/README.md, each method on 3000 images with
 the schedule of its ``demo_settings``.
 """
 
@@ -83,7 +83,7 @@ QUICK = DemoPlan(
 learning rate in batches of 64; the label methods (400 samples) for at most 10 epochs at 5x the learning rate."""
 
 FULL = DemoPlan("full")
-"""``hfncl demo --full``: the README's measured comparison."""
+"""``hfncl demo --full``: the measured comparison of benchmarks/README.md."""
 
 
 @dataclass(frozen=True)
@@ -270,7 +270,7 @@ def main(
 ) -> int:
     """Run the comparison, print the table, save it as JSON and markdown; 1 when a method failed.
 
-    The demo is the quick one (:data:`QUICK`), or with ``full`` the README's comparison
+    The demo is the quick one (:data:`QUICK`), or with ``full`` the full comparison (benchmarks/README.md)
     (:data:`FULL`). ``size`` picks another generated benchmark (:data:`DEMO_SIZES`), ``epochs``
     trains every method that long (warmup cut to leave an epoch that divides) instead.
     A method that fails becomes a row with its error; the others still train.
@@ -332,4 +332,5 @@ def _plan_line(plan: DemoPlan, size: str, epochs: int | None, runs: tuple[DemoRu
             what += f", batches of {schedule.batch_size}"
         parts.append(what)
     line = f"hfncl demo: {len(runs)} runs; " + "; ".join(parts)
-    return line + ("" if plan is FULL else "; hfncl demo --full trains the README's comparison (about 17 minutes)")
+    full = "; hfncl demo --full trains the full comparison of benchmarks/README.md (about 17 minutes)"
+    return line + ("" if plan is FULL else full)

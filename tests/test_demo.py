@@ -86,7 +86,7 @@ def test_the_plan_line_names_each_kinds_schedule_and_the_full_comparison():
     assert line == (
         "hfncl demo: 2 runs; pairs: 600 generated training images, at most 3 epochs each, 5x the learning rate, "
         "batches of 64; labels: at most 10 epochs each, 5x the learning rate; "
-        "hfncl demo --full trains the README's comparison (about 17 minutes)"
+        "hfncl demo --full trains the full comparison of benchmarks/README.md (about 17 minutes)"
     )
     assert _plan_line(FULL, "full", None, planned_runs(runs, FULL)).endswith("labels: each method's demo settings")
     assert _plan_line(FULL, "full", 2, planned_runs(runs, FULL)).endswith("labels: 2 epochs each")  # --full --epochs 2
@@ -99,7 +99,7 @@ def test_the_readme_first_command_divides_far_better_than_chance(tmp_path):
     command = [str(HFNCL), "demo", "--no-progress", "--output-dir", str(tmp_path)]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=3600)
     assert completed.returncode == 0, completed.stderr[-3000:]
-    assert "hfncl demo --full trains the README's comparison" in completed.stdout
+    assert "hfncl demo --full trains the full comparison of benchmarks/README.md" in completed.stdout
     rows = json.loads((tmp_path / "comparison.json").read_text())
     assert {row["label"] for row in rows} == {run.plugin for run in demo_runs()}
     divisions = {row["label"]: _division_of_network_a(row["division"]) for row in rows}

@@ -11,7 +11,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Add ``hfncl demo``."""
     help = (
         "Train the installed methods on a generated benchmark with noise and print the comparison (a few minutes; "
-        "--full: the README's comparison)."
+        "--full: the full comparison of benchmarks/README.md)."
     )
     parser = subparsers.add_parser("demo", help=help, description=help)
     parser.add_argument("--output-dir", default="runs/demo", help="Where the data, checkpoints and table go.")
@@ -24,8 +24,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--full",
         action="store_true",
-        help="The README's comparison: every method on 3000 training images with its own demo settings (about 17 "
-        "minutes on 2 CPU cores) instead of the quick demo (600 images, at most 3 epochs at 5x the learning rate).",
+        help="The full comparison of benchmarks/README.md: every method on 3000 training images with its own demo "
+        "settings (about 17 minutes on 2 CPU cores) instead of the quick demo (600 images, at most 3 epochs at 5x "
+        "the learning rate).",
     )
     parser.add_argument(
         "--size",
