@@ -50,6 +50,7 @@ class L2RMOptions(MethodOptions, namespace="l2rm"):
     threshold: float = option(0.5, minimum=0, maximum=1)
     mask_diagonal: bool = True
     sinkhorn_iterations: int = option(1000, minimum=1)
+    sinkhorn_tolerance: float = option(1e-6, exclusive_minimum=0)
 
 
 @hookimpl
@@ -71,7 +72,8 @@ def rce_loss(similarity: torch.Tensor, tau: float, eps: float = 1e-7) -> torch.T
     """Warmup's robust loss (``RCE``): half the sum, over both directions, of InfoNCE and the reverse cross-entropy.
 
     With p = softmax(S / tau) over a row (image query) or a column (caption query):
-    CE = -mean_i log p_ii and RCE = -mean_i sum_j p_ij log(delta_ij + eps); loss = (CE_i2t + CE_t2i + RCE_i2t + RCE_t2i) / 2.
+    CE = -mean_i log p_ii and RCE = -mean_i sum_j p_ij log(delta_ij + eps);
+    loss = (CE_i2t + CE_t2i + RCE_i2t + RCE_t2i) / 2.
     """
     identity = torch.eye(similarity.size(0), device=similarity.device, dtype=similarity.dtype)
     log_target = torch.log(identity + eps)
@@ -94,30 +96,44 @@ def transport_cost(similarity: torch.Tensor) -> torch.Tensor:
     return (1 - similarity).clamp(min=1e-10)
 
 
-def partial_transport_plan(cost: torch.Tensor, rho: float, reg: float, mask: torch.Tensor | None = None, iterations: int = 1000) -> torch.Tensor:
+def partial_transport_plan(
+    cost: torch.Tensor,
+    rho: float,
+    reg: float,
+    mask: torch.Tensor | None = None,
+    iterations: int = 1000,
+    tolerance: float = 1e-6,
+) -> torch.Tensor:
     """The entropic partial OT plan between uniform marginals p = 1/n, q = 1/m that moves total mass ``rho``.
 
     The augmented problem of the authors' ``partial_ot`` (Chapel et al.'s dummy points): a dummy column and row at
     cost xi = 100 max C (the dummy-dummy cell 2 xi + max C), holding mass 1 - rho each, so that exactly rho of the
     real mass is transported between real points; ``mask`` (n, m), False where no mass may go, sets those cells'
     cost to ``MASKED_COST * reg``. Solved with POT's log-domain Sinkhorn (``ot.sinkhorn(..., method="sinkhorn_log")``)
-    in float64; returns the (n, m) block between real points, without gradient.
+    in float64 NumPy (on a batch's small matrix, faster than POT's torch backend), until the marginals' error is below
+    ``tolerance``; returns the (n, m) block between real points, without gradient, on ``cost``'s device.
     """
     import ot
 
     n, m = cost.shape
-    base = cost.detach().double()
+    base = cost.detach().cpu().double()
     largest = base.max()
     xi = 100 * largest
     if mask is not None:
-        base = torch.where(mask.to(base.device), base, torch.full_like(base, MASKED_COST * reg))
+        base = torch.where(mask.cpu(), base, torch.full_like(base, MASKED_COST * reg))
     augmented = torch.full((n + 1, m + 1), float(xi), dtype=torch.float64, device=base.device)
     augmented[:n, :m] = base
     augmented[n, m] = 2 * xi + largest
-    p = torch.cat([torch.full((n,), 1 / n, dtype=torch.float64), torch.tensor([1 - rho], dtype=torch.float64)]).to(base.device)
-    q = torch.cat([torch.full((m,), 1 / m, dtype=torch.float64), torch.tensor([1 - rho], dtype=torch.float64)]).to(base.device)
-    plan = ot.sinkhorn(p, q, augmented, reg, method="sinkhorn_log", numItermax=iterations, stopThr=1e-9)
-    return plan[:n, :m].to(cost.dtype)
+    p, q = (_with_dummy(k, rho).numpy() for k in (n, m))
+    plan = ot.sinkhorn(p, q, augmented.numpy(), reg, method="sinkhorn_log", numItermax=iterations, stopThr=tolerance)
+    return torch.from_numpy(plan[:n, :m]).to(cost.device, cost.dtype)
+
+
+def _with_dummy(k: int, rho: float) -> torch.Tensor:
+    """The uniform marginal 1/k of k real points and the dummy point's 1 - rho, in float64."""
+    marginal = torch.full((k + 1,), 1 / k, dtype=torch.float64)
+    marginal[k] = 1 - rho
+    return marginal
 
 
 def symmetric_kl(similarity: torch.Tensor, plan: torch.Tensor, tau: float, eps: float = 1e-10) -> torch.Tensor:
@@ -129,7 +145,8 @@ def symmetric_kl(similarity: torch.Tensor, plan: torch.Tensor, tau: float, eps: 
     for logits, soft in ((similarity / tau, target), (similarity.t() / tau, target.t())):
         log_p = logits.log_softmax(dim=1)
         log_q = (soft / soft.sum(dim=1, keepdim=True)).log()
-        total = total + ((log_q.exp() * (log_q - log_p)).sum(dim=1).mean() + (log_p.exp() * (log_p - log_q)).sum(dim=1).mean())
+        forward, reverse = (log_q.exp() * (log_q - log_p)).sum(dim=1), (log_p.exp() * (log_p - log_q)).sum(dim=1)
+        total = total + forward.mean() + reverse.mean()
     return total / 2
 
 
@@ -137,7 +154,8 @@ def rematching_loss(similarity: torch.Tensor, settings: L2RMOptions) -> torch.Te
     """The noisy batch's loss: the partial OT plan of its (detached) cost as the target of :func:`symmetric_kl`."""
     n, m = similarity.shape
     mask = ~torch.eye(n, m, dtype=torch.bool, device=similarity.device) if settings.mask_diagonal else None
-    plan = partial_transport_plan(transport_cost(similarity.detach()), settings.rho, settings.reg, mask, settings.sinkhorn_iterations)
+    cost, solver = transport_cost(similarity.detach()), (settings.sinkhorn_iterations, settings.sinkhorn_tolerance)
+    plan = partial_transport_plan(cost, settings.rho, settings.reg, mask, *solver)
     return symmetric_kl(similarity, plan, settings.tau)
 
 
@@ -155,7 +173,8 @@ def divide(trainer, epoch) -> Division:
     def statistic(batch) -> dict[str, torch.Tensor]:
         return {"hinge": mean_hinge(trainer.forward(0, batch, grad=False).similarity, settings.margin)}
 
-    losses = trainer.collect(statistic, description=f"epoch {epoch} division", **training_batches(trainer, epoch))["hinge"]
+    batches = training_batches(trainer, epoch)
+    losses = trainer.collect(statistic, description=f"epoch {epoch} division", **batches)["hinge"]
     clean_prob, _ = bmm_clean_probability(losses, max_iter=settings.bmm_max_iter, eps=settings.bmm_eps)
     return threshold_division(clean_prob, settings.threshold, statistic=losses)
 
