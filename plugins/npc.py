@@ -60,7 +60,8 @@ def options() -> type[NPCOptions]:
 
 @hookimpl
 def demo_settings() -> dict[str, Any]:
-    return {"epochs": 10}
+    """One warmup epoch: the demo's towers start untrained, and NPC's first memory bank presumes a pretrained model."""
+    return {"epochs": 10, "warmup_epochs": 1}
 
 
 @hookimpl
@@ -214,19 +215,14 @@ def train_step(trainer, batch, networks) -> dict[str, float] | None:
         weights, pair_cross_entropy(outputs.similarity, settings.temperature), settings.weighting
     )
     total = batch_loss
-    metrics = {"npc_batch": float(batch_loss.detach()), "npc_weight": float(weights.mean())}
+    metrics = {"npc_batch": float(batch_loss.detach())}
     if settings.bank_loss:
-        bank_loss = (
-            sum(
-                pair_cross_entropy(trainer.forward(NET, entry).similarity, settings.temperature).mean()
-                for entry in entries
-            )
-            / 2
-        )
+        entry_terms = [pair_cross_entropy(trainer.forward(NET, entry).similarity, settings.temperature) for entry in entries]
+        bank_loss = (entry_terms[0].mean() + entry_terms[1].mean()) / 2
         total = total + bank_loss
         metrics["npc_bank"] = float(bank_loss.detach())
     trainer.optimize(total, networks)
-    trainer.ledger.record(outputs.index, "npc_weight", weights)
+    trainer.ledger.record(outputs.index, "npc_weight", weights)  # the metrics are loss terms: the epoch line sums them
     return metrics
 
 

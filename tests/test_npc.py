@@ -113,6 +113,7 @@ def test_nearest_entries_are_the_most_similar_bank_pairs_by_cosine():
     assert nearest_entries(embeds, embeds, bank).tolist() == [0, 1, 1, 0, 1]
 
 
+@pytest.mark.slow
 def test_npc_trains_region_features_and_stays_finite(micro_data_dir, tmp_path):
     config = tiny_config(
         tmp_path / "run", ["npc"], epochs=2, warmup_epochs=1, batch_size=16, lr_decay_epochs=[], learning_rate=2e-4
@@ -120,8 +121,7 @@ def test_npc_trains_region_features_and_stays_finite(micro_data_dir, tmp_path):
     trainer = noisy_trainer(micro_data_dir, config)
     summary = trainer.train()
     record = summary["history"][-1]
-    assert all(math.isfinite(record[k]) for k in ("train/npc_batch", "train/npc_bank", "train/npc_weight"))
-    assert 0 < record["train/npc_weight"] <= 1
+    assert all(math.isfinite(record[k]) for k in ("train/npc_batch", "train/npc_bank"))
     division = trainer.divisions[0]
     assert bool(division.clean[division.extras["bank_image"]].all()) and bool(
         division.clean[division.extras["bank_text"]].all()
@@ -150,4 +150,4 @@ def test_the_clip_recipe_trains_npc_end_to_end_on_a_tiny_clip_offline(raw_dir, t
     )
     result = run_experiment(DataArguments(data_dir=str(raw_dir), noise_ratio=0.3), config, model_args)
     assert all(math.isfinite(v) for v in result["test"].values())
-    assert all(math.isfinite(h["train/npc_batch"]) and 0 < h["train/npc_weight"] <= 1 for h in result["history"])
+    assert all(math.isfinite(h["train/npc_batch"]) and math.isfinite(h["train/npc_bank"]) for h in result["history"])
