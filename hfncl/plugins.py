@@ -11,21 +11,33 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 import pluggy
 
-from hfncl import hookspecs
+from hfncl import hookspecs, registry
 from hfncl.options import MethodOptions, OptionError, option_help
+from hfncl.registry import (
+    METHODS,
+    MissingPluginError,
+    PluginError,
+    PluginProvenance,
+    PluginSource,
+    implements,
+    installed_entry_points,
+    load_plugin,
+    plugin_citations,
+    plugin_provenance,
+    plugin_sources,
+    refuse_unknown,
+    registered_entry_points,
+    require_plugins,
+)
+from hfncl.trainer_view import view_violations
 
-ENTRY_POINT_GROUP = hookspecs.PROJECT
-
-
-class PluginError(RuntimeError):
-    """A plugin is unknown, cannot be imported, or does not fit the hook specification."""
+ENTRY_POINT_GROUP = METHODS
 
 
 @dataclass(frozen=True)
@@ -49,43 +61,6 @@ class PluginInfo:
     """What each option takes (:func:`hfncl.options.option_help`), by full name."""
 
 
-def _package(entry_point: EntryPoint) -> str:
-    dist = entry_point.dist
-    return f"{dist.name} {dist.version} ({entry_point.value})" if dist else f"an unnamed package ({entry_point.value})"
-
-
-def registered_entry_points(group: str, what: str = "Plugin") -> dict[str, EntryPoint]:
-    """The entry points of ``group`` by name (methods, data formats, similarity heads: ``what`` names the kind).
-
-    Raises:
-        PluginError: naming both packages when two register the same name.
-    """
-    installed: dict[str, EntryPoint] = {}
-    for entry_point in entry_points(group=group):
-        other = installed.setdefault(entry_point.name, entry_point)
-        if other is not entry_point and _package(other) != _package(entry_point):
-            raise PluginError(
-                f"{what} name {entry_point.name!r} is registered by two packages, {_package(other)} and "
-                f"{_package(entry_point)}: uninstall one, or rename its entry point"
-            )
-    return installed
-
-
-def installed_entry_points() -> dict[str, EntryPoint]:
-    """The method plugins: the entry points of the ``hfncl`` group, by name (:func:`registered_entry_points`)."""
-    return registered_entry_points(ENTRY_POINT_GROUP)
-
-
-def _refuse_unknown(name: str, installed: Mapping[str, EntryPoint]) -> None:
-    """Refuse a plugin name that no installed package registers, listing the installed ones."""
-    if name not in installed:
-        known = ", ".join(sorted(installed)) or "none"
-        raise PluginError(
-            f"Unknown plugin {name!r}: no entry point of that name in group {ENTRY_POINT_GROUP!r} "
-            f"(installed: {known}). Install the package that provides it, or fix the name."
-        )
-
-
 def check_plugin_names(names: list[str]) -> None:
     """Refuse a run's plugin names from the entry points alone, before any plugin is imported: none named, one
     named twice, or one no installed package registers (the first, in the order :func:`build_plugin_manager`
@@ -99,29 +74,9 @@ def check_plugin_names(names: list[str]) -> None:
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise PluginError(f"Plugins named more than once: {', '.join(duplicates)}")
-    installed = installed_entry_points()
+    installed = registry.installed_entry_points()
     for name in reversed(names):
-        _refuse_unknown(name, installed)
-
-
-def load_plugin(name: str) -> Any:
-    """Import the plugin registered under ``name``, with an error that names it."""
-    installed = installed_entry_points()
-    _refuse_unknown(name, installed)
-    entry_point = installed[name]
-    try:
-        plugin = entry_point.load()
-    except Exception as error:
-        raise PluginError(
-            f"Plugin {name!r} is installed but failed to import ({entry_point.value}): "
-            f"{type(error).__name__}: {error}"
-        ) from error
-    if inspect.isclass(plugin):
-        raise PluginError(
-            f"Plugin {name!r} ({entry_point.value}) exports a class; export a module or an instance, "
-            "because pluggy registers the loaded object as it is."
-        )
-    return plugin
+        refuse_unknown(name, installed)
 
 
 def hook_names() -> list[str]:
@@ -224,7 +179,7 @@ def describe_installed() -> list[PluginInfo]:
     """Every installed plugin with its distribution, version, hooks and options with their defaults
     (for ``hfncl plugins``)."""
     infos = []
-    for name, entry_point in sorted(installed_entry_points().items()):
+    for name, entry_point in sorted(registry.installed_entry_points().items()):
         dist = entry_point.dist
         hooks: tuple[str, ...] = ()
         options: dict[str, Any] = {}
@@ -259,83 +214,6 @@ def describe_installed() -> list[PluginInfo]:
             )
         )
     return infos
-
-
-def plugin_citations(plugins: Mapping[str, Any]) -> dict[str, str]:
-    """The BibTeX each loaded plugin (by name) returns from its ``citation`` hook, by plugin name.
-
-    A plugin without the hook, or whose hook returns ``None`` or blank text, is left out.
-    """
-    citations = {}
-    for name, plugin in plugins.items():
-        text = plugin.citation() if "citation" in implemented_hooks(plugin) else None
-        if text and text.strip():
-            citations[name] = text.strip()
-    return citations
-
-
-class MissingPluginError(PluginError):
-    """A checkpoint names a plugin that is not installed; the message names the package to install."""
-
-
-@dataclass(frozen=True)
-class PluginSource:
-    """The distribution package that installed a plugin, and its version."""
-
-    distribution: str
-    version: str
-
-
-def plugin_sources(names: Iterable[str]) -> dict[str, PluginSource]:
-    """Where each named plugin was installed from, read from its entry point's ``.dist``.
-
-    Recorded in a checkpoint at training time, so that loading it where a plugin is
-    missing can say which package to install. A plugin whose entry point has no
-    distribution (one registered by hand rather than installed) is left out.
-
-    Raises:
-        PluginError: if a name is not an installed plugin.
-    """
-    installed = installed_entry_points()
-    sources = {}
-    for name in names:
-        if name not in installed:
-            raise PluginError(f"Unknown plugin {name!r}: no entry point of that name in group {ENTRY_POINT_GROUP!r}")
-        dist = installed[name].dist
-        if dist is not None:
-            sources[name] = PluginSource(distribution=dist.name, version=dist.version)
-    return sources
-
-
-def require_plugins(
-    names: Iterable[str], distributions: Mapping[str, str], versions: Mapping[str, str], source: str
-) -> None:
-    """Raise :class:`MissingPluginError` if any named plugin is not installed.
-
-    Args:
-        names: the plugins a checkpoint was trained with.
-        distributions: the package that provided each plugin at training time (may lack some).
-        versions: the version of that package at training time (may lack some).
-        source: what names the plugins (a checkpoint path or Hub id), for the message.
-    """
-    installed = installed_entry_points()
-    missing = [name for name in names if name not in installed]
-    if not missing:
-        return
-    advice = []
-    for name in missing:
-        package = distributions.get(name)
-        if package is None:
-            advice.append(
-                f"plugin {name!r}: install the package that registers it in the {ENTRY_POINT_GROUP!r} entry-point "
-                "group (the checkpoint does not record which)"
-            )
-        else:
-            pin = f"{package}=={versions[name]}" if name in versions else package
-            advice.append(f"plugin {name!r} comes from the package {package!r}: pip install '{pin}'")
-    raise MissingPluginError(
-        f"{source} was trained with plugin(s) that are not installed here:\n  " + "\n  ".join(advice)
-    )
 
 
 def _fits(value: Any, default: Any) -> bool:
@@ -393,25 +271,6 @@ def resolve_options(hook: Any, plugins: list[str], options: Mapping[str, Any]) -
 
 
 @dataclass(frozen=True)
-class PluginProvenance:
-    """What a checkpoint records of the plugins that trained it: each one's installing package and version, the
-    first line of its docstring and its BibTeX (read once per run, written with every saved model)."""
-
-    sources: dict[str, PluginSource]
-    summaries: dict[str, str]
-    citations: dict[str, str]
-
-
-def plugin_provenance(plugins: Mapping[str, Any]) -> PluginProvenance:
-    """The :class:`PluginProvenance` of loaded plugins by name (:func:`plugin_sources`, :func:`plugin_citations`)."""
-    return PluginProvenance(
-        sources=plugin_sources(plugins),
-        summaries={name: (inspect.getdoc(plugin) or "").split("\n")[0] for name, plugin in plugins.items()},
-        citations=plugin_citations(plugins),
-    )
-
-
-@dataclass(frozen=True)
 class RunPlugins:
     """The plugins of one run, set up once by :func:`run_plugins` and handed to the task and the trainer.
 
@@ -432,15 +291,23 @@ class RunPlugins:
         return self.manager.hook
 
 
-def run_plugins(config: Any) -> RunPlugins:
+def run_plugins(config: Any, data_kind: str | None = None) -> RunPlugins:
     """Set up the plugins ``config.plugins`` names for a run of ``config``: build the manager, check that their
-    division fields fit, resolve their options and check that they agree on the number of networks and the passes.
+    source uses only the trainer's contract (:func:`hfncl.trainer_view.view_violations`), that they train on
+    ``data_kind`` (when given: the run's task's kind), that their division fields fit, resolve their options and
+    check that they agree on the number of networks and the passes.
 
     Raises:
         PluginError: in one line, naming the plugin, option or hook at fault.
     """
     names = list(config.plugins)
     manager = build_plugin_manager(names)
+    for name in names:
+        found = view_violations(manager.get_plugin(name))
+        if found:
+            raise PluginError(f"Plugin {name!r} uses the trainer beyond its contract (TrainerView): {'; '.join(found)}")
+    if data_kind is not None:
+        check_data_kind(manager, names, data_kind)
     check_division_fields(manager, names, config)
     options = resolve_options(manager.hook, names, config.options)
     check_agreement(manager, names, "num_networks", config=config)
@@ -458,6 +325,22 @@ def run_plugins(config: Any) -> RunPlugins:
         passes=passes,
         provenance=plugin_provenance({name: manager.get_plugin(name) for name in names}),
     )
+
+
+def check_data_kind(manager: pluggy.PluginManager, names: list[str], kind: str) -> None:
+    """Refuse plugins that train on another kind of data than ``kind`` (a plugin without ``data_kind`` trains
+    on pairs).
+
+    Raises:
+        PluginError: naming the plugins and the run's kind of data.
+    """
+    answers = hook_answers(manager, "data_kind")
+    wrong = [name for name in names if (answers.get(name) or "pairs") != kind]
+    if wrong:
+        raise PluginError(
+            f"Plugin(s) {wrong} do not train on {kind!r} data, which this run has "
+            "(see each plugin's data_kind hook); name methods for this kind of data."
+        )
 
 
 def check_division_fields(manager: pluggy.PluginManager, names: list[str], config: Any) -> None:
@@ -522,9 +405,52 @@ def check_agreement(manager: pluggy.PluginManager, names: list[str], hook: str, 
         raise PluginError(f"Plugins {' + '.join(names)} do not fit: they answer {hook} differently ({said})")
 
 
+def plugin_answers(names: list[str], hook: str, **kwargs: Any) -> list[Any]:
+    """Each named plugin's own answer to ``hook`` called with ``kwargs``, in the order named (``None`` from a plugin
+    without it), read from the loaded plugins without a plugin manager: what a run's settings are made from before
+    its plugins are set up (:func:`run_plugins` builds the one manager a training has)."""
+    answers = []
+    for name in names:
+        plugin = load_plugin(name)
+        answers.append(getattr(plugin, hook)(**kwargs) if implements(plugin, hook) else None)
+    return answers
+
+
+def first_answer(names: list[str], hook: str, **kwargs: Any) -> Any:
+    """The answer of the first named plugin that answers ``hook`` (as a first-result hook of a run of ``names``
+    would give it; :func:`plugin_answers`), or ``None``."""
+    return next((answer for answer in plugin_answers(names, hook, **kwargs) if answer is not None), None)
+
+
 def plugin_model_defaults(hook: Any) -> dict[str, Any]:
     """The NCLConfig fields the active plugins ask for; where two disagree, the plugin named first wins."""
     merged: dict[str, Any] = {}
     for answer in reversed(hook.model_defaults()):
         merged.update(answer or {})
     return merged
+
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "MissingPluginError",
+    "PluginError",
+    "PluginInfo",
+    "PluginProvenance",
+    "PluginSource",
+    "RunPlugins",
+    "build_plugin_manager",
+    "check_plugin_names",
+    "describe_installed",
+    "first_answer",
+    "installed_entry_points",
+    "load_plugin",
+    "plugin_answers",
+    "plugin_citations",
+    "plugin_model_defaults",
+    "plugin_provenance",
+    "plugin_sources",
+    "registered_entry_points",
+    "require_plugins",
+    "resolve_options",
+    "run_plugins",
+]

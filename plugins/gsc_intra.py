@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from hfncl.hookspecs import hookimpl
-from hfncl.models.sgraf import global_embeddings as structure_embeddings
+from hfncl.models.heads import global_embeddings as structure_embeddings
 from hfncl.options import MethodOptions, option
 from hfncl.toolkit import bibtex_citation, same_terms_in_warmup
 

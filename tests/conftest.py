@@ -19,6 +19,7 @@ from hfncl.data import Vocabulary
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.engine.callbacks import TrainerCallback
 from hfncl.engine.trainer import Trainer
+from hfncl.plugins import run_plugins
 from hfncl.experiment import DataArguments, ModelArguments
 from hfncl.hub.checkpoint import save_image_processor
 from hfncl.models import NCLConfig, NCLModel
@@ -93,7 +94,7 @@ def noisy_trainer(data_dir: Path, config: TrainConfig, callbacks: list[TrainerCa
     """A trainer on ``data_dir`` with 40% caption noise and the tiny model (and ``callbacks``, if given)."""
     data = prepare_data(DataArguments(data_dir=str(data_dir), noise_ratio=0.4), config.output_dir)
     model_config = NCLConfig(image_dim=data.image_dim, vocab_size=len(data.vocab), embed_dim=32, word_dim=16)
-    return Trainer(config, model_config, data.train, data.val, task=PAIRS, callbacks=callbacks)
+    return Trainer(config, model_config, data.train, data.val, task=PAIRS, callbacks=callbacks, plugins=run_plugins(config))
 
 
 class Interrupted(Exception):

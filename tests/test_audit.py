@@ -15,7 +15,7 @@ import torch
 from conftest import TINY_DATA, TINY_MODEL, untrained_model
 
 import hfncl
-from hfncl import cli, plugins
+from hfncl import cli, plugins, registry
 from hfncl.audit import AuditError, AuditResult, audit, audit_summary, estimated_noise_rate, wilson_interval
 from hfncl.audit.calibration import LAMBDA, storey_noise_rate
 from hfncl.audit.report import audit_page
@@ -246,7 +246,7 @@ def _installed_with(monkeypatch: pytest.MonkeyPatch, extra: dict[str, str], with
     """The installed plugins with entry points ``extra`` (name: module) added and ``without`` removed."""
     installed = {name: point for name, point in plugins.installed_entry_points().items() if name not in without}
     points = {name: EntryPoint(name, module, plugins.ENTRY_POINT_GROUP) for name, module in extra.items()}
-    monkeypatch.setattr(plugins, "installed_entry_points", lambda: {**installed, **points})
+    monkeypatch.setattr(registry, "installed_entry_points", lambda: {**installed, **points})
 
 
 def test_the_default_method_is_the_one_installed_plugin_that_declares_audit_settings(monkeypatch):

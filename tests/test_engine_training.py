@@ -11,6 +11,7 @@ from safetensors.torch import load_file
 
 from conftest import TINY_MODEL, Interrupted, noisy_trainer, tiny_config
 from hfncl.engine.trainer import Trainer
+from hfncl.plugins import run_plugins
 from hfncl.experiment import DataArguments, run_experiment
 from hfncl.plugins import PluginError
 
@@ -160,7 +161,7 @@ def test_text_tower_lr_scale_and_freeze_act_on_the_pretrained_text_encoder_only(
             self.lrs.append([group["lr"] for group in trainer.optimizer.param_groups])
 
     snapshots = Snapshots()
-    trainer = Trainer(config, model_config, data.train, data.val, task=PAIRS, callbacks=[snapshots])
+    trainer = Trainer(config, model_config, data.train, data.val, task=PAIRS, callbacks=[snapshots], plugins=run_plugins(config))
     encoder = trainer.model.networks[0].text_encoder.model
     groups = trainer.optimizer.param_groups
     assert [group["lr_scale"] for group in groups] == [1.0, 0.1]

@@ -352,6 +352,7 @@ def test_co_rectify_predicts_with_the_peer_in_eval_mode_and_leaves_it_unchanged(
 
     from hfncl.tasks.pairs import PAIRS, DataArguments, prepare_data
     from hfncl.engine.trainer import Trainer
+    from hfncl.plugins import run_plugins
     from hfncl.models.configuration import NCLConfig
     from hfncl_plugins.ncr import rectify
 
@@ -361,7 +362,7 @@ def test_co_rectify_predicts_with_the_peer_in_eval_mode_and_leaves_it_unchanged(
         image_dim=data.image_dim, image_regions=data.image_regions, vocab_size=len(data.vocab),
         embed_dim=8, word_dim=8, similarity=similarity, sim_dim=8, reasoning_steps=1,
     )
-    trainer = Trainer(config, model_config, data.train, data.val, task=PAIRS)
+    trainer = Trainer(config, model_config, data.train, data.val, task=PAIRS, plugins=run_plugins(config))
     trainer.model.train()
     trainer.in_warmup, trainer.epoch = False, 1  # the noisy part trains from epoch 0 + int(2 * 0.5) = 1
     peer_network = trainer.model.networks[1]
@@ -388,6 +389,7 @@ def test_own_prediction_in_eval_mode_is_the_authors_predict_and_is_what_the_loss
     from types import SimpleNamespace
 
     from hfncl.engine.trainer import Trainer
+    from hfncl.plugins import run_plugins
     from hfncl.models.configuration import NCLConfig
     from hfncl.tasks.pairs import PAIRS, DataArguments, prepare_data
     from hfncl_plugins.ncr import NCROptions, _per_part, loss, rectify
@@ -399,7 +401,7 @@ def test_own_prediction_in_eval_mode_is_the_authors_predict_and_is_what_the_loss
         image_dim=data.image_dim, image_regions=data.image_regions, vocab_size=len(data.vocab),
         embed_dim=8, word_dim=8, similarity="sgr", sim_dim=8, reasoning_steps=1,
     )
-    trainer = Trainer(config, model_config, data.train, data.val, task=PAIRS)
+    trainer = Trainer(config, model_config, data.train, data.val, task=PAIRS, plugins=run_plugins(config))
     trainer.model.train()
     trainer.in_warmup, trainer.epoch = False, 0  # the clean part alone: no peer prediction yet
     network = trainer.model.networks[0]

@@ -22,7 +22,7 @@ import pytest
 from conftest import noisy_trainer, tiny_config
 from test_plugin_contract import violations
 
-from hfncl import plugins, toolkit
+from hfncl import plugins, registry, toolkit
 from hfncl.engine.trainer import Trainer
 from hfncl.trainer_view import LedgerView, TrainerView, declared_members
 
@@ -72,7 +72,7 @@ def install(monkeypatch: pytest.MonkeyPatch, doc_package: Path) -> None:
     monkeypatch.syspath_prepend(str(doc_package))
     installed = plugins.installed_entry_points()
     documented = {name: EntryPoint(name, value, plugins.ENTRY_POINT_GROUP) for name, value in ENTRY_POINTS.items()}
-    monkeypatch.setattr(plugins, "installed_entry_points", lambda: {**installed, **documented})
+    monkeypatch.setattr(registry, "installed_entry_points", lambda: {**installed, **documented})
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from conftest import noisy_trainer, tiny_config
-from hfncl import plugins
+from hfncl import plugins, registry
 from hfncl.cli import main
 from hfncl.config import TrainConfig
 from hfncl.engine import ownership
@@ -147,7 +147,7 @@ def test_two_packages_registering_one_plugin_name_is_an_error_naming_both(monkey
         return SimpleNamespace(name="vsepp", value=value, dist=SimpleNamespace(name=package, version="1.0"))
 
     found = [point("plugins.vsepp", "hfncl"), point("evil.vsepp", "evil-vsepp")]
-    monkeypatch.setattr(plugins, "entry_points", lambda group: found)
+    monkeypatch.setattr(registry, "entry_points", lambda group: found)
     with pytest.raises(PluginError, match=r"'vsepp' is registered by two packages, hfncl 1.0 \(plugins.vsepp\) and evil-vsepp 1.0"):
         plugins.installed_entry_points()
     found[1] = point("plugins.vsepp", "hfncl")  # one package seen twice on the path is no conflict

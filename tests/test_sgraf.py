@@ -27,12 +27,11 @@ from hfncl.engine.encoding import (
 from hfncl.evaluation import retrieval_metrics_from_matrix
 from hfncl.experiment import DataArguments, ModelArguments, run_experiment
 from hfncl.models import NCLConfig, NCLModel
+from hfncl.models.heads import pack_local, unpack_local
 from hfncl.models.sgraf import (
     SAFHead,
     SGRHead,
-    pack_local,
     region_attention,
-    unpack_local,
 )
 from hfncl.models.sgraf_kernels import (
     CAPTION_GROUP,

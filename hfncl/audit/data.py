@@ -13,8 +13,8 @@ import numpy as np
 
 from hfncl.data import DataFormatError
 from hfncl.data.formats import DataFormat, get_format
+from hfncl.data.image_processor import image_processor_from_pretrained
 from hfncl.data.pairs import PairSplit
-from hfncl.data.pixels import image_processor_from_pretrained
 from hfncl.engine.callbacks import library_progress_bars
 from hfncl.tasks.pairs import data_format
 

@@ -20,11 +20,12 @@ from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 from safetensors import SafetensorError, safe_open
 from transformers import AutoModel, PretrainedConfig, PreTrainedModel
 
-from hfncl.data import DataFormatError, TokenizerVocabulary, Vocabulary
-from hfncl.data.pixels import image_processor_from_pretrained
+from hfncl.data.errors import DataFormatError
+from hfncl.data.image_processor import image_processor_from_pretrained
+from hfncl.data.vocab import TokenizerVocabulary, Vocabulary
 from hfncl.hub.card import CARD_FILE, CONFIG_FILE, read_config, write_model_card
 from hfncl.hub.record import RUN_RECORD, CheckpointError, DataDescription, RunRecord, read_run_record, write_run_record
-from hfncl.plugins import PluginProvenance, load_plugin, plugin_provenance
+from hfncl.registry import PluginProvenance, load_plugin, plugin_provenance
 
 WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"

@@ -7,10 +7,9 @@ with ``AutoConfig`` and ``AutoModel``, so ``AutoModel.from_pretrained`` loads a 
 
 from transformers import AutoConfig, AutoModel
 
+from hfncl.models.category import CategoryConfig, CategoryModel, CategoryNetwork
 from hfncl.models.configuration import HfnclConfig, NCLConfig
-from hfncl.models.configuration_category import CategoryConfig
 from hfncl.models.modeling import MatchingNetwork, NCLModel
-from hfncl.models.modeling_category import CategoryModel, CategoryNetwork
 
 __all__ = [
     "CategoryConfig",

@@ -10,7 +10,7 @@ from transformers import PretrainedConfig
 
 from hfncl.hub.record import IncompatibleCheckpointError
 from hfncl.limits import check_sizes
-from hfncl.models.head_registry import check_head_name
+from hfncl.models.heads import check_head_name
 from hfncl.models.towers import resolve_tower_config
 
 CHECKPOINT_FORMAT = 2

@@ -38,14 +38,8 @@ from torch import nn
 
 from hfncl.models.configuration import SCAN_POOLINGS
 from hfncl.models.encoders import l2norm
-from hfncl.models.sgraf import (
-    assemble,
-    attention_weights,
-    concat_packed,
-    full_precision,
-    unpack_local,
-    valid_length,
-)
+from hfncl.models.heads import concat_packed, full_precision, unpack_local
+from hfncl.models.sgraf import assemble, attention_weights, valid_length
 from hfncl.models.sgraf_kernels import PairBlock, block_budget, plan_blocks, region_gram
 
 _EPS = 1e-8

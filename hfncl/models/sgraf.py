@@ -78,65 +78,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from hfncl.models.encoders import l2norm
+from hfncl.models.heads import concat_packed, full_precision, unpack_local
 from hfncl.models.sgraf_kernels import PairBlock, block_budget, local_nodes, plan_blocks, region_gram
 
 LOCAL_SIMILARITIES = ("sgr", "saf")
 """Similarity heads that compare local features (:class:`SimilarityHead` subclasses)."""
 
 _EPS = 1e-8
-
-
-def full_precision(x: torch.Tensor) -> torch.Tensor:
-    """``x`` in float32 at least (float64 stays). Under autocast the heads' softmaxes, normalisations and scores
-    run in full precision, as CUDA's autocast keeps softmaxes (the CPU's would run them in bf16); only the
-    products run in bf16 / fp16."""
-    return x.to(torch.promote_types(x.dtype, torch.float32))
-
-
-def pack_local(states: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Local features (B, T, d) and their validity mask (B, T) (None: all valid) -> packed (B, T, d + 1)."""
-    if states.dim() != 3:
-        raise ValueError(f"local states must have shape (B, T, d), got {tuple(states.shape)}")
-    if mask is None:
-        flag = states.new_ones(states.shape[:2])
-    else:
-        if mask.shape != states.shape[:2]:
-            raise ValueError(f"mask must have shape {tuple(states.shape[:2])}, got {tuple(mask.shape)}")
-        flag = mask.to(states.dtype)
-        states = states * flag.unsqueeze(-1)
-    return torch.cat([states, flag.unsqueeze(-1)], dim=-1)
-
-
-def unpack_local(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Packed (B, T, d + 1) -> states (B, T, d) and boolean mask (B, T)."""
-    if packed.dim() != 3 or packed.size(-1) < 2:
-        raise ValueError(
-            f"packed local features must have shape (B, T, d + 1) (see hfncl.models.sgraf.pack_local), "
-            f"got {tuple(packed.shape)}"
-        )
-    return packed[..., :-1], packed[..., -1] > 0.5
-
-
-def global_embeddings(embeds: torch.Tensor) -> torch.Tensor:
-    """One vector per item: pooled embeddings (B, d) as they are; packed local features (B, T, d + 1)
-    (:func:`pack_local`) as the mean of their L2-normalised valid positions, SGRAF's global mean (the query of its
-    attention pooling) and what the cross-modal structure of GSC and the anchor affinities of BiCro compare."""
-    if embeds.dim() == 2:
-        return embeds
-    if embeds.dim() == 3:
-        states, mask = unpack_local(embeds)
-        weights = mask.unsqueeze(-1).to(states.dtype)
-        return (l2norm(states) * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1.0)
-    raise ValueError(
-        f"global_embeddings expects (B, d) embeddings or packed (B, T, d + 1) local features, got {tuple(embeds.shape)}"
-    )
-
-
-def concat_packed(parts: Sequence[torch.Tensor], dim: int = 0) -> torch.Tensor:
-    """Concatenate packed tensors along ``dim`` after zero-padding the position axis (dim -2) to the longest."""
-    longest = max(part.size(-2) for part in parts)
-    padded = [F.pad(part, (0, 0, 0, longest - part.size(-2))) for part in parts]
-    return torch.cat(padded, dim=dim)
 
 
 class AttentionPooling(nn.Module):

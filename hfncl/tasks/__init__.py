@@ -45,7 +45,7 @@ from hfncl.data.synthetic import SyntheticConfig
 from hfncl.engine.tasks import Task
 from hfncl.hub import DataDescription
 from hfncl.hub.card import CardTexts
-from hfncl.plugins import PluginError, RunPlugins, build_plugin_manager
+from hfncl.plugins import PluginError, RunPlugins, first_answer
 from hfncl.tasks.labels import LABELS
 from hfncl.tasks.pairs import PAIRS
 
@@ -121,8 +121,7 @@ def task_of_plugins(plugins: list[str]) -> ExperimentTask:
     """
     if not plugins:
         return PAIRS
-    kinds = [kind for kind in build_plugin_manager(plugins).hook.data_kind() if kind is not None]
-    kind = kinds[0] if kinds else PAIRS.kind
+    kind = first_answer(plugins, "data_kind") or PAIRS.kind
     if kind not in TASKS:
         raise PluginError(f"data_kind must return one of {sorted(TASKS)}, got {kind!r}")
     return TASKS[kind]

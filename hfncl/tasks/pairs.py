@@ -34,8 +34,8 @@ from hfncl.data import (
     save_noise_index,
 )
 from hfncl.data.formats import detect_format, get_format, unread_split_files
+from hfncl.data.image_processor import image_processor_from_pretrained
 from hfncl.data.noise import NOISE_PROTOCOLS, pairing_protocol
-from hfncl.data.pixels import image_processor_from_pretrained
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
 from hfncl.evaluation import check_split_size
@@ -45,15 +45,19 @@ from hfncl.hub.checkpoint import save_image_processor
 from hfncl.models import MatchingNetwork, NCLConfig, NCLModel
 from hfncl.models.configuration import sgraf_layer_defaults
 from hfncl.models.towers import parameter_counts
-from hfncl.plugins import RunPlugins, build_plugin_manager, plugin_model_defaults
+from hfncl.plugins import RunPlugins, plugin_answers, plugin_model_defaults
 from hfncl.types import Batch, PairOutputs
 
 
 def model_fields(plugins: RunPlugins | list[str], model_args: ModelArguments | None) -> dict[str, Any]:
     """NCLConfig fields of a run: the plugins' ``model_defaults`` under the explicit ``model_args`` (``plugins``: a
     run's plugins as set up, or the names of plugins to load for this answer)."""
-    hook = plugins.hook if isinstance(plugins, RunPlugins) else build_plugin_manager(plugins).hook
-    values = plugin_model_defaults(hook)
+    if isinstance(plugins, RunPlugins):
+        values = plugin_model_defaults(plugins.hook)
+    else:
+        values = {}
+        for answer in reversed(plugin_answers(plugins, "model_defaults")):
+            values.update(answer or {})
     values.update((model_args or ModelArguments()).explicit())
     return values
 
