@@ -59,7 +59,7 @@ def npz_registered(monkeypatch: pytest.MonkeyPatch) -> None:
     """The example package's ``npz_pairs`` format served as installed in the ``hfncl.data_formats`` group."""
     monkeypatch.syspath_prepend(str(PACKAGE))
     point = EntryPoint("npz_pairs", "hfncl_extension_example.formats:NPZ_PAIRS", "hfncl.data_formats")
-    installed = plugins.entry_points
+    installed = registry.entry_points
 
     def entry_points(group: str) -> list[EntryPoint]:
         return [*installed(group=group), *([point] if group == point.group else [])]

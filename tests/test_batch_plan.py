@@ -69,7 +69,7 @@ def install(name, source, directory, monkeypatch):
     (directory / f"{module}.py").write_text(textwrap.dedent(source))
     monkeypatch.syspath_prepend(str(directory))
     monkeypatch.delitem(sys.modules, module, raising=False)
-    installed = plugins.installed_entry_points()
+    installed = registry.installed_entry_points()
     point = EntryPoint(name, module, plugins.ENTRY_POINT_GROUP)
     monkeypatch.setattr(registry, "installed_entry_points", lambda: {**installed, name: point})
     return importlib.import_module(module)

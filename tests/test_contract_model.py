@@ -21,7 +21,7 @@ from hfncl.models import NCLConfig
 
 @pytest.fixture
 def with_test_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
-    installed = dict(plugins.installed_entry_points())
+    installed = dict(registry.installed_entry_points())
     installed["reversed_ranking"] = EntryPoint(
         name="reversed_ranking", value="plugins_for_tests.reversed_ranking", group=plugins.ENTRY_POINT_GROUP
     )

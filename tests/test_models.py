@@ -190,7 +190,7 @@ def test_a_weight_missing_from_the_checkpoint_is_refused_not_initialised(tmp_pat
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("similarity", "dot", r"NCLConfig\.similarity must be one of \('cosine', 'sgr', 'saf', 'scan'\), got 'dot'"),
+        ("similarity", "dot", r"NCLConfig\.similarity must be one of \('cosine', 'saf', 'scan', 'sgr'\), got 'dot'"),
         ("image_pooling", "sum", r"NCLConfig\.image_pooling must be one of \('mean', 'max'\)"),
         ("embed_dim", 0, r"NCLConfig\.embed_dim must be a positive integer, got 0"),
         ("num_networks", -1, r"NCLConfig\.num_networks must be a positive integer"),

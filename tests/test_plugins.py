@@ -89,7 +89,7 @@ def test_every_hook_is_documented_in_the_guide() -> None:
 
 
 def test_builtin_plugins_are_installed_entry_points() -> None:
-    installed = plugins.installed_entry_points()
+    installed = registry.installed_entry_points()
     assert {"vsepp", "ncr"} <= set(installed)
     assert all(ep.group == plugins.ENTRY_POINT_GROUP for ep in installed.values())
 

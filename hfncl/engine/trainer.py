@@ -32,7 +32,7 @@ from hfncl.engine.reports import compute_section, division_report
 from hfncl.engine.steps import TrainerSurface
 from hfncl.engine.tasks import Task
 from hfncl.hub import RunRecord
-from hfncl.plugins import PluginError, RunPlugins
+from hfncl.plugins import PluginError, RunPlugins, check_data_kind
 from hfncl.trainer_view import ContractView
 from hfncl.types import Batch, Division
 
@@ -50,7 +50,8 @@ class Trainer(TrainerSurface):
     never handed to a plugin. ``callbacks`` (:class:`hfncl.engine.callbacks.TrainerCallback`)
     follow the run's events after the built-in epoch line. ``plugins`` are the run's plugins, set up once
     (:func:`hfncl.plugins.run_plugins`; :func:`hfncl.experiment.prepare_run` hands them down); the trainer
-    builds no plugin manager. ``fingerprint`` (:mod:`hfncl.engine.fingerprint`, default: the training
+    builds no plugin manager, and refuses plugins of another kind of data than ``task``'s (``PluginError``).
+    ``fingerprint`` (:mod:`hfncl.engine.fingerprint`, default: the training
     settings of ``config``) is saved with every checkpoint (:mod:`hfncl.engine.checkpoints`), and a resume
     refuses a checkpoint whose fingerprint differs.
     """
@@ -73,6 +74,7 @@ class Trainer(TrainerSurface):
         self.task = task
         if list(plugins.names) != list(config.plugins):
             raise ValueError(f"plugins were set up for {list(plugins.names)}, config.plugins names {config.plugins}")
+        check_data_kind(plugins.manager, list(plugins.names), task.kind)
         self.plugins = plugins
         self.view = ContractView(self)  # what hooks receive: the members of the plugin contract only
         self.hook = self.plugins.hook
