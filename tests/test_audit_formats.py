@@ -25,7 +25,7 @@ from test_extension_points import PACKAGE, npz_benchmark
 from test_pixels import raw_dir, tower_dir  # noqa: F401 (fixtures: an imagefolder, a tiny CLIP with its processor)
 from test_towers import clip_dir, offline  # noqa: F401 (fixtures)
 
-from hfncl import cli, plugins, registry
+from hfncl import cli, registry
 from hfncl.audit import AuditError, run_audit, write_clean_split
 from hfncl.audit.data import read_audit_data
 from hfncl.data import load_pixel_splits, load_precomp_split, read_captions

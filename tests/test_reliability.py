@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from conftest import noisy_trainer, tiny_config
-from hfncl import plugins, registry
+from hfncl import registry
 from hfncl.cli import main
 from hfncl.config import TrainConfig
 from hfncl.engine import ownership
