@@ -7,7 +7,7 @@ import torch
 from conftest import tiny_config
 
 from hfncl.losses import soft_margin
-from hfncl_plugins.ncr_labels import adaptive_prediction, rectified_labels
+from hfncl_plugins.ncr import adaptive_prediction, rectified_labels
 
 S = torch.tensor([[0.5, 0.6, 0.4], [0.3, 0.2, 0.5], [0.1, 0.3, 0.4]])
 
@@ -438,7 +438,7 @@ def test_hinge_prediction_of_the_authors_code_by_hand_and_against_a_loop():
     By hand on S (alpha 0.2, b 3): s = (0.2 - 0.4 / 3 / 2, 0.2 - (0.8 + 0.9) / 3 / 2, 0.2 - (0.1 + 0.5) / 3 / 2)
     = (0.1333, -0.0833, 0.1); Theta = (0.1333, 0, 0.1); tau = 0.1333 (top 1); P = (1, 0, 0.75).
     """
-    from hfncl_plugins.ncr_labels import hinge_prediction
+    from hfncl_plugins.ncr import hinge_prediction
 
     torch.testing.assert_close(hinge_prediction(S, alpha=0.2), torch.tensor([1.0, 0.0, 0.75]))
 
@@ -457,7 +457,7 @@ def test_hinge_prediction_of_the_authors_code_by_hand_and_against_a_loop():
 
 def test_the_prediction_option_picks_the_reading_of_eq5():
     from hfncl_plugins.ncr import NCROptions
-    from hfncl_plugins.ncr_labels import adaptive_prediction, hinge_prediction, predict
+    from hfncl_plugins.ncr import adaptive_prediction, hinge_prediction, predict
 
     paper, hinge = NCROptions.read({}).prediction, NCROptions.read({"ncr.prediction": "hinge"}).prediction
     torch.testing.assert_close(predict(S, paper, 0.2, 0.1), adaptive_prediction(S, 0.2, 0.1))
@@ -491,7 +491,7 @@ def test_when_every_pair_looks_clean_the_hundredth_with_the_lowest_clean_probabi
 def test_broadcast_labels_of_the_authors_code_by_hand():
     """``ncr.label_layout = "broadcast"``: the authors' clean batch holds w and y as (B, 1) columns and P as a (B,) row,
     so y^_ij = w_i + (1 - w_i) P_j; their noisy batch's (P^A + P^B) / 2 is a column, y^_ij = y^_i."""
-    from hfncl_plugins.ncr_labels import broadcast_labels
+    from hfncl_plugins.ncr import broadcast_labels
 
     w, own, peer = torch.tensor([0.9, 0.6, 0.3]), torch.tensor([1.0, 0.5, 0.2]), torch.tensor([0.0, 0.0, 0.6])
     clean = torch.tensor([True, True, False])
