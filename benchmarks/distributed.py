@@ -33,7 +33,8 @@ from hfncl.engine.trainer import Trainer
 from hfncl.plugins import run_plugins
 from hfncl.config import TrainConfig
 from hfncl.experiment import DataArguments, ModelArguments
-from hfncl.tasks.pairs import DEMO_MODEL, PAIRS, model_fields, prepare_data
+from hfncl.tasks.pairs import DEMO_MODEL, PAIRS, model_fields
+from hfncl.tasks.pair_data import prepare_data
 from hfncl.models import NCLConfig
 from hfncl.profiling import HookTimer
 

@@ -26,7 +26,8 @@ from hfncl.engine.trainer import Trainer
 from hfncl.plugins import run_plugins
 from hfncl.evaluation import division_quality
 from hfncl.experiment import DataArguments, ModelArguments
-from hfncl.tasks.pairs import DEMO_MODEL, PAIRS, model_fields, prepare_data
+from hfncl.tasks.pairs import DEMO_MODEL, PAIRS, model_fields
+from hfncl.tasks.pair_data import prepare_data
 from hfncl.models import NCLConfig
 from hfncl.plots import plot_division
 

@@ -423,7 +423,8 @@ def _hfncl_epoch(args: argparse.Namespace, data_dir: Path) -> dict[str, float]:
     from hfncl.engine.trainer import Trainer
     from hfncl.plugins import run_plugins
     from hfncl.models import NCLConfig
-    from hfncl.tasks.pairs import PAIRS, DataArguments, ModelArguments, model_fields, prepare_data
+    from hfncl.tasks.pairs import PAIRS, DataArguments, ModelArguments, model_fields
+    from hfncl.tasks.pair_data import prepare_data
 
     output_dir = data_dir.parent / f"hfncl-{args.head}-{args.embed_dim}"
     config = TrainConfig(

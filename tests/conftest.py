@@ -23,7 +23,8 @@ from hfncl.plugins import run_plugins
 from hfncl.experiment import DataArguments, ModelArguments
 from hfncl.hub.checkpoint import save_image_processor
 from hfncl.models import NCLConfig, NCLModel
-from hfncl.tasks.pairs import PAIRS, prepare_data
+from hfncl.tasks.pairs import PAIRS
+from hfncl.tasks.pair_data import prepare_data
 
 TINY_DATA = SyntheticConfig(
     num_train=160, num_dev=40, num_test=40, num_concepts=16, num_regions=8, feature_dim=16, seed=1

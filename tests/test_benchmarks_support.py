@@ -18,7 +18,7 @@ from hfncl.data.proxy import ProxyConfig, build_caption_proxy, read_image_captio
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.data.vocab import Vocabulary
 from hfncl.experiment import DataArguments
-from hfncl.tasks.pairs import prepare_data
+from hfncl.tasks.pair_data import prepare_data
 from hfncl.types import Division
 
 WORDS = ["a", "dog", "cat", "runs", "sits", "on", "the", "grass", "red", "ball", "man", "rides", "bike", "."]

@@ -15,7 +15,8 @@ from hfncl.engine.trainer import Trainer
 from hfncl.plugins import run_plugins
 from hfncl.evaluation import retrieval_metrics_from_matrix
 from hfncl.experiment import DataArguments, ModelArguments
-from hfncl.tasks.pairs import PAIRS, model_fields, prepare_data
+from hfncl.tasks.pairs import PAIRS, model_fields
+from hfncl.tasks.pair_data import prepare_data
 from hfncl.models import NCLConfig
 
 

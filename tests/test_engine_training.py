@@ -125,7 +125,8 @@ def test_text_tower_lr_scale_and_freeze_act_on_the_pretrained_text_encoder_only(
     from hfncl.data import read_captions
     from hfncl.engine.callbacks import TrainerCallback
     from hfncl.models import NCLConfig
-    from hfncl.tasks.pairs import PAIRS, prepare_data
+    from hfncl.tasks.pairs import PAIRS
+    from hfncl.tasks.pair_data import prepare_data
 
     words = sorted({w for s in ("train", "dev", "test") for c in read_captions(tiny_data_dir / f"{s}_caps.txt") for w in c.split()})
     bert = save_tiny_bert(tmp_path / "bert", words)

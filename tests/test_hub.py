@@ -22,7 +22,7 @@ from hfncl import cli
 from hfncl.config import TrainConfig
 from hfncl.data import TokenizerVocabulary, Vocabulary
 from hfncl.experiment import DataArguments, run_experiment
-from hfncl.tasks.pairs import dataset_name_of
+from hfncl.tasks.pair_data import dataset_name_of
 from hfncl.hub import (
     RUN_RECORD,
     CheckpointError,

@@ -350,7 +350,8 @@ def test_co_rectify_predicts_with_the_peer_in_eval_mode_and_leaves_it_unchanged(
     the peer goes back to training mode after it."""
     from types import SimpleNamespace
 
-    from hfncl.tasks.pairs import PAIRS, DataArguments, prepare_data
+    from hfncl.tasks.pairs import PAIRS, DataArguments
+    from hfncl.tasks.pair_data import prepare_data
     from hfncl.engine.trainer import Trainer
     from hfncl.plugins import run_plugins
     from hfncl.models.configuration import NCLConfig
@@ -391,7 +392,8 @@ def test_own_prediction_in_eval_mode_is_the_authors_predict_and_is_what_the_loss
     from hfncl.engine.trainer import Trainer
     from hfncl.plugins import run_plugins
     from hfncl.models.configuration import NCLConfig
-    from hfncl.tasks.pairs import PAIRS, DataArguments, prepare_data
+    from hfncl.tasks.pairs import PAIRS, DataArguments
+    from hfncl.tasks.pair_data import prepare_data
     from hfncl_plugins.ncr import NCROptions, _per_part, loss, rectify
 
     options = {"ncr.own_prediction": "eval"}

@@ -267,7 +267,8 @@ def _division_trainer(data_dir, output_dir, statistics: str, callbacks: list):
     from hfncl.engine.trainer import Trainer
     from hfncl.plugins import run_plugins
     from hfncl.experiment import DataArguments
-    from hfncl.tasks.pairs import PAIRS, prepare_data
+    from hfncl.tasks.pairs import PAIRS
+    from hfncl.tasks.pair_data import prepare_data
 
     options = {"ugncl.xi1": 0.0, "ugncl.division_statistics": statistics}
     config = tiny_config(output_dir, ["ugncl"], lr_decay_epochs=[], plot_divisions=False, options=options)

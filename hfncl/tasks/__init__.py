@@ -11,7 +11,7 @@ encoding, outputs, validation metric, hidden clean masks) and owns, for its kind
 ``metric_columns``      (header, test metric key, digits) of the demo's table.
 ``demo_model``          the model arguments of ``hfncl demo``.
 ``demo_training``       the TrainConfig values ``hfncl demo`` trains this kind with.
-``prepare``             the data on disk -> a typed result (:class:`~hfncl.tasks.pairs.PairData`, ...).
+``prepare``             the data on disk -> a typed result (:class:`~hfncl.tasks.pair_data.PairData`, ...).
 ``unread_files``        which files under the data paths hold splits the run does not read (its fingerprint
                         leaves them out: other runs may write them while it trains).
 ``model_config``        that result and the model arguments -> the model's config.
