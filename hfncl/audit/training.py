@@ -18,6 +18,7 @@ import hfncl.plugins as plugin_registry
 from hfncl import registry
 from hfncl.audit.data import AuditData, AuditError, read_audit_data
 from hfncl.audit.finite import FiniteTraining
+from hfncl.choices import AUTO
 from hfncl.config import LATEST, TrainConfig
 from hfncl.data import NoisyPairDataset, TokenizerVocabulary, Vocabulary
 from hfncl.demo import shortened_settings
@@ -26,7 +27,7 @@ from hfncl.engine.fingerprint import run_fingerprint
 from hfncl.engine.trainer import Trainer
 from hfncl.hub.checkpoint import save_image_processor
 from hfncl.models import NCLConfig, NCLModel
-from hfncl.tasks.pairs import AUTO, PAIRS, ModelArguments, model_fields
+from hfncl.tasks.pairs import PAIRS, ModelArguments, model_fields
 
 if TYPE_CHECKING:
     from hfncl.retrieval import Retriever
