@@ -38,9 +38,10 @@ from hfncl.hub import (
     save_text_vocabulary,
     save_trained_model,
 )
-from hfncl.hub.card import division_rows, eval_results, metric_label, write_model_card
+from hfncl.hub.card import write_model_card
+from hfncl.hub.card_tables import division_rows, eval_results, metric_label
 from hfncl.models import CategoryConfig, CategoryModel, NCLConfig, NCLModel
-from hfncl.models.configuration import CHECKPOINT_FORMAT, IncompatibleCheckpointError
+from hfncl.models.provenance import CHECKPOINT_FORMAT, IncompatibleCheckpointError
 from hfncl.plugins import MissingPluginError, load_plugin, plugin_citations
 
 WORDS = ["a", "dog", "runs", "on", "the", "grass", "cat", "sits"]

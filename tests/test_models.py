@@ -316,7 +316,7 @@ def test_views_and_options_round_trip(tmp_path: Path, batch) -> None:
 def test_both_model_configs_share_the_provenance_fields_and_their_checks(config_class):
     from hfncl import models
     from hfncl.models import HfnclConfig
-    from hfncl.models.configuration import CHECKPOINT_FORMAT, IncompatibleCheckpointError
+    from hfncl.models.provenance import CHECKPOINT_FORMAT, IncompatibleCheckpointError
 
     cls = getattr(models, config_class)
     assert issubclass(cls, HfnclConfig)

@@ -21,8 +21,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from hfncl.limits import check_sizes
-from hfncl.models.configuration import CHECKPOINT_FORMAT, HfnclConfig
 from hfncl.models.loading import HfnclPreTrainedModel
+from hfncl.models.provenance import CHECKPOINT_FORMAT, HfnclConfig
 
 _POSITIVE_INTS = ("image_dim", "text_dim", "num_classes", "embed_dim", "hidden_dim", "num_networks")
 
@@ -40,7 +40,7 @@ class CategoryConfig(HfnclConfig):
         num_networks: number of independently initialised networks; retrieval ranks by
             the mean of their cosine similarities.
         plugins, plugin_versions, plugin_options, plugin_distributions, hfncl_version,
-            checkpoint_format: provenance, as in :class:`hfncl.models.configuration.HfnclConfig`.
+            checkpoint_format: provenance, as in :class:`hfncl.models.provenance.HfnclConfig`.
         kwargs: the common :class:`~transformers.PretrainedConfig` arguments.
 
     Raises:
