@@ -19,7 +19,7 @@ from hfncl.data import Vocabulary
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.engine.callbacks import TrainerCallback
 from hfncl.engine.trainer import Trainer
-from hfncl.plugins import run_plugins
+from hfncl.plugin_setup import run_plugins
 from hfncl.experiment import DataArguments, ModelArguments
 from hfncl.hub.checkpoint import save_image_processor
 from hfncl.models import NCLConfig, NCLModel
@@ -120,7 +120,7 @@ def benchmark_module(name: str) -> ModuleType:
 
 
 def record_block_budgets(monkeypatch: pytest.MonkeyPatch, module: str) -> list[int]:
-    """Patch ``plan_blocks`` where ``module`` (``hfncl.models.sgraf``, ``hfncl.models.scan``) calls it so that
+    """Patch ``plan_blocks`` where ``module`` (``hfncl.models.sgraf_nodes``, ``hfncl.models.scan``) calls it so that
     each call's block budget is appended to the returned list; the blocks are planned as before."""
     from hfncl.models.sgraf_kernels import plan_blocks
 

@@ -75,7 +75,7 @@ class MatchingNetwork(nn.Module):
     def join(self, parts: Sequence[torch.Tensor], dim: int = 0) -> torch.Tensor:
         """Concatenate the embeddings of several batches (from :meth:`encode_image` or
         :meth:`encode_text`) along ``dim``: pooled vectors as they are, packed local features
-        through the head (:meth:`hfncl.models.sgraf.SimilarityHead.join`)."""
+        through the head (:meth:`hfncl.models.sgraf_nodes.SimilarityHead.join`)."""
         if self.head is not None:
             return self.head.join(parts, dim=dim)
         return torch.cat(list(parts), dim=dim)
