@@ -30,7 +30,7 @@ from common import machine, quiet, write_report
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.engine.encoding import evaluate_retrieval
 from hfncl.engine.trainer import Trainer
-from hfncl.plugins import run_plugins
+from hfncl.plugin_setup import run_plugins
 from hfncl.config import TrainConfig
 from hfncl.experiment import DataArguments, ModelArguments
 from hfncl.tasks.pairs import DEMO_MODEL, PAIRS, model_fields

@@ -23,7 +23,7 @@ from common import quiet
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.demo import DemoRun, demo_runs, demo_train_config, shortened_settings
 from hfncl.engine.trainer import Trainer
-from hfncl.plugins import run_plugins
+from hfncl.plugin_setup import run_plugins
 from hfncl.evaluation import division_quality
 from hfncl.experiment import DataArguments, ModelArguments
 from hfncl.tasks.pairs import DEMO_MODEL, PAIRS, model_fields

@@ -421,7 +421,7 @@ def _hfncl_epoch(args: argparse.Namespace, data_dir: Path) -> dict[str, float]:
 
     from hfncl.config import TrainConfig
     from hfncl.engine.trainer import Trainer
-    from hfncl.plugins import run_plugins
+    from hfncl.plugin_setup import run_plugins
     from hfncl.models import NCLConfig
     from hfncl.tasks.pairs import PAIRS, DataArguments, ModelArguments, model_fields
     from hfncl.tasks.pair_data import prepare_data

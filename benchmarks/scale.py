@@ -116,7 +116,7 @@ def measure(args: argparse.Namespace, size: int) -> dict:
     """Train on the size's data in this process; steps, times and memory (run only in a fresh process)."""
     from hfncl.config import TrainConfig
     from hfncl.engine.trainer import Trainer
-    from hfncl.plugins import run_plugins
+    from hfncl.plugin_setup import run_plugins
     from hfncl.models import NCLConfig
     from hfncl.plugins import build_plugin_manager
     from hfncl.profiling import HookLimitReached, HookTimer

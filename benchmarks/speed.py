@@ -51,7 +51,7 @@ from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.demo import DemoRun, demo_train_config, shortened_settings
 from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
 from hfncl.engine.trainer import Trainer
-from hfncl.plugins import run_plugins
+from hfncl.plugin_setup import run_plugins
 from hfncl.experiment import DataArguments, ModelArguments
 from hfncl.tasks.pairs import DEMO_MODEL, PAIRS, model_fields
 from hfncl.tasks.pair_data import prepare_data

@@ -26,7 +26,7 @@ from hfncl.engine.trainer import Trainer
 from hfncl.hub import add_test_results
 from hfncl.integrity import atomic_write_text, write_manifest
 from hfncl.plot_callbacks import training_figures
-from hfncl.plugins import RunPlugins, run_plugins
+from hfncl.plugin_setup import RunPlugins, run_plugins
 from hfncl.tasks import ExperimentTask, task_of_arguments
 from hfncl.tasks.pairs import DataArguments, ModelArguments
 
@@ -80,7 +80,7 @@ def prepare_run(data_args: Any, config: TrainConfig, model_args: Any | None = No
     that refuses a mistake before any work.
 
     ``data_args`` are the data arguments of a task (:func:`hfncl.tasks.task_of_arguments`), ``model_args`` its
-    model arguments (default: theirs). The plugins are set up once (:func:`hfncl.plugins.run_plugins`: names,
+    model arguments (default: theirs). The plugins are set up once (:func:`hfncl.plugin_setup.run_plugins`: names,
     hooks, trainer view, options, combination, data kind) before the output directory is taken
     (:mod:`hfncl.engine.ownership`); a resume's checkpoint must have been trained on the same data and settings
     before the data are read (:mod:`hfncl.engine.fingerprint`), and with the same noise before training.

@@ -16,7 +16,7 @@ from hfncl.tasks.labels import LABELS, CategoryModelArguments, LabelDataArgument
 from hfncl.data import load_labelled_dataset
 from hfncl.data.synthetic_labels import LabelledSyntheticConfig, generate_labelled, generate_labelled_arrays
 from hfncl.engine.trainer import Trainer
-from hfncl.plugins import run_plugins
+from hfncl.plugin_setup import run_plugins
 from hfncl.models import CategoryConfig, CategoryModel
 from hfncl.hub import checkpoint_files
 from hfncl.plugins import PluginError

@@ -12,7 +12,7 @@ from conftest import tiny_config
 from hfncl import registry
 from hfncl.engine.encoding import encode_split, evaluate_retrieval
 from hfncl.engine.trainer import Trainer
-from hfncl.plugins import run_plugins
+from hfncl.plugin_setup import run_plugins
 from hfncl.evaluation import retrieval_metrics_from_matrix
 from hfncl.experiment import DataArguments, ModelArguments
 from hfncl.tasks.pairs import PAIRS, model_fields

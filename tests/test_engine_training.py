@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from conftest import TINY_MODEL, Interrupted, noisy_trainer, tiny_config
 from hfncl.engine.trainer import Trainer
-from hfncl.plugins import run_plugins
+from hfncl.plugin_setup import run_plugins
 from hfncl.experiment import DataArguments, run_experiment
 from hfncl.plugins import PluginError
 

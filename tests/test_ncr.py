@@ -353,7 +353,7 @@ def test_co_rectify_predicts_with_the_peer_in_eval_mode_and_leaves_it_unchanged(
     from hfncl.tasks.pairs import PAIRS, DataArguments
     from hfncl.tasks.pair_data import prepare_data
     from hfncl.engine.trainer import Trainer
-    from hfncl.plugins import run_plugins
+    from hfncl.plugin_setup import run_plugins
     from hfncl.models.configuration import NCLConfig
     from hfncl_plugins.ncr import rectify
 
@@ -390,7 +390,7 @@ def test_own_prediction_in_eval_mode_is_the_authors_predict_and_is_what_the_loss
     from types import SimpleNamespace
 
     from hfncl.engine.trainer import Trainer
-    from hfncl.plugins import run_plugins
+    from hfncl.plugin_setup import run_plugins
     from hfncl.models.configuration import NCLConfig
     from hfncl.tasks.pairs import PAIRS, DataArguments
     from hfncl.tasks.pair_data import prepare_data

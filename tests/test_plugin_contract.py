@@ -112,7 +112,8 @@ def test_a_member_outside_the_contract_in_the_source_is_refused_when_the_run_set
     from conftest import tiny_config
     from test_batch_plan import install
 
-    from hfncl.plugins import PluginError, run_plugins
+    from hfncl.plugins import PluginError
+    from hfncl.plugin_setup import run_plugins
 
     install("outside", READS_OUTSIDE, tmp_path_factory.mktemp("outside"), monkeypatch)
     config = tiny_config(tmp_path, ["vsepp", "outside"], epochs=1, warmup_epochs=1)

@@ -24,7 +24,8 @@ from hfncl.config import TrainConfig
 from hfncl.engine import ownership
 from hfncl.integrity import DiskFullError, IntegrityError, verify_manifest, write_manifest
 from hfncl.models import NCLModel
-from hfncl.plugins import PluginError, _fits, build_plugin_manager, check_agreement, check_division_fields
+from hfncl.plugins import PluginError, _fits, build_plugin_manager
+from hfncl.plugin_setup import check_agreement, check_division_fields
 
 
 def test_nan_weights_are_an_error_and_zero_weights_score_no_better_than_chance(tiny_data_dir, tmp_path):

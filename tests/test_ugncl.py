@@ -265,7 +265,7 @@ def test_batch_statistics_are_the_opinions_the_division_reads() -> None:
 def _division_trainer(data_dir, output_dir, statistics: str, callbacks: list):
     from conftest import tiny_config
     from hfncl.engine.trainer import Trainer
-    from hfncl.plugins import run_plugins
+    from hfncl.plugin_setup import run_plugins
     from hfncl.experiment import DataArguments
     from hfncl.tasks.pairs import PAIRS
     from hfncl.tasks.pair_data import prepare_data

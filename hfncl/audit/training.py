@@ -27,6 +27,7 @@ from hfncl.engine.fingerprint import run_fingerprint
 from hfncl.engine.trainer import Trainer
 from hfncl.hub.checkpoint import save_image_processor
 from hfncl.models import NCLConfig, NCLModel
+from hfncl.plugin_setup import run_plugins
 from hfncl.tasks.pairs import PAIRS, ModelArguments, model_fields
 
 if TYPE_CHECKING:
@@ -177,7 +178,7 @@ def train_model(
     ``training_dir`` (default: a temporary directory). With ``resume``, training continues from the latest
     checkpoint there when it has one, checked to be of the same settings, model and pairs (:func:`data_fingerprint`);
     without, the directory is emptied first."""
-    plugins = plugin_registry.run_plugins(config, data_kind=PAIRS.kind)  # the one plugin manager of this training
+    plugins = run_plugins(config, data_kind=PAIRS.kind)  # the one plugin manager of this training
     fields = model_fields(plugins, model_args)
     tokenizer = fields.get("text_tower_name") if fields.get("text_tower") == "transformer" else None
     words = data.split.captions if vocab_captions is None else vocab_captions

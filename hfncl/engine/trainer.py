@@ -32,7 +32,8 @@ from hfncl.engine.reports import compute_section, division_report
 from hfncl.engine.steps import TrainerSurface
 from hfncl.engine.tasks import Task
 from hfncl.hub import RunRecord
-from hfncl.plugins import PluginError, RunPlugins, check_data_kind
+from hfncl.plugin_setup import RunPlugins, check_data_kind
+from hfncl.plugins import PluginError
 from hfncl.trainer_view import ContractView
 from hfncl.types import Batch, Division
 
@@ -49,7 +50,7 @@ class Trainer(TrainerSurface):
     The training data's hidden clean mask(s) are used only to report division quality,
     never handed to a plugin. ``callbacks`` (:class:`hfncl.engine.callbacks.TrainerCallback`)
     follow the run's events after the built-in epoch line. ``plugins`` are the run's plugins, set up once
-    (:func:`hfncl.plugins.run_plugins`; :func:`hfncl.experiment.prepare_run` hands them down); the trainer
+    (:func:`hfncl.plugin_setup.run_plugins`; :func:`hfncl.experiment.prepare_run` hands them down); the trainer
     builds no plugin manager, and refuses plugins of another kind of data than ``task``'s (``PluginError``).
     ``fingerprint`` (:mod:`hfncl.engine.fingerprint`, default: the training
     settings of ``config``) is saved with every checkpoint (:mod:`hfncl.engine.checkpoints`), and a resume

@@ -40,7 +40,7 @@ def save_trained_model(
     """Save a trained model with ``save_pretrained``, its run record and its card.
 
     The package and version of every plugin that trained it (``provenance``, the run's
-    :class:`hfncl.plugins.RunPlugins.provenance`; default: read from the installed entry
+    :class:`hfncl.plugin_setup.RunPlugins.provenance`; default: read from the installed entry
     points) are written into ``config.json`` first, so that loading the model where a plugin
     is missing names the package to install; the first line of each plugin's docstring and
     the BibTeX of its ``citation`` hook go into the record, for the card.

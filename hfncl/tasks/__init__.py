@@ -45,7 +45,8 @@ from hfncl.data.synthetic import SyntheticConfig
 from hfncl.engine.tasks import Task
 from hfncl.hub import DataDescription
 from hfncl.hub.card import CardTexts
-from hfncl.plugins import PluginError, RunPlugins, first_answer
+from hfncl.plugin_setup import RunPlugins
+from hfncl.plugins import PluginError, first_answer
 from hfncl.tasks.labels import LABELS
 from hfncl.tasks.pairs import PAIRS
 

@@ -32,7 +32,8 @@ from hfncl.hub.checkpoint import save_image_processor
 from hfncl.models import MatchingNetwork, NCLConfig, NCLModel
 from hfncl.models.configuration import sgraf_layer_defaults
 from hfncl.models.towers import parameter_counts
-from hfncl.plugins import RunPlugins, plugin_answers, plugin_model_defaults
+from hfncl.plugin_setup import RunPlugins, plugin_model_defaults
+from hfncl.plugins import plugin_answers
 from hfncl.tasks.pair_data import PairData, describe_data, noise_protocol, prepare_data
 from hfncl.types import Batch, PairOutputs
 
