@@ -26,7 +26,10 @@ from hfncl.config import default_cache_root
 from hfncl.integrity import atomic_write_text
 from hfncl.plugins import PluginInfo
 
-CONTRACT_MODULES = ("hfncl.registry", "hfncl.plugins", "hfncl.hookspecs", "hfncl.options", "hfncl.trainer_view")
+CONTRACT_MODULES = (
+    "hfncl.registry", "hfncl.plugins", "hfncl.hookspecs", "hfncl.hookspecs.declarations", "hfncl.hookspecs.training",
+    "hfncl.hookspecs.retrieval", "hfncl.options", "hfncl.trainer_view",
+)
 
 
 def _module_stamp(module: str) -> list[Any]:

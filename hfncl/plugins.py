@@ -78,8 +78,8 @@ def check_plugin_names(names: list[str]) -> None:
 
 
 def hook_names() -> list[str]:
-    """Names of every hook in the specification."""
-    return [name for name, value in vars(hookspecs).items() if hasattr(value, f"{hookspecs.PROJECT}_spec")]
+    """Names of every hook in the specification, in its order (``hfncl.hookspecs.__all__``)."""
+    return [name for name in hookspecs.__all__ if hasattr(getattr(hookspecs, name), f"{hookspecs.PROJECT}_spec")]
 
 
 def implemented_hooks(plugin: Any) -> tuple[str, ...]:
