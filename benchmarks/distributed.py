@@ -30,9 +30,11 @@ from common import machine, quiet, write_report
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.engine.encoding import evaluate_retrieval
 from hfncl.engine.trainer import Trainer
+from hfncl.plugin_setup import run_plugins
 from hfncl.config import TrainConfig
 from hfncl.experiment import DataArguments, ModelArguments
-from hfncl.tasks.pairs import DEMO_MODEL, PAIRS, model_fields, prepare_data
+from hfncl.tasks.pairs import DEMO_MODEL, PAIRS, model_fields
+from hfncl.tasks.pair_data import prepare_data
 from hfncl.models import NCLConfig
 from hfncl.profiling import HookTimer
 
@@ -64,7 +66,7 @@ def worker(args: argparse.Namespace) -> None:
         **model_fields(config.plugins, QUICK_MODEL if args.quick else DEMO_MODEL),
     )
     timer = HookTimer(["epoch_start", "epoch_end"])
-    trainer = Trainer(config, model_config, data.train, data.val, task=PAIRS, callbacks=[timer])
+    trainer = Trainer(config, model_config, data.train, data.val, task=PAIRS, callbacks=[timer], plugins=run_plugins(config))
     summary = trainer.train()
     test = evaluate_retrieval(trainer.model, data.test, batch_size=config.eval_batch_size, hook=trainer.hook)
     if trainer.accelerator.is_main_process:

@@ -23,9 +23,11 @@ from common import quiet
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.demo import DemoRun, demo_runs, demo_train_config, shortened_settings
 from hfncl.engine.trainer import Trainer
+from hfncl.plugin_setup import run_plugins
 from hfncl.evaluation import division_quality
 from hfncl.experiment import DataArguments, ModelArguments
-from hfncl.tasks.pairs import DEMO_MODEL, PAIRS, model_fields, prepare_data
+from hfncl.tasks.pairs import DEMO_MODEL, PAIRS, model_fields
+from hfncl.tasks.pair_data import prepare_data
 from hfncl.models import NCLConfig
 from hfncl.plots import plot_division
 
@@ -63,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         vocab_size=len(data.vocab),
         **model_fields(config.plugins, QUICK_MODEL if args.quick else DEMO_MODEL),
     )
-    trainer = Trainer(config, model_config, data.train, None, task=PAIRS)
+    trainer = Trainer(config, model_config, data.train, None, task=PAIRS, plugins=run_plugins(config))
     trainer.train()
     answer = trainer.hook.divide(trainer=trainer, epoch=warmup)
     if answer is None:

@@ -1,7 +1,7 @@
 """Training splits that bound what a method can reach under noise, for benchmarks only.
 
 A method never sees which training pairs are wrong. A benchmark does: it generated the
-noise. From the same noise index that :func:`hfncl.tasks.pairs.prepare_data` builds for a
+noise. From the same noise index that :func:`hfncl.tasks.pair_data.prepare_data` builds for a
 ratio, seed and noise kind (:func:`hfncl.data.noise.make_noise`: NCR's caption level or
 DECL's image level), this module writes two extra
 training splits into the benchmark's precomp directory, beside ``train``:

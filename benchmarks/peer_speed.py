@@ -249,7 +249,7 @@ def child_score(program: str, args: argparse.Namespace) -> dict[str, float | Non
         def score(images: int) -> None:
             shard_attn_scores(model, regions[:images].numpy(), words.numpy(), lengths.tolist(), opt, shard_size=1000)
     else:
-        from hfncl.models.sgraf import pack_local
+        from hfncl.models.heads import pack_local
 
         model = _hfncl_model(args).eval()
         mask = torch.arange(words.size(1))[None, :] < lengths[:, None]
@@ -421,8 +421,10 @@ def _hfncl_epoch(args: argparse.Namespace, data_dir: Path) -> dict[str, float]:
 
     from hfncl.config import TrainConfig
     from hfncl.engine.trainer import Trainer
+    from hfncl.plugin_setup import run_plugins
     from hfncl.models import NCLConfig
-    from hfncl.tasks.pairs import PAIRS, DataArguments, ModelArguments, model_fields, prepare_data
+    from hfncl.tasks.pairs import PAIRS, DataArguments, ModelArguments, model_fields
+    from hfncl.tasks.pair_data import prepare_data
 
     output_dir = data_dir.parent / f"hfncl-{args.head}-{args.embed_dim}"
     config = TrainConfig(
@@ -436,7 +438,8 @@ def _hfncl_epoch(args: argparse.Namespace, data_dir: Path) -> dict[str, float]:
     clock = _EpochClock(args.device)
     accelerator = Accelerator(cpu=args.device == "cpu", mixed_precision=args.mixed_precision)
     callbacks = [clock, _FixedCleanShare(1 - EPOCH_NOISE)]
-    Trainer(config, model_config, data.train, None, task=PAIRS, accelerator=accelerator, callbacks=callbacks).train()
+    Trainer(config, model_config, data.train, None, task=PAIRS, accelerator=accelerator, callbacks=callbacks,
+            plugins=run_plugins(config)).train()
     return {"epoch": clock.epoch, "division": clock.division}
 
 

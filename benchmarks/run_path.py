@@ -36,9 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 COUNTED = {
     "hfncl.plugins.build_plugin_manager": "plugin managers built",
     "hfncl.plugins.resolve_options": "option resolutions",
-    "hfncl.plugins.check_division_fields": "division-field checks",
-    "hfncl.plugins.load_plugin": "plugin loads",
-    "hfncl.plugins.installed_entry_points": "entry-point scans",
+    "hfncl.plugin_setup.check_division_fields": "division-field checks",
+    "hfncl.registry.load_plugin": "plugin loads",
+    "hfncl.registry.installed_entry_points": "entry-point scans",
 }
 
 

@@ -116,6 +116,7 @@ def measure(args: argparse.Namespace, size: int) -> dict:
     """Train on the size's data in this process; steps, times and memory (run only in a fresh process)."""
     from hfncl.config import TrainConfig
     from hfncl.engine.trainer import Trainer
+    from hfncl.plugin_setup import run_plugins
     from hfncl.models import NCLConfig
     from hfncl.plugins import build_plugin_manager
     from hfncl.profiling import HookLimitReached, HookTimer
@@ -145,7 +146,7 @@ def measure(args: argparse.Namespace, size: int) -> dict:
     model_config = NCLConfig(image_dim=split.region_shape[1], vocab_size=len(vocab))
     limits = {} if full else {"train_step": args.steps}
     timer = HookTimer(["epoch_start", "divide", "epoch_end", "train_step"], limits)
-    trainer = Trainer(config, model_config, train, None, task=PAIRS, callbacks=[timer])
+    trainer = Trainer(config, model_config, train, None, task=PAIRS, callbacks=[timer], plugins=run_plugins(config))
     try:
         trainer.train()
     except HookLimitReached:

@@ -128,7 +128,7 @@ def measure_training(args: argparse.Namespace, head: str) -> dict[str, float]:
 def measure_evaluation(args: argparse.Namespace, head: str) -> dict[str, float]:
     """Seconds and peak memory of scoring 5K x 25K (cosine) or eval_rows x 25K rows (SGR / SAF)."""
     from hfncl.evaluation import retrieval_metrics
-    from hfncl.models.sgraf import pack_local
+    from hfncl.models.heads import pack_local
 
     model = _model(args, head).eval()
     captions = EVAL_IMAGES * EVAL_CAPTIONS_PER_IMAGE

@@ -51,8 +51,10 @@ from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.demo import DemoRun, demo_train_config, shortened_settings
 from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
 from hfncl.engine.trainer import Trainer
+from hfncl.plugin_setup import run_plugins
 from hfncl.experiment import DataArguments, ModelArguments
-from hfncl.tasks.pairs import DEMO_MODEL, PAIRS, model_fields, prepare_data
+from hfncl.tasks.pairs import DEMO_MODEL, PAIRS, model_fields
+from hfncl.tasks.pair_data import prepare_data
 from hfncl.models import NCLConfig
 from hfncl.profiling import HookTimer
 
@@ -132,7 +134,8 @@ def measure(
     )
     accelerator = Accelerator(cpu=device == "cpu")
     timer = HookTimer(["epoch_start", "divide", "epoch_end", "train_step"])
-    trainer = Trainer(config, model_config, data.train, None, task=PAIRS, accelerator=accelerator, callbacks=[timer])
+    trainer = Trainer(config, model_config, data.train, None, task=PAIRS, accelerator=accelerator, callbacks=[timer],
+                      plugins=run_plugins(config))
     trainer.train()
     epoch = timer.between("epoch_start", "epoch_end")[-1]
     epoch_start = timer.calls["epoch_start"][-1][0]

@@ -1,54 +1,21 @@
 """The arguments of a run, importable without torch, transformers or datasets: the data and model argument
-dataclasses of each kind of data (the flags ``hfncl train`` and the recipes parse, with their checks) and the values
-their fields take (noise kinds, feature dtypes, data format names).
+dataclasses of each kind of data (the flags ``hfncl train`` and the recipes parse, with their checks against the
+values of :mod:`hfncl.choices`).
 
 :class:`DataArguments` and :class:`ModelArguments` are the pairs task's (:mod:`hfncl.tasks.pairs`),
 :class:`LabelDataArguments` and :class:`CategoryModelArguments` the labels task's
-(:mod:`hfncl.tasks.labels`); the tasks, the data readers and ``hfncl.data.formats`` import them
-from here, so that the command line checks its arguments before it loads any framework.
+(:mod:`hfncl.tasks.labels`); the tasks import them from here, so that the command line checks its
+arguments before it loads any framework.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from importlib.metadata import EntryPoint
 from typing import Any
 
+from hfncl.choices import AUTO, FEATURE_DTYPES, LABEL_NOISE_KINDS, NOISE_KINDS, check_format_name
 from hfncl.config import check_field_types
 from hfncl.limits import check_sizes
-from hfncl.plugins import registered_entry_points
-
-NOISE_KINDS = ("caption", "image")
-"""Correspondence noise of image-caption pairs: re-paired captions, or permuted images (:mod:`hfncl.data.noise`)."""
-LABEL_NOISE_KINDS = ("symmetric", "asymmetric")
-"""Label noise of category-labelled samples (:mod:`hfncl.data.label_noise`)."""
-FEATURE_DTYPES = ("float32", "float16")
-"""Arrow storage of precomputed features (:mod:`hfncl.data.precomp`)."""
-
-FORMAT_GROUP = "hfncl.data_formats"
-AUTO = "auto"
-BUILT_IN_FORMAT_NAMES = ("precomp", "imagefolder")
-"""The data formats of :data:`hfncl.data.formats.BUILT_IN_FORMATS`, in its order."""
-
-
-def installed_formats() -> dict[str, EntryPoint]:
-    """The entry points of the ``hfncl.data_formats`` group, by name (built-in names cannot be replaced)."""
-    registered = registered_entry_points(FORMAT_GROUP, "Data format")
-    return {name: point for name, point in registered.items() if name not in BUILT_IN_FORMAT_NAMES}
-
-
-def format_names() -> tuple[str, ...]:
-    """Every value ``DataArguments.data_format`` may take: ``auto``, the built-in formats, the installed ones."""
-    return (AUTO, *BUILT_IN_FORMAT_NAMES, *sorted(installed_formats()))
-
-
-def check_format_name(name: str) -> None:
-    """Refuse a format that is neither built in nor installed, in one line naming the field and the formats."""
-    if name != AUTO and name not in BUILT_IN_FORMAT_NAMES and name not in installed_formats():
-        raise ValueError(
-            f"DataArguments.data_format must be one of {format_names()}, got {name!r} (a format of another package "
-            f"is installed with it, registered in the {FORMAT_GROUP!r} entry-point group)"
-        )
 
 
 @dataclass
@@ -283,3 +250,13 @@ ARGUMENTS_OF_KIND: dict[str, tuple[type[Any], type[Any]]] = {
 }
 """The data and model arguments of each kind of data (its task's ``data_arguments`` and ``model_arguments``,
 :mod:`hfncl.tasks`), for a recipe's ``--help`` that imports no task."""
+
+
+__all__ = [
+    "ARGUMENTS_OF_KIND",
+    "AUTO",
+    "CategoryModelArguments",
+    "DataArguments",
+    "LabelDataArguments",
+    "ModelArguments",
+]

@@ -35,7 +35,7 @@ import transformers
 from hfncl.config import TrainConfig, one_line
 from hfncl.data.synthetic import SIZES, SyntheticConfig
 from hfncl.experiment import run_experiment
-from hfncl.plugins import PluginError, build_plugin_manager, installed_entry_points
+from hfncl.plugins import PluginError, first_answer, installed_entry_points
 from hfncl.tasks import LABELS, PAIRS, TASKS, ExperimentTask, task_of_plugins
 
 DEMO_SIZES = SIZES
@@ -105,7 +105,7 @@ def demo_runs(noise_ratios: tuple[float, ...] = (0.5,), plugins: list[str] | Non
     names = plugins if plugins is not None else sorted(installed_entry_points())
     runs: list[DemoRun] = []
     for name in names:
-        settings = build_plugin_manager([name]).hook.demo_settings()
+        settings = first_answer([name], "demo_settings")
         if settings is None:
             if plugins is not None:
                 raise PluginError(f"Plugin {name!r} declares no demo_settings, so the demo cannot train it alone")

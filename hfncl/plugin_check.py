@@ -6,7 +6,7 @@ Each check gives one line, ``ok`` or ``FAIL`` with what is wrong:
 - **hooks**: it registers alone against the hook specification (names and signatures);
 - **trainer view**: its source uses only :class:`hfncl.trainer_view.TrainerView`'s members of ``trainer``
   (and :class:`~hfncl.trainer_view.LedgerView`'s of ``trainer.ledger``), no private attribute and no
-  module of ``hfncl.engine`` (:func:`violations`, read from its files);
+  module of ``hfncl.engine`` (:func:`hfncl.trainer_view.violations`, read from its files; every run checks it too);
 - **options**: its declared options resolve with their defaults (:func:`hfncl.plugins.resolve_options`);
 - **data kind**: ``data_kind`` answers a kind some task trains on;
 - **settings**: ``demo_settings`` and ``audit_settings`` are valid :class:`~hfncl.config.TrainConfig` fields;
@@ -16,8 +16,6 @@ Each check gives one line, ``ok`` or ``FAIL`` with what is wrong:
 
 from __future__ import annotations
 
-import ast
-import inspect
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,9 +27,8 @@ from hfncl.data.synthetic import SyntheticConfig
 from hfncl.demo import DemoRun, run_demo, shortened_settings
 from hfncl.plugins import build_plugin_manager, load_plugin, resolve_options
 from hfncl.tasks import TASKS
-from hfncl.trainer_view import VIEW_MEMBERS, LedgerView, declared_members
+from hfncl.trainer_view import source_files, violations
 
-LEDGER_MEMBERS = declared_members(LedgerView)
 MICRO_DATA = SyntheticConfig(num_train=48, num_dev=12, num_test=12, num_concepts=8, num_regions=6, feature_dim=8)
 
 
@@ -44,37 +41,6 @@ class Check:
 
     def line(self) -> str:
         return f"ok    {self.name}" if self.problem is None else f"FAIL  {self.name}: {self.problem}"
-
-
-def violations(source: str) -> list[str]:
-    """What a plugin's ``source`` uses beyond the contract, one line per use (``line N: ...``)."""
-    found = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Attribute):
-            owner = node.value
-            if node.attr.startswith("_") and not node.attr.startswith("__"):
-                if not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
-                    found.append(f"line {node.lineno}: private attribute {ast.unparse(node)}")
-            if isinstance(owner, ast.Name) and owner.id == "trainer" and node.attr not in VIEW_MEMBERS:
-                found.append(f"line {node.lineno}: trainer.{node.attr} is not in TrainerView")
-            if ast.unparse(owner) == "trainer.ledger" and node.attr not in LEDGER_MEMBERS:
-                found.append(f"line {node.lineno}: trainer.ledger.{node.attr} is not in LedgerView")
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("hfncl"):
-            module = node.module or ""
-            if module.startswith("hfncl.engine") or any(part.startswith("_") for part in module.split(".")):
-                found.append(f"line {node.lineno}: imports {module}")
-            private = [alias.name for alias in node.names if alias.name.startswith("_")]
-            found += [f"line {node.lineno}: imports private {module}.{name}" for name in private]
-        elif isinstance(node, ast.Import):
-            found += [f"line {node.lineno}: imports {a.name}" for a in node.names if a.name.startswith("hfncl.engine")]
-    return found
-
-
-def source_files(plugin: Any) -> list[Path]:
-    """The Python files of a plugin: its module's file, or every file of its package."""
-    module = inspect.getmodule(plugin) or plugin
-    path = Path(inspect.getsourcefile(module) or "")
-    return sorted(path.parent.rglob("*.py")) if path.name == "__init__.py" else [path]
 
 
 def _checked(name: str, check: Callable[[], Any]) -> tuple[Check, Any]:

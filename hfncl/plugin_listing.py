@@ -21,12 +21,15 @@ from importlib.metadata import EntryPoint
 from pathlib import Path
 from typing import Any
 
-from hfncl import plugins
+from hfncl import plugins, registry
 from hfncl.config import default_cache_root
 from hfncl.integrity import atomic_write_text
 from hfncl.plugins import PluginInfo
 
-CONTRACT_MODULES = ("hfncl.plugins", "hfncl.hookspecs", "hfncl.options")
+CONTRACT_MODULES = (
+    "hfncl.registry", "hfncl.plugins", "hfncl.hookspecs", "hfncl.hookspecs.declarations", "hfncl.hookspecs.training",
+    "hfncl.hookspecs.retrieval", "hfncl.options", "hfncl.trainer_view",
+)
 
 
 def _module_stamp(module: str) -> list[Any]:
@@ -64,7 +67,7 @@ def plugin_record(info: PluginInfo) -> dict[str, Any]:
 def listed_plugins(refresh: bool = False, cache_root: str | Path | None = None) -> list[PluginInfo]:
     """:func:`hfncl.plugins.describe_installed`, read from the cache when nothing it depends on changed."""
     root = Path(cache_root) if cache_root is not None else default_cache_root()
-    path = root / "plugins" / f"{listing_key(plugins.installed_entry_points())}.json"
+    path = root / "plugins" / f"{listing_key(registry.installed_entry_points())}.json"
     if not refresh and path.is_file():
         try:
             return [PluginInfo(**dict(record, hooks=tuple(record["hooks"]))) for record in json.loads(path.read_text())]

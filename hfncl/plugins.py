@@ -1,31 +1,41 @@
-"""Discovering installed methods and setting up the plugins of one run.
+"""Discovering installed methods: their listing, their hooks checked against the specification, and the plugin
+manager of the methods a run names.
 
 Installed methods are the entry points of the ``hfncl`` group (the built-in ones too:
-``pyproject.toml`` registers them exactly as a third-party package would). A run
-registers only the plugins its configuration names, in that order: :func:`run_plugins`
-builds that plugin manager once, checks the combination and the options, and hands the
-result (:class:`RunPlugins`) down to the task and the trainer, which check nothing again.
+``pyproject.toml`` registers them exactly as a third-party package would); :mod:`hfncl.registry` reads them.
+A run sets its plugins up once with :func:`hfncl.plugin_setup.run_plugins`, which builds its manager here.
 """
 
 from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 import pluggy
 
-from hfncl import hookspecs
+from hfncl import hookspecs, registry
 from hfncl.options import MethodOptions, OptionError, option_help
+from hfncl.registry import (
+    METHODS,
+    MissingPluginError,
+    PluginError,
+    PluginProvenance,
+    PluginSource,
+    implements,
+    installed_entry_points,
+    load_plugin,
+    plugin_citations,
+    plugin_provenance,
+    plugin_sources,
+    refuse_unknown,
+    registered_entry_points,
+    require_plugins,
+)
 
-ENTRY_POINT_GROUP = hookspecs.PROJECT
-
-
-class PluginError(RuntimeError):
-    """A plugin is unknown, cannot be imported, or does not fit the hook specification."""
+ENTRY_POINT_GROUP = METHODS
 
 
 @dataclass(frozen=True)
@@ -49,43 +59,6 @@ class PluginInfo:
     """What each option takes (:func:`hfncl.options.option_help`), by full name."""
 
 
-def _package(entry_point: EntryPoint) -> str:
-    dist = entry_point.dist
-    return f"{dist.name} {dist.version} ({entry_point.value})" if dist else f"an unnamed package ({entry_point.value})"
-
-
-def registered_entry_points(group: str, what: str = "Plugin") -> dict[str, EntryPoint]:
-    """The entry points of ``group`` by name (methods, data formats, similarity heads: ``what`` names the kind).
-
-    Raises:
-        PluginError: naming both packages when two register the same name.
-    """
-    installed: dict[str, EntryPoint] = {}
-    for entry_point in entry_points(group=group):
-        other = installed.setdefault(entry_point.name, entry_point)
-        if other is not entry_point and _package(other) != _package(entry_point):
-            raise PluginError(
-                f"{what} name {entry_point.name!r} is registered by two packages, {_package(other)} and "
-                f"{_package(entry_point)}: uninstall one, or rename its entry point"
-            )
-    return installed
-
-
-def installed_entry_points() -> dict[str, EntryPoint]:
-    """The method plugins: the entry points of the ``hfncl`` group, by name (:func:`registered_entry_points`)."""
-    return registered_entry_points(ENTRY_POINT_GROUP)
-
-
-def _refuse_unknown(name: str, installed: Mapping[str, EntryPoint]) -> None:
-    """Refuse a plugin name that no installed package registers, listing the installed ones."""
-    if name not in installed:
-        known = ", ".join(sorted(installed)) or "none"
-        raise PluginError(
-            f"Unknown plugin {name!r}: no entry point of that name in group {ENTRY_POINT_GROUP!r} "
-            f"(installed: {known}). Install the package that provides it, or fix the name."
-        )
-
-
 def check_plugin_names(names: list[str]) -> None:
     """Refuse a run's plugin names from the entry points alone, before any plugin is imported: none named, one
     named twice, or one no installed package registers (the first, in the order :func:`build_plugin_manager`
@@ -99,34 +72,14 @@ def check_plugin_names(names: list[str]) -> None:
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise PluginError(f"Plugins named more than once: {', '.join(duplicates)}")
-    installed = installed_entry_points()
+    installed = registry.installed_entry_points()
     for name in reversed(names):
-        _refuse_unknown(name, installed)
-
-
-def load_plugin(name: str) -> Any:
-    """Import the plugin registered under ``name``, with an error that names it."""
-    installed = installed_entry_points()
-    _refuse_unknown(name, installed)
-    entry_point = installed[name]
-    try:
-        plugin = entry_point.load()
-    except Exception as error:
-        raise PluginError(
-            f"Plugin {name!r} is installed but failed to import ({entry_point.value}): "
-            f"{type(error).__name__}: {error}"
-        ) from error
-    if inspect.isclass(plugin):
-        raise PluginError(
-            f"Plugin {name!r} ({entry_point.value}) exports a class; export a module or an instance, "
-            "because pluggy registers the loaded object as it is."
-        )
-    return plugin
+        refuse_unknown(name, installed)
 
 
 def hook_names() -> list[str]:
-    """Names of every hook in the specification."""
-    return [name for name, value in vars(hookspecs).items() if hasattr(value, f"{hookspecs.PROJECT}_spec")]
+    """Names of every hook in the specification, in its order (``hfncl.hookspecs.__all__``)."""
+    return [name for name in hookspecs.__all__ if hasattr(getattr(hookspecs, name), f"{hookspecs.PROJECT}_spec")]
 
 
 def implemented_hooks(plugin: Any) -> tuple[str, ...]:
@@ -224,7 +177,7 @@ def describe_installed() -> list[PluginInfo]:
     """Every installed plugin with its distribution, version, hooks and options with their defaults
     (for ``hfncl plugins``)."""
     infos = []
-    for name, entry_point in sorted(installed_entry_points().items()):
+    for name, entry_point in sorted(registry.installed_entry_points().items()):
         dist = entry_point.dist
         hooks: tuple[str, ...] = ()
         options: dict[str, Any] = {}
@@ -259,83 +212,6 @@ def describe_installed() -> list[PluginInfo]:
             )
         )
     return infos
-
-
-def plugin_citations(plugins: Mapping[str, Any]) -> dict[str, str]:
-    """The BibTeX each loaded plugin (by name) returns from its ``citation`` hook, by plugin name.
-
-    A plugin without the hook, or whose hook returns ``None`` or blank text, is left out.
-    """
-    citations = {}
-    for name, plugin in plugins.items():
-        text = plugin.citation() if "citation" in implemented_hooks(plugin) else None
-        if text and text.strip():
-            citations[name] = text.strip()
-    return citations
-
-
-class MissingPluginError(PluginError):
-    """A checkpoint names a plugin that is not installed; the message names the package to install."""
-
-
-@dataclass(frozen=True)
-class PluginSource:
-    """The distribution package that installed a plugin, and its version."""
-
-    distribution: str
-    version: str
-
-
-def plugin_sources(names: Iterable[str]) -> dict[str, PluginSource]:
-    """Where each named plugin was installed from, read from its entry point's ``.dist``.
-
-    Recorded in a checkpoint at training time, so that loading it where a plugin is
-    missing can say which package to install. A plugin whose entry point has no
-    distribution (one registered by hand rather than installed) is left out.
-
-    Raises:
-        PluginError: if a name is not an installed plugin.
-    """
-    installed = installed_entry_points()
-    sources = {}
-    for name in names:
-        if name not in installed:
-            raise PluginError(f"Unknown plugin {name!r}: no entry point of that name in group {ENTRY_POINT_GROUP!r}")
-        dist = installed[name].dist
-        if dist is not None:
-            sources[name] = PluginSource(distribution=dist.name, version=dist.version)
-    return sources
-
-
-def require_plugins(
-    names: Iterable[str], distributions: Mapping[str, str], versions: Mapping[str, str], source: str
-) -> None:
-    """Raise :class:`MissingPluginError` if any named plugin is not installed.
-
-    Args:
-        names: the plugins a checkpoint was trained with.
-        distributions: the package that provided each plugin at training time (may lack some).
-        versions: the version of that package at training time (may lack some).
-        source: what names the plugins (a checkpoint path or Hub id), for the message.
-    """
-    installed = installed_entry_points()
-    missing = [name for name in names if name not in installed]
-    if not missing:
-        return
-    advice = []
-    for name in missing:
-        package = distributions.get(name)
-        if package is None:
-            advice.append(
-                f"plugin {name!r}: install the package that registers it in the {ENTRY_POINT_GROUP!r} entry-point "
-                "group (the checkpoint does not record which)"
-            )
-        else:
-            pin = f"{package}=={versions[name]}" if name in versions else package
-            advice.append(f"plugin {name!r} comes from the package {package!r}: pip install '{pin}'")
-    raise MissingPluginError(
-        f"{source} was trained with plugin(s) that are not installed here:\n  " + "\n  ".join(advice)
-    )
 
 
 def _fits(value: Any, default: Any) -> bool:
@@ -392,139 +268,41 @@ def resolve_options(hook: Any, plugins: list[str], options: Mapping[str, Any]) -
     return merged | typed
 
 
-@dataclass(frozen=True)
-class PluginProvenance:
-    """What a checkpoint records of the plugins that trained it: each one's installing package and version, the
-    first line of its docstring and its BibTeX (read once per run, written with every saved model)."""
-
-    sources: dict[str, PluginSource]
-    summaries: dict[str, str]
-    citations: dict[str, str]
-
-
-def plugin_provenance(plugins: Mapping[str, Any]) -> PluginProvenance:
-    """The :class:`PluginProvenance` of loaded plugins by name (:func:`plugin_sources`, :func:`plugin_citations`)."""
-    return PluginProvenance(
-        sources=plugin_sources(plugins),
-        summaries={name: (inspect.getdoc(plugin) or "").split("\n")[0] for name, plugin in plugins.items()},
-        citations=plugin_citations(plugins),
-    )
+def plugin_answers(names: list[str], hook: str, **kwargs: Any) -> list[Any]:
+    """Each named plugin's own answer to ``hook`` called with ``kwargs``, in the order named (``None`` from a plugin
+    without it), read from the loaded plugins without a plugin manager: what a run's settings are made from before
+    its plugins are set up (:func:`run_plugins` builds the one manager a training has)."""
+    answers = []
+    for name in names:
+        plugin = load_plugin(name)
+        answers.append(getattr(plugin, hook)(**kwargs) if implements(plugin, hook) else None)
+    return answers
 
 
-@dataclass(frozen=True)
-class RunPlugins:
-    """The plugins of one run, set up once by :func:`run_plugins` and handed to the task and the trainer.
-
-    ``options`` are the resolved options by full name; ``num_networks`` and ``passes`` the
-    networks the method trains and the networks each pass over the data updates.
-    """
-
-    names: tuple[str, ...]
-    manager: pluggy.PluginManager
-    options: dict[str, Any]
-    num_networks: int
-    passes: list[list[int]]
-    provenance: PluginProvenance
-
-    @property
-    def hook(self) -> Any:
-        """The manager's hook relay: ``plugins.hook.divide(...)``."""
-        return self.manager.hook
+def first_answer(names: list[str], hook: str, **kwargs: Any) -> Any:
+    """The answer of the first named plugin that answers ``hook`` (as a first-result hook of a run of ``names``
+    would give it; :func:`plugin_answers`), or ``None``."""
+    return next((answer for answer in plugin_answers(names, hook, **kwargs) if answer is not None), None)
 
 
-def run_plugins(config: Any) -> RunPlugins:
-    """Set up the plugins ``config.plugins`` names for a run of ``config``: build the manager, check that their
-    division fields fit, resolve their options and check that they agree on the number of networks and the passes.
-
-    Raises:
-        PluginError: in one line, naming the plugin, option or hook at fault.
-    """
-    names = list(config.plugins)
-    manager = build_plugin_manager(names)
-    check_division_fields(manager, names, config)
-    options = resolve_options(manager.hook, names, config.options)
-    check_agreement(manager, names, "num_networks", config=config)
-    num_networks = int(manager.hook.num_networks(config=config) or 1)
-    check_agreement(manager, names, "training_passes", config=config, num_networks=num_networks)
-    passes = manager.hook.training_passes(config=config, num_networks=num_networks) or [list(range(num_networks))]
-    flat = [net for networks in passes for net in networks]
-    if not flat or any(not 0 <= net < num_networks for net in flat):
-        raise PluginError(f"training_passes {passes} must name networks in 0..{num_networks - 1}")
-    return RunPlugins(
-        names=tuple(names),
-        manager=manager,
-        options=options,
-        num_networks=num_networks,
-        passes=passes,
-        provenance=plugin_provenance({name: manager.get_plugin(name) for name in names}),
-    )
-
-
-def check_division_fields(manager: pluggy.PluginManager, names: list[str], config: Any) -> None:
-    """Refuse plugins whose ``rectify`` or ``loss`` read fields the active ``divide`` / ``rectify`` do not provide.
-
-    The active ``divide`` and ``rectify`` are those of the first named plugin implementing
-    them (first result); fields come from the ``division_fields`` hook, and a stage whose
-    provider does not declare its fields is not checked.
-
-    Raises:
-        PluginError: naming the reading plugin, the providing one and the missing fields.
-    """
-    fields: dict[str, Any] = {
-        name: answer or {} for name, answer in hook_answers(manager, "division_fields", config=config).items()
-    }
-
-    def first(hook: str) -> str | None:
-        implementing = {impl.plugin_name for impl in getattr(manager.hook, hook).get_hookimpls()}
-        return next((name for name in names if name in implementing), None)
-
-    def check(reader: str, hook: str, needs: str, provider: str | None, provided_by: str, kind: str) -> None:
-        if reader not in fields or (provider is not None and provider not in fields):
-            return
-        have = set(fields[provider].get(kind, ())) if provider else set()
-        missing = sorted(set(fields[reader].get(needs, ())) - have)
-        if missing:
-            source = f"the active {provided_by} ({provider}'s)" if provider else f"no active plugin's {provided_by}"
-            raise PluginError(
-                f"Plugins {' + '.join(names)} do not fit: {reader}'s {hook} reads {kind} field(s) {missing}, which "
-                f"{source} does not provide; name {reader} first, or combine plugins that provide them"
-            )
-
-    divider, rectifier = first("divide"), first("rectify")
-    if rectifier is not None:
-        check(rectifier, "rectify", "needs_division", divider, "divide", "division")
-    for impl in manager.hook.loss.get_hookimpls():
-        check(impl.plugin_name, "loss", "needs_targets", rectifier, "rectify", "targets")
-
-
-def hook_answers(manager: pluggy.PluginManager, hook: str, **kwargs: Any) -> dict[str, Any]:
-    """Every registered plugin's own answer to ``hook`` called with ``kwargs``, by plugin name
-    (also for a first-result hook, whose call would stop at the first answer)."""
-    return {
-        impl.plugin_name: impl.function(*[kwargs[arg] for arg in impl.argnames])
-        for impl in getattr(manager.hook, hook).get_hookimpls()
-    }
-
-
-def check_agreement(manager: pluggy.PluginManager, names: list[str], hook: str, **kwargs: Any) -> None:
-    """Refuse plugins that answer the first-result ``hook`` differently (``num_networks``, ``training_passes``).
-
-    A first-result hook keeps the first named plugin's answer; a plugin that answered otherwise
-    would run on a structure it does not expect (a joint update of every network on passes that
-    train the networks in turn) and fail, or train wrongly, hours later.
-
-    Raises:
-        PluginError: naming the plugins and their answers.
-    """
-    answers = {name: answer for name, answer in hook_answers(manager, hook, **kwargs).items() if answer is not None}
-    if len({repr(answer) for answer in answers.values()}) > 1:
-        said = ", ".join(f"{name} {answers[name]!r}" for name in names if name in answers)
-        raise PluginError(f"Plugins {' + '.join(names)} do not fit: they answer {hook} differently ({said})")
-
-
-def plugin_model_defaults(hook: Any) -> dict[str, Any]:
-    """The NCLConfig fields the active plugins ask for; where two disagree, the plugin named first wins."""
-    merged: dict[str, Any] = {}
-    for answer in reversed(hook.model_defaults()):
-        merged.update(answer or {})
-    return merged
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "MissingPluginError",
+    "PluginError",
+    "PluginInfo",
+    "PluginProvenance",
+    "PluginSource",
+    "build_plugin_manager",
+    "check_plugin_names",
+    "describe_installed",
+    "first_answer",
+    "installed_entry_points",
+    "load_plugin",
+    "plugin_answers",
+    "plugin_citations",
+    "plugin_provenance",
+    "plugin_sources",
+    "registered_entry_points",
+    "require_plugins",
+    "resolve_options",
+]

@@ -27,9 +27,11 @@ from typing import Any, NoReturn
 import yaml
 
 from hfncl.arguments import ARGUMENTS_OF_KIND, DataArguments, ModelArguments
-from hfncl.config import RUN_ONLY_FIELDS, PluginOptions, TrainConfig, add_field_aliases, alias_value, one_line
+from hfncl.config import RUN_ONLY_FIELDS, PluginOptions, TrainConfig, one_line
 from hfncl.dataclass_parser import DataclassArgumentParser
-from hfncl.plugins import PluginError, check_plugin_names, run_plugins
+from hfncl.plugin_setup import run_plugins
+from hfncl.plugins import PluginError, check_plugin_names
+from hfncl.training_aliases import add_field_aliases, alias_value
 
 NOT_GIVEN = "(not given)"
 """What ``--print-config`` prints for a required field the command line and ``--config`` leave out."""

@@ -60,6 +60,8 @@ class Retriever:
             was trained with, so that :meth:`encode_images` takes PIL images.
         device: where to run the model.
         batch_size: encoding batch size.
+        hook: the hook relay of the model's plugins, as the run that trained it set them up (default: a plugin
+            manager of ``model.config.plugins`` built here).
     """
 
     def __init__(
@@ -70,13 +72,16 @@ class Retriever:
         image_processor: Any = None,
         device: str | torch.device = "cpu",
         batch_size: int = 256,
+        hook: Any = None,
     ) -> None:
         self.model = model.to(device).eval()
         self.vocab = vocab
         self.image_processor = image_processor
         self.device = torch.device(device)
         self.batch_size = batch_size
-        self.hook = build_plugin_manager(model.config.plugins).hook if model.config.plugins else None
+        if hook is None and model.config.plugins:
+            hook = build_plugin_manager(model.config.plugins).hook
+        self.hook = hook
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | Path, **kwargs: Any) -> "Retriever":

@@ -10,8 +10,11 @@ on an import of the engine's modules.
 
 from __future__ import annotations
 
+import ast
 import difflib
+import inspect
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -165,3 +168,42 @@ def _outside(name: str, action: str) -> str:
         f"{what}{hint}: hooks use only the members of hfncl.trainer_view.TrainerView "
         f"({', '.join(sorted(VIEW_MEMBERS))}); see docs/plugins.md"
     )
+
+
+LEDGER_MEMBERS = declared_members(LedgerView)
+
+
+def violations(source: str) -> list[str]:
+    """What a plugin's ``source`` uses beyond the contract, one line per use (``line N: ...``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute):
+            owner = node.value
+            if node.attr.startswith("_") and not node.attr.startswith("__"):
+                if not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
+                    found.append(f"line {node.lineno}: private attribute {ast.unparse(node)}")
+            if isinstance(owner, ast.Name) and owner.id == "trainer" and node.attr not in VIEW_MEMBERS:
+                found.append(f"line {node.lineno}: trainer.{node.attr} is not in TrainerView")
+            if ast.unparse(owner) == "trainer.ledger" and node.attr not in LEDGER_MEMBERS:
+                found.append(f"line {node.lineno}: trainer.ledger.{node.attr} is not in LedgerView")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("hfncl"):
+            module = node.module or ""
+            if module.startswith("hfncl.engine") or any(part.startswith("_") for part in module.split(".")):
+                found.append(f"line {node.lineno}: imports {module}")
+            private = [alias.name for alias in node.names if alias.name.startswith("_")]
+            found += [f"line {node.lineno}: imports private {module}.{name}" for name in private]
+        elif isinstance(node, ast.Import):
+            found += [f"line {node.lineno}: imports {a.name}" for a in node.names if a.name.startswith("hfncl.engine")]
+    return found
+
+
+def source_files(plugin: Any) -> list[Path]:
+    """The Python files of a plugin: its module's file, or every file of its package."""
+    module = inspect.getmodule(plugin) or plugin
+    path = Path(inspect.getsourcefile(module) or "")
+    return sorted(path.parent.rglob("*.py")) if path.name == "__init__.py" else [path]
+
+
+def view_violations(plugin: Any) -> list[str]:
+    """What a loaded plugin's files use beyond the contract (:func:`violations`), each line led by the file's name."""
+    return [f"{path.name} {use}" for path in source_files(plugin) for use in violations(path.read_text())]

@@ -25,7 +25,7 @@ from hfncl.beta_mixture import bmm_clean_probability
 from hfncl.division import fit_loss_mixture, threshold_division
 from hfncl.hookspecs import hookimpl
 from hfncl.losses import soft_margin, triplet_hardest_negative_in_parts, triplet_sum_negatives
-from hfncl.models.sgraf import global_embeddings
+from hfncl.models.heads import global_embeddings
 from hfncl.options import MethodOptions, option
 from hfncl.toolkit import (
     batch_index,

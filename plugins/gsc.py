@@ -151,7 +151,8 @@ def _train_terms(trainer: "TrainerView", batch, outputs: "PairOutputs", net: int
 
     y comes from the division of ``net``; in warmup every y = 1, and the statistics are recorded as in any epoch.
     """
-    labels, similarity, settings = batch_labels(trainer, outputs, net), outputs.similarity, trainer.options_of(GSCOptions)
+    labels, similarity = batch_labels(trainer, outputs, net), outputs.similarity
+    settings = trainer.options_of(GSCOptions)
     tau1 = settings.tau1
     image_structure, text_structure = structures(trainer, outputs, net)
     trainer.ledger.record(outputs.index, STEP_CM.format(net), cross_modal_indicator(similarity.detach(), tau1))
@@ -162,7 +163,9 @@ def _train_terms(trainer: "TrainerView", batch, outputs: "PairOutputs", net: int
     )
     terms = {"gsc_cross_modal": cross_modal_loss(similarity, labels, tau1)}
     if settings.intra_loss:
-        terms["gsc_intra_modal"] = settings.gamma * intra_modal_loss(image_structure, text_structure, labels, settings.tau2)
+        terms["gsc_intra_modal"] = settings.gamma * intra_modal_loss(
+            image_structure, text_structure, labels, settings.tau2
+        )
     return terms
 
 
@@ -179,7 +182,8 @@ def structures(trainer: "TrainerView", outputs: "PairOutputs", net: int) -> tupl
     if trainer.options_of(GSCOptions).structure == "pooled":
         return intra_modal_similarity(outputs.image_embeds), intra_modal_similarity(outputs.text_embeds)
     network = trainer.model.networks[net]
-    return network.within_similarity(outputs.image_embeds, "image"), network.within_similarity(outputs.text_embeds, "text")
+    image_structure = network.within_similarity(outputs.image_embeds, "image")
+    return image_structure, network.within_similarity(outputs.text_embeds, "text")
 
 
 def fold_epoch(trainer: "TrainerView", net: int, epoch: int) -> None:
@@ -223,7 +227,7 @@ def pass_end(trainer, epoch, networks) -> None:
     next pass (epoch t + 1) trains on B's of epoch t, given by :func:`divide` at that
     epoch's start. Labels handed over in warmup are not used (y = 1 there).
     """
-    later = {k for networks_of_pass in trainer.passes[trainer.pass_index + 1:] for k in networks_of_pass}
+    later = {k for networks_of_pass in trainer.passes[trainer.pass_index + 1 :] for k in networks_of_pass}
     for net in networks:
         fold_epoch(trainer, net, epoch)
         for user in range(trainer.num_networks):

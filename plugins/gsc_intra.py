@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from hfncl.hookspecs import hookimpl
-from hfncl.models.sgraf import global_embeddings as structure_embeddings
+from hfncl.models.heads import global_embeddings as structure_embeddings
 from hfncl.options import MethodOptions, option
 from hfncl.toolkit import bibtex_citation, same_terms_in_warmup
 
@@ -114,7 +114,9 @@ def _term(trainer: "TrainerView", batch, outputs: "PairOutputs", net: int) -> di
     labels = batch_labels(trainer, outputs, net)
     image_structure = intra_modal_similarity(outputs.image_embeds)
     text_structure = intra_modal_similarity(outputs.text_embeds)
-    return {"gsc_intra_modal": settings.gamma * intra_modal_loss(image_structure, text_structure, labels, settings.tau2)}
+    return {
+        "gsc_intra_modal": settings.gamma * intra_modal_loss(image_structure, text_structure, labels, settings.tau2)
+    }
 
 
 loss, warmup_loss = same_terms_in_warmup(_term)

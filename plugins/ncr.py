@@ -8,7 +8,9 @@ soft margins of a hardest-negative triplet loss (Eq. 6-7).
 
 Reading choices where the paper leaves room (Eq. 5's mean, a noisy batch beside each clean
 batch as the authors' loop draws it or the clean and noisy parts of one batch, when the noisy
-part joins, co-divide's losses from the steps) and measurements: ``docs/methods/ncr.md``.
+part joins, co-divide's losses from the steps) and measurements: ``docs/methods/ncr.md``. Eq. 4 and
+Eq. 5 come as printed (the defaults) and as the authors' code has them (``ncr.prediction = "hinge"``,
+``ncr.label_layout = "broadcast"``).
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ from hfncl.toolkit import (
     training_batches,
 )
 from hfncl.types import BatchPlan, Division
-from hfncl_plugins.ncr_labels import LABELS, predict
 
 NETWORKS = 2
 DIVISION_STATISTICS, NOISY_BATCHES, PREDICTIONS = ("pass", "steps"), ("separate", "split"), ("paper", "hinge")
@@ -106,7 +107,11 @@ def record_step_loss(trainer, outputs, net: int, hinge_sums: torch.Tensor | None
     otherwise they are computed from the batch's similarity.
     """
     if trainer.options_of(NCROptions).division_statistics == "steps":
-        sums = triplet_sum_negatives(outputs.similarity.detach(), trainer.options_of(NCROptions).alpha) if hinge_sums is None else hinge_sums
+        sums = (
+            triplet_sum_negatives(outputs.similarity.detach(), trainer.options_of(NCROptions).alpha)
+            if hinge_sums is None
+            else hinge_sums
+        )
         trainer.ledger.record(outputs.index, STEP_LOSS.format(net), per_sample_lw(sums))
 
 
@@ -120,7 +125,7 @@ def warmup_loss(trainer, batch, outputs, net) -> dict[str, torch.Tensor]:
 
 @hookimpl
 def batch_plan(trainer, networks) -> BatchPlan:
-    """``ncr.noisy_batch = "separate"``: a pass over the clean set with a batch of the noisy set beside each clean batch.
+    """``ncr.noisy_batch = "separate"``: a pass over the clean set, a batch of the noisy set beside each clean batch.
 
     The noisy batches come only once their part trains (``ncr.noisy_part_start``, with co-rectify): before, a
     noisy batch would take no step, and co-divide after a co-training epoch runs a pass all the same
@@ -130,7 +135,9 @@ def batch_plan(trainer, networks) -> BatchPlan:
     settings = trainer.options_of(NCROptions)
     if settings.noisy_batch != "separate" or trainer.in_warmup:
         return BatchPlan({"all": torch.ones(trainer.num_train, dtype=torch.bool)}, keep_last=True)
-    return division_plan(trainer.divisions[networks[0]], settings.co_rectify and noisy_part_trains(trainer), keep_last=True)
+    return division_plan(
+        trainer.divisions[networks[0]], settings.co_rectify and noisy_part_trains(trainer), keep_last=True
+    )
 
 
 @hookimpl
@@ -148,7 +155,13 @@ def divide(trainer, epoch) -> list[Division]:
     divisions = []
     for net in range(NETWORKS):
         peer_loss = losses[peer(net, NETWORKS)]
-        clean_prob, mixture = fit_loss_mixture(peer_loss, seed=trainer.config.seed + epoch, max_iter=settings.gmm_max_iter, reg_covar=settings.gmm_reg_covar, clip_quantile=settings.gmm_clip_quantile)
+        clean_prob, mixture = fit_loss_mixture(
+            peer_loss,
+            seed=trainer.config.seed + epoch,
+            max_iter=settings.gmm_max_iter,
+            reg_covar=settings.gmm_reg_covar,
+            clip_quantile=settings.gmm_clip_quantile,
+        )
         division = threshold_division(clean_prob, settings.threshold, 0.01, statistic=peer_loss, mixture=mixture)
         divisions.append(replace(division, statistic_name="the peer network's per-pair loss L_w (Eq. 2)"))
     return divisions
@@ -165,9 +178,14 @@ def pass_losses(trainer, epoch: int) -> list[torch.Tensor]:
 
     def per_sample_loss(batch) -> dict[str, torch.Tensor]:
         similarities = [trainer.forward(net, batch, grad=False).similarity for net in range(NETWORKS)]
-        return {f"loss{net}": per_sample_lw(triplet_sum_negatives(similarity, alpha)) for net, similarity in enumerate(similarities)}
+        return {
+            f"loss{net}": per_sample_lw(triplet_sum_negatives(similarity, alpha))
+            for net, similarity in enumerate(similarities)
+        }
 
-    losses = trainer.collect(per_sample_loss, description=f"epoch {epoch} co-divide", **training_batches(trainer, epoch))
+    losses = trainer.collect(
+        per_sample_loss, description=f"epoch {epoch} co-divide", **training_batches(trainer, epoch)
+    )
     return [losses[f"loss{net}"] for net in range(NETWORKS)]
 
 
@@ -183,7 +201,9 @@ def records_are_current(trainer, epoch: int) -> bool:
     """
     settings, warmup = trainer.options_of(NCROptions), trainer.config.warmup_epochs
     first = epoch == warmup and settings.first_division == "pass"
-    return not (first or epoch == noisy_part_start_epoch(trainer) + 1 or settings.noisy_batch == "separate" and epoch > warmup)
+    return not (
+        first or epoch == noisy_part_start_epoch(trainer) + 1 or settings.noisy_batch == "separate" and epoch > warmup
+    )
 
 
 def noisy_part_start_epoch(trainer) -> int:
@@ -196,11 +216,80 @@ def noisy_part_trains(trainer) -> bool:
     return trainer.epoch >= noisy_part_start_epoch(trainer)
 
 
+def adaptive_prediction(similarity: torch.Tensor, alpha: float, top_fraction: float = 0.1) -> torch.Tensor:
+    """P(I_i, T_i) of Eq. 5 as printed, for every pair of the batch, in [0, 1].
+
+    s_i = S_ii - (mean_{j!=i} S_ij + mean_{j!=i} S_ji) / 2; P = min(Theta(s) / tau, 1)
+    with Theta clamping to [0, alpha] and tau the mean of Theta(s) over the top
+    ``top_fraction`` of pairs by s.
+    """
+    b, positive = similarity.size(0), similarity.diagonal()
+    negatives_of_image = (similarity.sum(dim=1) - positive) / (b - 1)
+    negatives_of_text = (similarity.sum(dim=0) - positive) / (b - 1)
+    margin = positive - (negatives_of_image + negatives_of_text) / 2
+    clamped = margin.clamp(min=0.0, max=alpha)
+    tau = clamped[margin.topk(max(1, int(round(top_fraction * b)))).indices].mean()
+    return (clamped / tau).clamp(max=1.0) if tau > 0 else torch.zeros_like(clamped)
+
+
+def hinge_prediction(similarity: torch.Tensor, alpha: float) -> torch.Tensor:
+    """P of the authors' code (``ContrastiveLoss`` in ``predict`` mode), the other reading of Eq. 5, in [0, 1].
+
+    s_i = alpha - (c_i + c'_i) / 2 with c_i, c'_i the means over the b columns (the zero diagonal included) of
+    Eq. 2's clamped hinge terms [alpha + S_ij - S_ii]_+ of image i and [alpha + S_ji - S_ii]_+ of caption i;
+    Theta clamps s to [0, alpha], tau is the mean of Theta(s) over the top b // 10 + 1 pairs and
+    P = min(Theta(s) / tau, 1).
+    A pair whose negatives all stay alpha below it gets s = alpha, however far below they are.
+    """
+    b = similarity.size(0)
+    clamped = (alpha - triplet_sum_negatives(similarity, alpha) / (2 * b)).clamp(min=0.0, max=alpha)
+    tau = clamped.topk(min(b, b // 10 + 1)).values.mean()
+    return (clamped / tau).clamp(max=1.0) if tau > 0 else torch.zeros_like(clamped)
+
+
+def predict(similarity: torch.Tensor, reading: str, alpha: float, top_fraction: float) -> torch.Tensor:
+    """Eq. 5's P as ``ncr.prediction`` reads it: ``"paper"`` the printed formula, ``"hinge"`` the authors' code."""
+    if reading == "hinge":
+        return hinge_prediction(similarity, alpha)
+    return adaptive_prediction(similarity, alpha, top_fraction)
+
+
+def rectified_labels(
+    clean_prob: torch.Tensor, clean: torch.Tensor, own_prediction: torch.Tensor, peer_prediction: torch.Tensor
+) -> torch.Tensor:
+    """Eq. 4 as printed: y^ = w y + (1 - w) P^k on the clean set (y = 1), (P^A + P^B) / 2 on the noisy set."""
+    clean_label = clean_prob + (1 - clean_prob) * own_prediction
+    noisy_label = (own_prediction + peer_prediction) / 2
+    return torch.where(clean, clean_label, noisy_label)
+
+
+def broadcast_labels(
+    clean_prob: torch.Tensor, clean: torch.Tensor, own_prediction: torch.Tensor, peer_prediction: torch.Tensor
+) -> torch.Tensor:
+    """Eq. 4's labels as the authors' code builds them: a (B, B) matrix, cell (image i, caption j).
+
+    Its clean batch holds w and y as (B, 1) columns and P as a (B,) row, so w * y + (1 - w) * P broadcasts to
+    y^_ij = w_i + (1 - w_i) P_j; its noisy batch's label (P^A + P^B) / 2 is a (B, 1) column, y^_ij = y^_i. The
+    loss then takes cell (i, j)'s margin for image i against caption j and for caption j against image i
+    (:func:`hfncl.losses.triplet_hardest_negative` with a margin matrix), so the margins vary along a pair's
+    negatives and choose its hardest one, where Eq. 6's per-pair margin only opens or closes its hinge.
+    """
+    clean_label = clean_prob[:, None] + (1 - clean_prob[:, None]) * own_prediction[None, :]
+    noisy_label = ((own_prediction + peer_prediction) / 2)[:, None].expand_as(clean_label)
+    return torch.where(clean[:, None], clean_label, noisy_label)
+
+
+LABELS = {"pair": rectified_labels, "broadcast": broadcast_labels}
+"""Eq. 4 by ``ncr.label_layout``: one label per pair as printed, or the authors' code's (B, B) matrix."""
+
+
 def _per_part(similarity: torch.Tensor, clean: torch.Tensor, settings: NCROptions) -> torch.Tensor:
     """Eq. 5's prediction for every pair, computed within the clean part and within the noisy part."""
     prediction = torch.zeros(clean.shape, device=similarity.device)
     for part in batch_parts(clean):
-        prediction[part] = predict(similarity[part][:, part], settings.prediction, settings.alpha, settings.top_fraction)
+        prediction[part] = predict(
+            similarity[part][:, part], settings.prediction, settings.alpha, settings.top_fraction
+        )
     return prediction
 
 
@@ -230,7 +319,9 @@ def rectify(trainer, batch, net, division) -> dict[str, torch.Tensor]:
 def co_divide_only_loss(similarity: torch.Tensor, clean: torch.Tensor, alpha: float) -> torch.Tensor:
     """Table 4's ablation without co-rectify: L_soft (Eq. 6) with margin alpha (y = 1) on the clean part only (zero,
     in the graph, when it has fewer than two pairs)."""
-    return triplet_hardest_negative_in_parts(similarity, batch_parts(clean, with_noisy=False), torch.full(clean.shape, alpha).to(similarity))
+    return triplet_hardest_negative_in_parts(
+        similarity, batch_parts(clean, with_noisy=False), torch.full(clean.shape, alpha).to(similarity)
+    )
 
 
 @hookimpl
@@ -249,7 +340,11 @@ def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor] | Non
         own_prediction = _per_part(outputs.similarity.detach(), clean, settings)
     labels = LABELS[settings.label_layout](targets["clean_prob"], clean, own_prediction, peer_prediction)
     margins = soft_margin(labels, settings.alpha, settings.curve)
-    return {"soft_margin_triplet": triplet_hardest_negative_in_parts(outputs.similarity, batch_parts(clean, "peer_prediction" in targets), margins)}
+    return {
+        "soft_margin_triplet": triplet_hardest_negative_in_parts(
+            outputs.similarity, batch_parts(clean, "peer_prediction" in targets), margins
+        )
+    }
 
 
 citation = bibtex_citation(Path(__file__).with_name("bibtex") / "ncr.bib")

@@ -217,7 +217,9 @@ def train_step(trainer, batch, networks) -> dict[str, float] | None:
     total = batch_loss
     metrics = {"npc_batch": float(batch_loss.detach())}
     if settings.bank_loss:
-        entry_terms = [pair_cross_entropy(trainer.forward(NET, entry).similarity, settings.temperature) for entry in entries]
+        entry_terms = [
+            pair_cross_entropy(trainer.forward(NET, entry).similarity, settings.temperature) for entry in entries
+        ]
         bank_loss = (entry_terms[0].mean() + entry_terms[1].mean()) / 2
         total = total + bank_loss
         metrics["npc_bank"] = float(bank_loss.detach())

@@ -188,10 +188,13 @@ def training_passes(config, num_networks) -> list[list[int]]:
 
 
 def _evidential_terms(trainer, batch, outputs, net: int) -> dict[str, torch.Tensor]:
-    """Eq. 9 for one branch: the i2t branch with its image queries (rows), the t2i branch with its captions (columns)."""
+    """Eq. 9 for one branch: the i2t branch with its image queries (rows), the t2i branch with its captions
+    (columns)."""
     settings = trainer.options_of(TcVSEOptions)
     similarity = outputs.similarity if net == I2T else outputs.similarity.t()
-    return uncertainty_aware_loss(similarity, settings.tau, settings.evidence, kl_weight(trainer.epoch, settings.kl_step))
+    return uncertainty_aware_loss(
+        similarity, settings.tau, settings.evidence, kl_weight(trainer.epoch, settings.kl_step)
+    )
 
 
 loss, warmup_loss = same_terms_in_warmup(_evidential_terms)

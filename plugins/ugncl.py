@@ -157,11 +157,18 @@ def uncertainty_division(
 @hookimpl
 def divide(trainer, epoch) -> list[Division]:
     """UGD over the training set, one division per network (``ugncl.division_statistics``)."""
-    settings, names = trainer.options_of(UGNCLOptions), [STEP_STATISTICS.format(net) for net in range(trainer.num_networks)]
-    stats = recorded_or_pass(trainer, names, lambda: pass_statistics(trainer, epoch), settings.division_statistics == "steps")
+    settings = trainer.options_of(UGNCLOptions)
+    names = [STEP_STATISTICS.format(net) for net in range(trainer.num_networks)]
+    stats = recorded_or_pass(
+        trainer, names, lambda: pass_statistics(trainer, epoch), settings.division_statistics == "steps"
+    )
     return [
         uncertainty_division(
-            values[:, 0].double(), values[:, 1].double(), values[:, 2] > 0.5, settings.uncertainty_threshold, settings.epsilon
+            values[:, 0].double(),
+            values[:, 1].double(),
+            values[:, 2] > 0.5,
+            settings.uncertainty_threshold,
+            settings.epsilon,
         )
         for values in stats
     ]
@@ -175,10 +182,14 @@ def pass_statistics(trainer, epoch: int) -> list[torch.Tensor]:
 
     def pair_statistics(batch) -> dict[str, torch.Tensor]:
         outputs = [trainer.forward(net, batch, grad=False) for net in range(trainer.num_networks)]
-        evidence = [view_evidence(out.view_scores, out.view_similarity, settings.tau, settings.evidence) for out in outputs]
+        evidence = [
+            view_evidence(out.view_scores, out.view_similarity, settings.tau, settings.evidence) for out in outputs
+        ]
         return {f"net{net}": batch_statistics(values, settings.soft_label) for net, values in enumerate(evidence)}
 
-    stats = trainer.collect(pair_statistics, description=f"epoch {epoch} uncertainty-guided division", **training_batches(trainer, epoch))
+    stats = trainer.collect(
+        pair_statistics, description=f"epoch {epoch} uncertainty-guided division", **training_batches(trainer, epoch)
+    )
     return [stats[f"net{net}"] for net in range(trainer.num_networks)]
 
 
@@ -211,7 +222,9 @@ def _objective(trainer, outputs, labels: torch.Tensor, robust: torch.Tensor, net
     settings = trainer.options_of(UGNCLOptions)
     evidence = view_evidence(outputs.view_scores, outputs.view_similarity, settings.tau, settings.evidence)
     if settings.division_statistics == "steps":
-        trainer.ledger.record(outputs.index, STEP_STATISTICS.format(net), batch_statistics(evidence.detach(), settings.soft_label))
+        trainer.ledger.record(
+            outputs.index, STEP_STATISTICS.format(net), batch_statistics(evidence.detach(), settings.soft_label)
+        )
     return {
         "evidential": evidential_loss(evidence, labels, settings.xi1).mean().float(),
         "trusted_robust": settings.xi2 * robust.sum(),

@@ -1,7 +1,7 @@
 """The hook reference of ``docs/plugins.md``, generated from the hook specifications' docstrings (one source).
 
     python scripts/hook_reference.py          # rewrite the section between the markers
-    python scripts/hook_reference.py --check  # exit 1 if the section is not what hfncl/hookspecs.py gives
+    python scripts/hook_reference.py --check  # exit 1 if the section is not what hfncl/hookspecs/ gives
 
 Each hook gets its signature, whether its answer is the first plugin's or every plugin's, and
 its docstring, whose ``When:``, ``Arguments:`` and ``Built-in methods:`` fields become a list.
@@ -87,7 +87,7 @@ def main() -> int:
     text = DOCS.read_text()
     if args.check:
         if updated(text) != text:
-            print(f"{DOCS}: the hook reference differs from hfncl/hookspecs.py; run python {__file__}", file=sys.stderr)
+            print(f"{DOCS}: the hook reference differs from hfncl/hookspecs/; run python {__file__}", file=sys.stderr)
             return 1
         return 0
     DOCS.write_text(updated(text))

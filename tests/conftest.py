@@ -19,10 +19,12 @@ from hfncl.data import Vocabulary
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.engine.callbacks import TrainerCallback
 from hfncl.engine.trainer import Trainer
+from hfncl.plugin_setup import run_plugins
 from hfncl.experiment import DataArguments, ModelArguments
 from hfncl.hub.checkpoint import save_image_processor
 from hfncl.models import NCLConfig, NCLModel
-from hfncl.tasks.pairs import PAIRS, prepare_data
+from hfncl.tasks.pairs import PAIRS
+from hfncl.tasks.pair_data import prepare_data
 
 TINY_DATA = SyntheticConfig(
     num_train=160, num_dev=40, num_test=40, num_concepts=16, num_regions=8, feature_dim=16, seed=1
@@ -93,7 +95,7 @@ def noisy_trainer(data_dir: Path, config: TrainConfig, callbacks: list[TrainerCa
     """A trainer on ``data_dir`` with 40% caption noise and the tiny model (and ``callbacks``, if given)."""
     data = prepare_data(DataArguments(data_dir=str(data_dir), noise_ratio=0.4), config.output_dir)
     model_config = NCLConfig(image_dim=data.image_dim, vocab_size=len(data.vocab), embed_dim=32, word_dim=16)
-    return Trainer(config, model_config, data.train, data.val, task=PAIRS, callbacks=callbacks)
+    return Trainer(config, model_config, data.train, data.val, task=PAIRS, callbacks=callbacks, plugins=run_plugins(config))
 
 
 class Interrupted(Exception):
@@ -118,7 +120,7 @@ def benchmark_module(name: str) -> ModuleType:
 
 
 def record_block_budgets(monkeypatch: pytest.MonkeyPatch, module: str) -> list[int]:
-    """Patch ``plan_blocks`` where ``module`` (``hfncl.models.sgraf``, ``hfncl.models.scan``) calls it so that
+    """Patch ``plan_blocks`` where ``module`` (``hfncl.models.sgraf_nodes``, ``hfncl.models.scan``) calls it so that
     each call's block budget is appended to the returned list; the blocks are planned as before."""
     from hfncl.models.sgraf_kernels import plan_blocks
 

@@ -15,7 +15,7 @@ import torch
 from conftest import TINY_DATA, TINY_MODEL, untrained_model
 
 import hfncl
-from hfncl import cli, plugins
+from hfncl import cli, plugins, registry
 from hfncl.audit import AuditError, AuditResult, audit, audit_summary, estimated_noise_rate, wilson_interval
 from hfncl.audit.calibration import LAMBDA, storey_noise_rate
 from hfncl.audit.report import audit_page
@@ -244,16 +244,16 @@ def test_epochs_that_leave_no_division_after_warmup_are_refused(tmp_path):
 
 def _installed_with(monkeypatch: pytest.MonkeyPatch, extra: dict[str, str], without: tuple[str, ...] = ()) -> None:
     """The installed plugins with entry points ``extra`` (name: module) added and ``without`` removed."""
-    installed = {name: point for name, point in plugins.installed_entry_points().items() if name not in without}
+    installed = {name: point for name, point in registry.installed_entry_points().items() if name not in without}
     points = {name: EntryPoint(name, module, plugins.ENTRY_POINT_GROUP) for name, module in extra.items()}
-    monkeypatch.setattr(plugins, "installed_entry_points", lambda: {**installed, **points})
+    monkeypatch.setattr(registry, "installed_entry_points", lambda: {**installed, **points})
 
 
 def test_the_default_method_is_the_one_installed_plugin_that_declares_audit_settings(monkeypatch):
     declaring = default_plugins()
     assert len(declaring) == 1 and "audit_settings" in plugins.implemented_hooks(plugins.load_plugin(declaring[0]))
     # a second package registering a declaring plugin: the user must choose, and is told between which
-    module = plugins.installed_entry_points()[declaring[0]].value
+    module = registry.installed_entry_points()[declaring[0]].value
     _installed_with(monkeypatch, {"second_auditor": module})
     with pytest.raises(AuditError, match=rf"several installed plugins can audit \({declaring[0]}, second_auditor\): "
                                          "name one with --plugins"):

@@ -25,7 +25,7 @@ from test_extension_points import PACKAGE, npz_benchmark
 from test_pixels import raw_dir, tower_dir  # noqa: F401 (fixtures: an imagefolder, a tiny CLIP with its processor)
 from test_towers import clip_dir, offline  # noqa: F401 (fixtures)
 
-from hfncl import cli, plugins
+from hfncl import cli, registry
 from hfncl.audit import AuditError, run_audit, write_clean_split
 from hfncl.audit.data import read_audit_data
 from hfncl.data import load_pixel_splits, load_precomp_split, read_captions
@@ -59,12 +59,12 @@ def npz_registered(monkeypatch: pytest.MonkeyPatch) -> None:
     """The example package's ``npz_pairs`` format served as installed in the ``hfncl.data_formats`` group."""
     monkeypatch.syspath_prepend(str(PACKAGE))
     point = EntryPoint("npz_pairs", "hfncl_extension_example.formats:NPZ_PAIRS", "hfncl.data_formats")
-    installed = plugins.entry_points
+    installed = registry.entry_points
 
     def entry_points(group: str) -> list[EntryPoint]:
         return [*installed(group=group), *([point] if group == point.group else [])]
 
-    monkeypatch.setattr(plugins, "entry_points", entry_points)
+    monkeypatch.setattr(registry, "entry_points", entry_points)
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import torch
 from conftest import Interrupted, noisy_trainer, tiny_config
 from safetensors.torch import load_file
 
-from hfncl import plugins
+from hfncl import plugins, registry
 from hfncl.engine.sampler import CyclingBatchSampler, GlobalBatchSampler, local_slice
 from hfncl.engine.trainer import Trainer
 from hfncl.types import BatchPlan
@@ -69,9 +69,9 @@ def install(name, source, directory, monkeypatch):
     (directory / f"{module}.py").write_text(textwrap.dedent(source))
     monkeypatch.syspath_prepend(str(directory))
     monkeypatch.delitem(sys.modules, module, raising=False)
-    installed = plugins.installed_entry_points()
+    installed = registry.installed_entry_points()
     point = EntryPoint(name, module, plugins.ENTRY_POINT_GROUP)
-    monkeypatch.setattr(plugins, "installed_entry_points", lambda: {**installed, name: point})
+    monkeypatch.setattr(registry, "installed_entry_points", lambda: {**installed, name: point})
     return importlib.import_module(module)
 
 

@@ -18,7 +18,7 @@ from hfncl.data.proxy import ProxyConfig, build_caption_proxy, read_image_captio
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.data.vocab import Vocabulary
 from hfncl.experiment import DataArguments
-from hfncl.tasks.pairs import prepare_data
+from hfncl.tasks.pair_data import prepare_data
 from hfncl.types import Division
 
 WORDS = ["a", "dog", "cat", "runs", "sits", "on", "the", "grass", "red", "ball", "man", "rides", "bike", "."]
@@ -329,7 +329,7 @@ def test_peer_speed_scoring_flops_scale_from_the_counted_images_to_the_whole_pas
     extended count (a part per caption, a part per image) equals the count of the whole pass."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from hfncl.models.sgraf import pack_local
+    from hfncl.models.heads import pack_local
 
     peer_speed = benchmark_module("peer_speed")
     images = 2 * peer_speed.FLOP_COUNT_IMAGES + 3

@@ -16,6 +16,7 @@ from hfncl.tasks.labels import LABELS, CategoryModelArguments, LabelDataArgument
 from hfncl.data import load_labelled_dataset
 from hfncl.data.synthetic_labels import LabelledSyntheticConfig, generate_labelled, generate_labelled_arrays
 from hfncl.engine.trainer import Trainer
+from hfncl.plugin_setup import run_plugins
 from hfncl.models import CategoryConfig, CategoryModel
 from hfncl.hub import checkpoint_files
 from hfncl.plugins import PluginError
@@ -36,7 +37,7 @@ def _trainer(data_dir, config, ratio: float = 0.4) -> Trainer:
     model_config = CategoryConfig(
         image_dim=split.feature_dim("image"), text_dim=split.feature_dim("text"), num_classes=10, embed_dim=16, hidden_dim=32
     )
-    return Trainer(config, model_config, data.train, data.val, task=LABELS.for_run(arguments, data))
+    return Trainer(config, model_config, data.train, data.val, task=LABELS.for_run(arguments, data), plugins=run_plugins(config))
 
 
 def test_generated_benchmark_is_seeded_and_read_by_the_per_file_reader(tiny_labelled):

@@ -9,21 +9,24 @@ import torch
 
 import hfncl.plugins as plugins
 from conftest import tiny_config
+from hfncl import registry
 from hfncl.engine.encoding import encode_split, evaluate_retrieval
 from hfncl.engine.trainer import Trainer
+from hfncl.plugin_setup import run_plugins
 from hfncl.evaluation import retrieval_metrics_from_matrix
 from hfncl.experiment import DataArguments, ModelArguments
-from hfncl.tasks.pairs import PAIRS, model_fields, prepare_data
+from hfncl.tasks.pairs import PAIRS, model_fields
+from hfncl.tasks.pair_data import prepare_data
 from hfncl.models import NCLConfig
 
 
 @pytest.fixture
 def with_test_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
-    installed = dict(plugins.installed_entry_points())
+    installed = dict(registry.installed_entry_points())
     installed["reversed_ranking"] = EntryPoint(
         name="reversed_ranking", value="plugins_for_tests.reversed_ranking", group=plugins.ENTRY_POINT_GROUP
     )
-    monkeypatch.setattr(plugins, "installed_entry_points", lambda: installed)
+    monkeypatch.setattr(registry, "installed_entry_points", lambda: installed)
 
 
 def test_model_defaults_come_from_plugins_and_explicit_arguments_win(with_test_plugin) -> None:
@@ -38,7 +41,7 @@ def test_evaluation_ranks_each_direction_as_the_plugin_says(with_test_plugin, ti
     data = prepare_data(DataArguments(data_dir=str(tiny_data_dir)), config.output_dir)
     fields = model_fields(config.plugins, ModelArguments(embed_dim=16, word_dim=8))
     model_config = NCLConfig(image_dim=data.image_dim, vocab_size=len(data.vocab), **fields)
-    trainer = Trainer(config, model_config, data.train, task=PAIRS)
+    trainer = Trainer(config, model_config, data.train, task=PAIRS, plugins=run_plugins(config))
     assert isinstance(trainer.optimizer.optimizer, torch.optim.AdamW)
     assert trainer.optimizer.param_groups[0]["weight_decay"] == 0.1
     assert trainer.model.config.image_views == 3 and trainer.model.config.text_pooling == "max"

@@ -66,7 +66,7 @@ def test_the_site_builds_in_strict_mode_with_every_page_of_the_nav(site: Path) -
     api = (site / "api.html").read_text()
     assert "Retriever" in api and "encode_texts" in api and "run_experiment" in api  # generated from the docstrings
     hooks = (site / "plugins.html").read_text()
-    assert 'id="divide"' in hooks and 'id="rectify"' in hooks  # the hook reference generated from hookspecs.py
+    assert 'id="divide"' in hooks and 'id="rectify"' in hooks  # the hook reference generated from hfncl/hookspecs/
 
 
 def _chromium() -> str | None:

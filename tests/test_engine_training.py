@@ -11,6 +11,7 @@ from safetensors.torch import load_file
 
 from conftest import TINY_MODEL, Interrupted, noisy_trainer, tiny_config
 from hfncl.engine.trainer import Trainer
+from hfncl.plugin_setup import run_plugins
 from hfncl.experiment import DataArguments, run_experiment
 from hfncl.plugins import PluginError
 
@@ -124,7 +125,8 @@ def test_text_tower_lr_scale_and_freeze_act_on_the_pretrained_text_encoder_only(
     from hfncl.data import read_captions
     from hfncl.engine.callbacks import TrainerCallback
     from hfncl.models import NCLConfig
-    from hfncl.tasks.pairs import PAIRS, prepare_data
+    from hfncl.tasks.pairs import PAIRS
+    from hfncl.tasks.pair_data import prepare_data
 
     words = sorted({w for s in ("train", "dev", "test") for c in read_captions(tiny_data_dir / f"{s}_caps.txt") for w in c.split()})
     bert = save_tiny_bert(tmp_path / "bert", words)
@@ -160,7 +162,7 @@ def test_text_tower_lr_scale_and_freeze_act_on_the_pretrained_text_encoder_only(
             self.lrs.append([group["lr"] for group in trainer.optimizer.param_groups])
 
     snapshots = Snapshots()
-    trainer = Trainer(config, model_config, data.train, data.val, task=PAIRS, callbacks=[snapshots])
+    trainer = Trainer(config, model_config, data.train, data.val, task=PAIRS, callbacks=[snapshots], plugins=run_plugins(config))
     encoder = trainer.model.networks[0].text_encoder.model
     groups = trainer.optimizer.param_groups
     assert [group["lr_scale"] for group in groups] == [1.0, 0.1]

@@ -9,7 +9,7 @@ import pytest
 from conftest import TINY_MODEL, tiny_config
 from hfncl.engine.trainer import Trainer
 from hfncl.experiment import DataArguments, run_experiment
-from hfncl.tasks.pairs import effective_noise_ratio, prepare_data
+from hfncl.tasks.pair_data import effective_noise_ratio, prepare_data
 
 
 def test_each_network_s_loss_is_the_mean_over_its_own_pass(micro_data_dir, tmp_path, monkeypatch):

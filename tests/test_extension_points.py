@@ -18,13 +18,14 @@ import pytest
 import torch
 from conftest import pip_installed
 
-from hfncl import arguments
-from hfncl.arguments import check_format_name
+from hfncl import choices
+from hfncl.choices import check_format_name
 from hfncl.data.formats import detect_format, get_format
-from hfncl.models import NCLConfig, NCLModel, head_registry
+from hfncl.models import NCLConfig, NCLModel, heads
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "tests" / "extension_package"
+INSTALLED_HEADS = heads.installed_heads()
 
 
 def npz_benchmark(precomp_dir: Path, out: Path) -> Path:
@@ -42,18 +43,18 @@ def example_registered(monkeypatch: pytest.MonkeyPatch) -> None:
     """The example package importable and its two entry points served as installed (no pip)."""
     monkeypatch.syspath_prepend(str(PACKAGE))
     monkeypatch.setattr(
-        arguments,
+        choices,
         "installed_formats",
         lambda: {"npz_pairs": EntryPoint("npz_pairs", "hfncl_extension_example.formats:NPZ_PAIRS", "hfncl.data_formats")},
     )
     head = EntryPoint("bilinear", "hfncl_extension_example.heads:build_bilinear_head", "hfncl.similarity_heads")
-    monkeypatch.setattr(head_registry, "installed_heads", lambda: {"bilinear": head})
+    monkeypatch.setattr(heads, "installed_heads", lambda: {**INSTALLED_HEADS, "bilinear": head})
 
 
 def test_unknown_names_are_refused_in_one_line_listing_what_there_is() -> None:
     with pytest.raises(ValueError, match=r"^DataArguments.data_format must be one of \('auto', 'precomp', 'imagefolder'"):
         check_format_name("parquet")
-    with pytest.raises(head_registry.UnknownHeadError, match=r"^NCLConfig.similarity must be one of \('cosine', 'sgr'"):
+    with pytest.raises(heads.UnknownHeadError, match=r"^NCLConfig.similarity must be one of \('cosine', 'saf', 'scan', 'sgr'"):
         NCLConfig(similarity="bilinear")
 
 

@@ -14,7 +14,8 @@ from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPVisionCo
 from conftest import tiny_config
 from hfncl import cli
 from hfncl.data import DataFormatError, load_precomp_split
-from hfncl.data.extract import ImageFeatureExtractor, extract_features
+from hfncl.data.extract import extract_features
+from hfncl.data.extractors import ImageFeatureExtractor
 from hfncl.experiment import DataArguments, ModelArguments, run_experiment
 
 VISION = dict(hidden_size=16, intermediate_size=24, num_hidden_layers=1, num_attention_heads=2, image_size=16, patch_size=8)

@@ -192,14 +192,14 @@ def test_accelerate_running_fewer_processes_than_launched_is_a_warning(tmp_path,
     process: its simple launcher sets MASTER_ADDR / MASTER_PORT for two, and no WORLD_SIZE."""
     from hfncl.config import TrainConfig
     from hfncl.engine.distributed import fewer_processes_warning
-    from hfncl.engine.trainer import _accelerator
+    from hfncl.engine.distributed import run_accelerator
 
     for name in ("WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", "29500")
     with pytest.warns(UserWarning, match=r"Accelerate runs 1 \(accelerate launch --num_processes N without --multi"):
-        accelerator = _accelerator(TrainConfig(output_dir=str(tmp_path)))
+        accelerator = run_accelerator(TrainConfig(output_dir=str(tmp_path)))
     assert accelerator.num_processes == 1
     assert "WORLD_SIZE is 2 but Accelerate runs 1" in fewer_processes_warning(1, {"WORLD_SIZE": "2"})
     assert fewer_processes_warning(2, {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}) is None

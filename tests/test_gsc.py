@@ -18,7 +18,7 @@ from hfncl.demo import demo_runs, run_demo
 from hfncl.engine.ledger import Ledger
 from hfncl.engine.trainer import Trainer
 from hfncl.experiment import DataArguments, run_experiment
-from hfncl.models.sgraf import pack_local
+from hfncl.models.heads import pack_local
 from hfncl.types import Division
 from hfncl_plugins import gsc
 from hfncl_plugins.gsc import (

@@ -22,7 +22,7 @@ from hfncl import cli
 from hfncl.config import TrainConfig
 from hfncl.data import TokenizerVocabulary, Vocabulary
 from hfncl.experiment import DataArguments, run_experiment
-from hfncl.tasks.pairs import dataset_name_of
+from hfncl.tasks.pair_data import dataset_name_of
 from hfncl.hub import (
     RUN_RECORD,
     CheckpointError,
@@ -38,9 +38,10 @@ from hfncl.hub import (
     save_text_vocabulary,
     save_trained_model,
 )
-from hfncl.hub.card import division_rows, eval_results, metric_label, write_model_card
+from hfncl.hub.card import write_model_card
+from hfncl.hub.card_tables import division_rows, eval_results, metric_label
 from hfncl.models import CategoryConfig, CategoryModel, NCLConfig, NCLModel
-from hfncl.models.configuration import CHECKPOINT_FORMAT, IncompatibleCheckpointError
+from hfncl.models.provenance import CHECKPOINT_FORMAT, IncompatibleCheckpointError
 from hfncl.plugins import MissingPluginError, load_plugin, plugin_citations
 
 WORDS = ["a", "dog", "runs", "on", "the", "grass", "cat", "sits"]

@@ -14,7 +14,7 @@ from conftest import MICRO_LOCAL_MODELS, local_nodes_of_regions, tiny_config
 from hfncl.cli import main as cli_main
 from hfncl.experiment import DataArguments, run_experiment
 from hfncl.models import NCLConfig, NCLModel
-from hfncl.models.sgraf import pack_local
+from hfncl.models.heads import pack_local
 
 BF16 = {"device_type": "cpu", "dtype": torch.bfloat16}
 

@@ -190,7 +190,7 @@ def test_a_weight_missing_from_the_checkpoint_is_refused_not_initialised(tmp_pat
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("similarity", "dot", r"NCLConfig\.similarity must be one of \('cosine', 'sgr', 'saf', 'scan'\), got 'dot'"),
+        ("similarity", "dot", r"NCLConfig\.similarity must be one of \('cosine', 'saf', 'scan', 'sgr'\), got 'dot'"),
         ("image_pooling", "sum", r"NCLConfig\.image_pooling must be one of \('mean', 'max'\)"),
         ("embed_dim", 0, r"NCLConfig\.embed_dim must be a positive integer, got 0"),
         ("num_networks", -1, r"NCLConfig\.num_networks must be a positive integer"),
@@ -316,7 +316,7 @@ def test_views_and_options_round_trip(tmp_path: Path, batch) -> None:
 def test_both_model_configs_share_the_provenance_fields_and_their_checks(config_class):
     from hfncl import models
     from hfncl.models import HfnclConfig
-    from hfncl.models.configuration import CHECKPOINT_FORMAT, IncompatibleCheckpointError
+    from hfncl.models.provenance import CHECKPOINT_FORMAT, IncompatibleCheckpointError
 
     cls = getattr(models, config_class)
     assert issubclass(cls, HfnclConfig)

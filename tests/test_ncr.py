@@ -7,7 +7,7 @@ import torch
 from conftest import tiny_config
 
 from hfncl.losses import soft_margin
-from hfncl_plugins.ncr_labels import adaptive_prediction, rectified_labels
+from hfncl_plugins.ncr import adaptive_prediction, rectified_labels
 
 S = torch.tensor([[0.5, 0.6, 0.4], [0.3, 0.2, 0.5], [0.1, 0.3, 0.4]])
 
@@ -350,8 +350,10 @@ def test_co_rectify_predicts_with_the_peer_in_eval_mode_and_leaves_it_unchanged(
     the peer goes back to training mode after it."""
     from types import SimpleNamespace
 
-    from hfncl.tasks.pairs import PAIRS, DataArguments, prepare_data
+    from hfncl.tasks.pairs import PAIRS, DataArguments
+    from hfncl.tasks.pair_data import prepare_data
     from hfncl.engine.trainer import Trainer
+    from hfncl.plugin_setup import run_plugins
     from hfncl.models.configuration import NCLConfig
     from hfncl_plugins.ncr import rectify
 
@@ -361,7 +363,7 @@ def test_co_rectify_predicts_with_the_peer_in_eval_mode_and_leaves_it_unchanged(
         image_dim=data.image_dim, image_regions=data.image_regions, vocab_size=len(data.vocab),
         embed_dim=8, word_dim=8, similarity=similarity, sim_dim=8, reasoning_steps=1,
     )
-    trainer = Trainer(config, model_config, data.train, data.val, task=PAIRS)
+    trainer = Trainer(config, model_config, data.train, data.val, task=PAIRS, plugins=run_plugins(config))
     trainer.model.train()
     trainer.in_warmup, trainer.epoch = False, 1  # the noisy part trains from epoch 0 + int(2 * 0.5) = 1
     peer_network = trainer.model.networks[1]
@@ -388,8 +390,10 @@ def test_own_prediction_in_eval_mode_is_the_authors_predict_and_is_what_the_loss
     from types import SimpleNamespace
 
     from hfncl.engine.trainer import Trainer
+    from hfncl.plugin_setup import run_plugins
     from hfncl.models.configuration import NCLConfig
-    from hfncl.tasks.pairs import PAIRS, DataArguments, prepare_data
+    from hfncl.tasks.pairs import PAIRS, DataArguments
+    from hfncl.tasks.pair_data import prepare_data
     from hfncl_plugins.ncr import NCROptions, _per_part, loss, rectify
 
     options = {"ncr.own_prediction": "eval"}
@@ -399,7 +403,7 @@ def test_own_prediction_in_eval_mode_is_the_authors_predict_and_is_what_the_loss
         image_dim=data.image_dim, image_regions=data.image_regions, vocab_size=len(data.vocab),
         embed_dim=8, word_dim=8, similarity="sgr", sim_dim=8, reasoning_steps=1,
     )
-    trainer = Trainer(config, model_config, data.train, data.val, task=PAIRS)
+    trainer = Trainer(config, model_config, data.train, data.val, task=PAIRS, plugins=run_plugins(config))
     trainer.model.train()
     trainer.in_warmup, trainer.epoch = False, 0  # the clean part alone: no peer prediction yet
     network = trainer.model.networks[0]
@@ -436,7 +440,7 @@ def test_hinge_prediction_of_the_authors_code_by_hand_and_against_a_loop():
     By hand on S (alpha 0.2, b 3): s = (0.2 - 0.4 / 3 / 2, 0.2 - (0.8 + 0.9) / 3 / 2, 0.2 - (0.1 + 0.5) / 3 / 2)
     = (0.1333, -0.0833, 0.1); Theta = (0.1333, 0, 0.1); tau = 0.1333 (top 1); P = (1, 0, 0.75).
     """
-    from hfncl_plugins.ncr_labels import hinge_prediction
+    from hfncl_plugins.ncr import hinge_prediction
 
     torch.testing.assert_close(hinge_prediction(S, alpha=0.2), torch.tensor([1.0, 0.0, 0.75]))
 
@@ -455,7 +459,7 @@ def test_hinge_prediction_of_the_authors_code_by_hand_and_against_a_loop():
 
 def test_the_prediction_option_picks_the_reading_of_eq5():
     from hfncl_plugins.ncr import NCROptions
-    from hfncl_plugins.ncr_labels import adaptive_prediction, hinge_prediction, predict
+    from hfncl_plugins.ncr import adaptive_prediction, hinge_prediction, predict
 
     paper, hinge = NCROptions.read({}).prediction, NCROptions.read({"ncr.prediction": "hinge"}).prediction
     torch.testing.assert_close(predict(S, paper, 0.2, 0.1), adaptive_prediction(S, 0.2, 0.1))
@@ -489,7 +493,7 @@ def test_when_every_pair_looks_clean_the_hundredth_with_the_lowest_clean_probabi
 def test_broadcast_labels_of_the_authors_code_by_hand():
     """``ncr.label_layout = "broadcast"``: the authors' clean batch holds w and y as (B, 1) columns and P as a (B,) row,
     so y^_ij = w_i + (1 - w_i) P_j; their noisy batch's (P^A + P^B) / 2 is a column, y^_ij = y^_i."""
-    from hfncl_plugins.ncr_labels import broadcast_labels
+    from hfncl_plugins.ncr import broadcast_labels
 
     w, own, peer = torch.tensor([0.9, 0.6, 0.3]), torch.tensor([1.0, 0.5, 0.2]), torch.tensor([0.0, 0.0, 0.6])
     clean = torch.tensor([True, True, False])

@@ -33,7 +33,7 @@ from hfncl.data import (
 from hfncl import cli
 from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
 from hfncl.experiment import DataArguments, ModelArguments, run_experiment
-from hfncl.tasks.pairs import prepare_data
+from hfncl.tasks.pair_data import prepare_data
 from hfncl.hub import CheckpointError, checkpoint_files
 from hfncl.hub.checkpoint import IMAGE_PROCESSOR_SUBFOLDER, load_image_processor
 from hfncl.models import NCLConfig, NCLModel

@@ -66,6 +66,15 @@ from hfncl.hookspecs import hookimpl
 def warmup_loss(trainer, outputs):
     return {"x": trainer.task.noise_rate * outputs.sims.sum()}
 '''
+READS_OUTSIDE_BY_NAME = '''
+from hfncl.hookspecs import hookimpl
+
+MEMBER = "task"
+
+@hookimpl
+def warmup_loss(trainer, outputs):
+    return {"x": getattr(trainer, MEMBER).noise_rate * outputs.sims.sum()}
+'''
 SETS_A_MEMBER = '''
 from hfncl.hookspecs import hookimpl
 import torch
@@ -79,10 +88,10 @@ def epoch_start(trainer, epoch):
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
-        (READS_OUTSIDE, "trainer.task is not part of the plugin contract"),
+        (READS_OUTSIDE_BY_NAME, "trainer.task is not part of the plugin contract"),
         (SETS_A_MEMBER, "trainer.epoch cannot be set by a plugin"),
     ],
-    ids=["reads trainer.task", "sets trainer.epoch"],
+    ids=["reads trainer.task by name", "sets trainer.epoch"],
 )
 def test_a_hook_that_leaves_the_contract_fails_at_once_naming_the_member(
     source, expected, tiny_data_dir, tmp_path, tmp_path_factory, monkeypatch
@@ -95,6 +104,21 @@ def test_a_hook_that_leaves_the_contract_fails_at_once_naming_the_member(
     with pytest.raises(AttributeError, match=expected) as raised:
         trainer.train()
     assert "hfncl.trainer_view.TrainerView" in str(raised.value)
+
+
+def test_a_member_outside_the_contract_in_the_source_is_refused_when_the_run_sets_its_plugins_up(
+    tmp_path, tmp_path_factory, monkeypatch
+) -> None:
+    from conftest import tiny_config
+    from test_batch_plan import install
+
+    from hfncl.plugins import PluginError
+    from hfncl.plugin_setup import run_plugins
+
+    install("outside", READS_OUTSIDE, tmp_path_factory.mktemp("outside"), monkeypatch)
+    config = tiny_config(tmp_path, ["vsepp", "outside"], epochs=1, warmup_epochs=1)
+    with pytest.raises(PluginError, match=r"'outside' .*hfncl_test_outside\.py line 6: trainer\.task is not in"):
+        run_plugins(config)
 
 
 def test_the_view_reads_every_member_of_the_contract_through_and_nothing_else(tiny_data_dir, tmp_path) -> None:

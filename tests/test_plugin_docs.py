@@ -22,7 +22,7 @@ import pytest
 from conftest import noisy_trainer, tiny_config
 from test_plugin_contract import violations
 
-from hfncl import plugins, toolkit
+from hfncl import plugins, registry, toolkit
 from hfncl.engine.trainer import Trainer
 from hfncl.trainer_view import LedgerView, TrainerView, declared_members
 
@@ -44,11 +44,11 @@ from pathlib import Path
 
 package, tests, data, out, settings = sys.argv[1:]
 sys.path[:0] = [package, tests]
-from hfncl import plugins
+from hfncl import plugins, registry
 
-installed = plugins.installed_entry_points
+installed = registry.installed_entry_points
 doc_plugin = EntryPoint("smallloss", "my_package.small_loss", plugins.ENTRY_POINT_GROUP)
-plugins.installed_entry_points = lambda: {**installed(), "smallloss": doc_plugin}
+registry.installed_entry_points = lambda: {**installed(), "smallloss": doc_plugin}
 from conftest import noisy_trainer, tiny_config
 
 history = noisy_trainer(Path(data), tiny_config(Path(out), ["smallloss"], **json.loads(settings))).train()["history"]
@@ -70,9 +70,9 @@ def doc_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def install(monkeypatch: pytest.MonkeyPatch, doc_package: Path) -> None:
     """Serve the page's modules as installed plugins, under the entry points its pyproject.toml declares."""
     monkeypatch.syspath_prepend(str(doc_package))
-    installed = plugins.installed_entry_points()
+    installed = registry.installed_entry_points()
     documented = {name: EntryPoint(name, value, plugins.ENTRY_POINT_GROUP) for name, value in ENTRY_POINTS.items()}
-    monkeypatch.setattr(plugins, "installed_entry_points", lambda: {**installed, **documented})
+    monkeypatch.setattr(registry, "installed_entry_points", lambda: {**installed, **documented})
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import inspect
 import json
@@ -19,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from conftest import pip_installed
 
-from hfncl import cli, hookspecs, plugins
+from hfncl import cli, hookspecs, plugins, registry
 from hfncl.plugins import PluginError, build_plugin_manager
 from hfncl.types import PairOutputs
 
@@ -34,7 +35,7 @@ class FakePlugins:
         self.directory = directory
         self.points: dict[str, EntryPoint] = {}
         monkeypatch.syspath_prepend(str(directory))
-        monkeypatch.setattr(plugins, "installed_entry_points", lambda: dict(self.points))
+        monkeypatch.setattr(registry, "installed_entry_points", lambda: dict(self.points))
 
     def add(self, name: str, source: str, attr: str = "") -> None:
         """Install plugin ``name`` as a fresh module with ``source`` (entry point ``module[:attr]``)."""
@@ -88,7 +89,7 @@ def test_every_hook_is_documented_in_the_guide() -> None:
 
 
 def test_builtin_plugins_are_installed_entry_points() -> None:
-    installed = plugins.installed_entry_points()
+    installed = registry.installed_entry_points()
     assert {"vsepp", "ncr"} <= set(installed)
     assert all(ep.group == plugins.ENTRY_POINT_GROUP for ep in installed.values())
 
@@ -194,7 +195,7 @@ def test_toy_plugin_loss_is_symmetric_infonce(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.delitem(sys.modules, "hfncl_toy_plugin", raising=False)
     toy = importlib.import_module("hfncl_toy_plugin")
     entry_point = EntryPoint(name="toy_infonce", value="hfncl_toy_plugin", group=plugins.ENTRY_POINT_GROUP)
-    monkeypatch.setattr(plugins, "installed_entry_points", lambda: {"toy_infonce": entry_point})
+    monkeypatch.setattr(registry, "installed_entry_points", lambda: {"toy_infonce": entry_point})
     manager = build_plugin_manager(["toy_infonce"])
     assert manager.hook.option_defaults() == [{"toy_temperature": 0.1}]
 
@@ -309,7 +310,14 @@ def test_cli_reports_plugin_errors_of_a_command(
         build_plugin_manager(["nope"])
         return 0
 
-    failing_command = cli.Command(help="Fails.", add_arguments=lambda parser: None, run=failing)
-    monkeypatch.setitem(cli.COMMANDS, "failing", failing_command)
+    build = cli.build_parser
+
+    def with_failing() -> argparse.ArgumentParser:
+        parser = build()
+        subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        subparsers.add_parser("failing").set_defaults(func=failing)
+        return parser
+
+    monkeypatch.setattr(cli, "build_parser", with_failing)
     assert cli.main(["failing"]) == 1
     assert "hfncl: error: Unknown plugin 'nope'" in capsys.readouterr().err

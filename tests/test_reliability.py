@@ -18,13 +18,14 @@ import pytest
 import torch
 
 from conftest import noisy_trainer, tiny_config
-from hfncl import plugins
+from hfncl import registry
 from hfncl.cli import main
 from hfncl.config import TrainConfig
 from hfncl.engine import ownership
 from hfncl.integrity import DiskFullError, IntegrityError, verify_manifest, write_manifest
 from hfncl.models import NCLModel
-from hfncl.plugins import PluginError, _fits, build_plugin_manager, check_agreement, check_division_fields
+from hfncl.plugins import PluginError, _fits, build_plugin_manager
+from hfncl.plugin_setup import check_agreement, check_division_fields
 
 
 def test_nan_weights_are_an_error_and_zero_weights_score_no_better_than_chance(tiny_data_dir, tmp_path):
@@ -147,11 +148,11 @@ def test_two_packages_registering_one_plugin_name_is_an_error_naming_both(monkey
         return SimpleNamespace(name="vsepp", value=value, dist=SimpleNamespace(name=package, version="1.0"))
 
     found = [point("plugins.vsepp", "hfncl"), point("evil.vsepp", "evil-vsepp")]
-    monkeypatch.setattr(plugins, "entry_points", lambda group: found)
+    monkeypatch.setattr(registry, "entry_points", lambda group: found)
     with pytest.raises(PluginError, match=r"'vsepp' is registered by two packages, hfncl 1.0 \(plugins.vsepp\) and evil-vsepp 1.0"):
-        plugins.installed_entry_points()
+        registry.installed_entry_points()
     found[1] = point("plugins.vsepp", "hfncl")  # one package seen twice on the path is no conflict
-    assert list(plugins.installed_entry_points()) == ["vsepp"]
+    assert list(registry.installed_entry_points()) == ["vsepp"]
 
 
 def dead_pid() -> int:
@@ -275,7 +276,7 @@ def test_only_the_latest_and_the_previous_checkpoint_are_kept_and_an_interrupted
     def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("hfncl.engine.trainer.save_file", full_disk)
+    monkeypatch.setattr("hfncl.engine.checkpoints.save_file", full_disk)
     trainer.state.global_step = 11
     root = re.escape(str(tmp_path / "checkpoints"))
     with pytest.raises(DiskFullError, match=f"^no space left on the disk of {root} while writing checkpoint step-00000011-epoch-0001: "):
@@ -427,7 +428,7 @@ def test_a_full_disk_while_writing_a_checkpoint_or_the_best_model_is_one_line_na
     def full_disk(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("hfncl.engine.trainer.save_trained_model", full_disk)
+    monkeypatch.setattr("hfncl.engine.checkpoints.save_trained_model", full_disk)
     with pytest.raises(DiskFullError, match=f"no space left on the disk of {re.escape(str(tmp_path))} while writing best/"):
         trainer._save_best({"rsum": 0.0}, {})
     assert not (tmp_path / "best").exists()

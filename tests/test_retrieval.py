@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import hfncl.plugins as plugins
+from hfncl import registry
 from hfncl.data import Vocabulary
 from hfncl.models import NCLConfig, NCLModel
 from hfncl.retrieval import Retriever
@@ -61,7 +62,7 @@ def test_bad_inputs_are_named() -> None:
 
 
 def test_a_checkpoint_needs_its_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(plugins, "installed_entry_points", lambda: {})
+    monkeypatch.setattr(registry, "installed_entry_points", lambda: {})
     with pytest.raises(plugins.PluginError, match="ugncl"):
         Retriever(_model(plugins=["ugncl"]))
 

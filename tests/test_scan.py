@@ -10,7 +10,7 @@ import torch
 
 from hfncl.models import NCLConfig, NCLModel
 from hfncl.models.scan import ScanHead
-from hfncl.models.sgraf import pack_local
+from hfncl.models.heads import pack_local
 from hfncl.models.sgraf_kernels import DEFAULT_BLOCK_BYTES
 from tests.conftest import record_block_budgets
 

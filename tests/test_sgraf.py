@@ -27,13 +27,9 @@ from hfncl.engine.encoding import (
 from hfncl.evaluation import retrieval_metrics_from_matrix
 from hfncl.experiment import DataArguments, ModelArguments, run_experiment
 from hfncl.models import NCLConfig, NCLModel
-from hfncl.models.sgraf import (
-    SAFHead,
-    SGRHead,
-    pack_local,
-    region_attention,
-    unpack_local,
-)
+from hfncl.models.heads import pack_local, unpack_local
+from hfncl.models.sgraf import SAFHead, SGRHead
+from hfncl.models.sgraf_nodes import region_attention
 from hfncl.models.sgraf_kernels import (
     CAPTION_GROUP,
     CUDA_BLOCK_BYTES,
@@ -460,7 +456,7 @@ def test_an_unset_block_budget_is_the_device_default_and_a_set_one_is_kept(simil
     assert block_budget(None, torch.device("cpu")) == DEFAULT_BLOCK_BYTES == 32 * 2**20
     assert block_budget(None, torch.device("cuda")) == CUDA_BLOCK_BYTES == 2**30
     assert block_budget(700, torch.device("cuda")) == 700
-    budgets = record_block_budgets(monkeypatch, "hfncl.models.sgraf")
+    budgets = record_block_budgets(monkeypatch, "hfncl.models.sgraf_nodes")
     model = _model(similarity).eval()
     head = model.networks[0].head
     assert head.block_bytes is None

@@ -448,7 +448,7 @@ def test_on_clean_data_the_ensemble_is_at_least_as_good_as_either_branch_and_as_
     from hfncl.demo import DemoRun, demo_runs, demo_train_config
     from hfncl.engine.encoding import evaluate_retrieval
     from hfncl.experiment import DataArguments, ModelArguments, run_experiment
-    from hfncl.tasks.pairs import prepare_data
+    from hfncl.tasks.pair_data import prepare_data
     from hfncl.models import NCLModel
     from hfncl.plugins import build_plugin_manager
 

@@ -265,14 +265,16 @@ def test_batch_statistics_are_the_opinions_the_division_reads() -> None:
 def _division_trainer(data_dir, output_dir, statistics: str, callbacks: list):
     from conftest import tiny_config
     from hfncl.engine.trainer import Trainer
+    from hfncl.plugin_setup import run_plugins
     from hfncl.experiment import DataArguments
-    from hfncl.tasks.pairs import PAIRS, prepare_data
+    from hfncl.tasks.pairs import PAIRS
+    from hfncl.tasks.pair_data import prepare_data
 
     options = {"ugncl.xi1": 0.0, "ugncl.division_statistics": statistics}
     config = tiny_config(output_dir, ["ugncl"], lr_decay_epochs=[], plot_divisions=False, options=options)
     data = prepare_data(DataArguments(data_dir=str(data_dir), noise_ratio=0.4), config.output_dir)
     model = NCLConfig(image_dim=data.image_dim, vocab_size=len(data.vocab), embed_dim=32, word_dim=16, image_views=2)
-    return Trainer(config, model, data.train, None, task=PAIRS, callbacks=callbacks)
+    return Trainer(config, model, data.train, None, task=PAIRS, callbacks=callbacks, plugins=run_plugins(config))
 
 
 @pytest.mark.parametrize("statistics", ["steps", "pass"])

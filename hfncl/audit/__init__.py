@@ -62,7 +62,8 @@ from hfncl.audit.training import (
     train_method,
     train_scorer,
 )
-from hfncl.tasks.pairs import AUTO, ModelArguments
+from hfncl.choices import AUTO
+from hfncl.tasks.pairs import ModelArguments
 
 
 @dataclass(frozen=True)

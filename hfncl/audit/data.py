@@ -13,10 +13,10 @@ import numpy as np
 
 from hfncl.data import DataFormatError
 from hfncl.data.formats import DataFormat, get_format
+from hfncl.data.image_processor import image_processor_from_pretrained
 from hfncl.data.pairs import PairSplit
-from hfncl.data.pixels import image_processor_from_pretrained
 from hfncl.engine.callbacks import library_progress_bars
-from hfncl.tasks.pairs import data_format
+from hfncl.tasks.pair_data import data_format
 
 
 class AuditError(ValueError):
@@ -63,7 +63,7 @@ def read_audit_data(
     image_processor: Any = None,
 ) -> AuditData:
     """Split ``split`` of ``data_dir`` in ``requested_format`` (``"auto"``: the format that recognises it,
-    :func:`hfncl.tasks.pairs.data_format`), read for a model whose pixel image tower comes from ``image_tower``
+    :func:`hfncl.tasks.pair_data.data_format`), read for a model whose pixel image tower comes from ``image_tower``
     (``None``: a region tower) with ``image_processor`` (default: that tower's). Raw images are read without
     ``datasets``' progress bar (only their metadata is read), so that an error in it is the only line printed.
 

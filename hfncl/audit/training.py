@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 import hfncl.plugins as plugin_registry
+from hfncl import registry
 from hfncl.audit.data import AuditData, AuditError, read_audit_data
 from hfncl.audit.finite import FiniteTraining
+from hfncl.choices import AUTO
 from hfncl.config import LATEST, TrainConfig
 from hfncl.data import NoisyPairDataset, TokenizerVocabulary, Vocabulary
 from hfncl.demo import shortened_settings
@@ -25,7 +27,8 @@ from hfncl.engine.fingerprint import run_fingerprint
 from hfncl.engine.trainer import Trainer
 from hfncl.hub.checkpoint import save_image_processor
 from hfncl.models import NCLConfig, NCLModel
-from hfncl.tasks.pairs import AUTO, PAIRS, ModelArguments, model_fields
+from hfncl.plugin_setup import run_plugins
+from hfncl.tasks.pairs import PAIRS, ModelArguments, model_fields
 
 if TYPE_CHECKING:
     from hfncl.retrieval import Retriever
@@ -49,18 +52,20 @@ class TrainedMethod:
     model: NCLModel
     divisions: dict[int, Division]
     device: torch.device
+    hook: Any = None
+    """The hook relay of the run that trained the model (``None``: built from its config when asked)."""
 
     def retriever(self) -> Retriever:
         """The trained model with its vocabulary, on its device, to encode and rank with."""
         from hfncl.retrieval import Retriever
 
-        return Retriever(self.model, self.vocab, device=self.device)
+        return Retriever(self.model, self.vocab, device=self.device, hook=self.hook)
 
 
 def audit_plugins() -> list[str]:
     """The installed plugins that declare the ``audit_settings`` hook (those that fail to import left out), by name."""
     names = []
-    for name in sorted(plugin_registry.installed_entry_points()):
+    for name in sorted(registry.installed_entry_points()):
         try:
             hooks = plugin_registry.implemented_hooks(plugin_registry.load_plugin(name))
         except plugin_registry.PluginError:
@@ -94,8 +99,10 @@ def method_settings(
     :data:`DEFAULT_EPOCHS` epochs without either), cut to ``epochs`` (its warmup shortened so that an epoch
     divides), under the ``training`` overrides (:class:`~hfncl.config.TrainConfig` fields). The output directory
     is set when training."""
-    hook = plugin_registry.build_plugin_manager(plugins).hook
-    settings = dict(hook.audit_settings() or hook.demo_settings() or {"epochs": DEFAULT_EPOCHS})
+    declared = plugin_registry.first_answer(plugins, "audit_settings") or plugin_registry.first_answer(
+        plugins, "demo_settings"
+    )
+    settings = dict(declared or {"epochs": DEFAULT_EPOCHS})
     if epochs is not None:
         settings = shortened_settings(settings, epochs)
     values: dict[str, Any] = {"plugins": list(plugins), "seed": seed, "progress": progress, "plot_divisions": False}
@@ -110,7 +117,7 @@ def audit_settings(
     Raises:
         AuditError: the plugins make no division, or the epochs leave none after warmup.
     """
-    if not plugin_registry.build_plugin_manager(plugins).hook.divide.get_hookimpls():
+    if not any(registry.implements(registry.load_plugin(name), "divide") for name in plugins):
         raise AuditError(
             f"plugin {' + '.join(plugins)} makes no division (no `divide` hook): an audit needs a method that "
             "tells clean pairs from wrong ones (`hfncl plugins` lists the installed ones)"
@@ -171,7 +178,8 @@ def train_model(
     ``training_dir`` (default: a temporary directory). With ``resume``, training continues from the latest
     checkpoint there when it has one, checked to be of the same settings, model and pairs (:func:`data_fingerprint`);
     without, the directory is emptied first."""
-    fields = model_fields(config.plugins, model_args)
+    plugins = run_plugins(config, data_kind=PAIRS.kind)  # the one plugin manager of this training
+    fields = model_fields(plugins, model_args)
     tokenizer = fields.get("text_tower_name") if fields.get("text_tower") == "transformer" else None
     words = data.split.captions if vocab_captions is None else vocab_captions
     vocab = TokenizerVocabulary.from_pretrained(tokenizer) if tokenizer else Vocabulary.build(words)
@@ -191,7 +199,9 @@ def train_model(
         fingerprint = run_fingerprint(run, model_args=model_args) | data_fingerprint(data)
         dataset = NoisyPairDataset(data.split, vocab)
         watched = [*(callbacks or []), FiniteTraining()]  # a diverged model gives no verdict
-        trainer = Trainer(run, model_config, dataset, task=PAIRS, callbacks=watched, fingerprint=fingerprint)
+        trainer = Trainer(
+            run, model_config, dataset, task=PAIRS, callbacks=watched, fingerprint=fingerprint, plugins=plugins
+        )
         trainer.train()
     return trainer, vocab
 
@@ -209,7 +219,7 @@ def train_method(
     divisions = {net: division for net, division in enumerate(trainer.divisions) if division is not None}
     if not divisions:
         raise AuditError(f"{' + '.join(config.plugins)} made no division in {config.epochs} epochs")
-    return TrainedMethod(data, vocab, trainer.model, divisions, trainer.accelerator.device)
+    return TrainedMethod(data, vocab, trainer.model, divisions, trainer.accelerator.device, trainer.hook)
 
 
 def train_scorer(
@@ -225,7 +235,7 @@ def train_scorer(
     trainer, vocab = train_model(
         data, config, model_args, training_dir=training_dir, resume=resume, vocab_captions=vocab_captions
     )
-    return TrainedMethod(data, vocab, trainer.model, {}, trainer.accelerator.device)
+    return TrainedMethod(data, vocab, trainer.model, {}, trainer.accelerator.device, trainer.hook)
 
 
 MODEL_FOLDER = "model"

@@ -11,8 +11,8 @@ built-in ``precomp`` reads SCAN's precomputed features (``{split}_ims.npy`` with
     jsonl = "my_package.formats:JSONL"     # an object implementing DataFormat
 
 and a run reads it with ``--data_format jsonl`` (or ``auto``, when its ``detect`` answers). The format
-names (:func:`hfncl.arguments.installed_formats`, :func:`hfncl.arguments.check_format_name`) live in
-:mod:`hfncl.arguments`, which checks ``--data_format`` without importing the readers.
+names (:func:`hfncl.choices.installed_formats`, :func:`hfncl.choices.check_format_name`) live in
+:mod:`hfncl.choices`, which checks ``--data_format`` without importing the readers.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Any, Protocol, cast
 
 import numpy as np
 
-from hfncl import arguments
-from hfncl.arguments import BUILT_IN_FORMAT_NAMES, check_format_name
+from hfncl import choices
+from hfncl.choices import BUILT_IN_FORMAT_NAMES, check_format_name
 from hfncl.data.pair_subsets import write_imagefolder_pairs, write_precomp_pairs
 from hfncl.data.pairs import PairSplit
 from hfncl.data.pixels import METADATA_FILE, PixelSplit, is_imagefolder, load_pixel_splits
@@ -162,7 +162,7 @@ def get_format(name: str) -> DataFormat:
     check_format_name(name)
     if name in BUILT_IN_FORMATS:
         return BUILT_IN_FORMATS[name]
-    point = arguments.installed_formats()[name]
+    point = choices.installed_formats()[name]
     try:
         return point.load()
     except Exception as error:
@@ -175,7 +175,7 @@ def unread_split_files(name: str, data_dir: Path, splits: Sequence[str]) -> Call
     """Whether a file under ``data_dir`` belongs to a split other than ``splits`` in format ``name`` (``auto``:
     the one :func:`detect_format` finds for the first split); ``None`` (every file read) for a format without
     ``split_of``."""
-    chosen = get_format(detect_format(data_dir, splits[0]) if name == arguments.AUTO else name)
+    chosen = get_format(detect_format(data_dir, splits[0]) if name == choices.AUTO else name)
     split_of = getattr(chosen, "split_of", None)
     return None if split_of is None else lambda path: split_of(data_dir, path) not in (None, *splits)
 
@@ -183,7 +183,7 @@ def unread_split_files(name: str, data_dir: Path, splits: Sequence[str]) -> Call
 def detect_format(data_dir: Path, split: str) -> str:
     """The name of the first format whose ``detect`` recognises ``split`` of ``data_dir``: the installed ones, then
     ``imagefolder``; ``precomp`` when none does (its reader names what is missing)."""
-    for name in [*sorted(arguments.installed_formats()), "imagefolder"]:
+    for name in [*sorted(choices.installed_formats()), "imagefolder"]:
         if get_format(name).detect(data_dir, split):
             return name
     return "precomp"

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hfncl.arguments import LABEL_NOISE_KINDS
+from hfncl.choices import LABEL_NOISE_KINDS
 from hfncl.data.precomp import DataFormatError
 
 _FORMAT = "hfncl.label_noise"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hfncl.arguments import NOISE_KINDS
+from hfncl.choices import NOISE_KINDS
 from hfncl.data.precomp import DataFormatError
 
 NOISE_PROTOCOLS = {"caption": "ncr-caption", "image": "decl-image"}

@@ -26,25 +26,11 @@ import datasets
 import numpy as np
 
 from hfncl.data.extract import SPLIT_NAMES, load_raw_dataset, split_captions
+from hfncl.data.image_processor import image_processor_from_pretrained
 from hfncl.data.precomp import DataFormatError, default_cache_root
 from hfncl.data.split_sizes import SplitSizes
 
 METADATA_FILE = "metadata.jsonl"
-
-
-def image_processor_from_pretrained(name_or_path: str | Path, subfolder: str = "") -> Any:
-    """``AutoImageProcessor.from_pretrained`` of a Hub id or directory (optionally one of its subfolders).
-
-    Raises:
-        OSError: naming the place when no image processor can be read there.
-    """
-    from transformers import AutoImageProcessor
-
-    try:
-        return AutoImageProcessor.from_pretrained(str(name_or_path), subfolder=subfolder)
-    except (OSError, ValueError) as error:
-        where = f"{name_or_path}/{subfolder}" if subfolder else str(name_or_path)
-        raise OSError(f"Cannot load an image processor from {where!r}: {error}") from error
 
 
 def pixel_values(processor: Any, images: Sequence[Any]) -> np.ndarray:

@@ -34,17 +34,14 @@ import numpy as np
 import pyarrow as pa
 from datasets.exceptions import DatasetGenerationError
 
-from hfncl.arguments import FEATURE_DTYPES
+from hfncl.choices import FEATURE_DTYPES
 from hfncl.config import default_cache_root
 from hfncl.data.captions import MAX_CAPTION_CHARACTERS, CaptionStore, control_character, overlong
+from hfncl.data.errors import DataFormatError
 from hfncl.data.split_sizes import SplitSizes
 
 _CACHE_FORMAT_VERSION = 2
 """Bumped when the conversion checks more: 2 refuses features whose squared norm overflows float32."""
-
-
-class DataFormatError(ValueError):
-    """Input data that does not have the expected format; the message names the file."""
 
 
 @dataclass

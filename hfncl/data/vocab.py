@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from hfncl.data.precomp import DataFormatError
+from hfncl.data.errors import DataFormatError
 
 _TOKEN_RE = re.compile(
     r"""

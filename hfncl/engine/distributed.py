@@ -11,11 +11,16 @@ parallel averaging divides it back, so one and several processes take the same s
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from accelerate import Accelerator
+from accelerate.state import AcceleratorState
+
+from hfncl.config import TrainConfig
 
 
 def world() -> tuple[int, int]:
@@ -53,7 +58,7 @@ def gather(tensor: torch.Tensor) -> torch.Tensor:
     for the collective and trimmed after. They may also differ in their other dimensions
     (packed local features of captions whose longest caption differs between processes):
     those are zero-padded to the largest size of any process and stay padded, which
-    packed local features read as padding positions (:func:`hfncl.models.sgraf.pack_local`).
+    packed local features read as padding positions (:func:`hfncl.models.heads.pack_local`).
     """
     _, size = world()
     if size == 1:
@@ -91,3 +96,23 @@ def fewer_processes_warning(num_processes: int, environ: Mapping[str, str] = os.
             "--multi_gpu for N processes, or give --num_processes 1"
         )
     return None
+
+
+def run_accelerator(config: TrainConfig) -> Accelerator:
+    """The run's accelerator, in ``config.mixed_precision``; a warning when it runs fewer processes than the launch
+    asked for (:func:`hfncl.engine.distributed.fewer_processes_warning`).
+
+    Accelerate keeps one precision per process; a run after one in another precision in the same
+    process (a benchmark comparing them, a test suite) resets that shared state first, as
+    transformers' ``TrainingArguments`` does, keeping the process group.
+    """
+    shared = AcceleratorState._shared_state
+    if shared and shared.get("_mixed_precision", config.mixed_precision) != config.mixed_precision:
+        AcceleratorState._reset_state()
+    accelerator = Accelerator(
+        mixed_precision=config.mixed_precision, log_with=config.log_with or None, project_dir=config.output_dir
+    )
+    fewer = fewer_processes_warning(accelerator.num_processes)
+    if fewer is not None and accelerator.is_main_process:
+        warnings.warn(fewer, stacklevel=3)
+    return accelerator

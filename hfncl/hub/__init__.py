@@ -8,42 +8,38 @@ and ``AutoModel.from_pretrained`` load it from the directory or from a Hub repos
 :func:`load_vocabulary` reads its vocabulary from either.
 """
 
-from hfncl.hub.card import build_model_card, card_name, write_model_card
-from hfncl.hub.checkpoint import (
-    add_test_results,
-    checkpoint_files,
-    load_text_vocabulary,
-    load_vocabulary,
-    save_text_vocabulary,
-    save_trained_model,
-)
-from hfncl.hub.publish import push_checkpoint
-from hfncl.hub.record import (
-    RUN_RECORD,
-    CheckpointError,
-    DataDescription,
-    IncompatibleCheckpointError,
-    RunRecord,
-    read_run_record,
-    write_run_record,
-)
+from importlib import import_module
+from typing import Any
 
-__all__ = [
-    "RUN_RECORD",
-    "CheckpointError",
-    "DataDescription",
-    "IncompatibleCheckpointError",
-    "RunRecord",
-    "add_test_results",
-    "build_model_card",
-    "card_name",
-    "checkpoint_files",
-    "load_text_vocabulary",
-    "load_vocabulary",
-    "push_checkpoint",
-    "read_run_record",
-    "save_text_vocabulary",
-    "save_trained_model",
-    "write_model_card",
-    "write_run_record",
-]
+_EXPORTS = {
+    "CheckpointError": "hfncl.hub.record",
+    "DataDescription": "hfncl.hub.record",
+    "IncompatibleCheckpointError": "hfncl.hub.record",
+    "RUN_RECORD": "hfncl.hub.record",
+    "RunRecord": "hfncl.hub.record",
+    "add_test_results": "hfncl.hub.checkpoint",
+    "build_model_card": "hfncl.hub.card",
+    "card_name": "hfncl.hub.card",
+    "checkpoint_files": "hfncl.hub.checkpoint",
+    "load_text_vocabulary": "hfncl.hub.checkpoint",
+    "load_vocabulary": "hfncl.hub.checkpoint",
+    "push_checkpoint": "hfncl.hub.publish",
+    "read_run_record": "hfncl.hub.record",
+    "save_text_vocabulary": "hfncl.hub.checkpoint",
+    "save_trained_model": "hfncl.hub.checkpoint",
+    "write_model_card": "hfncl.hub.card",
+    "write_run_record": "hfncl.hub.record",
+}
+"""Each name and its module, imported on first use (``from hfncl.hub import RunRecord`` loads no card code)."""
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'hfncl.hub' has no attribute {name!r}")
+    return getattr(import_module(_EXPORTS[name]), name)
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -20,11 +20,12 @@ from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 from safetensors import SafetensorError, safe_open
 from transformers import AutoModel, PretrainedConfig, PreTrainedModel
 
-from hfncl.data import DataFormatError, TokenizerVocabulary, Vocabulary
-from hfncl.data.pixels import image_processor_from_pretrained
+from hfncl.data.errors import DataFormatError
+from hfncl.data.image_processor import image_processor_from_pretrained
+from hfncl.data.vocab import TokenizerVocabulary, Vocabulary
 from hfncl.hub.card import CARD_FILE, CONFIG_FILE, read_config, write_model_card
 from hfncl.hub.record import RUN_RECORD, CheckpointError, DataDescription, RunRecord, read_run_record, write_run_record
-from hfncl.plugins import PluginProvenance, load_plugin, plugin_provenance
+from hfncl.registry import PluginProvenance, load_plugin, plugin_provenance
 
 WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
@@ -39,7 +40,7 @@ def save_trained_model(
     """Save a trained model with ``save_pretrained``, its run record and its card.
 
     The package and version of every plugin that trained it (``provenance``, the run's
-    :class:`hfncl.plugins.RunPlugins.provenance`; default: read from the installed entry
+    :class:`hfncl.plugin_setup.RunPlugins.provenance`; default: read from the installed entry
     points) are written into ``config.json`` first, so that loading the model where a plugin
     is missing names the package to install; the first line of each plugin's docstring and
     the BibTeX of its ``citation`` hook go into the record, for the card.

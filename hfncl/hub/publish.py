@@ -1,8 +1,8 @@
 """Publishing to the Hugging Face Hub: a checkpoint directory, or a model with its companion files.
 
-hfncl's models inherit ``push_to_hub`` from :class:`CheckpointPushMixin`, the way transformers'
-models inherit theirs from ``PushToHubMixin``: this module knows a model only as a
-transformers ``PreTrainedModel`` and its config's fields, never its class.
+hfncl's models' ``push_to_hub`` (:class:`hfncl.models.loading.HfnclPreTrainedModel`) calls
+:func:`push_model`: this module knows a model only as a transformers ``PreTrainedModel`` and its
+config's fields, never its class.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from huggingface_hub import CommitInfo, CommitOperationAdd, HfApi, snapshot_down
 from huggingface_hub.errors import HfHubHTTPError
 from transformers import PretrainedConfig, PreTrainedModel
 
-from hfncl.data import TokenizerVocabulary, Vocabulary
+from hfncl.data.vocab import TokenizerVocabulary, Vocabulary
 from hfncl.hub.card import CARD_FILE, build_model_card, card_name, read_config
 from hfncl.hub.checkpoint import (
     IMAGE_PROCESSOR_SUBFOLDER,
@@ -49,7 +49,6 @@ class HubUploadError(OSError):
     uploaded and the checkpoint directory is unchanged."""
 
 
-PUSH_OPTIONS = ("vocabulary", "record", "image_processor", "commit_message", "private", "token", "license")
 
 
 def push_checkpoint(
@@ -317,99 +316,3 @@ def _missing_message(model_name: str, repo_id: str, source: CheckpointSource | N
         "(hfncl.hub.save_trained_model, hfncl.hub.save_text_vocabulary) and publish it with "
         f"`hfncl push CHECKPOINT {repo_id}`."
     )
-
-
-class CheckpointPushMixin:
-    """``push_to_hub`` for a ``PreTrainedModel`` that publishes a complete hfncl checkpoint.
-
-    Placed before ``PreTrainedModel`` among a model's bases, so that its ``push_to_hub``
-    replaces transformers' one.
-
-    Attributes:
-        checkpoint_source: where ``from_pretrained`` loaded the model from; ``None`` for a
-            model built in memory.
-    """
-
-    checkpoint_source: CheckpointSource | None = None
-
-    def push_to_hub(
-        self,
-        repo_id: str,
-        *,
-        vocabulary: Vocabulary | TokenizerVocabulary | None = None,
-        record: RunRecord | None = None,
-        commit_message: str | None = None,
-        private: bool | None = None,
-        token: str | bool | None = None,
-        license: str | None = None,
-        image_processor: Any | None = None,
-        **unsupported: Any,
-    ) -> CommitInfo:
-        """Publish the model as a complete hfncl checkpoint, the way ``hfncl push`` does.
-
-        The current weights and config are saved with ``save_pretrained`` into a temporary
-        directory, the companion files are added, and the directory goes through
-        :func:`hfncl.hub.push_checkpoint`: the files are checked, the card is regenerated
-        naming ``repo_id``, and everything goes up in one commit. The companion files are:
-
-        - the text vocabulary: ``vocab.json`` for a GRU text tower, ``tokenizer/`` for a
-          transformer one; a category-label model (:class:`hfncl.models.CategoryModel`) has none;
-        - the run record ``hfncl_run.json``. It is required: the model card is generated
-          from it (training hyper-parameters, data, noise, metrics), and a checkpoint
-          published without a card would not say what the model is or how good it is;
-        - the image processor ``image_processor/`` of a model whose image tower reads pixels.
-
-        Each is taken from the keyword argument when given, else from the checkpoint the
-        model was loaded from (:attr:`checkpoint_source`: the local directory, or the Hub
-        repository at the commit the weights came from, downloaded if needed). A record
-        passed here is treated as the trainer treats one
-        (:func:`hfncl.hub.save_trained_model`): the config is stamped with the installed
-        packages and versions of its plugins and the record gets their summaries; a record
-        taken from the loaded checkpoint keeps the provenance its config carries.
-
-        Args:
-            repo_id: ``user/name`` (or ``org/name``) of the model repository (created if needed).
-            vocabulary: what tokenises captions for the model, written with
-                :func:`hfncl.hub.save_text_vocabulary`: a :class:`hfncl.data.Vocabulary`
-                (GRU text tower, ``len`` equal to ``config.vocab_size``) or a
-                :class:`hfncl.data.TokenizerVocabulary` (transformer text tower).
-            record: the :class:`hfncl.hub.RunRecord` of the run that trained the model.
-            commit_message: default ``"Upload <name> with hfncl"``.
-            private: visibility of a repository created here (an existing one keeps its own).
-            token: Hub token; default: the saved login or ``HF_TOKEN``.
-            license: Hub license identifier for the card's metadata.
-            image_processor: for a model whose image tower reads pixels, the transformers
-                image processor it was trained with (default: ``image_processor/`` of the
-                checkpoint it was loaded from); other models take none.
-
-        Returns:
-            The commit (a ``str``, the commit URL, with ``commit_url`` and ``oid``).
-
-        Raises:
-            TypeError: an argument of ``PreTrainedModel.push_to_hub`` that this upload does
-                not support (``revision``, ``create_pr``, ``max_shard_size``, ...).
-            hfncl.hub.CheckpointError: before anything is sent, when the vocabulary or the
-                record is unknown (the message says which keyword argument supplies it, or to
-                publish a saved checkpoint directory with ``hfncl push``), when a vocabulary
-                does not fit the text tower, or when a companion file is malformed.
-            OSError: the companion files of a model loaded from a Hub id cannot be fetched.
-        """
-        if unsupported:
-            raise TypeError(
-                f"{type(self).__name__}.push_to_hub() got unsupported argument(s) {sorted(unsupported)}: it "
-                f"publishes a complete hfncl checkpoint and takes only {', '.join(PUSH_OPTIONS)}."
-            )
-        if not isinstance(self, PreTrainedModel):
-            raise TypeError(f"CheckpointPushMixin needs a PreTrainedModel, not {type(self).__name__}")
-        return push_model(
-            self,
-            repo_id,
-            source=self.checkpoint_source,
-            vocabulary=vocabulary,
-            record=record,
-            image_processor=image_processor,
-            commit_message=commit_message,
-            private=private,
-            token=token,
-            license=license,
-        )

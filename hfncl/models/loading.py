@@ -1,5 +1,6 @@
 """The base of hfncl's models: ``from_pretrained`` with errors that say what to do, and a
-``push_to_hub`` that publishes a complete checkpoint (from :mod:`hfncl.hub.publish`)."""
+``push_to_hub`` that publishes a complete checkpoint (through :mod:`hfncl.hub.publish`, imported when a model
+is pushed, so that loading a model loads no card or upload code)."""
 
 from __future__ import annotations
 
@@ -8,18 +9,25 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from huggingface_hub import is_offline_mode
 from safetensors import SafetensorError
 from transformers import PreTrainedModel
 
-from hfncl.hub.publish import CheckpointPushMixin
 from hfncl.hub.record import RUN_RECORD, CheckpointError, IncompatibleCheckpointError
-from hfncl.hub.source import pin_source
+from hfncl.hub.source import CheckpointSource, pin_source
 from hfncl.integrity import MANIFEST, verify_manifest
-from hfncl.plugins import require_plugins
+from hfncl.registry import require_plugins
 
+if TYPE_CHECKING:
+    from huggingface_hub import CommitInfo
+
+    from hfncl.data.vocab import TokenizerVocabulary, Vocabulary
+    from hfncl.hub.record import RunRecord
+
+PUSH_OPTIONS = ("vocabulary", "record", "image_processor", "commit_message", "private", "token", "license")
+"""The keyword arguments :meth:`HfnclPreTrainedModel.push_to_hub` takes."""
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
 
@@ -126,13 +134,19 @@ def _refuse_partial_load(name: str, info: dict[str, Any]) -> None:
         )
 
 
-class HfnclPreTrainedModel(CheckpointPushMixin, PreTrainedModel):
+class HfnclPreTrainedModel(PreTrainedModel):
     """A transformers model whose loading names the problem: a newer checkpoint format, damaged
     weights, an offline Hub id, a missing plugin; and whose ``push_to_hub`` publishes a whole
-    checkpoint (weights, config, vocabulary, run record, card;
-    :class:`hfncl.hub.publish.CheckpointPushMixin`). Subclasses set ``config_class``; a
-    config carries the plugin metadata fields of :class:`hfncl.models.NCLConfig`.
+    checkpoint (weights, config, vocabulary, run record, card; :func:`hfncl.hub.publish.push_model`, imported
+    when a model is pushed). Subclasses set ``config_class``; a config carries the plugin metadata fields of
+    :class:`hfncl.models.NCLConfig`.
+
+    Attributes:
+        checkpoint_source: where ``from_pretrained`` loaded the model from; ``None`` for a
+            model built in memory.
     """
+
+    checkpoint_source: CheckpointSource | None = None
 
     @classmethod
     def from_pretrained(
@@ -205,3 +219,85 @@ class HfnclPreTrainedModel(CheckpointPushMixin, PreTrainedModel):
 
     def after_loading(self) -> None:
         """Restore what the saved weights do not carry (nothing by default)."""
+
+    def push_to_hub(
+        self,
+        repo_id: str,
+        *,
+        vocabulary: Vocabulary | TokenizerVocabulary | None = None,
+        record: RunRecord | None = None,
+        commit_message: str | None = None,
+        private: bool | None = None,
+        token: str | bool | None = None,
+        license: str | None = None,
+        image_processor: Any | None = None,
+        **unsupported: Any,
+    ) -> CommitInfo:
+        """Publish the model as a complete hfncl checkpoint, the way ``hfncl push`` does.
+
+        The current weights and config are saved with ``save_pretrained`` into a temporary
+        directory, the companion files are added, and the directory goes through
+        :func:`hfncl.hub.push_checkpoint`: the files are checked, the card is regenerated
+        naming ``repo_id``, and everything goes up in one commit. The companion files are:
+
+        - the text vocabulary: ``vocab.json`` for a GRU text tower, ``tokenizer/`` for a
+          transformer one; a category-label model (:class:`hfncl.models.CategoryModel`) has none;
+        - the run record ``hfncl_run.json``. It is required: the model card is generated
+          from it (training hyper-parameters, data, noise, metrics), and a checkpoint
+          published without a card would not say what the model is or how good it is;
+        - the image processor ``image_processor/`` of a model whose image tower reads pixels.
+
+        Each is taken from the keyword argument when given, else from the checkpoint the
+        model was loaded from (:attr:`checkpoint_source`: the local directory, or the Hub
+        repository at the commit the weights came from, downloaded if needed). A record
+        passed here is treated as the trainer treats one
+        (:func:`hfncl.hub.save_trained_model`): the config is stamped with the installed
+        packages and versions of its plugins and the record gets their summaries; a record
+        taken from the loaded checkpoint keeps the provenance its config carries.
+
+        Args:
+            repo_id: ``user/name`` (or ``org/name``) of the model repository (created if needed).
+            vocabulary: what tokenises captions for the model, written with
+                :func:`hfncl.hub.save_text_vocabulary`: a :class:`hfncl.data.Vocabulary`
+                (GRU text tower, ``len`` equal to ``config.vocab_size``) or a
+                :class:`hfncl.data.TokenizerVocabulary` (transformer text tower).
+            record: the :class:`hfncl.hub.RunRecord` of the run that trained the model.
+            commit_message: default ``"Upload <name> with hfncl"``.
+            private: visibility of a repository created here (an existing one keeps its own).
+            token: Hub token; default: the saved login or ``HF_TOKEN``.
+            license: Hub license identifier for the card's metadata.
+            image_processor: for a model whose image tower reads pixels, the transformers
+                image processor it was trained with (default: ``image_processor/`` of the
+                checkpoint it was loaded from); other models take none.
+
+        Returns:
+            The commit (a ``str``, the commit URL, with ``commit_url`` and ``oid``).
+
+        Raises:
+            TypeError: an argument of ``PreTrainedModel.push_to_hub`` that this upload does
+                not support (``revision``, ``create_pr``, ``max_shard_size``, ...).
+            hfncl.hub.CheckpointError: before anything is sent, when the vocabulary or the
+                record is unknown (the message says which keyword argument supplies it, or to
+                publish a saved checkpoint directory with ``hfncl push``), when a vocabulary
+                does not fit the text tower, or when a companion file is malformed.
+            OSError: the companion files of a model loaded from a Hub id cannot be fetched.
+        """
+        if unsupported:
+            raise TypeError(
+                f"{type(self).__name__}.push_to_hub() got unsupported argument(s) {sorted(unsupported)}: it "
+                f"publishes a complete hfncl checkpoint and takes only {', '.join(PUSH_OPTIONS)}."
+            )
+        from hfncl.hub.publish import push_model
+
+        return push_model(
+            self,
+            repo_id,
+            source=self.checkpoint_source,
+            vocabulary=vocabulary,
+            record=record,
+            image_processor=image_processor,
+            commit_message=commit_message,
+            private=private,
+            token=token,
+            license=license,
+        )

@@ -18,21 +18,17 @@ from torch import nn
 
 from hfncl.models.configuration import NCLConfig
 from hfncl.models.encoders import init_word_embedding, init_xavier_linear
-from hfncl.models.head_registry import BUILT_IN_HEADS, installed_head_builder
+from hfncl.models.heads import NO_HEAD, full_precision, head_builder, pack_local
 from hfncl.models.loading import HfnclPreTrainedModel
-from hfncl.models.scan import build_scan_head
-from hfncl.models.sgraf import build_similarity_head, full_precision, pack_local
 from hfncl.models.towers import PretrainedTower, build_image_encoder, build_text_encoder
 
 
 def build_head(config: NCLConfig) -> torch.nn.Module | None:
-    """The similarity head ``config.similarity`` names: ``None`` for cosine, SGRAF's SGR / SAF, SCAN's, or the
-    one an installed package registers (:mod:`hfncl.models.head_registry`)."""
-    if config.similarity == "scan":
-        return build_scan_head(config)
-    if config.similarity in BUILT_IN_HEADS:
-        return build_similarity_head(config)
-    return installed_head_builder(config.similarity)(config)
+    """The similarity head ``config.similarity`` names: ``None`` for cosine, else the one its entry point builds
+    (:mod:`hfncl.models.heads`: SGRAF's SGR / SAF, SCAN's, or a third party's)."""
+    if config.similarity == NO_HEAD:
+        return None
+    return head_builder(config.similarity)(config)
 
 
 class MatchingNetwork(nn.Module):
@@ -42,7 +38,7 @@ class MatchingNetwork(nn.Module):
     vectors and the similarity is their dot product. With ``"sgr"`` or ``"saf"`` (SGRAF,
     :mod:`hfncl.models.sgraf`) or ``"scan"`` (SCAN's text-to-image attention, :mod:`hfncl.models.scan`)
     the embeddings are the towers' local features, packed as
-    (B, T, d + 1) with a validity flag (:func:`hfncl.models.sgraf.pack_local`), and the
+    (B, T, d + 1) with a validity flag (:func:`hfncl.models.heads.pack_local`), and the
     similarity is the head's, scored for each of the W image views on its own (the views'
     local features sit side by side in the packed image tensor).
 
@@ -79,7 +75,7 @@ class MatchingNetwork(nn.Module):
     def join(self, parts: Sequence[torch.Tensor], dim: int = 0) -> torch.Tensor:
         """Concatenate the embeddings of several batches (from :meth:`encode_image` or
         :meth:`encode_text`) along ``dim``: pooled vectors as they are, packed local features
-        through the head (:meth:`hfncl.models.sgraf.SimilarityHead.join`)."""
+        through the head (:meth:`hfncl.models.sgraf_nodes.SimilarityHead.join`)."""
         if self.head is not None:
             return self.head.join(parts, dim=dim)
         return torch.cat(list(parts), dim=dim)

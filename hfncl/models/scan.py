@@ -17,7 +17,7 @@ L2-normalised; for every image-caption pair, each word attends to the regions:
 
 The equation numbers are those of SCAN's Sec. 3.2 as remembered (the paper is not among the
 seed papers; the formulas above are the specification). The attention is SGRAF's
-(:func:`hfncl.models.sgraf.attention_weights`, which this head shares).
+(:func:`hfncl.models.sgraf_nodes.attention_weights`, which this head shares).
 
 How it is computed: a_i is never formed. t_i^T a_i = sum_j alpha_ij s_ij reuses the cosines,
 and ||a_i||^2 = alpha_i^T G alpha_i with each image's (R, R) Gram matrix G = V V^T, so the
@@ -38,15 +38,9 @@ from torch import nn
 
 from hfncl.models.configuration import SCAN_POOLINGS
 from hfncl.models.encoders import l2norm
-from hfncl.models.sgraf import (
-    assemble,
-    attention_weights,
-    concat_packed,
-    full_precision,
-    unpack_local,
-    valid_length,
-)
+from hfncl.models.heads import concat_packed, full_precision, unpack_local
 from hfncl.models.sgraf_kernels import PairBlock, block_budget, plan_blocks, region_gram
+from hfncl.models.sgraf_nodes import assemble, attention_weights, valid_length
 
 _EPS = 1e-8
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import torch
 from huggingface_hub import is_offline_mode
@@ -35,9 +35,6 @@ from torch import nn
 from transformers import AutoConfig, AutoModel, PretrainedConfig
 
 from hfncl.models.encoders import GRUTextEncoder, RegionImageEncoder, l2norm, masked_pool
-
-if TYPE_CHECKING:
-    from hfncl.models.modeling import NCLModel
 
 TRANSFORMER_POOLINGS = ("mean", "max", "pooler")
 LORA_ADAPTER = "default"
@@ -255,14 +252,15 @@ def lora_config(
     return LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=lora_target_regex(modules))
 
 
-def parameter_counts(model: NCLModel) -> dict[str, dict[str, int]]:
+def parameter_counts(model: nn.Module) -> dict[str, dict[str, int]]:
     """Trainable and total parameters of each tower of each network: ``{"net0.text": {...}, ...}``.
 
     Keys name the network (``netK``) and the part (``text``, ``image``, or another
     submodule of the network such as a similarity head).
     """
     counts: dict[str, dict[str, int]] = {}
-    for k, network in enumerate(model.networks):
+    networks = model.get_submodule("networks")
+    for k, network in enumerate(networks.children()):
         for name, child in network.named_children():
             part = {"text_encoder": "text", "image_encoder": "image"}.get(name, name)
             entry = counts.setdefault(f"net{k}.{part}", {"trainable": 0, "total": 0})

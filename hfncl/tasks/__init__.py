@@ -11,7 +11,7 @@ encoding, outputs, validation metric, hidden clean masks) and owns, for its kind
 ``metric_columns``      (header, test metric key, digits) of the demo's table.
 ``demo_model``          the model arguments of ``hfncl demo``.
 ``demo_training``       the TrainConfig values ``hfncl demo`` trains this kind with.
-``prepare``             the data on disk -> a typed result (:class:`~hfncl.tasks.pairs.PairData`, ...).
+``prepare``             the data on disk -> a typed result (:class:`~hfncl.tasks.pair_data.PairData`, ...).
 ``unread_files``        which files under the data paths hold splits the run does not read (its fingerprint
                         leaves them out: other runs may write them while it trains).
 ``model_config``        that result and the model arguments -> the model's config.
@@ -45,7 +45,8 @@ from hfncl.data.synthetic import SyntheticConfig
 from hfncl.engine.tasks import Task
 from hfncl.hub import DataDescription
 from hfncl.hub.card import CardTexts
-from hfncl.plugins import PluginError, RunPlugins, build_plugin_manager
+from hfncl.plugin_setup import RunPlugins
+from hfncl.plugins import PluginError, first_answer
 from hfncl.tasks.labels import LABELS
 from hfncl.tasks.pairs import PAIRS
 
@@ -121,8 +122,7 @@ def task_of_plugins(plugins: list[str]) -> ExperimentTask:
     """
     if not plugins:
         return PAIRS
-    kinds = [kind for kind in build_plugin_manager(plugins).hook.data_kind() if kind is not None]
-    kind = kinds[0] if kinds else PAIRS.kind
+    kind = first_answer(plugins, "data_kind") or PAIRS.kind
     if kind not in TASKS:
         raise PluginError(f"data_kind must return one of {sorted(TASKS)}, got {kind!r}")
     return TASKS[kind]

@@ -27,7 +27,7 @@ from hfncl.hub import load_text_vocabulary
 from hfncl.hub.checkpoint import load_image_processor
 from hfncl.models import NCLModel
 from hfncl.plugins import build_plugin_manager
-from hfncl.tasks.pairs import data_format
+from hfncl.tasks.pair_data import data_format
 
 
 def evaluate_checkpoints(
@@ -75,7 +75,7 @@ def evaluate_checkpoints(
 def evaluation_split(data_dir: str | Path, split: str, checkpoint: str, config: Any) -> Any:
     """The split a checkpoint reads: raw images of an imagefolder through the checkpoint's own
     image processor for a pixel image tower, precomputed regions of its feature size otherwise
-    (:func:`hfncl.tasks.pairs.data_format` checks that the data fit the tower)."""
+    (:func:`hfncl.tasks.pair_data.data_format` checks that the data fit the tower)."""
     processor = load_image_processor(checkpoint, config)
     tower_name = None if processor is None else config.image_tower_name or checkpoint
     if data_format("auto", Path(data_dir), split, tower_name) == "precomp":

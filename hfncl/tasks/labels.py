@@ -41,7 +41,7 @@ from hfncl.evaluation.map import cross_modal_map
 from hfncl.hub import DataDescription
 from hfncl.hub.card import CardTexts, plugin_names, register_card_texts
 from hfncl.models import CategoryConfig, CategoryModel, CategoryNetwork
-from hfncl.plugins import RunPlugins
+from hfncl.plugin_setup import RunPlugins
 from hfncl.types import Batch, CategoryOutputs
 
 NOISE_FILE = "label_noise.json"

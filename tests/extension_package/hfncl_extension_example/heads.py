@@ -16,7 +16,7 @@ def _pooled(packed: torch.Tensor) -> torch.Tensor:
 
 
 class BilinearHead(nn.Module):
-    """A local head (:class:`hfncl.models.head_registry.LocalHead`) of one learned matrix."""
+    """A local head (:class:`hfncl.models.heads.LocalHead`) of one learned matrix."""
 
     logits = False
 
