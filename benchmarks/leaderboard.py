@@ -461,9 +461,12 @@ def report(args: argparse.Namespace, results: dict[str, Any], wall: float) -> st
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    import clip_track  # it imports this module
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--benchmark", nargs="+", choices=("generated", "proxy"), default=None,
-                        help="Benchmarks (default: generated; with --quick: both).")
+    parser.add_argument("--benchmark", nargs="+", choices=("generated", "proxy", "clip"), default=None,
+                        help="Benchmarks (default: generated; with --quick: generated and proxy; clip: the CLIP track "
+                        "of benchmarks/clip_track.py).")
     parser.add_argument("--methods", nargs="+", default=None, help="Methods (default: every installed pair method with demo settings).")
     parser.add_argument("--protocols", nargs="+", choices=tuple(DEFAULT_RATIOS), default=list(DEFAULT_RATIOS))
     parser.add_argument("--ncr-ratios", type=float, nargs="+", default=DEFAULT_RATIOS["ncr-caption"])
@@ -494,6 +497,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="Path prefix of the .md / .png / .json (default benchmarks/leaderboard; --quick: OUTPUT_DIR/leaderboard).")
     parser.add_argument("--report-only", action="store_true", help="Train nothing: the tables of the finished runs.")
     parser.add_argument("--quick", action="store_true", help="Tiny data and model, 2 epochs, one ratio per protocol, seed 0.")
+    clip_track.add_arguments(parser)
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     args.settings, args.references_only, args.no_half_data = None, False, True
@@ -514,12 +518,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import clip_track
+
     args = parse_args(argv)
     quiet()
     started = time.perf_counter()
     output_dir = Path(args.output_dir)
     results: dict[str, Any] = {}
     for name in args.benchmark:
+        if name == "clip":
+            results[name] = clip_track.run_track(args, output_dir)
+            continue
         proxy = dataclasses.replace(PROXY, max_images=args.proxy_train_images + PROXY.num_dev + PROXY.num_test)
         data_dir, description = prepare_benchmark(name, args, output_dir, DEMO_SIZES[args.size], proxy)
         if data_dir is None:
