@@ -37,11 +37,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import leaderboard  # its members read at call time: leaderboard imports this module
 import numpy as np
 import torch
 from accuracy import Job
 from common import method_runs
-from leaderboard import PROTOCOL_KINDS, Run, _worker_setup, cost_line, mode_rows, train_run
 from PIL import Image, ImageDraw
 
 from hfncl.config import one_line
@@ -255,7 +255,7 @@ def converged(settings: dict[str, Any], method: str, pairs: int, patience: int) 
     return settings
 
 
-def plan(args: argparse.Namespace, data_dir: Path, pretrained: bool) -> list[Run]:
+def plan(args: argparse.Namespace, data_dir: Path, pretrained: bool) -> list[leaderboard.Run]:
     """Every run of the track: per protocol, ratio and seed, each method."""
     runs = []
     pairs = training_pairs(data_dir)
@@ -265,29 +265,31 @@ def plan(args: argparse.Namespace, data_dir: Path, pretrained: bool) -> list[Run
         for ratio in ratios[protocol]:
             for seed in args.seeds:
                 data = DataArguments(data_dir=str(data_dir), noise_ratio=ratio, noise_seed=seed,
-                                     noise_kind=PROTOCOL_KINDS[protocol])
+                                     noise_kind=leaderboard.PROTOCOL_KINDS[protocol])
                 for method in args.clip_methods:
                     plugin, settings = method_settings(method, args.quick, pretrained)
                     patience = 0 if args.quick else args.patience
                     settings = converged({**settings, "batch_size": batch}, method, pairs, patience)
-                    runs.append(Run(protocol, Job(method, DemoRun(plugin, ratio, settings), seed, data)))
+                    runs.append(leaderboard.Run(protocol, Job(method, DemoRun(plugin, ratio, settings), seed, data)))
     return runs
 
 
-def attempt(run: Run, root: Path, model: dict[str, Any], report_only: bool) -> dict[str, Any] | None:
+def attempt(run: leaderboard.Run, root: Path, model: dict[str, Any], report_only: bool) -> dict[str, Any] | None:
     """:func:`leaderboard.train_run` of ``run``; a run that fails gives ``{"failed": <one line>}``."""
     try:
-        return train_run(run, root, False, model, report_only)
+        return leaderboard.train_run(run, root, False, model, report_only)
     except Exception as error:  # noqa: BLE001 - a method that cannot train on pixel towers is reported, not fatal
         return {"failed": f"{type(error).__name__}: {one_line(str(error))}"}
 
 
-def run_runs(runs: list[Run], args: argparse.Namespace, root: Path, model: dict[str, Any]) -> tuple[list, dict]:
+def run_runs(
+    runs: list[leaderboard.Run], args: argparse.Namespace, root: Path, model: dict[str, Any]
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """Train ``runs`` in ``--jobs`` processes: the finished rows, and each failed method's first error."""
     rows: list[dict[str, Any]] = []
     failed: dict[str, str] = {}
 
-    def collect(run: Run, row: dict[str, Any] | None) -> None:
+    def collect(run: leaderboard.Run, row: dict[str, Any] | None) -> None:
         if row is None:
             return
         if "failed" in row:
@@ -304,7 +306,7 @@ def run_runs(runs: list[Run], args: argparse.Namespace, root: Path, model: dict[
             collect(run, attempt(run, root, model, args.report_only))
         return rows, failed
     context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=context, initializer=_worker_setup,
+    with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=context, initializer=leaderboard._worker_setup,
                                                 initargs=(None, args.threads)) as pool:
         futures = {pool.submit(attempt, run, root, model, False): run for run in runs}
         for future in concurrent.futures.as_completed(futures):
@@ -356,8 +358,8 @@ def run_track(args: argparse.Namespace, output_dir: Path) -> dict[str, Any]:
     runs = plan(args, data_dir, args.clip_model is not None)
     began = time.perf_counter()
     rows, failed = run_runs(runs, args, root, model)
-    labelled = mode_rows(rows, root, data_dir)
-    cost = cost_line(rows, time.perf_counter() - began)
+    labelled = leaderboard.mode_rows(rows, root, data_dir)
+    cost = leaderboard.cost_line(rows, time.perf_counter() - began)
     unfinished = len(runs) - len(rows) - sum(1 for r in runs if r.job.row in failed)
     if unfinished > 0:
         cost += f"; {unfinished} of {len(runs)} planned runs not finished (not shown)"

@@ -66,6 +66,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import clip_track
 import torch
 from accuracy import (
     ORACLE,
@@ -461,8 +462,6 @@ def report(args: argparse.Namespace, results: dict[str, Any], wall: float) -> st
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    import clip_track  # it imports this module
-
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--benchmark", nargs="+", choices=("generated", "proxy", "clip"), default=None,
                         help="Benchmarks (default: generated; with --quick: generated and proxy; clip: the CLIP track "
@@ -518,8 +517,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import clip_track
-
     args = parse_args(argv)
     quiet()
     started = time.perf_counter()

@@ -1,0 +1,72 @@
+"""The leaderboard's CLIP track (benchmarks/clip_track.py): its generated pictures, its plan and a quick run offline."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from conftest import benchmark_module
+from test_towers import offline  # noqa: F401 (fixture)
+
+
+@pytest.fixture(scope="module")
+def leaderboard():
+    return benchmark_module("leaderboard")
+
+
+@pytest.fixture(scope="module")
+def track(leaderboard):
+    return leaderboard.clip_track
+
+
+def test_a_picture_shows_the_colours_its_captions_name_left_and_right(track):
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        image, captions = track.draw_picture(rng, 32)
+        words = captions[0].split()  # "a {s1} {c1} {h1} left of a {s2} {c2} {h2} on {bg}"
+        left, right, background = words[2], words[8], words[-1]
+        assert {words[3], words[9]} <= set(track.SHAPES) and len(captions) == 5
+        pixels = np.asarray(image).reshape(-1, 3)
+        drawn = {tuple(p) for p in pixels} - {track.BACKGROUNDS[background]}
+        assert drawn == {track.COLOURS[left], track.COLOURS[right]}
+        if left != right:
+            columns = np.arange(32)[None, :].repeat(32, 0).reshape(-1)
+            mean_x = {c: columns[(pixels == track.COLOURS[c]).all(axis=1)].mean() for c in (left, right)}
+            assert mean_x[left] < mean_x[right]
+
+
+def test_the_baseline_warms_for_every_epoch_and_npc_on_a_pretrained_clip_for_none(leaderboard, track, tmp_path):
+    data_dir = track.write_shapes_imagefolder(tmp_path / "data", track.QUICK_SHAPES)
+    assert track.training_pairs(data_dir) == 24 * 5
+    args = leaderboard.parse_args(["--benchmark", "clip", "--seeds", "0", "--protocols", "decl-image",
+                                   "--decl-ratios", "0.4"])
+    runs = {run.job.row: run for run in track.plan(args, data_dir, pretrained=True)}
+    assert set(runs) == {"infonce", "npc", "rcl", "coteaching"}
+    base = runs["infonce"].job.run
+    assert base.plugin == "npc" and base.settings["warmup_epochs"] == base.settings["epochs"] == 20
+    assert runs["npc"].job.run.settings["warmup_epochs"] == 0
+    assert all(run.job.run.settings["batch_size"] == 32 and run.job.data.noise_kind == "image" for run in runs.values())
+
+
+def test_the_quick_track_trains_the_baseline_offline_and_writes_its_row(leaderboard, tmp_path, offline):  # noqa: F811
+    out = tmp_path / "runs"
+    argv = ["--benchmark", "clip", "--quick", "--clip-methods", "infonce", "--protocols", "ncr-caption",
+            "--output-dir", str(out), "--report", str(out / "board")]
+    assert leaderboard.main(argv) == 0
+    run = out / "clip" / "ncr-caption" / "infonce_noise50_seed0"
+    row = json.loads((run / "row.json").read_text())
+    assert (row["method"], row["plugin"], row["protocol"], row["epochs"]) == ("infonce", "npc", "ncr-caption", 2)
+    assert math.isfinite(row["test"]["rsum"]) and row["test"]["rsum"] > 0
+    history = json.loads((run / "results.json").read_text())["history"]
+    assert [h["warmup"] for h in history] == [True, True]  # no noise handling: NPC's InfoNCE warmup throughout
+    assert "## Measured: CLIP track" in (out / "board.md").read_text()
+    assert leaderboard.main(argv + ["--report-only"]) == 0  # the row is read back, nothing trains
+
+
+def test_a_clip_model_that_cannot_be_read_offline_fails_in_one_line(leaderboard, tmp_path, offline):  # noqa: F811
+    argv = ["--benchmark", "clip", "--quick", "--clip-model", "nobody/no-such-clip", "--output-dir", str(tmp_path)]
+    with pytest.raises(SystemExit, match=r"^--clip-model 'nobody/no-such-clip': .*HF_HUB_OFFLINE") as error:
+        leaderboard.main(argv)
+    assert "\n" not in str(error.value) and not any(tmp_path.iterdir())
