@@ -20,7 +20,8 @@ pair_cross_entropy`, for all epochs); ``npc``; ``rcl`` (its complementary contra
 on pixel towers is skipped with its error in one line in the report. Each trains its demo settings under the
 leaderboard's protocols, ratios, seeds, batch size (default 32 here) and converged schedule (``--patience``),
 on the same towers; rows are resumable ``row.json`` files under ``OUTPUT_DIR/clip[_<size>]/<protocol>/``.
-The oracle is not on this track (its clean-pair split is written for precomputed features only).
+The oracle (``--no-references`` leaves it out) trains the baseline on exactly the clean pairs of its ratio and
+seed (:func:`oracle_folder`), to convergence after at least a method's demo steps (``--oracle-patience``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import dataclasses
 import json
 import multiprocessing
 import re
+import shutil
 import statistics
 import time
 from dataclasses import dataclass
@@ -40,11 +42,12 @@ from typing import Any
 import leaderboard  # its members read at call time: leaderboard imports this module
 import numpy as np
 import torch
-from accuracy import Job
+from accuracy import Job, is_reference
 from common import method_runs
 from PIL import Image, ImageDraw
 
 from hfncl.config import one_line
+from hfncl.data.noise import make_noise
 from hfncl.demo import DemoRun
 from hfncl.experiment import DataArguments
 from hfncl.models.towers import TowerLoadError, resolve_tower_config
@@ -256,7 +259,7 @@ def converged(settings: dict[str, Any], method: str, pairs: int, patience: int) 
 
 
 def plan(args: argparse.Namespace, data_dir: Path, pretrained: bool) -> list[leaderboard.Run]:
-    """Every run of the track: per protocol, ratio and seed, each method."""
+    """Every run of the track: per protocol, ratio and seed, each method, then the oracle."""
     runs = []
     pairs = training_pairs(data_dir)
     ratios = {"ncr-caption": args.ncr_ratios, "decl-image": args.decl_ratios}
@@ -271,7 +274,55 @@ def plan(args: argparse.Namespace, data_dir: Path, pretrained: bool) -> list[lea
                     patience = 0 if args.quick else args.patience
                     settings = converged({**settings, "batch_size": batch}, method, pairs, patience)
                     runs.append(leaderboard.Run(protocol, Job(method, DemoRun(plugin, ratio, settings), seed, data)))
+                if not args.no_references:
+                    runs.append(oracle_run(args, data_dir, protocol, ratio, seed, pretrained))
     return runs
+
+
+def oracle_folder(data_dir: Path, ratio: float, seed: int, kind: str) -> Path:
+    """Write (once) the imagefolder of exactly the training pairs that the noise of ``kind`` at ``ratio`` and
+    ``seed`` leaves clean, one row per pair (its image copied, one caption: the precomp oracle's k = 1), beside
+    ``data_dir`` (whose split folders would take in any folder named like them), with copies of its ``dev`` and
+    ``test``. Returns its directory."""
+    root = data_dir.parent / f"{data_dir.name}_oracles" / f"{kind}_{round(ratio * 100)}_seed{seed}"
+    folder = root / "train"
+    if (folder / "metadata.jsonl").is_file():
+        return root
+    rows = [json.loads(line) for line in (data_dir / "train" / "metadata.jsonl").read_text().splitlines()]
+    per_image = len(rows[0]["captions"])
+    clean = make_noise(kind, len(rows), per_image, ratio, seed) == np.arange(len(rows) * per_image) // per_image
+    folder.mkdir(parents=True, exist_ok=True)
+    for split in SPLITS[1:]:  # the imagefolder reader follows no linked folder
+        shutil.copytree(data_dir / split, root / split, dirs_exist_ok=True)
+    kept = []
+    for position, caption in enumerate(np.flatnonzero(clean).tolist()):
+        row = rows[caption // per_image]
+        shutil.copyfile(data_dir / "train" / row["file_name"], folder / f"{position:05d}.png")
+        kept.append({"file_name": f"{position:05d}.png", "captions": [row["captions"][caption % per_image]]})
+    partial = folder / "metadata.partial"
+    partial.write_text("".join(json.dumps(row) + "\n" for row in kept))
+    partial.replace(folder / "metadata.jsonl")
+    return root
+
+
+def oracle_run(args: argparse.Namespace, data_dir: Path, protocol: str, ratio: float, seed: int,
+               pretrained: bool) -> leaderboard.Run:
+    """The oracle: the baseline trained on exactly the clean pairs, to convergence after at least as many optimiser
+    steps as a method's demo epochs over every pair (:func:`accuracy.converged_settings`)."""
+    from accuracy import ORACLE, converged_settings
+
+    kind = leaderboard.PROTOCOL_KINDS[protocol]
+    clean_dir = oracle_folder(data_dir, ratio, seed, kind)
+    batch = args.batch_size or DEFAULT_BATCH
+    plugin, settings = method_settings(BASELINE, args.quick, pretrained)
+    settings = {**settings, "batch_size": batch}
+    if not args.quick and args.oracle_patience:
+        steps = int(settings["epochs"]) * (training_pairs(data_dir) // batch)
+        clean = training_pairs(clean_dir)
+        settings = converged_settings(settings, steps, clean // batch, args.oracle_patience)
+    settings["warmup_epochs"] = int(settings["epochs"])
+    data = DataArguments(data_dir=str(clean_dir), noise_seed=seed)
+    return leaderboard.Run(protocol, Job(ORACLE, DemoRun(plugin, ratio, settings), seed, data))
 
 
 def attempt(run: leaderboard.Run, root: Path, model: dict[str, Any], report_only: bool) -> dict[str, Any] | None:
@@ -315,9 +366,10 @@ def run_runs(
 
 
 def baseline_notes(rows: list[dict[str, Any]], failed: dict[str, str]) -> list[str]:
-    """The methods skipped (their error), and where a method's mean rSum falls below the baseline's."""
-    out = [f"{method} skipped: it failed on these pixel towers: {error}" for method, error in sorted(failed.items())]
-    plain = [r for r in rows if r["mode"] != "network A alone"]
+    """The methods whose runs failed (e.g. one that cannot train on pixel towers: its first error), and where a
+    method's mean rSum falls below the baseline's."""
+    out = [f"{method} not shown: its runs failed on this track ({error})" for method, error in sorted(failed.items())]
+    plain = [r for r in rows if r["mode"] != leaderboard.NETWORK_A and not is_reference(r["method"])]
     groups: dict[tuple[str, str, float], list[float]] = {}
     for r in plain:
         groups.setdefault((r["protocol"], r["method"], r["noise_ratio"]), []).append(r["test"]["rsum"])
@@ -366,6 +418,6 @@ def run_track(args: argparse.Namespace, output_dir: Path) -> dict[str, Any]:
     print(f"clip: {cost}")
     description = (f"CLIP track, {towers} fine-tuned (both towers) on generated shape pictures ({config.num_train} "
                    f"train images x 5 captions, {config.num_test} test; batch {args.batch_size or DEFAULT_BATCH}); "
-                   f"{BASELINE}: CLIP's InfoNCE with no noise handling")
+                   f"{BASELINE}: CLIP's InfoNCE with no noise handling; oracle: {BASELINE} on exactly the clean pairs")
     return {"description": description, "rows": labelled, "notes": baseline_notes(labelled, failed), "cost": cost,
             "data_dir": str(data_dir)}

@@ -10,6 +10,8 @@ import pytest
 from conftest import benchmark_module
 from test_towers import offline  # noqa: F401 (fixture)
 
+from hfncl.data.noise import make_noise
+
 
 @pytest.fixture(scope="module")
 def leaderboard():
@@ -43,7 +45,10 @@ def test_the_baseline_warms_for_every_epoch_and_npc_on_a_pretrained_clip_for_non
     args = leaderboard.parse_args(["--benchmark", "clip", "--seeds", "0", "--protocols", "decl-image",
                                    "--decl-ratios", "0.4"])
     runs = {run.job.row: run for run in track.plan(args, data_dir, pretrained=True)}
-    assert set(runs) == {"infonce", "npc", "rcl", "coteaching"}
+    assert set(runs) == {"infonce", "npc", "rcl", "coteaching", "oracle"}
+    oracle = runs.pop("oracle").job
+    assert oracle.run.plugin == "npc" and oracle.run.settings["warmup_epochs"] == oracle.run.settings["epochs"]
+    assert oracle.data.noise_ratio == 0 and oracle.data.data_dir == str(tmp_path / "data_oracles" / "image_40_seed0")
     base = runs["infonce"].job.run
     assert base.plugin == "npc" and base.settings["warmup_epochs"] == base.settings["epochs"] == 20
     assert runs["npc"].job.run.settings["warmup_epochs"] == 0
@@ -61,7 +66,12 @@ def test_the_quick_track_trains_the_baseline_offline_and_writes_its_row(leaderbo
     assert math.isfinite(row["test"]["rsum"]) and row["test"]["rsum"] > 0
     history = json.loads((run / "results.json").read_text())["history"]
     assert [h["warmup"] for h in history] == [True, True]  # no noise handling: NPC's InfoNCE warmup throughout
-    assert "## Measured: CLIP track" in (out / "board.md").read_text()
+    oracle = json.loads((out / "clip" / "ncr-caption" / "oracle_noise50_seed0" / "row.json").read_text())
+    assert oracle["noise_ratio"] == 0.5 and oracle["epochs"] == 2
+    share = 100 * row["test"]["rsum"] / oracle["test"]["rsum"]
+    table = (out / "board.md").read_text()
+    assert "## Measured: CLIP track" in table
+    assert f"| infonce | one network | {row['test']['rsum']:.1f} | {share:.1f}% |" in table
     assert leaderboard.main(argv + ["--report-only"]) == 0  # the row is read back, nothing trains
 
 
@@ -70,3 +80,18 @@ def test_a_clip_model_that_cannot_be_read_offline_fails_in_one_line(leaderboard,
     with pytest.raises(SystemExit, match=r"^--clip-model 'nobody/no-such-clip': .*HF_HUB_OFFLINE") as error:
         leaderboard.main(argv)
     assert "\n" not in str(error.value) and not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("kind", ["caption", "image"])
+def test_the_oracle_folder_holds_exactly_the_pairs_the_noise_leaves_clean(track, tmp_path, kind):
+    data_dir = track.write_shapes_imagefolder(tmp_path / "data", track.QUICK_SHAPES)
+    clean_dir = track.oracle_folder(data_dir, 0.4, 1, kind)
+    train = [json.loads(line) for line in (data_dir / "train" / "metadata.jsonl").read_text().splitlines()]
+    pixels = {row["file_name"]: (data_dir / "train" / row["file_name"]).read_bytes() for row in train}
+    true_pairs = {(pixels[row["file_name"]], text) for row in train for text in row["captions"]}
+    kept = [json.loads(line) for line in (clean_dir / "train" / "metadata.jsonl").read_text().splitlines()]
+    pairs = [((clean_dir / "train" / row["file_name"]).read_bytes(), row["captions"][0]) for row in kept]
+    assert all(pair in true_pairs for pair in pairs)
+    assert (clean_dir / "test" / "metadata.jsonl").read_text() == (data_dir / "test" / "metadata.jsonl").read_text()
+    pairing = make_noise(kind, len(train), 5, 0.4, 1)
+    assert len(kept) == int((pairing == np.arange(len(pairing)) // 5).sum()) < len(train) * 5
