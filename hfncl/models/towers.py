@@ -267,7 +267,7 @@ class TransformerImageEncoder(PretrainedTower):
         return self._encode(pixel_values)[1], None
 
 
-def load_pretrained(source: str, model: nn.Module) -> tuple[nn.Module, torch.Tensor | None]:
+def load_pretrained(source: str, model: PreTrainedModel) -> tuple[PreTrainedModel, torch.Tensor | None]:
     """The pretrained encoder of ``model``'s class stored at ``source``, and CLIP's projection of it (``None``: not a
     CLIP tower, or ``source`` holds no projection).
 
