@@ -367,18 +367,23 @@ def run_runs(
 
 def baseline_notes(rows: list[dict[str, Any]], failed: dict[str, str]) -> list[str]:
     """The methods whose runs failed (e.g. one that cannot train on pixel towers: its first error), and where a
-    method's mean rSum falls below the baseline's."""
+    method's mean rSum falls below the baseline's, with its division's quality against the hidden noise (network
+    A, last epoch: NPC's memory bank, Co-teaching's kept pairs) where it has one."""
     out = [f"{method} not shown: its runs failed on this track ({error})" for method, error in sorted(failed.items())]
-    plain = [r for r in rows if r["mode"] != leaderboard.NETWORK_A and not is_reference(r["method"])]
-    groups: dict[tuple[str, str, float], list[float]] = {}
-    for r in plain:
-        groups.setdefault((r["protocol"], r["method"], r["noise_ratio"]), []).append(r["test"]["rsum"])
-    mean = {key: statistics.mean(values) for key, values in sorted(groups.items())}
+    groups: dict[tuple[str, str, float], list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["mode"] != leaderboard.NETWORK_A and not is_reference(r["method"]):
+            groups.setdefault((r["protocol"], r["method"], r["noise_ratio"]), []).append(r)
+    mean = {key: statistics.mean(r["test"]["rsum"] for r in group) for key, group in sorted(groups.items())}
     for (protocol, method, ratio), value in mean.items():
         base = mean.get((protocol, BASELINE, ratio))
-        if method != BASELINE and base is not None and value < base:
-            out.append(f"{method} is below the baseline ({BASELINE}) under {protocol} at {ratio:.0%} "
-                       f"({value:.1f} vs {base:.1f})")
+        if method == BASELINE or base is None or value >= base:
+            continue
+        divisions = [r["division"] for r in groups[protocol, method, ratio] if r.get("division", {}).get("auc")]
+        quality = ", ".join(f"{key} {statistics.mean(d[key] for d in divisions):.3f}"
+                            for key in ("auc", "precision", "recall") if divisions)
+        out.append(f"{method} is below the baseline ({BASELINE}) under {protocol} at {ratio:.0%} ({value:.1f} vs "
+                   f"{base:.1f})" + (f"; its division (network A, last epoch): {quality}" if quality else ""))
     return out
 
 

@@ -95,3 +95,19 @@ def test_the_oracle_folder_holds_exactly_the_pairs_the_noise_leaves_clean(track,
     assert (clean_dir / "test" / "metadata.jsonl").read_text() == (data_dir / "test" / "metadata.jsonl").read_text()
     pairing = make_noise(kind, len(train), 5, 0.4, 1)
     assert len(kept) == int((pairing == np.arange(len(pairing)) // 5).sum()) < len(train) * 5
+
+
+def test_the_notes_name_a_failed_method_and_one_below_the_baseline_with_its_division(track):
+    def row(method, rsum, seed, **extra):
+        return {"protocol": "ncr-caption", "method": method, "noise_ratio": 0.2, "seed": seed, "mode": "one network",
+                "test": {"rsum": rsum}, **extra}
+
+    division = {"auc": 0.9, "precision": 0.8, "recall": 0.7}
+    rows = [row("infonce", 400.0, 0), row("infonce", 410.0, 1), row("npc", 390.0, 0, division=division),
+            row("npc", 400.0, 1, division={**division, "auc": 0.8}), row("rcl", 420.0, 0), row("oracle", 300.0, 0)]
+    notes = track.baseline_notes(rows, {"tcvse": "ValueError: no regions"})
+    assert notes == [
+        "tcvse not shown: its runs failed on this track (ValueError: no regions)",
+        "npc is below the baseline (infonce) under ncr-caption at 20% (395.0 vs 405.0); its division (network A, "
+        "last epoch): auc 0.850, precision 0.800, recall 0.700",
+    ]
