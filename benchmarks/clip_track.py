@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import dataclasses
+import itertools
 import json
 import multiprocessing
 import re
@@ -259,23 +260,24 @@ def converged(settings: dict[str, Any], method: str, pairs: int, patience: int) 
 
 
 def plan(args: argparse.Namespace, data_dir: Path, pretrained: bool) -> list[leaderboard.Run]:
-    """Every run of the track: per protocol, ratio and seed, each method, then the oracle."""
+    """Every run of the track: per protocol and ratio (the protocols taking turns, so that a call stopped early
+    leaves whole columns of both) and seed, each method, then the oracle."""
     runs = []
     pairs = training_pairs(data_dir)
     ratios = {"ncr-caption": args.ncr_ratios, "decl-image": args.decl_ratios}
     batch = args.batch_size or DEFAULT_BATCH
-    for protocol in args.protocols:
-        for ratio in ratios[protocol]:
-            for seed in args.seeds:
-                data = DataArguments(data_dir=str(data_dir), noise_ratio=ratio, noise_seed=seed,
-                                     noise_kind=leaderboard.PROTOCOL_KINDS[protocol])
-                for method in args.clip_methods:
-                    plugin, settings = method_settings(method, args.quick, pretrained)
-                    patience = 0 if args.quick else args.patience
-                    settings = converged({**settings, "batch_size": batch}, method, pairs, patience)
-                    runs.append(leaderboard.Run(protocol, Job(method, DemoRun(plugin, ratio, settings), seed, data)))
-                if not args.no_references:
-                    runs.append(oracle_run(args, data_dir, protocol, ratio, seed, pretrained))
+    columns = [[(protocol, ratio) for ratio in ratios[protocol]] for protocol in args.protocols]
+    cells = [key for row in itertools.zip_longest(*columns) for key in row if key]  # the protocols in turn
+    for (protocol, ratio), seed in itertools.product(cells, args.seeds):
+        data = DataArguments(data_dir=str(data_dir), noise_ratio=ratio, noise_seed=seed,
+                             noise_kind=leaderboard.PROTOCOL_KINDS[protocol])
+        for method in args.clip_methods:
+            plugin, settings = method_settings(method, args.quick, pretrained)
+            patience = 0 if args.quick else args.patience
+            settings = converged({**settings, "batch_size": batch}, method, pairs, patience)
+            runs.append(leaderboard.Run(protocol, Job(method, DemoRun(plugin, ratio, settings), seed, data)))
+        if not args.no_references:
+            runs.append(oracle_run(args, data_dir, protocol, ratio, seed, pretrained))
     return runs
 
 
