@@ -52,6 +52,7 @@ from hfncl.data.noise import make_noise
 from hfncl.demo import DemoRun
 from hfncl.experiment import DataArguments
 from hfncl.models.towers import TowerLoadError, resolve_tower_config
+from hfncl.plugins import PluginError
 
 BASELINE = "infonce"
 """The row of CLIP fine-tuning with no noise handling: NPC's plugin in its warmup (CLIP's InfoNCE) for every epoch."""
@@ -259,10 +260,12 @@ def converged(settings: dict[str, Any], method: str, pairs: int, patience: int) 
     return settings
 
 
-def plan(args: argparse.Namespace, data_dir: Path, pretrained: bool) -> list[leaderboard.Run]:
+def plan(args: argparse.Namespace, data_dir: Path, pretrained: bool) -> tuple[list[leaderboard.Run], dict[str, str]]:
     """Every run of the track: per protocol and ratio (the protocols taking turns, so that a call stopped early
-    leaves whole columns of both) and seed, each method, then the oracle."""
+    leaves whole columns of both) and seed, each method, then the oracle; and the methods that cannot be planned
+    (e.g. no demo settings, or not a pair method), each with its reason."""
     runs = []
+    skipped: dict[str, str] = {}
     pairs = training_pairs(data_dir)
     ratios = {"ncr-caption": args.ncr_ratios, "decl-image": args.decl_ratios}
     batch = args.batch_size or DEFAULT_BATCH
@@ -272,13 +275,17 @@ def plan(args: argparse.Namespace, data_dir: Path, pretrained: bool) -> list[lea
         data = DataArguments(data_dir=str(data_dir), noise_ratio=ratio, noise_seed=seed,
                              noise_kind=leaderboard.PROTOCOL_KINDS[protocol])
         for method in args.clip_methods:
-            plugin, settings = method_settings(method, args.quick, pretrained)
+            try:
+                plugin, settings = method_settings(method, args.quick, pretrained)
+            except (PluginError, ValueError) as error:
+                skipped[method] = one_line(str(error))
+                continue
             patience = 0 if args.quick else args.patience
             settings = converged({**settings, "batch_size": batch}, method, pairs, patience)
             runs.append(leaderboard.Run(protocol, Job(method, DemoRun(plugin, ratio, settings), seed, data)))
         if not args.no_references:
             runs.append(oracle_run(args, data_dir, protocol, ratio, seed, pretrained))
-    return runs
+    return runs, skipped
 
 
 def oracle_folder(data_dir: Path, ratio: float, seed: int, kind: str) -> Path:
@@ -414,9 +421,10 @@ def run_track(args: argparse.Namespace, output_dir: Path) -> dict[str, Any]:
         towers = f"CLIP {args.clip_model}"
     name = "clip" if args.clip_model is None else "clip_" + re.sub(r"[^A-Za-z0-9.-]+", "_", args.clip_model)
     root = output_dir / (name if args.size == "tiny" else f"{name}_{args.size}")
-    runs = plan(args, data_dir, args.clip_model is not None)
+    runs, skipped = plan(args, data_dir, args.clip_model is not None)
     began = time.perf_counter()
     rows, failed = run_runs(runs, args, root, model)
+    failed.update(skipped)
     labelled = leaderboard.mode_rows(rows, root, data_dir)
     cost = leaderboard.cost_line(rows, time.perf_counter() - began)
     unfinished = len(runs) - len(rows) - sum(1 for r in runs if r.job.row in failed)
