@@ -45,7 +45,7 @@ def test_the_baseline_warms_for_every_epoch_and_npc_on_a_pretrained_clip_for_non
     args = leaderboard.parse_args(["--benchmark", "clip", "--seeds", "0", "--protocols", "decl-image",
                                    "--decl-ratios", "0.4"])
     planned, skipped = track.plan(args, data_dir, pretrained=True)
-    assert skipped == {}
+    assert skipped == {} and args.report.endswith("benchmarks/leaderboard_clip")
     runs = {run.job.row: run for run in planned}
     assert set(runs) == {"infonce", "npc", "rcl", "coteaching", "oracle"}
     oracle = runs.pop("oracle").job
