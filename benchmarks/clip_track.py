@@ -396,6 +396,32 @@ def baseline_notes(rows: list[dict[str, Any]], failed: dict[str, str]) -> list[s
     return out
 
 
+def identical_networks(best: Path) -> bool:
+    """Whether every network of the checkpoint ``best`` holds the same weights as network 0."""
+    from safetensors import safe_open
+
+    with safe_open(str(best / "model.safetensors"), "pt") as weights:
+        names = [name for name in weights.keys() if name.startswith("networks.")]
+        first = {name.split(".", 2)[2]: weights.get_tensor(name) for name in names if name.startswith("networks.0.")}
+        others = [name for name in names if not name.startswith("networks.0.")]
+        same = (torch.equal(weights.get_tensor(name), first[name.split(".", 2)[2]]) for name in others)
+        return bool(others) and all(same)
+
+
+def twin_notes(rows: list[dict[str, Any]], root: Path) -> list[str]:
+    """The co-trained methods whose networks ended identical in every run: started from the same pretrained towers
+    and CLIP projection, trained on the same batches without dropout, they never part, and co-training reduces to
+    one network selecting for itself."""
+    runs: dict[str, list[bool]] = {}
+    for row in rows:
+        best = root / row["protocol"] / leaderboard._run_name(row) / "best"
+        if row["mode"].startswith("mean of") and (best / "model.safetensors").is_file():
+            runs.setdefault(row["method"], []).append(identical_networks(best))
+    return [f"{method}: its networks are identical in all {len(same)} runs (the same pretrained towers and CLIP "
+            "projection, the same batches, no dropout), so its peers select for themselves"
+            for method, same in sorted(runs.items()) if all(same)]
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The CLIP track's own flags on the leaderboard's parser."""
     parser.add_argument("--clip-model", default=None,
@@ -434,5 +460,5 @@ def run_track(args: argparse.Namespace, output_dir: Path) -> dict[str, Any]:
     description = (f"CLIP track, {towers} fine-tuned (both towers) on generated shape pictures ({config.num_train} "
                    f"train images x 5 captions, {config.num_test} test; batch {args.batch_size or DEFAULT_BATCH}); "
                    f"{BASELINE}: CLIP's InfoNCE with no noise handling; oracle: {BASELINE} on exactly the clean pairs")
-    return {"description": description, "rows": labelled, "notes": baseline_notes(labelled, failed), "cost": cost,
-            "data_dir": str(data_dir)}
+    notes = baseline_notes(labelled, failed) + twin_notes(labelled, root)
+    return {"description": description, "rows": labelled, "notes": notes, "cost": cost, "data_dir": str(data_dir)}

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 from conftest import benchmark_module
 from test_towers import offline  # noqa: F401 (fixture)
 
@@ -113,3 +114,16 @@ def test_the_notes_name_a_failed_method_and_one_below_the_baseline_with_its_divi
         "npc is below the baseline (infonce) under ncr-caption at 20% (395.0 vs 405.0); its division (network A, "
         "last epoch): auc 0.850, precision 0.800, recall 0.700",
     ]
+
+
+def test_identical_networks_compares_every_network_with_network_0(track, tmp_path):
+    from safetensors.torch import save_file
+
+    weight = torch.arange(6.0).reshape(2, 3)
+    cases = {"twins": [weight, weight.clone(), weight.clone()], "apart": [weight, weight.clone(), weight + 1e-6],
+             "one": [weight]}
+    for name, tensors in cases.items():
+        (tmp_path / name).mkdir()
+        weights = {f"networks.{k}.head.weight": t for k, t in enumerate(tensors)}
+        save_file(weights, tmp_path / name / "model.safetensors")
+    assert [track.identical_networks(tmp_path / name) for name in cases] == [True, False, False]
