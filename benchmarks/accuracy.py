@@ -67,7 +67,7 @@ from typing import Any
 from common import DEFAULT_CAPTIONS, machine, mean_spread, method_runs, proxy_sources, pyplot, quiet, write_report
 from oracle import half_data_split, oracle_split, training_vocabulary
 
-from hfncl.config import LATEST
+from hfncl.config import LATEST, TrainConfig
 from hfncl.data.precomp import read_captions
 from hfncl.data.proxy import ProxyConfig, build_caption_proxy
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
@@ -193,7 +193,8 @@ def method_steps(row: dict[str, Any], pairs: int) -> float:
 
 
 def full_batches(row: dict[str, Any], pairs: int) -> int:
-    """A run's epochs of full batches over ``pairs`` training pairs."""
+    """A run's epochs of full batches over ``pairs`` training pairs (at its recorded batch size; the demo's 128 for a
+    row recorded before rows kept it)."""
     return row["epochs"] * (pairs // row.get("batch_size", 128))
 
 
@@ -261,9 +262,7 @@ def train(
     if report_only:
         return None
     run = job.run
-    settings = shortened_settings(run.settings, QUICK_EPOCHS) if quick else run.settings
-    config = demo_train_config(DemoRun(run.plugin, run.noise_ratio, settings), run_dir, job.seed, progress)
-    config.plot_divisions = False
+    config = train_config(job, run_dir, quick, progress)
     if resume and (run_dir / "checkpoints" / LATEST).exists():  # killed part way: continue, do not start again
         config.overwrite_output_dir, config.resume_from_checkpoint = False, LATEST
     started = time.perf_counter()
@@ -274,6 +273,7 @@ def train(
         "noise_ratio": run.noise_ratio,
         "seed": job.seed,
         "train_split": job.data.train_split,
+        "batch_size": config.batch_size,
         "epochs": len(result["history"]),
         "planned_epochs": config.epochs,
         "steps_per_network": result["history"][-1].get("steps_per_network") if result["history"] else None,
@@ -286,6 +286,16 @@ def train(
     }
     atomic_write_text(saved, json.dumps(row, indent=1, default=float))
     return row
+
+
+def train_config(job: Job, run_dir: Path, quick: bool, progress: bool = False) -> TrainConfig:
+    """The training configuration :func:`train` gives ``job`` in ``run_dir`` (``quick``: shortened to
+    ``QUICK_EPOCHS``)."""
+    run = job.run
+    settings = shortened_settings(run.settings, QUICK_EPOCHS) if quick else run.settings
+    config = demo_train_config(DemoRun(run.plugin, run.noise_ratio, settings), run_dir, job.seed, progress)
+    config.plot_divisions = False
+    return config
 
 
 def _epoch_record(record: dict[str, Any]) -> dict[str, Any]:

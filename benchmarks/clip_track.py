@@ -461,4 +461,5 @@ def run_track(args: argparse.Namespace, output_dir: Path) -> dict[str, Any]:
                    f"train images x 5 captions, {config.num_test} test; batch {args.batch_size or DEFAULT_BATCH}); "
                    f"{BASELINE}: CLIP's InfoNCE with no noise handling; oracle: {BASELINE} on exactly the clean pairs")
     notes = baseline_notes(labelled, failed) + twin_notes(labelled, root)
-    return {"description": description, "rows": labelled, "notes": notes, "cost": cost, "data_dir": str(data_dir)}
+    return {"description": description, "rows": labelled, "notes": notes, "cost": cost, "oracles": {},
+            "data_dir": str(data_dir)}

@@ -32,7 +32,13 @@ rate, then at a tenth of it until the validation rSum has not improved for ``--p
 epochs (at most 10 more); the best-validation checkpoint is tested. The **oracle**
 (``--oracle-method``, VSE++'s triplet) trains the same way on exactly the clean pairs, for
 at least as many optimiser steps as any method at that ratio and seed; a method's share is
-its test rSum over the oracle's, per seed, then averaged.
+its test rSum over its oracle's, per seed, then averaged. A method trained by another rule
+than the oracle method (optimiser, learning rate, weight decay, decay factor or the model
+fields its plugin asks for, :func:`training_rule`: TcVSE's AdamW at 5e-4 and max pooling,
+DECL's 5e-4, UGNCL's two image views) has an oracle of its own, ``oracle (M)``: the method
+itself on exactly the clean pairs under the same converged rule; the table names each row's
+oracle. Where a method falls below VSE++, the notes point to its ``docs/methods`` page's
+section "On the leaderboard", where the cause is measured.
 
 Evaluation modes, named in every row: the model as its method ranks (``one network``, the
 ``mean of K networks`` of a co-trained method, or the plugin's own ``inference_similarity``);
@@ -42,7 +48,10 @@ similarities averaged (``SGRAF``).
 
 Resumable run by run: each run leaves ``row.json`` under
 ``--output-dir/<benchmark>/<protocol>/`` and is reused; a run killed part way continues from
-its latest checkpoint; runs of methods installed later train when the script is run again.
+its latest checkpoint; runs of methods installed later train when the script is run again. A
+run whose ``run_config.yaml`` differs from the plan in a training field (its method's settings
+changed since, or an oracle's step floor grew) trains again from the start; ``--report-only``
+shows it and names it in the notes.
 ``--jobs N`` trains N runs at once, each in its own process (one GPU each where there are
 several; ``--threads`` CPU threads each, default 1). Writes ``--report`` ``.md`` (measured table,
 then the papers' reported numbers from ``docs/reproduction.md``, never mixed), ``.png``
@@ -70,6 +79,7 @@ from typing import Any
 
 import clip_track
 import torch
+import yaml
 from accuracy import (
     ORACLE,
     PROXY,
@@ -79,15 +89,17 @@ from accuracy import (
     converged_settings,
     is_reference,
     jobs,
+    oracle_row,
     prepare_benchmark,
     split_pairs,
     train,
+    train_config,
 )
-from common import DEFAULT_CAPTIONS, machine, mean_spread, pyplot, quiet, write_report
+from common import DEFAULT_CAPTIONS, machine, mean_spread, method_runs, pyplot, quiet, write_report
 from reproduce import DOC, REPO, paper_numbers
 
 from hfncl.data.noise import NOISE_PROTOCOLS
-from hfncl.demo import DEMO_SIZES, DemoRun
+from hfncl.demo import DEMO_SIZES, DemoRun, demo_train_config
 from hfncl.plots import save_png
 
 PROTOCOL_KINDS = {protocol: kind for kind, protocol in NOISE_PROTOCOLS.items()}
@@ -95,7 +107,14 @@ DEFAULT_RATIOS = {"ncr-caption": [0.2, 0.5], "decl-image": [0.4, 0.8]}
 HEADS = ("sgr", "saf")
 SGRAF = "SGRAF: mean of an SGR and a SAF model"
 NETWORK_A = "network A alone"
+ONE_NETWORK = "one network"
 REPORTED_DATASETS = {"f30k": "Flickr30K", "coco": "MS-COCO 1K", "cc152k": "CC152K"}
+RULE_FIELDS = ("optimizer", "learning_rate", "weight_decay", "lr_decay_factor")
+TRAINING_FIELDS = ("plugins", "options", "epochs", "warmup_epochs", "batch_size", "learning_rate", "optimizer",
+                   "weight_decay", "lr_decay_epochs", "lr_decay_factor", "early_stopping_patience",
+                   "early_stopping_min_epochs", "seed")
+METHOD_DOCS = REPO / "docs" / "methods"
+CAUSE_SECTION = "## On the leaderboard"
 
 
 # --- planning -------------------------------------------------------------------------------------------------------
@@ -122,10 +141,37 @@ def head_row(method: str, head: str) -> str:
     return f"{method} [{head}]"
 
 
-def protocol_args(args: argparse.Namespace, protocol: str) -> argparse.Namespace:
-    """``args`` as ``accuracy.jobs`` reads them for one protocol: its ratios, no half-data control."""
+def protocol_args(args: argparse.Namespace, protocol: str, own: list[str] | None = None) -> argparse.Namespace:
+    """``args`` as ``accuracy.jobs`` reads them for one protocol: its ratios, no half-data control, and an oracle of
+    their own for the methods ``own``."""
     ratios = args.ncr_ratios if protocol == "ncr-caption" else args.decl_ratios
-    return argparse.Namespace(**{**vars(args), "ratios": ratios, "no_half_data": True, "references_only": False})
+    oracles = args.oracle_method + [method for method in own or [] if method not in args.oracle_method]
+    return argparse.Namespace(**{**vars(args), "ratios": ratios, "no_half_data": True, "references_only": False,
+                                 "oracle_method": oracles})
+
+
+def training_rule(run: DemoRun) -> dict[str, Any]:
+    """What of a run's training the oracle's convergence schedule leaves as it is: the optimiser, learning rate,
+    weight decay and decay factor of its demo configuration, and the model fields its plugin asks for
+    (``model_defaults``). Its epochs, warmup and decay epochs are not part of it: the converged rule sets the
+    oracle's (at least as many optimiser steps as any method's, then until the validation rSum stalls)."""
+    from hfncl.plugins import build_plugin_manager, plugin_model_defaults
+
+    config = demo_train_config(run, Path(), 0, False)
+    return {**{field: getattr(config, field) for field in RULE_FIELDS},
+            **plugin_model_defaults(build_plugin_manager([run.plugin]).hook)}
+
+
+def own_oracles(args: argparse.Namespace) -> dict[str, str]:
+    """The oracle row each method's share is over: ``oracle`` (the first ``--oracle-method`` on the clean pairs) for a
+    method trained by that method's rule (:func:`training_rule`), ``oracle (M)`` (method M itself on the clean pairs,
+    under the same converged rule) for a method M whose rule differs, e.g. TcVSE's AdamW at 5e-4 and max pooling."""
+    if args.no_references:
+        return {}
+    first = args.oracle_method[0]
+    reference = training_rule(method_runs([first], 0.0)[0])
+    return {run.plugin: ORACLE if training_rule(run) == reference else oracle_row(run.plugin, first)
+            for run in method_runs(args.methods, 0.0, args.settings)}
 
 
 def converged_method(job: Job, patience: int) -> Job:
@@ -151,8 +197,9 @@ def plan(args: argparse.Namespace, data_dir: Path) -> tuple[list[Run], list[Run]
     """The method runs (first phase) and the reference runs (second phase: their schedules read the methods' steps)
     of every protocol."""
     methods, references = [], []
+    own = [method for method, oracle in own_oracles(args).items() if oracle != ORACLE]
     for protocol in args.protocols:
-        for job in jobs(protocol_args(args, protocol), data_dir, PROTOCOL_KINDS[protocol]):
+        for job in jobs(protocol_args(args, protocol, own), data_dir, PROTOCOL_KINDS[protocol]):
             job = with_batch(job, args.batch_size)
             if is_reference(job.row):
                 references.append(Run(protocol, job))
@@ -194,11 +241,43 @@ def _worker_setup(devices: Any, threads: int) -> None:
     quiet()
 
 
+def saved_config(run_dir: Path) -> dict[str, Any] | None:
+    """The configuration a run in ``run_dir`` started with (its ``run_config.yaml``), ``None`` for a run not started."""
+    path = run_dir / "run_config.yaml"
+    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else None
+
+
+def stale_fields(run: Run, root: Path, quick: bool, model: dict[str, Any]) -> list[str]:
+    """How the run already in ``run``'s directory (its ``run_config.yaml``) was trained otherwise than planned now:
+    ``field was X, plan Y`` for each training field (:data:`TRAINING_FIELDS`, the training split, the model fields of
+    ``model``) that differs, e.g. a method whose demo settings changed since, or an oracle whose convergence schedule
+    grew with a method's steps; empty for a run not started."""
+    run_dir = run.directory(root) / run.job.name
+    saved = saved_config(run_dir)
+    if saved is None:
+        return []
+    config = train_config(run.job, run_dir, quick)
+    planned = {**{field: getattr(config, field) for field in TRAINING_FIELDS}, "train_split": run.job.data.train_split, **model}
+    return [f"{field} was {saved.get(field)!r}, plan {value!r}" for field, value in planned.items() if saved.get(field) != value]
+
+
 def train_run(run: Run, root: Path, quick: bool, model: dict[str, Any] | None, report_only: bool) -> dict[str, Any] | None:
-    """Train ``run`` (or read its finished ``row.json``); the row, with its protocol, threads and device."""
+    """Train ``run`` (or read its finished ``row.json``); the row, with its protocol, threads and device.
+
+    A run trained otherwise than planned now (:func:`stale_fields`) trains again from the start; with
+    ``report_only`` its row is kept, its differences under ``stale`` (the notes name it)."""
     directory = run.directory(root)
     started = resource.getrusage(resource.RUSAGE_SELF)
-    row = train(run.job, directory, quick, False, True, report_only, {**(model or {}), **(run.model or {})})
+    overrides = {**(model or {}), **(run.model or {})}
+    stale = stale_fields(run, root, quick, overrides)
+    if stale and not report_only:  # its results go first: a retraining killed part way resumes as a run of the plan
+        for name in ("row.json", "modes.json"):
+            (directory / run.job.name / name).unlink(missing_ok=True)
+    row = train(run.job, directory, quick, False, not stale, report_only, overrides)
+    if row is not None and "batch_size" not in row:  # a row recorded before rows kept it: its steps per batch need it
+        row["batch_size"] = (saved_config(directory / run.job.name) or {}).get("batch_size", 128)
+    if row is not None and stale and report_only:
+        return {**row, "stale": stale}
     if row is None or "protocol" in row:
         return row
     used = resource.getrusage(resource.RUSAGE_SELF)
@@ -258,7 +337,7 @@ def model_mode(best: Path) -> tuple[str, int]:
     plugins = config.get("plugins") or []
     if plugins and build_plugin_manager(plugins).hook.inference_similarity.get_hookimpls():
         return f"{'+'.join(plugins)}'s own ranking ({networks} network{'s' * (networks > 1)})", networks
-    return ("one network" if networks == 1 else f"mean of {networks} networks"), networks
+    return (ONE_NETWORK if networks == 1 else f"mean of {networks} networks"), networks
 
 
 def mode_rows(rows: list[dict[str, Any]], root: Path, data_dir: Path) -> list[dict[str, Any]]:
@@ -271,7 +350,7 @@ def mode_rows(rows: list[dict[str, Any]], root: Path, data_dir: Path) -> list[di
     for row in rows:
         best = root / row["protocol"] / _run_name(row) / "best"
         if is_reference(row["method"]) or not best.is_dir():
-            out.append({**row, "mode": "one network"})
+            out.append({**row, "mode": ONE_NETWORK})
             continue
         if row["method"].endswith(tuple(f" [{head}]" for head in HEADS)):
             continue
@@ -305,24 +384,36 @@ def _cached(path: Path, mode: str, compute: Any) -> dict[str, float]:
 # --- tables ---------------------------------------------------------------------------------------------------------
 
 
-def protocol_table(rows: list[dict[str, Any]], protocol: str, ratios: list[float]) -> list[str]:
-    """Markdown rows of one protocol: a row per method and evaluation mode, rSum and share of the oracle per ratio."""
-    header = "| method | evaluation | " + " | ".join(f"{r:.0%} rSum | {r:.0%} share of oracle" for r in ratios)
-    lines = [header + " | epochs (best / trained) |", "|---|---|" + "---|---|" * len(ratios) + "---|"]
+def oracle_of(row: dict[str, Any], oracles: dict[str, str]) -> str:
+    """The oracle row whose rSum a row's share is over: its method's own (``oracles``, :func:`own_oracles`), else
+    ``oracle``; an oracle row is over itself."""
+    if is_reference(row["method"]):
+        return str(row["method"])
+    return oracles.get(row.get("plugin", row["method"]), ORACLE)
+
+
+def protocol_table(rows: list[dict[str, Any]], protocol: str, ratios: list[float],
+                   oracles: dict[str, str] | None = None) -> list[str]:
+    """Markdown rows of one protocol: a row per method and evaluation mode, the oracle its share is over
+    (:func:`oracle_of`), rSum and share of that oracle per ratio."""
+    header = "| method | evaluation | oracle | " + " | ".join(f"{r:.0%} rSum | {r:.0%} share of oracle" for r in ratios)
+    lines = [header + " | epochs (best / trained) |", "|---|---|---|" + "---|---|" * len(ratios) + "---|"]
     groups: dict[tuple[str, str], dict[float, list[dict[str, Any]]]] = {}
     for row in sorted(rows, key=lambda r: (is_reference(r["method"]), r["method"], r["mode"])):
         groups.setdefault((row["method"], row["mode"]), {}).setdefault(row["noise_ratio"], []).append(row)
-    oracle = {(r["noise_ratio"], r["seed"]): r["test"]["rsum"] for r in rows if r["method"] == ORACLE}
+    oracle = {(r["method"], r["noise_ratio"], r["seed"]): r["test"]["rsum"] for r in rows if is_reference(r["method"])}
     for (method, mode), by_ratio in groups.items():
         cells = []
+        runs = [r for group in by_ratio.values() for r in group]
+        name = oracle_of(runs[0], oracles or {})
         for ratio in ratios:
             group = by_ratio.get(ratio, [])
             rsum = mean_spread([r["test"]["rsum"] for r in group])
-            share = mean_spread([100 * r["test"]["rsum"] / oracle[ratio, r["seed"]] for r in group if oracle.get((ratio, r["seed"]))])
+            share = mean_spread([100 * r["test"]["rsum"] / oracle[name, ratio, r["seed"]] for r in group
+                                 if oracle.get((name, ratio, r["seed"]))])
             cells.append(f"{rsum} | {share}{'%' if share != '-' else ''}")
-        runs = [r for group in by_ratio.values() for r in group]
         epochs = f"{_count([r['best_epoch'] or 0 for r in runs])} / {_count([r['epochs'] for r in runs])}"
-        lines.append(f"| {method} | {mode} | " + " | ".join(cells) + f" | {epochs} |")
+        lines.append(f"| {method} | {mode} | {name} | " + " | ".join(cells) + f" | {epochs} |")
     return lines
 
 
@@ -331,9 +422,20 @@ def _count(values: list[int]) -> str:
     return str(values[0]) if len(set(values)) == 1 else mean_spread(values, 0)
 
 
-def notes(rows: list[dict[str, Any]]) -> list[str]:
+def cause_page(method: str, docs: Path = METHOD_DOCS) -> str | None:
+    """Where the cause of ``method``'s place on the leaderboard is measured: its ``docs/methods`` page and the first
+    section whose heading starts with :data:`CAUSE_SECTION`, when the page has one."""
+    page = docs / f"{method}.md"
+    headings = [line.strip() for line in page.read_text().splitlines()] if page.is_file() else []
+    heading = next((line for line in headings if line.startswith(CAUSE_SECTION)), None)
+    return f"docs/methods/{method}.md, \"{heading.lstrip('# ')}\"" if heading else None
+
+
+def notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, docs: Path = METHOD_DOCS) -> list[str]:
     """Where a method's mean rSum falls below VSE++'s at a protocol and ratio (same evaluation mode of the method as
-    trained), and the runs that stopped at their last planned epoch (not converged by the rule)."""
+    trained) and where its cause is measured (:func:`cause_page`); a method above its own oracle (a defect of the
+    measurement until shown otherwise); runs trained otherwise than the plan (``stale``, with ``--report-only``);
+    the runs that stopped at their last planned epoch (not converged by the rule)."""
     out = []
     plain = [r for r in rows if r["mode"] != NETWORK_A and r["mode"] != SGRAF and not is_reference(r["method"])]
     mean: dict[tuple[str, str, float], float] = {}
@@ -347,20 +449,84 @@ def notes(rows: list[dict[str, Any]]) -> list[str]:
             seen = "; its division (network A, last epoch): " + ", ".join(
                 f"{key} {statistics.mean(d[key] for d in division):.2f}" for key in ("auc", "precision", "recall")
                 if all(d.get(key) is not None for d in division)) if division else ""
+            page = cause_page(method, docs)
             out.append(f"{method} is below VSE++ under {protocol} at {ratio:.0%} ({value:.1f} vs {vsepp:.1f}){seen}; "
-                       "the cause is not measured further here")
-    oracle = {(r["protocol"], r["noise_ratio"], r["seed"]): r["test"]["rsum"] for r in rows if r["method"] == ORACLE}
-    above = sorted({f"{r['method']} ({r['protocol']} {r['noise_ratio']:.0%})" for r in plain
-                    if oracle.get((r["protocol"], r["noise_ratio"], r["seed"]), math.inf) < r["test"]["rsum"]})
+                       + (f"the cause, measured: {page}" if page else "the cause is not measured yet"))
+    oracle = {(r["method"], r["protocol"], r["noise_ratio"], r["seed"]): r["test"]["rsum"] for r in rows if is_reference(r["method"])}
+    above = sorted({f"{r['method']} over {oracle_of(r, oracles or {})} ({r['protocol']} {r['noise_ratio']:.0%})" for r in plain
+                    if oracle.get((oracle_of(r, oracles or {}), r["protocol"], r["noise_ratio"], r["seed"]), math.inf) < r["test"]["rsum"]})
     if above:
-        out.append("above the oracle, which trains VSE++'s loss with the demo's optimiser: " + ", ".join(above)
-                   + "; the oracle bounds a method of its own schedule only (TcVSE: AdamW at 5e-4)")
+        out.append("above its oracle, a defect of the measurement until shown otherwise: " + ", ".join(above))
+    stale = sorted({f"{r['method']} ({r['protocol']} {r['noise_ratio']:.0%} seed {r['seed']}: {'; '.join(r['stale'])})"
+                    for r in rows if r.get("stale")})
+    if stale:
+        out.append("trained otherwise than the plan, shown until trained again (a call without --report-only): "
+                   + ", ".join(stale))
     stopped = sorted({f"{r['method']} ({r['protocol']} {r['noise_ratio']:.0%} seed {r['seed']})" for r in rows
                       if r["mode"] != NETWORK_A and r.get("planned_epochs") and r["epochs"] >= r["planned_epochs"]
                       and r.get("best_epoch") == r["epochs"]})
     if stopped:
         out.append("still improving at the last planned epoch (not converged by the rule): " + ", ".join(stopped))
     return out
+
+
+def table_columns(args: argparse.Namespace) -> list[tuple[str, float]]:
+    """The (protocol, ratio) columns of a call's tables, in its order."""
+    return [(p, r) for p in args.protocols for r in (args.ncr_ratios if p == "ncr-caption" else args.decl_ratios)]
+
+
+README_MARKERS = ("<!-- leaderboard:start -->", "<!-- leaderboard:end -->")
+"""The lines of ``README.md`` between which :func:`readme_excerpt` stands."""
+
+
+def readme_excerpt(result: dict[str, Any], columns: list[tuple[str, float]], seeds: list[int]) -> list[str]:
+    """The README's short table of one benchmark's ``result``: a row per method as it ranks (its first evaluation
+    mode, not ``network A alone`` nor SGRAF), test rSum and share of the oracle (mean over ``seeds``) per protocol and
+    ratio of ``columns``, the methods by their mean share, best first; the oracle last."""
+    rows = [r for r in result["rows"] if r["mode"] not in (NETWORK_A, SGRAF)]
+    oracle = {(r["protocol"], r["noise_ratio"], r["seed"]): r["test"]["rsum"] for r in rows if r["method"] == ORACLE}
+    table: dict[str, dict[tuple[str, float], tuple[float, float | None]]] = {}
+    for method in sorted({r["method"] for r in rows}):
+        for column in columns:
+            group = [r for r in rows if r["method"] == method and (r["protocol"], r["noise_ratio"]) == column]
+            if group:
+                shares = [100 * r["test"]["rsum"] / oracle[(*column, r["seed"])]
+                          for r in group if (*column, r["seed"]) in oracle]
+                table.setdefault(method, {})[column] = (statistics.mean(r["test"]["rsum"] for r in group),
+                                                        statistics.mean(shares) if shares else None)
+
+    def rank(method: str) -> tuple[bool, float]:
+        shares = [share for _, share in table[method].values() if share is not None]
+        return is_reference(method), -(statistics.mean(shares) if shares else 0.0)
+
+    modes = {r["method"]: r["mode"] for r in rows}
+    lines = [f"Test rSum (share of the oracle), {result['description']}, seeds {seeds}; "
+             "[benchmarks/leaderboard.md](benchmarks/leaderboard.md) has every evaluation mode, the notes and the "
+             "cost:", "", "| method | " + " | ".join(f"`{p}` {r:.0%}" for p, r in columns) + " |",
+             "|---|" + "---|" * len(columns)]
+    for method in sorted(table, key=rank):
+        cells = []
+        for column in columns:
+            rsum, share = table[method].get(column, (None, None))
+            shown = share is not None and method != ORACLE
+            cells.append("-" if rsum is None else f"{rsum:.1f}" + (f" ({share:.0f}%)" if shown else ""))
+        name = method if is_reference(method) or modes[method] == ONE_NETWORK else f"{method}, {modes[method]}"
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def write_readme_excerpt(path: Path, lines: list[str]) -> None:
+    """Replace the text between :data:`README_MARKERS` of ``path`` by ``lines``.
+
+    Raises:
+        ValueError: ``path`` lacks either marker, or has them out of order.
+    """
+    text = path.read_text(encoding="utf-8")
+    start, end = text.find(README_MARKERS[0]), text.find(README_MARKERS[1])
+    if start < 0 or end < start:
+        raise ValueError(f"{path}: expected the lines {README_MARKERS[0]} and then {README_MARKERS[1]}")
+    head = text[: start + len(README_MARKERS[0])]
+    path.write_text(head + "\n" + "\n".join(lines) + "\n" + text[end:], encoding="utf-8")
 
 
 def reported_table(doc: Path = DOC) -> list[str]:
@@ -441,8 +607,10 @@ def report(args: argparse.Namespace, results: dict[str, Any], wall: float) -> st
         + (" (these tables: its finished runs, `--report-only`)" if args.report_only else "")
         + f"; {machine()}; commit {commit()}. "
         "Measured here, on the same data, noise files, schedule and evaluation; test rSum of the best-validation "
-        f"checkpoint, mean ± sd over seeds {args.seeds}; share of oracle: over {ORACLE} ({args.oracle_method[0]} on "
-        "exactly the clean pairs, trained to convergence) at the same ratio and seed.",
+        f"checkpoint, mean ± sd over seeds {args.seeds}; share of oracle: over the row's oracle at the same ratio and "
+        f"seed, trained to convergence on exactly the clean pairs: {ORACLE} ({args.oracle_method[0]}), or, for a method "
+        "whose optimiser, learning rate, weight decay or model fields differ from "
+        f"{args.oracle_method[0]}'s, `{ORACLE} (method)`, that method itself.",
     ]
     for benchmark, result in results.items():
         if "skipped" in result:
@@ -452,7 +620,7 @@ def report(args: argparse.Namespace, results: dict[str, Any], wall: float) -> st
         for protocol in args.protocols:
             ratios = args.ncr_ratios if protocol == "ncr-caption" else args.decl_ratios
             parts += ["", f"## Measured: {result['description']}, protocol `{protocol}`", ""]
-            parts += protocol_table([r for r in rows if r["protocol"] == protocol], protocol, ratios)
+            parts += protocol_table([r for r in rows if r["protocol"] == protocol], protocol, ratios, result["oracles"])
         if result["notes"]:
             parts += ["", "Notes:"] + [f"- {line}" for line in result["notes"]]
         parts += ["", f"{benchmark}: {result['cost']}"]
@@ -497,6 +665,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--report", default=None,
                         help="Path prefix of the .md / .png / .json (default benchmarks/leaderboard; --quick: OUTPUT_DIR/leaderboard; "
                         "_clip added for --benchmark clip alone).")
+    parser.add_argument("--readme", default=None,
+                        help="Also write the short table of --readme-benchmark between the leaderboard markers of this "
+                        "file (README.md).")
+    parser.add_argument("--readme-benchmark", choices=("generated", "proxy"), default="generated")
     parser.add_argument("--report-only", action="store_true", help="Train nothing: the tables of the finished runs.")
     parser.add_argument("--quick", action="store_true", help="Tiny data and model, 2 epochs, one ratio per protocol, seed 0.")
     clip_track.add_arguments(parser)
@@ -548,14 +720,18 @@ def main(argv: list[str] | None = None) -> int:
         if len(rows) < planned:
             cost += f"; {planned - len(rows)} of {planned} planned runs not finished (not shown)"
         print(f"{name}: {cost}")
-        results[name] = {"description": description, "rows": labelled, "notes": notes(labelled), "cost": cost,
-                         "data_dir": str(data_dir)}
+        oracles = own_oracles(args)
+        results[name] = {"description": description, "rows": labelled, "notes": notes(labelled, oracles), "cost": cost,
+                         "oracles": oracles, "data_dir": str(data_dir)}
     prefix = Path(args.report)
     write_report(prefix.with_suffix(".md"), report(args, results, time.perf_counter() - started))
     for name, result in results.items():
         if "rows" in result:
             suffix = "" if len(results) == 1 or name == "generated" else f"_{name}"
             plot(result["rows"], args.protocols, prefix.with_name(prefix.name + suffix + ".png"))
+    if args.readme and "rows" in results.get(args.readme_benchmark, {}):
+        excerpt = readme_excerpt(results[args.readme_benchmark], table_columns(args), args.seeds)
+        write_readme_excerpt(Path(args.readme), excerpt)
     prefix.with_suffix(".json").write_text(json.dumps({"machine": machine(), "commit": commit(), "argv": args.argv,
                                                        "benchmarks": results}, indent=1, default=float))
     return 0

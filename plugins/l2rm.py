@@ -39,7 +39,8 @@ class L2RMOptions(MethodOptions, namespace="l2rm"):
     """The authors' ``opt.py`` and scripts: tau 0.05 (RCE and the KL's softmax), Sinkhorn's reg (0.07 for CC152K and
     MS-COCO, 0.01 for Flickr30K), the transported mass rho 0.1, the hinge margin 0.2, the division's Beta mixture
     (10 EM steps, losses clipped into [1e-3, 1 - 1e-3], clean above 0.5), and whether the noisy pairs' own diagonal is
-    masked out of the transport (the authors' code masks it except on CC152K, whose noise ratio it sets to 0)."""
+    masked out of the transport (the authors' code masks it except on CC152K, whose noise ratio it sets to 0);
+    ``rematch_weight`` scales the rematching loss (1 as the authors train; 0: the noisy pairs left out, an ablation)."""
 
     tau: float = option(0.05, exclusive_minimum=0)
     reg: float = option(0.07, exclusive_minimum=0)
@@ -49,6 +50,7 @@ class L2RMOptions(MethodOptions, namespace="l2rm"):
     bmm_eps: float = option(1e-3, exclusive_minimum=0, exclusive_maximum=0.5)
     threshold: float = option(0.5, minimum=0, maximum=1)
     mask_diagonal: bool = True
+    rematch_weight: float = option(1.0, minimum=0)
     sinkhorn_iterations: int = option(1000, minimum=1)
     sinkhorn_tolerance: float = option(1e-6, exclusive_minimum=0)
 
@@ -181,10 +183,12 @@ def divide(trainer, epoch) -> Division:
 
 @hookimpl
 def batch_plan(trainer, networks) -> BatchPlan | None:
-    """After warmup: a pass over the clean set with a batch of the noisy set beside each clean batch."""
+    """After warmup: a pass over the clean set with a batch of the noisy set beside each clean batch (none with
+    ``l2rm.rematch_weight`` 0)."""
     if trainer.in_warmup:
         return None
-    return division_plan(trainer.divisions[networks[0]], keep_last=True)
+    rematch = trainer.options_of(L2RMOptions).rematch_weight > 0
+    return division_plan(trainer.divisions[networks[0]], noisy=rematch, keep_last=True)
 
 
 @hookimpl
@@ -192,7 +196,7 @@ def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
     """A clean batch: the max-violation triplet loss; a noisy batch: the rematching loss."""
     settings = trainer.options_of(L2RMOptions)
     if trainer.batch_part == "noisy":
-        return {"rematch_skl": rematching_loss(outputs.similarity, settings)}
+        return {"rematch_skl": settings.rematch_weight * rematching_loss(outputs.similarity, settings)}
     return {"triplet_hardest": triplet_hardest_negative(outputs.similarity, settings.margin).sum()}
 
 

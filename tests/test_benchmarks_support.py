@@ -504,6 +504,9 @@ def test_the_converged_oracle_trains_at_least_the_methods_optimiser_steps_then_s
     own = accuracy.Job(accuracy.oracle_row("ncr", "vsepp"), accuracy.reference_run(args, 0.5, "ncr"), 0, oracle.data)
     twice = [{**rows[0], "plugin": "ncr", "steps_per_network": 140.0}]
     assert accuracy.steps_per_batch("ncr", twice, 1000) == 2.0 and accuracy.steps_per_batch("vsepp", twice, 1000) == 1.0
+    # at the batch size the run recorded: VSE++'s 434 steps in 14 epochs of 1000 // 32 = 31 batches are 1 a batch
+    small = [{"method": "vsepp", "plugin": "vsepp", "epochs": 14, "batch_size": 32, "steps_per_network": 434.0}]
+    assert accuracy.steps_per_batch("vsepp", small, 1000) == 1.0
     assert accuracy.bounded_job(own, twice, args).run.settings["lr_decay_epochs"] == [24]
     method = accuracy.Job("ncr", accuracy.method_runs(["ncr"], 0.5)[0], 0, oracle.data)
     assert accuracy.bounded_job(method, rows, args) == method

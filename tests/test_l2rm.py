@@ -119,3 +119,17 @@ def test_l2rm_trains_divides_and_rematches(tiny_data_dir, tmp_path):
         assert math.isfinite(record["train/triplet_hardest"]) and math.isfinite(record["train/rematch_skl/noisy"])
         assert record["division/auc"] > 0.6
     assert 0.0 < result["test"]["rsum"] <= 600.0
+
+
+@pytest.mark.parametrize(("weight", "parts"), [(1.0, ["clean", "noisy"]), (0.0, ["clean"])])
+def test_rematch_weight_zero_leaves_the_noisy_pairs_out_of_the_pass(weight, parts):
+    from types import SimpleNamespace
+
+    from hfncl.types import Division
+
+    clean = torch.tensor([True, False, True, False])
+    trainer = SimpleNamespace(in_warmup=False, divisions=[Division(clean_prob=clean.float(), clean=clean)],
+                              options_of=lambda _: L2RMOptions(rematch_weight=weight))
+    plan = l2rm.batch_plan(trainer, [0])
+    assert list(plan.parts) == parts
+    assert torch.equal(plan.parts["clean"], clean)

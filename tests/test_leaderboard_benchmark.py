@@ -72,13 +72,80 @@ def test_tables_name_protocol_and_mode_and_share_of_the_oracle(leaderboard):
         _row("oracle", "decl-image", 0.4, 0, 400.0, "one network"), _row("oracle", "decl-image", 0.4, 1, 400.0, "one network"),
     ]
     lines = leaderboard.protocol_table(rows, "decl-image", [0.4])
-    assert lines[0] == "| method | evaluation | 40% rSum | 40% share of oracle | epochs (best / trained) |"
-    assert "| ncr | mean of 2 networks | 310.0 ± 14.1 | 77.5 ± 3.5% | 10 / 12 |" in lines
-    assert "| ncr | network A alone | 295.0 ± 7.1 | 73.8 ± 1.8% | 10 / 12 |" in lines
-    assert lines[-1] == "| oracle | one network | 400.0 ± 0.0 | 100.0 ± 0.0% | 10 / 12 |"
+    assert lines[0] == "| method | evaluation | oracle | 40% rSum | 40% share of oracle | epochs (best / trained) |"
+    assert "| ncr | mean of 2 networks | oracle | 310.0 ± 14.1 | 77.5 ± 3.5% | 10 / 12 |" in lines
+    assert "| ncr | network A alone | oracle | 295.0 ± 7.1 | 73.8 ± 1.8% | 10 / 12 |" in lines
+    assert lines[-1] == "| oracle | one network | oracle | 400.0 ± 0.0 | 100.0 ± 0.0% | 10 / 12 |"
 
 
-def test_notes_flag_a_method_below_vsepp_and_runs_still_improving(leaderboard):
+def test_a_method_trained_by_another_rule_than_the_oracles_has_its_own_oracle(leaderboard, tmp_path):
+    # TcVSE trains with AdamW at 5e-4 and max pooling, UGNCL with two image views, DECL at 5e-4: each its own oracle
+    args = leaderboard.parse_args(["--methods", "vsepp", "ncr", "tcvse", "decl", "ugncl", "--seeds", "0"])
+    oracles = leaderboard.own_oracles(args)
+    assert oracles == {"vsepp": "oracle", "ncr": "oracle", "tcvse": "oracle (tcvse)", "decl": "oracle (decl)",
+                       "ugncl": "oracle (ugncl)"}
+    rule = leaderboard.training_rule(leaderboard.method_runs(["tcvse"], 0.2)[0])
+    assert rule == {"optimizer": "adamw", "learning_rate": 5e-4, "weight_decay": 1e-4, "lr_decay_factor": 0.9,
+                    "image_pooling": "max", "text_pooling": "max"}
+    data_dir = generate_precomp(tmp_path / "data", MICRO_DATA)
+    own = leaderboard.parse_args(["--methods", "vsepp", "tcvse", "--seeds", "0", "--protocols", "ncr-caption",
+                                  "--ncr-ratios", "0.2"])
+    _, references = leaderboard.plan(own, data_dir)
+    by_row = {r.job.row: r.job for r in references}
+    assert set(by_row) == {"oracle", "oracle (tcvse)"}  # tcvse itself on exactly the clean pairs, under its own rule
+    assert by_row["oracle (tcvse)"].run.plugin == "tcvse" and by_row["oracle"].run.plugin == "vsepp"
+    assert by_row["oracle (tcvse)"].data.train_split == by_row["oracle"].data.train_split == "train_oracle_20_seed0"
+    # a method's share is over its own oracle, named in the table; VSE++'s oracle row stays
+    rows = [_row("tcvse", "ncr-caption", 0.2, 0, 500.0, "one network"), _row("vsepp", "ncr-caption", 0.2, 0, 250.0, "one network"),
+            _row("oracle", "ncr-caption", 0.2, 0, 350.0, "one network", plugin="vsepp"),
+            _row("oracle (tcvse)", "ncr-caption", 0.2, 0, 520.0, "one network", plugin="tcvse")]
+    lines = leaderboard.protocol_table(rows, "ncr-caption", [0.2], {"tcvse": "oracle (tcvse)", "vsepp": "oracle"})
+    assert "| tcvse | one network | oracle (tcvse) | 500.0 | 96.2% | 10 / 12 |" in lines
+    assert "| vsepp | one network | oracle | 250.0 | 71.4% | 10 / 12 |" in lines
+    assert lines[-2:] == ["| oracle | one network | oracle | 350.0 | 100.0% | 10 / 12 |",
+                          "| oracle (tcvse) | one network | oracle (tcvse) | 520.0 | 100.0% | 10 / 12 |"]
+    # above the VSE++ oracle is no note, above its own is one
+    assert not [n for n in leaderboard.notes(rows, {"tcvse": "oracle (tcvse)"}) if "above its oracle" in n]
+    above = [{**rows[0], "test": {"rsum": 530.0}}] + rows[1:]
+    assert "above its oracle, a defect of the measurement until shown otherwise: tcvse over oracle (tcvse) " \
+           "(ncr-caption 20%)" in leaderboard.notes(above, {"tcvse": "oracle (tcvse)"})
+
+
+def test_a_run_trained_otherwise_than_the_plan_is_named_and_trained_again(leaderboard, tmp_path, monkeypatch):
+    data_dir = generate_precomp(tmp_path / "data", MICRO_DATA)
+    args = leaderboard.parse_args(["--methods", "ncr", "--seeds", "0", "--protocols", "decl-image", "--decl-ratios", "0.4",
+                                   "--batch-size", "16"])
+    (run,), _ = leaderboard.plan(args, data_dir)
+    root = tmp_path / "runs"
+    assert leaderboard.stale_fields(run, root, False, {}) == []  # not started
+    run_dir = run.directory(root) / run.job.name
+    run_dir.mkdir(parents=True)
+    config = leaderboard.train_config(run.job, run_dir, False)
+    saved = {field: getattr(config, field) for field in leaderboard.TRAINING_FIELDS}
+    saved.update(options=dict(config.options), train_split="train", embed_dim=256)
+    (run_dir / "run_config.yaml").write_text(leaderboard.yaml.safe_dump(saved))
+    assert leaderboard.stale_fields(run, root, False, {}) == []
+    assert leaderboard.stale_fields(run, root, False, {"embed_dim": 64}) == ["embed_dim was 256, plan 64"]
+    (run_dir / "run_config.yaml").write_text(leaderboard.yaml.safe_dump({**saved, "warmup_epochs": 2, "options": {}}))
+    stale = leaderboard.stale_fields(run, root, False, {})
+    assert stale == ["options was {}, plan {'ncr.noisy_batch': 'split'}", "warmup_epochs was 2, plan 4"]
+    # its finished row: shown with --report-only (the notes name it), trained again from the start otherwise
+    (run_dir / "row.json").write_text(json.dumps(_row("ncr", "decl-image", 0.4, 0, 100.0)))
+    (run_dir / "modes.json").write_text("{}")
+    shown = leaderboard.train_run(run, root, False, None, True)
+    assert shown["stale"] == stale and shown["batch_size"] == 16  # a row without its batch size: the run's config's
+    note = [n for n in leaderboard.notes([{**shown, "mode": "one network"}]) if n.startswith("trained otherwise")]
+    assert note == ["trained otherwise than the plan, shown until trained again (a call without --report-only): "
+                    "ncr (decl-image 40% seed 0: options was {}, plan {'ncr.noisy_batch': 'split'}; warmup_epochs was 2, "
+                    "plan 4)"]
+    calls = []
+    monkeypatch.setattr(leaderboard, "train", lambda job, directory, quick, progress, resume, report_only, model:
+                        calls.append((resume, (directory / job.name / "row.json").exists())))
+    leaderboard.train_run(run, root, False, None, False)
+    assert calls == [(False, False)] and not (run_dir / "modes.json").exists()  # no resume; the old results gone
+
+
+def test_notes_flag_a_method_below_vsepp_and_runs_still_improving(leaderboard, tmp_path):
     rows = [_row("vsepp", "ncr-caption", 0.5, 0, 300.0, "one network"), _row("gsc", "ncr-caption", 0.5, 0, 280.0, "mean of 2 networks",
                  division={"auc": 0.55, "precision": 0.5, "recall": 0.1}),
             _row("ncr", "ncr-caption", 0.5, 0, 310.0, "mean of 2 networks", epochs=20, best_epoch=20)]
@@ -86,6 +153,50 @@ def test_notes_flag_a_method_below_vsepp_and_runs_still_improving(leaderboard):
     assert notes[0].startswith("gsc is below VSE++ under ncr-caption at 50% (280.0 vs 300.0); its division (network A, "
                                "last epoch): auc 0.55, precision 0.50, recall 0.10;")
     assert notes[1].endswith("ncr (ncr-caption 50% seed 0)") and len(notes) == 2
+    # the cause: the method's docs page where it has a section "On the leaderboard"
+    docs = tmp_path / "methods"
+    docs.mkdir()
+    (docs / "gsc.md").write_text("# GSC\n\n## Measurements\n")
+    assert leaderboard.notes(rows, docs=docs)[0].endswith("; the cause is not measured yet")
+    (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard\n\nWhy.\n")
+    assert leaderboard.notes(rows, docs=docs)[0].endswith('; the cause, measured: docs/methods/gsc.md, "On the leaderboard"')
+    assert leaderboard.notes(rows)[0] == leaderboard.notes(rows, docs=docs)[0]  # GSC's own page has the section
+    (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard: why GSC falls below VSE++\n")
+    assert leaderboard.notes(rows, docs=docs)[0].endswith('docs/methods/gsc.md, "On the leaderboard: why GSC falls below VSE++"')
+
+
+def test_readme_excerpt_ranks_methods_by_their_mean_share_of_the_oracle(leaderboard, tmp_path):
+    rows = [_row("oracle", "ncr-caption", 0.2, 0, 400.0, mode="one network"),
+            _row("oracle", "decl-image", 0.4, 0, 200.0, mode="one network"),
+            _row("vsepp", "ncr-caption", 0.2, 0, 300.0, mode="one network"),
+            _row("vsepp", "decl-image", 0.4, 0, 100.0, mode="one network"),
+            _row("ncr", "ncr-caption", 0.2, 0, 320.0, mode="mean of 2 networks"),
+            _row("ncr", "ncr-caption", 0.2, 0, 200.0, mode="network A alone"),
+            _row("ncr", "decl-image", 0.4, 0, 160.0, mode="mean of 2 networks")]
+    lines = leaderboard.readme_excerpt({"rows": rows, "description": "a benchmark"},
+                                       [("ncr-caption", 0.2), ("decl-image", 0.4)], [0])
+    table = [line for line in lines if line.startswith("| ") and "---" not in line][1:]
+    # ncr: (80% + 80%) / 2 = 80% ahead of vsepp: (75% + 50%) / 2 = 62.5%; network A alone is not a row
+    assert table == ["| ncr, mean of 2 networks | 320.0 (80%) | 160.0 (80%) |",
+                     "| vsepp | 300.0 (75%) | 100.0 (50%) |", "| oracle | 400.0 | 200.0 |"]
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n<!-- leaderboard:start -->\nold\n<!-- leaderboard:end -->\nafter\n")
+    leaderboard.write_readme_excerpt(readme, ["new"])
+    assert readme.read_text() == "# x\n<!-- leaderboard:start -->\nnew\n<!-- leaderboard:end -->\nafter\n"
+    readme.write_text("no markers\n")
+    with pytest.raises(ValueError, match="README.md: expected the lines <!-- leaderboard:start -->"):
+        leaderboard.write_readme_excerpt(readme, ["new"])
+
+
+def test_the_readmes_table_is_the_committed_leaderboards(leaderboard):
+    committed = json.loads((BENCHMARKS / "leaderboard.json").read_text())
+    args = leaderboard.parse_args(committed["argv"])
+    expected = leaderboard.readme_excerpt(committed["benchmarks"][args.readme_benchmark],
+                                          leaderboard.table_columns(args), args.seeds)
+    readme = (BENCHMARKS.parent / "README.md").read_text()
+    start, end = (readme.index(marker) for marker in leaderboard.README_MARKERS)
+    assert readme[start:end].splitlines()[1:] == expected, "README's leaderboard excerpt differs from its JSON: " \
+        "python benchmarks/leaderboard.py --report-only --readme README.md ..."
 
 
 def test_cost_counts_cpu_time_of_every_run(leaderboard):
