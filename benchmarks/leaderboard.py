@@ -5,6 +5,7 @@
     python benchmarks/leaderboard.py --jobs 4                         # 4 runs at once (one per GPU where several)
     python benchmarks/leaderboard.py --sgraf ncr vsepp                # also SGR and SAF models, averaged ("SGRAF")
     python benchmarks/leaderboard.py --quick                          # checks the script in about a minute
+    python benchmarks/leaderboard.py --benchmark clip --seeds 0       # the CLIP track (benchmarks/clip_track.py)
 
 Methods: every installed plugin (entry-point group ``hfncl``, built-in or third-party) that
 learns from image-caption pairs and declares ``demo_settings``, or those named with
@@ -22,7 +23,8 @@ images x 5 captions, 50 dev, 100 test; the demo's model, ``--model`` changes it;
 demo's 256-d model; the two changes were not measured apart) and
 ``proxy`` (Flickr8k captions through MiniLM, ``accuracy.py``'s proxy with
 ``--proxy-train-images`` training images, default 1000; skipped with a message when the file
-or the encoder package is absent).
+or the encoder package is absent); ``clip``: the CLIP track (``clip_track.py``: both towers of a CLIP fine-tuned on
+generated pictures, an InfoNCE baseline without noise handling; alone, it writes ``benchmarks/leaderboard_clip``).
 
 Schedule: a method trains its demo settings under the converged oracle's rule of
 ``accuracy.py`` (:func:`accuracy.converged_settings`): its demo epochs at its learning
@@ -75,6 +77,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import clip_track
 import torch
 import yaml
 from accuracy import (
@@ -637,8 +640,9 @@ def report(args: argparse.Namespace, results: dict[str, Any], wall: float) -> st
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--benchmark", nargs="+", choices=("generated", "proxy"), default=None,
-                        help="Benchmarks (default: generated; with --quick: both).")
+    parser.add_argument("--benchmark", nargs="+", choices=("generated", "proxy", "clip"), default=None,
+                        help="Benchmarks (default: generated; with --quick: generated and proxy; clip: the CLIP track "
+                        "of benchmarks/clip_track.py).")
     parser.add_argument("--methods", nargs="+", default=None, help="Methods (default: every installed pair method with demo settings).")
     parser.add_argument("--protocols", nargs="+", choices=tuple(DEFAULT_RATIOS), default=list(DEFAULT_RATIOS))
     parser.add_argument("--ncr-ratios", type=float, nargs="+", default=DEFAULT_RATIOS["ncr-caption"])
@@ -666,13 +670,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="Training images of the real-text proxy (its 500 dev and 1000 test images besides).")
     parser.add_argument("--output-dir", default="runs/leaderboard", help="Where data and runs go.")
     parser.add_argument("--report", default=None,
-                        help="Path prefix of the .md / .png / .json (default benchmarks/leaderboard; --quick: OUTPUT_DIR/leaderboard).")
+                        help="Path prefix of the .md / .png / .json (default benchmarks/leaderboard; --quick: OUTPUT_DIR/leaderboard; "
+                        "_clip added for --benchmark clip alone).")
     parser.add_argument("--readme", default=None,
                         help="Also write the short table of --readme-benchmark between the leaderboard markers of this "
                         "file (README.md).")
     parser.add_argument("--readme-benchmark", choices=("generated", "proxy"), default="generated")
     parser.add_argument("--report-only", action="store_true", help="Train nothing: the tables of the finished runs.")
     parser.add_argument("--quick", action="store_true", help="Tiny data and model, 2 epochs, one ratio per protocol, seed 0.")
+    clip_track.add_arguments(parser)
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     args.settings, args.references_only, args.no_half_data = None, False, True
@@ -689,6 +695,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--patience and --oracle-patience must be >= 0")
     if args.report is None:
         args.report = str(Path(args.output_dir) / "leaderboard") if args.quick else str(REPO / "benchmarks" / "leaderboard")
+        args.report += "_clip" if args.benchmark == ["clip"] else ""  # the CLIP track alone: its own report
     return args
 
 
@@ -699,6 +706,9 @@ def main(argv: list[str] | None = None) -> int:
     output_dir = Path(args.output_dir)
     results: dict[str, Any] = {}
     for name in args.benchmark:
+        if name == "clip":
+            results[name] = clip_track.run_track(args, output_dir)
+            continue
         proxy = dataclasses.replace(PROXY, max_images=args.proxy_train_images + PROXY.num_dev + PROXY.num_test)
         data_dir, description = prepare_benchmark(name, args, output_dir, DEMO_SIZES[args.size], proxy)
         if data_dir is None:

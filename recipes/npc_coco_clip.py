@@ -10,8 +10,8 @@ Defaults follow the authors' README command (``main_NPC.py --batch_size 256 --ep
 and eps 1e-6 are torch's defaults here), gradient norm clipped at 10; both towers from
 ``openai/clip-vit-base-patch32`` with their pooled (EOS / class) outputs; no warmup epoch (the memory bank is
 built from pretrained CLIP before the first step, as the authors' ``get_memorybank.py`` builds theirs).
-hfncl's towers feed fresh projection heads into the joint space, not CLIP's own ``visual_projection`` /
-``text_projection``, and the authors' cosine schedule with 500 warmup steps is a constant rate here:
+The towers' heads start from CLIP's own ``visual_projection`` / ``text_projection`` (``embed_dim`` 512 is
+ViT-B/32's projection size); the authors' cosine schedule with 500 warmup steps is a constant rate here:
 docs/reproduction.md lists every difference.
 """
 

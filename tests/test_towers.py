@@ -7,6 +7,7 @@ directory and loaded by path; one integration test loads the real MiniLM shipped
 
 from __future__ import annotations
 
+import math
 import shutil
 from pathlib import Path
 
@@ -189,6 +190,58 @@ def test_clip_text_and_vision_towers_from_a_dual_checkpoint(clip_dir):
     assert states.shape == (3, 1 + (16 // 8) ** 2, 8) and mask is None
     _, captions, lengths = text_batch(64)
     assert model(pixels, captions[:3], lengths[:3]).shape == (3, 3)
+
+
+def clip_towers(source: Path, embed_dim: int = 8) -> NCLModel:
+    """Both towers of the CLIP at ``source``, pooled outputs, an ``embed_dim`` joint space."""
+    return NCLModel(
+        NCLConfig(
+            embed_dim=embed_dim,
+            text_tower="transformer",
+            text_tower_name=str(source),
+            text_pooling="pooler",
+            image_tower="transformer",
+            image_tower_name=str(source),
+            image_pooling="pooler",
+        )
+    ).eval()
+
+
+def test_clip_towers_start_in_clips_own_joint_space(clip_dir):
+    """At step 0 the towers' similarities are CLIPModel's own logits over its logit scale (its projections kept)."""
+    model = clip_towers(clip_dir)
+    pixels = torch.randn(3, 3, 16, 16, generator=torch.Generator().manual_seed(2))
+    _, captions, lengths = text_batch(64, seed=3)
+    mask = (torch.arange(captions.size(1))[None, :] < lengths[:, None]).long()
+    reference = CLIPModel.from_pretrained(clip_dir).eval()
+    with torch.no_grad():
+        similarity = model(pixels, captions, lengths)
+        output = reference(input_ids=captions, attention_mask=mask, pixel_values=pixels)
+        expected = output.logits_per_image / reference.logit_scale.exp()
+    assert similarity.shape == (3, 4)
+    torch.testing.assert_close(similarity, expected)
+    heads = [model.networks[0].text_encoder, model.networks[0].image_encoder]
+    assert all(not head.proj_bias.any() for head in heads)
+
+
+def test_a_clip_tower_without_its_projection_or_of_another_size_draws_a_fresh_head(clip_dir, tmp_path):
+    """A joint space of another size than CLIP's projection_dim, or a tower saved without its projection, cannot
+    start from CLIP's projection: the head is drawn (Xavier), so the similarities are not CLIP's."""
+    text_only = tmp_path / "text"
+    CLIPTextModel.from_pretrained(clip_dir).save_pretrained(text_only)
+    reference = CLIPModel.from_pretrained(clip_dir)
+    torch.manual_seed(0)
+    wider = clip_towers(clip_dir, embed_dim=12).networks[0].text_encoder
+    assert wider.proj_weight.shape == (12, 16)
+    config = NCLConfig(embed_dim=8, text_tower="transformer", text_tower_name=str(text_only), image_dim=16)
+    plain = NCLModel(config).networks[0].text_encoder
+    kept = encoder_weights(NCLModel(config), 0)
+    for name, tensor in CLIPTextModel.from_pretrained(clip_dir).state_dict().items():
+        assert torch.equal(kept[name], tensor), name
+    for head in (wider, plain):
+        assert not torch.allclose(head.proj_weight[:8], reference.text_projection.weight)
+        bound = math.sqrt(6 / sum(head.proj_weight.shape))  # Xavier-uniform's bound
+        assert head.proj_weight.abs().max() <= bound and head.proj_weight.std() > bound / 4
 
 
 @pytest.mark.parametrize("adapted", ["text", "image"])

@@ -7,6 +7,13 @@ and a linear head into the joint space. The tower's config travels inside
 hfncl checkpoint rebuilds the architecture without the Hub; the tower's weights are in
 hfncl's own safetensors file.
 
+A CLIP tower (``clip_text_model`` / ``clip_vision_model``) whose source holds CLIP's own
+projection (``text_projection`` / ``visual_projection`` of a ``CLIPModel``, or of a
+``CLIPTextModelWithProjection`` / ``CLIPVisionModelWithProjection``) into a space of
+``embed_dim`` dimensions starts its head from that projection (zero bias): with
+``pooling="pooler"`` the tower's embeddings at step 0 are CLIP's ``text_embeds`` /
+``image_embeds``, normalised, so fine-tuning starts from CLIP's aligned space.
+
 The pretrained weights are read from ``source`` (a Hub id or a local directory) only
 when a model is *initialised*: :class:`~hfncl.models.NCLModel`'s ``_init_weights``
 calls :meth:`PretrainedTower.init_weights` from ``post_init``. ``from_pretrained``
@@ -32,7 +39,14 @@ from huggingface_hub import is_offline_mode
 from peft import LoraConfig, inject_adapter_in_model
 from peft.tuners.lora import LoraLayer
 from torch import nn
-from transformers import AutoConfig, AutoModel, PretrainedConfig
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    CLIPTextModelWithProjection,
+    CLIPVisionModelWithProjection,
+    PretrainedConfig,
+    PreTrainedModel,
+)
 
 from hfncl.models.encoders import GRUTextEncoder, RegionImageEncoder, l2norm, masked_pool
 
@@ -48,6 +62,13 @@ DEFAULT_LORA_TARGETS: dict[str, tuple[str, ...]] = {
     "distilbert": ("q_lin", "v_lin"),
 }
 """The attention projections LoRA adapts by default, by ``model_type`` of the tower (LoRA paper: W_q, W_v)."""
+
+CLIP_PROJECTIONS: dict[str, tuple[type[PreTrainedModel], str, str]] = {
+    "clip_text_model": (CLIPTextModelWithProjection, "text", "text_projection"),
+    "clip_vision_model": (CLIPVisionModelWithProjection, "vision", "visual_projection"),
+}
+"""By CLIP tower ``model_type``: the transformers class with CLIP's projection, the tower's part of a dual config,
+and the projection's attribute (CLIP's ``visual_projection`` / ``text_projection``, a linear map without bias)."""
 
 
 class TowerLoadError(OSError):
@@ -158,7 +179,11 @@ class PretrainedTower(nn.Module):
         The head's weight and bias are the tower's own parameters, so transformers calls
         ``NCLModel._init_weights`` on the tower exactly when they are not loaded from a
         checkpoint: at first construction, after the encoder's own modules (children
-        first). The head is Xavier-uniform with a zero bias (SCAN's scheme). Adapted
+        first). The head has a zero bias; its weight is CLIP's own projection where
+        ``source`` holds one of the head's shape (``embed_dim`` equal to CLIP's
+        ``projection_dim``), else Xavier-uniform (SCAN's scheme: a BERT-family tower, a
+        CLIP tower without its projection, or a joint space of another size asked for,
+        whose head CLIP's projection cannot fill). Adapted
         layers keep their pretrained weight under ``base_layer``; the adapters start as
         LoRA prescribes (A random, B zero: the adapted layer equals the pretrained one).
         Every encoder weight must be found in ``source``; with ``source = None`` the
@@ -171,11 +196,12 @@ class PretrainedTower(nn.Module):
         nn.init.zeros_(self.proj_bias)
         if self.source is not None:
             try:
-                local = os.path.isdir(self.source)  # a local tower's pickle weights are never read
-                pretrained = type(self.model).from_pretrained(self.source, use_safetensors=True if local else None)
+                pretrained, projection = load_pretrained(self.source, self.model)
             except OSError as error:
                 hint = " (HF_HUB_OFFLINE=1 is set)" if is_offline_mode() else ""
                 raise TowerLoadError(f"Cannot load the pretrained weights of {self.source!r}{hint}: {error}") from error
+            if projection is not None and projection.shape == self.proj_weight.shape:
+                self.proj_weight.copy_(projection)
             weights = pretrained.state_dict()
             own = {name: t for name, t in self.model.state_dict().items() if "lora_" not in name}
             missing = sorted(name for name in own if name.replace(".base_layer", "") not in weights)
@@ -236,6 +262,36 @@ class TransformerImageEncoder(PretrainedTower):
     def local(self, pixel_values: torch.Tensor) -> tuple[torch.Tensor, None]:
         """Projected patch-token states (B, T, embed_dim) (class token included); every token is valid."""
         return self._encode(pixel_values)[1], None
+
+
+def load_pretrained(source: str, model: PreTrainedModel) -> tuple[PreTrainedModel, torch.Tensor | None]:
+    """The pretrained encoder of ``model``'s class stored at ``source``, and CLIP's projection of it (``None``: not a
+    CLIP tower, or ``source`` holds no projection).
+
+    A CLIP tower is read through its ``...WithProjection`` class, its config's ``projection_dim`` taken from a dual
+    config's own (a ``CLIPConfig`` nests tower configs whose ``projection_dim`` keeps its default).
+
+    Raises:
+        OSError: ``source`` cannot be read.
+    """
+    local = os.path.isdir(source)  # a local tower's pickle weights are never read
+    safetensors = True if local else None
+    found = CLIP_PROJECTIONS.get(str(model.config.model_type))
+    if found is None:
+        return type(model).from_pretrained(source, use_safetensors=safetensors), None
+    model_class, part, attribute = found
+    stored = AutoConfig.from_pretrained(source)
+    config = getattr(stored, f"{part}_config", None)
+    if isinstance(config, PretrainedConfig):
+        config.projection_dim = stored.projection_dim
+    else:
+        config = stored
+    loaded, info = model_class.from_pretrained(
+        source, config=config, use_safetensors=safetensors, output_loading_info=True
+    )
+    missing = any(key.startswith(f"{attribute}.") for key in info["missing_keys"])
+    encoder = getattr(loaded, f"{part}_model")
+    return encoder, None if missing else getattr(loaded, attribute).weight
 
 
 def lora_config(
