@@ -39,6 +39,14 @@ def test_import_hfncl_loads_no_framework() -> None:
     assert {name for name in modules if name.startswith("hfncl.")} == set()
 
 
+def test_the_model_class_loads_at_most_15_hfncl_modules_and_no_datasets() -> None:
+    """Issue 59: ``from hfncl import NCLModel`` reads the models and the checkpoint record, not the data package."""
+    modules, _ = imported_after("from hfncl import NCLModel")
+    own = {name for name in modules if name.split(".")[0] == "hfncl"}
+    assert len(own) <= 15, sorted(own)
+    assert "datasets" not in modules and not {name for name in own if name.startswith("hfncl.data")}
+
+
 def test_a_model_and_a_retriever_load_without_the_engine(tmp_path: Path) -> None:
     torch.manual_seed(0)
     vocab = Vocabulary.build(CAPTIONS, min_count=1)

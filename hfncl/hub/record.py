@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from hfncl.integrity import atomic_write_text
 
 RUN_RECORD = "hfncl_run.json"
 
@@ -164,7 +163,10 @@ def _data_description(data: Any, source: str) -> DataDescription:
 
 
 def write_run_record(directory: str | Path, record: RunRecord) -> Path:
-    """Write ``record`` as ``directory/hfncl_run.json`` (NaN, for undefined metrics, is kept as NaN)."""
+    """Write ``record`` as ``directory/hfncl_run.json`` (NaN, for undefined metrics, is kept as NaN), whole or not at
+    all (:func:`hfncl.integrity.atomic_write_text`, imported when a record is written: reading a model needs none)."""
+    from hfncl.integrity import atomic_write_text
+
     return atomic_write_text(Path(directory) / RUN_RECORD, json.dumps(record.to_dict(), indent=1))
 
 

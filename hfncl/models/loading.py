@@ -17,7 +17,6 @@ from transformers import PreTrainedModel
 
 from hfncl.hub.record import RUN_RECORD, CheckpointError, IncompatibleCheckpointError
 from hfncl.hub.source import CheckpointSource, pin_source
-from hfncl.integrity import MANIFEST, verify_manifest
 from hfncl.registry import require_plugins
 
 if TYPE_CHECKING:
@@ -50,7 +49,10 @@ def require_safetensors(directory: Path) -> None:
 def _verify_local(directory: Path) -> None:
     """Check a local checkpoint's config and weights against its manifest. A checkpoint hfncl saved (it has a run
     record) whose manifest is gone loads with a warning that nothing was verified; a directory written by
-    ``save_pretrained`` alone has no manifest to check."""
+    ``save_pretrained`` alone has no manifest to check (:mod:`hfncl.integrity`, read when a checkpoint loads, not when
+    ``hfncl`` is imported)."""
+    from hfncl.integrity import MANIFEST, verify_manifest
+
     if not (directory / MANIFEST).is_file() and (directory / RUN_RECORD).is_file():
         warnings.warn(
             f"{directory} has no {MANIFEST}: its config and weights are loaded unverified (hfncl saves a "
