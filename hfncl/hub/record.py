@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-
 RUN_RECORD = "hfncl_run.json"
 
 
