@@ -155,7 +155,8 @@ def training_rule(run: DemoRun) -> dict[str, Any]:
     weight decay and decay factor of its demo configuration, and the model fields its plugin asks for
     (``model_defaults``). Its epochs, warmup and decay epochs are not part of it: the converged rule sets the
     oracle's (at least as many optimiser steps as any method's, then until the validation rSum stalls)."""
-    from hfncl.plugins import build_plugin_manager, plugin_model_defaults
+    from hfncl.plugin_setup import plugin_model_defaults
+    from hfncl.plugins import build_plugin_manager
 
     config = demo_train_config(run, Path(), 0, False)
     return {**{field: getattr(config, field) for field in RULE_FIELDS},
