@@ -172,6 +172,7 @@ def test_a_label_method_trains_on_a_registered_layout_as_on_the_same_arrays_in_a
         assert json.dumps(results["npz_views"][key]) == json.dumps(results["per_file"][key])
 
 
+@pytest.mark.slow
 def test_an_installed_package_adds_a_label_layout_and_trains_with_it(tmp_path: Path) -> None:
     env = pip_installed(PACKAGE, tmp_path)
     npz = npz_views_file(tmp_path / "features.npz")
@@ -179,7 +180,7 @@ def test_an_installed_package_adds_a_label_layout_and_trains_with_it(tmp_path: P
     trained = subprocess.run(
         [sys.executable, "-c", recipe, "--data-path", str(npz), "--layout", "npz_views"]
         + ["--output-dir", str(tmp_path / "run")]
-        + ["--epochs", "2", "--batch-size", "20", "--embed-dim", "16", "--hidden-dim", "32", "--noise-ratio", "0.2"]
+        + ["--epochs", "1", "--batch-size", "20", "--embed-dim", "16", "--hidden-dim", "32", "--noise-ratio", "0.2"]
         + ["--no-progress"],
         capture_output=True,
         text=True,
