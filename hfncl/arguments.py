@@ -13,7 +13,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from hfncl.choices import AUTO, FEATURE_DTYPES, LABEL_NOISE_KINDS, NOISE_KINDS, check_format_name
+from hfncl.choices import (
+    AUTO,
+    FEATURE_DTYPES,
+    LABEL_NOISE_KINDS,
+    LAYOUT_CHOICES,
+    NOISE_KINDS,
+    check_format_name,
+    check_layout_name,
+)
 from hfncl.config import check_field_types
 from hfncl.limits import check_sizes
 
@@ -191,7 +199,14 @@ class LabelDataArguments:
             "Pascal-Sentence's 40 / 5 / 5 of DSCMR; 0.7 0.1 0.2 tests 10 per class, 200 samples)."
         },
     )
-    layout: str | None = field(default=None, metadata={"help": "imgs_deep, tr_te or per_file (default: detected)."})
+    layout: str | None = field(
+        default=None,
+        metadata={
+            "help": "An installed layout (entry-point group hfncl.label_layouts; default: the one that recognises "
+            "data_path).",
+            "choices": LAYOUT_CHOICES,
+        },
+    )
     label_base: int = field(default=0, metadata={"help": "Index of the first class in the files (1 for Wikipedia)."})
     num_classes: int | None = field(default=None, metadata={"help": "Number of classes (default: from the labels)."})
     valid_size: int | None = field(
@@ -226,6 +241,8 @@ class LabelDataArguments:
             raise ValueError(f"noise_ratio must be in [0, 1), got {self.noise_ratio}")
         if self.noise_kind not in LABEL_NOISE_KINDS:
             raise ValueError(f"noise_kind must be one of {LABEL_NOISE_KINDS}, got {self.noise_kind!r}")
+        if self.layout is not None:
+            check_layout_name(self.layout)
 
     def source(self) -> str:
         """The file or directory the features are read from (the image features of an unsplit set)."""

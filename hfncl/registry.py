@@ -1,6 +1,6 @@
 """The entry-point groups through which packages extend hfncl, and the one reader of them.
 
-Every extension (a method, a data format, a similarity head) is an entry point of one of
+Every extension (a method, a data format, a similarity head, a label layout) is an entry point of one of
 the groups below, the built-in ones too: ``pyproject.toml`` registers hfncl's own exactly as a
 third-party package would. This module imports nothing of hfncl: everything that names an
 extension reads it from here.
@@ -20,6 +20,8 @@ DATA_FORMATS = "hfncl.data_formats"
 """Data formats of image-caption pairs (:class:`hfncl.data.formats.DataFormat` objects)."""
 SIMILARITY_HEADS = "hfncl.similarity_heads"
 """Similarity heads (``build(config) -> module`` callables, :mod:`hfncl.models.heads`)."""
+LABEL_LAYOUTS = "hfncl.label_layouts"
+"""Layouts of category-labelled feature files (:class:`hfncl.data.labelled.layouts.LabelLayout` objects)."""
 
 
 class PluginError(RuntimeError):
@@ -36,7 +38,8 @@ def _package(entry_point: EntryPoint) -> str:
 
 
 def registered_entry_points(group: str, what: str = "Plugin") -> dict[str, EntryPoint]:
-    """The entry points of ``group`` by name (methods, data formats, similarity heads: ``what`` names the kind).
+    """The entry points of ``group`` by name (methods, data formats, similarity heads, label layouts: ``what`` names
+    the kind).
 
     Raises:
         PluginError: naming both packages when two register the same name.

@@ -1,13 +1,15 @@
-"""Data formats and similarity heads are extension points: a package registers them in the ``hfncl.data_formats``
-and ``hfncl.similarity_heads`` entry-point groups, and a run uses them by name, with no change to hfncl.
+"""Data formats, similarity heads and label layouts are extension points: a package registers them in the
+``hfncl.data_formats``, ``hfncl.similarity_heads`` and ``hfncl.label_layouts`` entry-point groups, and a run uses
+them by name, with no change to hfncl.
 
-``tests/extension_package`` is such a package (an ``npz_pairs`` format and a ``bilinear`` head); the end-to-end
-test installs it with pip, as a user would, and trains with both.
+``tests/extension_package`` is such a package (an ``npz_pairs`` format, a ``bilinear`` head and an ``npz_views``
+label layout); the end-to-end tests install it with pip, as a user would, and train with them.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from importlib.metadata import EntryPoint
@@ -16,16 +18,23 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import pip_installed
+from conftest import pip_installed, tiny_config
 
 from hfncl import choices
-from hfncl.choices import check_format_name
+from hfncl.arguments import CategoryModelArguments, LabelDataArguments
+from hfncl.choices import check_format_name, check_layout_name
+from hfncl.data import DataFormatError, load_labelled_dataset
 from hfncl.data.formats import detect_format, get_format
+from hfncl.data.synthetic_labels import LabelledSyntheticConfig, generate_labelled, generate_labelled_arrays
+from hfncl.experiment import run_experiment
 from hfncl.models import NCLConfig, NCLModel, heads
+from hfncl.recipe import run_recipe
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "tests" / "extension_package"
 INSTALLED_HEADS = heads.installed_heads()
+INSTALLED_LAYOUTS = choices.installed_layouts()
+TINY_LABELLED = LabelledSyntheticConfig(train_per_class=12, valid_per_class=4, test_per_class=4, seed=2)
 
 
 def npz_benchmark(precomp_dir: Path, out: Path) -> Path:
@@ -38,9 +47,20 @@ def npz_benchmark(precomp_dir: Path, out: Path) -> Path:
     return out
 
 
+def npz_views_file(path: Path) -> Path:
+    """The tiny generated labelled benchmark in the example's ``npz_views`` layout (validation split as ``val_``)."""
+    arrays = generate_labelled_arrays(TINY_LABELLED)
+    content = {}
+    for split, prefix in (("train", "train"), ("valid", "val"), ("test", "test")):
+        content |= {f"{prefix}_view1": arrays[split]["img"], f"{prefix}_view2": arrays[split]["txt"]}
+        content[f"{prefix}_y"] = arrays[split]["img_lab"]
+    np.savez(path, **content)
+    return path
+
+
 @pytest.fixture
 def example_registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The example package importable and its two entry points served as installed (no pip)."""
+    """The example package importable and its entry points served as installed (no pip)."""
     monkeypatch.syspath_prepend(str(PACKAGE))
     monkeypatch.setattr(
         choices,
@@ -49,6 +69,8 @@ def example_registered(monkeypatch: pytest.MonkeyPatch) -> None:
     )
     head = EntryPoint("bilinear", "hfncl_extension_example.heads:build_bilinear_head", "hfncl.similarity_heads")
     monkeypatch.setattr(heads, "installed_heads", lambda: {**INSTALLED_HEADS, "bilinear": head})
+    layout = EntryPoint("npz_views", "hfncl_extension_example.layouts:NPZ_VIEWS", "hfncl.label_layouts")
+    monkeypatch.setattr(choices, "installed_layouts", lambda: {**INSTALLED_LAYOUTS, "npz_views": layout})
 
 
 def test_unknown_names_are_refused_in_one_line_listing_what_there_is() -> None:
@@ -56,6 +78,11 @@ def test_unknown_names_are_refused_in_one_line_listing_what_there_is() -> None:
         check_format_name("parquet")
     with pytest.raises(heads.UnknownHeadError, match=r"^NCLConfig.similarity must be one of \('cosine', 'saf', 'scan', 'sgr'"):
         NCLConfig(similarity="bilinear")
+    refused = r"^LabelDataArguments.layout must be one of \('imgs_deep', 'per_file', 'tr_te'\), got 'npz_views' \("
+    with pytest.raises(ValueError, match=refused):
+        check_layout_name("npz_views")
+    with pytest.raises(ValueError, match=refused):
+        LabelDataArguments(data_path="features.npz", layout="npz_views")
 
 
 def test_a_registered_format_is_detected_and_read_and_a_registered_head_scores(
@@ -95,3 +122,71 @@ def test_an_installed_package_adds_a_format_and_a_head_and_trains_with_them(micr
     assert results["history"][0]["val/rsum"] > 0 and results["test"]["rsum"] > 0
     config = json.loads((tmp_path / "run" / "best" / "config.json").read_text())
     assert config["similarity"] == "bilinear"
+
+
+def test_the_layout_flag_offers_the_installed_layouts(example_registered: None, capsys: pytest.CaptureFixture) -> None:
+    arguments = ["--data-path", "features.npz", "--output-dir", "run", "--layout", "csv"]
+    assert run_recipe("", plugins=["prototype_ce"], defaults={}, argv=arguments) == 2
+    error = capsys.readouterr().err
+    offered = re.search(r"^error: argument --layout: invalid choice: 'csv' \(choose from (.*)\)$", error)
+    assert offered and offered[1].replace("'", "") == "imgs_deep, npz_views, per_file, tr_te"
+
+
+def test_a_registered_label_layout_is_detected_and_reads_what_the_built_in_one_reads(
+    example_registered: None, tmp_path: Path
+) -> None:
+    npz = npz_views_file(tmp_path / "features.npz")
+    views = load_labelled_dataset(npz, cache_dir=tmp_path / "cache")
+    directory = generate_labelled(tmp_path / "per_file", TINY_LABELLED)
+    per_file = load_labelled_dataset(directory, cache_dir=tmp_path / "cache")
+    assert (views.layout, per_file.layout, views.valid_rule) == ("npz_views", "per_file", "file")
+    for split in ("train", "valid", "test"):
+        for modality in ("image", "text"):
+            np.testing.assert_array_equal(views[split].labels(modality), per_file[split].labels(modality))
+            rows = list(range(views[split].num_samples))
+            read = views[split].features(modality, rows)
+            np.testing.assert_array_equal(read, per_file[split].features(modality, rows))
+    with pytest.raises(DataFormatError, match=r"features\.npz: missing key 'tr_img' \(train image\)"):
+        load_labelled_dataset(npz, layout="tr_te", cache_dir=tmp_path / "cache")
+    np.savez(tmp_path / "odd.npz", train_view1=np.zeros((2, 2)))
+    with pytest.raises(DataFormatError, match=r"odd\.npz: missing key 'train_view2' \(layout npz_views\)"):
+        load_labelled_dataset(tmp_path / "odd.npz")
+    np.savez(tmp_path / "other.npz", features=np.zeros((2, 2)))
+    unknown = r"other\.npz: cannot tell the layout.*npz_views: one \.npz archive.*keys present: \['features'\]$"
+    with pytest.raises(DataFormatError, match=unknown):
+        load_labelled_dataset(tmp_path / "other.npz")
+
+
+def test_a_label_method_trains_on_a_registered_layout_as_on_the_same_arrays_in_a_built_in_one(
+    example_registered: None, tmp_path: Path
+) -> None:
+    npz = npz_views_file(tmp_path / "features.npz")
+    sources = {"npz_views": npz, "per_file": generate_labelled(tmp_path / "dir", TINY_LABELLED)}
+    results = {}
+    for layout, source in sources.items():
+        config = tiny_config(tmp_path / layout, ["prototype_ce"], epochs=1, batch_size=20, lr_decay_epochs=[])
+        data = LabelDataArguments(data_path=str(source), noise_ratio=0.2)
+        results[layout] = run_experiment(data, config, CategoryModelArguments(embed_dim=16, hidden_dim=32))
+    assert results["npz_views"]["test"]["mean_map"] > 0.0
+    for key in ("history", "test", "true_noise_ratio"):
+        assert json.dumps(results["npz_views"][key]) == json.dumps(results["per_file"][key])
+
+
+@pytest.mark.slow
+def test_an_installed_package_adds_a_label_layout_and_trains_with_it(tmp_path: Path) -> None:
+    env = pip_installed(PACKAGE, tmp_path)
+    npz = npz_views_file(tmp_path / "features.npz")
+    recipe = "import sys; from hfncl.recipe import run_recipe; sys.exit(run_recipe('', ['prototype_ce'], {}))"
+    trained = subprocess.run(
+        [sys.executable, "-c", recipe, "--data-path", str(npz), "--layout", "npz_views"]
+        + ["--output-dir", str(tmp_path / "run")]
+        + ["--epochs", "1", "--batch-size", "20", "--embed-dim", "16", "--hidden-dim", "32", "--noise-ratio", "0.2"]
+        + ["--no-progress"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["test"]["mean_map"] > 0.0 and results["true_noise_ratio"] == {"image": 0.2, "text": 0.2}

@@ -252,6 +252,27 @@ def test_nan_feature_and_unknown_layout_are_rejected(tmp_path):
         load_labelled_dataset(tmp_path / "absent.h5")
 
 
+def test_a_named_layout_reads_what_several_recognise_and_a_layout_that_does_not_fit_is_named(tmp_path):
+    train, test = _split_arrays(10, 3), _split_arrays(4, 3)
+    content = {"tr_img": train["img"], "tr_txt": train["txt"], "tr_img_lab": train["lab"]}
+    content |= {"te_img": test["img"], "te_txt": test["txt"], "te_img_lab": test["lab"]}
+    content |= {"train_imgs_deep": np.zeros((2, 6))}
+    np.savez(tmp_path / "both.npz", **content)
+    with pytest.raises(DataFormatError, match=r"both\.npz: the layouts \['imgs_deep', 'tr_te'\] all recognise it"):
+        load_labelled_dataset(tmp_path / "both.npz")
+    data = load_labelled_dataset(tmp_path / "both.npz", layout="tr_te")
+    assert (data.layout, data.train.num_samples, data.num_classes) == ("tr_te", 10, 3)
+    np.testing.assert_allclose(data.train.image_features, train["img"])
+    np.testing.assert_array_equal(data.train.text_labels, train["lab"])
+    with pytest.raises(DataFormatError, match=r"both\.npz: layout per_file reads a directory"):
+        load_labelled_dataset(tmp_path / "both.npz", layout="per_file")
+    with pytest.raises(ValueError, match=r"^LabelDataArguments.layout must be one of \('imgs_deep', 'per_file',"):
+        load_labelled_dataset(tmp_path / "both.npz", layout="csv")
+    (tmp_path / "broken.npz").write_bytes(b"PK\x03\x04 not a zip")
+    with pytest.raises(DataFormatError, match=r"broken\.npz: cannot tell the layout, expected one of \(imgs_deep: "):
+        load_labelled_dataset(tmp_path / "broken.npz")
+
+
 def test_pascal_sentence_shared_features():
     directory = shared_data_dir() / "pascal_sentence"
     if not (directory / "labels.npy").is_file():

@@ -15,7 +15,7 @@ _EXPORTS = {
     "EncodedCaptions": "hfncl.data.pairs",
     "FEATURE_DTYPES": "hfncl.choices",
     "ImageDataset": "hfncl.data.pairs",
-    "LABELLED_LAYOUTS": "hfncl.data.labelled",
+    "LabelLayout": "hfncl.data.labelled",
     "LABEL_NOISE_KINDS": "hfncl.choices",
     "LabelNoise": "hfncl.data.label_noise",
     "LabelledDataset": "hfncl.data.labelled",

@@ -2,21 +2,25 @@
 
 Each sample has one precomputed feature vector per modality (image, text) and one
 category label per modality; the two modalities of sample j are a pair. The feature
-files real users have come in these layouts, all read into memory-mapped Arrow
-datasets (Hugging Face ``datasets``) with explicit features:
+files come in layouts (:mod:`hfncl.data.labelled.layouts`: entry points of the
+``hfncl.label_layouts`` group, a package may add its own), all read into memory-mapped
+Arrow datasets (Hugging Face ``datasets``) with explicit features. hfncl's own
+(:mod:`hfncl.data.labelled.built_in_layouts`):
 
-``imgs_deep``  one HDF5 (``.h5``, ``.hdf5``, ``.h5py``) or MATLAB ``.mat`` file with keys
+``imgs_deep``  one HDF5 (``.h5``, ``.hdf5``, ``.h5py``), MATLAB ``.mat`` or ``.npz`` file with keys
                ``{split}_imgs_deep``, ``{split}_texts`` (or ``{split}_text``,
                ``{split}_texts_doc``), ``{split}_imgs_labels`` and ``{split}_texts_labels``
                for split ``train``, ``valid`` (optional) and ``test`` (MRL's files).
-``tr_te``      one ``.mat`` or HDF5 file with keys ``tr_img``, ``tr_txt``, ``tr_img_lab``,
+``tr_te``      one ``.mat``, HDF5 or ``.npz`` file with keys ``tr_img``, ``tr_txt``, ``tr_img_lab``,
                ``tr_txt_lab``, the same with ``val_`` (optional) and ``te_``.
 ``per_file``   a directory with one array per file, ``{split}_{img,txt,img_lab,txt_lab}``
                as ``.mat`` (the variable is named like the file, DSCMR's layout) or
                ``.npy``, split ``train``, ``valid`` or ``val`` (optional) and ``test``.
-``arrays``     (:func:`load_labelled_arrays`) three or four ``.npy`` files of any name:
-               image features, text features, labels (and text labels) of one
-               unsplit set, e.g. ``shared/data/pascal_sentence``.
+
+Without a layout named, the one installed layout that recognises the path reads it.
+:func:`load_labelled_arrays` reads three or four ``.npy`` files of any name (layout
+``arrays``): image features, text features, labels (and text labels) of one unsplit
+set, e.g. ``shared/data/pascal_sentence``.
 
 MATLAB v7.3 ``.mat`` files are HDF5 files and are read with h5py, transposed back to
 row-major; sparse ``.mat`` matrices (bag-of-words features) are densified a chunk at a
@@ -54,18 +58,23 @@ from pathlib import Path
 
 from hfncl.data.labelled.cache import _split_dataset
 from hfncl.data.labelled.dataset import MODALITIES, SPLITS, LabelledDataset, LabelledSplit
-from hfncl.data.labelled.files import _ArrayRef
+from hfncl.data.labelled.files import ArrayRef, file_arrays
 from hfncl.data.labelled.labels import _resolve
-from hfncl.data.labelled.layouts import LABELLED_LAYOUTS, _per_file_splits, _RawSplit, _single_file_splits
+from hfncl.data.labelled.layouts import LabelLayout, SplitArrays, detect_layout, get_layout, read_splits
 from hfncl.data.labelled.validation_split import _derive_splits
 from hfncl.data.precomp import FEATURE_DTYPES, DataFormatError
 
 __all__ = [
-    "LABELLED_LAYOUTS",
     "MODALITIES",
     "SPLITS",
+    "ArrayRef",
+    "LabelLayout",
     "LabelledDataset",
     "LabelledSplit",
+    "SplitArrays",
+    "detect_layout",
+    "file_arrays",
+    "get_layout",
     "load_labelled_arrays",
     "load_labelled_dataset",
 ]
@@ -74,7 +83,7 @@ __all__ = [
 def _build(
     layout: str,
     source: str,
-    raw: dict[str, _RawSplit],
+    raw: dict[str, SplitArrays],
     *,
     num_classes: int | None,
     label_base: int,
@@ -118,9 +127,10 @@ def load_labelled_dataset(
     check_finite: bool = True,
     chunk_size: int = 1024,
 ) -> LabelledDataset:
-    """Read a labelled feature file (``imgs_deep`` or ``tr_te`` layout) or directory (``per_file``).
+    """Read a labelled feature file or directory in an installed layout (``imgs_deep``, ``tr_te``, ``per_file``, or
+    one a package registers).
 
-    ``layout`` is found from the keys when not given. ``num_classes`` defaults to the
+    ``layout`` is the one installed layout that recognises the path when not given. ``num_classes`` defaults to the
     one-hot width or the largest label + 1 over all splits; ``label_base`` is the first
     class's index in the file. Without a validation split in the file, the first
     ``valid_size`` test samples validate (default half the test split); ``valid_size=0``
@@ -130,18 +140,9 @@ def load_labelled_dataset(
     and modification times and the options, and memory-mapped from there.
     """
     path = Path(path)
-    if path.is_dir():
-        if layout not in (None, "per_file"):
-            raise ValueError(f"{path} is a directory: its layout is 'per_file', got {layout!r}")
-        layout, raw = "per_file", _per_file_splits(path)
-    elif path.is_file():
-        layout, raw = _single_file_splits(path, layout)
-    else:
-        raise DataFormatError(f"{path}: labelled feature file or directory not found")
-    if "train" not in raw or "test" not in raw:
-        raise DataFormatError(f"{path}: expected a train and a test split (layout {layout})")
+    name, raw = read_splits(path, layout)
     return _build(
-        layout,
+        name,
         str(path),
         raw,
         num_classes=num_classes,
@@ -187,12 +188,12 @@ def load_labelled_arrays(
             raise DataFormatError(f"{path}: {part.replace('_', ' ')} file not found")
         if path.suffix != ".npy":
             raise DataFormatError(f"{path}: expected a .npy file for the {part.replace('_', ' ')}")
-        refs[part] = _ArrayRef(str(path), None, "npy")
+        refs[part] = ArrayRef(str(path), None, "npy")
     source = ", ".join(str(Path(v)) for v in (image_features, text_features, labels))
     return _build(
         "arrays",
         source,
-        {"train": _RawSplit(**refs)},
+        {"train": SplitArrays(**refs)},
         num_classes=num_classes,
         label_base=label_base,
         valid_size=None,

@@ -11,7 +11,7 @@ from pathlib import Path
 import datasets
 import numpy as np
 
-from hfncl.data.labelled.files import _ArrayRef, _opened
+from hfncl.data.labelled.files import ArrayRef, _opened
 from hfncl.data.labelled.labels import _ResolvedSplit
 from hfncl.data.precomp import DataFormatError, cached_arrow_dataset, default_cache_root, overflowing_rows
 
@@ -19,7 +19,7 @@ _CACHE_FORMAT_VERSION = 2
 """Bumped when the conversion checks more: 2 refuses features whose squared norm overflows float32."""
 
 
-def _identity(ref: _ArrayRef) -> dict[str, object]:
+def _identity(ref: ArrayRef) -> dict[str, object]:
     stat = Path(ref.path).stat()
     return {"path": str(Path(ref.path).resolve()), "key": ref.key, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
 
@@ -80,8 +80,8 @@ def _split_dataset(
 
 
 def _sample_rows(
-    image: _ArrayRef,
-    text: _ArrayRef,
+    image: ArrayRef,
+    text: ArrayRef,
     rows: np.ndarray | None,
     image_labels: np.ndarray,
     text_labels: np.ndarray,

@@ -1,9 +1,12 @@
 """Where the arrays of a labelled feature file live and how they are opened: ``.npy`` files
-(memory-mapped), MATLAB ``.mat`` files (scipy; v7.3 files are HDF5, read with h5py and transposed
-back to row-major) and HDF5 files, their keys and their shapes."""
+(memory-mapped), ``.npz`` archives (numpy, one array read at a time), MATLAB ``.mat`` files (scipy; v7.3
+files are HDF5, read with h5py and transposed back to row-major) and HDF5 files, their keys and their
+shapes. :func:`file_arrays` is what a label layout (:mod:`hfncl.data.labelled.layouts`) reads a file's
+arrays with."""
 
 from __future__ import annotations
 
+import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,12 +24,13 @@ _HDF5_SUFFIXES = (".h5", ".hdf5", ".h5py", ".hdf")
 
 
 @dataclass(frozen=True)
-class _ArrayRef:
-    """Where one array lives: a ``.npy`` file, or a key of a ``.mat`` / HDF5 file."""
+class ArrayRef:
+    """Where one array lives: a ``.npy`` file, or a key of a ``.npz`` / ``.mat`` / HDF5 file (opened only when
+    the split is converted, so a layout names arrays without reading them)."""
 
     path: str
     key: str | None
-    container: str  # "npy", "mat" or "hdf5"
+    container: str  # "npy", "npz", "mat" or "hdf5"
     transpose: bool = False  # MATLAB v7.3 (HDF5) arrays are stored column-major
 
     @property
@@ -53,9 +57,12 @@ class _Rows:
 
 
 @contextmanager
-def _opened(ref: _ArrayRef) -> Iterator[_Rows]:
+def _opened(ref: ArrayRef) -> Iterator[_Rows]:
     if ref.container == "npy":
         yield _Rows(_load_npy(Path(ref.path)), False)
+    elif ref.container == "npz":
+        with np.load(ref.path, allow_pickle=False) as archive:
+            yield _Rows(archive[ref.key], False)
     elif ref.container == "mat":
         yield _Rows(scipy.io.loadmat(ref.path, variable_names=[ref.key])[ref.key], False)
     else:
@@ -73,7 +80,7 @@ def _load_npy(path: Path) -> np.ndarray:
     return array
 
 
-def _shape_of(ref: _ArrayRef) -> tuple[int, ...]:
+def _shape_of(ref: ArrayRef) -> tuple[int, ...]:
     if ref.container == "mat":  # from the header, without loading the variable
         return next(shape for name, shape, _ in scipy.io.whosmat(ref.path) if name == ref.key)
     with _opened(ref) as rows:
@@ -81,11 +88,17 @@ def _shape_of(ref: _ArrayRef) -> tuple[int, ...]:
 
 
 def _container_keys(path: Path) -> tuple[str, bool, set[str]]:
-    """(container, transpose, keys) of a single ``.mat`` or HDF5 file.
+    """(container, transpose, keys) of a single ``.npz``, ``.mat`` or HDF5 file.
 
     MATLAB v7.3 ``.mat`` files are HDF5 files (read with h5py, stored column-major, so
     transposed); older ``.mat`` files are read with scipy.
     """
+    if path.suffix == ".npz":
+        try:
+            with np.load(path, allow_pickle=False) as archive:
+                return "npz", False, set(archive.files)
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
+            raise DataFormatError(f"{path}: not a readable .npz archive ({err})") from None
     is_hdf5 = path.is_file() and h5py.is_hdf5(path)
     if path.suffix == ".mat" and not is_hdf5:
         try:
@@ -93,7 +106,9 @@ def _container_keys(path: Path) -> tuple[str, bool, set[str]]:
         except (ValueError, OSError, TypeError, NotImplementedError) as err:
             raise DataFormatError(f"{path}: not a readable MATLAB .mat file ({err})") from None
     if path.suffix not in (".mat", *_HDF5_SUFFIXES) and not is_hdf5:
-        raise DataFormatError(f"{path}: expected a .mat or HDF5 ({', '.join(_HDF5_SUFFIXES)}) feature file")
+        raise DataFormatError(
+            f"{path}: expected a .npz, .mat or HDF5 ({', '.join(_HDF5_SUFFIXES)}) feature file"
+        )
     try:
         with h5py.File(path, "r") as handle:
             keys = {name for name, item in handle.items() if isinstance(item, h5py.Dataset)}
@@ -102,7 +117,17 @@ def _container_keys(path: Path) -> tuple[str, bool, set[str]]:
     return "hdf5", path.suffix == ".mat", keys
 
 
-def _feature_shape(ref: _ArrayRef, count: int, labels_where: str) -> int:
+def file_arrays(path: Path) -> dict[str, ArrayRef]:
+    """The arrays of one ``.npz``, ``.mat`` or HDF5 file by key, none of them read.
+
+    Raises:
+        DataFormatError: the file is none of these, or cannot be read.
+    """
+    container, transpose, keys = _container_keys(path)
+    return {key: ArrayRef(str(path), key, container, transpose) for key in sorted(keys)}
+
+
+def _feature_shape(ref: ArrayRef, count: int, labels_where: str) -> int:
     shape = _shape_of(ref)
     if len(shape) != 2 or shape[1] == 0:
         raise DataFormatError(f"{ref.where}: features of shape {shape}, expected (N, D) with one row per sample")

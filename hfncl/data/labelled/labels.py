@@ -7,12 +7,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hfncl.data.labelled.files import _ArrayRef, _feature_shape, _opened
-from hfncl.data.labelled.layouts import _RawSplit
+from hfncl.data.labelled.files import ArrayRef, _feature_shape, _opened
+from hfncl.data.labelled.layouts import SplitArrays
 from hfncl.data.precomp import DataFormatError
 
 
-def _index_labels(ref: _ArrayRef, label_base: int) -> tuple[np.ndarray, int | None]:
+def _index_labels(ref: ArrayRef, label_base: int) -> tuple[np.ndarray, int | None]:
     """Class indices (N,) of a label array, and the one-hot width K if it was one-hot."""
     with _opened(ref) as rows:
         values = rows.read()
@@ -47,7 +47,7 @@ def _index_labels(ref: _ArrayRef, label_base: int) -> tuple[np.ndarray, int | No
 
 @dataclass
 class _ResolvedSplit:
-    raw: _RawSplit
+    raw: SplitArrays
     image_labels: np.ndarray
     text_labels: np.ndarray
     image_dim: int
@@ -68,7 +68,7 @@ class _ResolvedSplit:
 
 
 def _resolve(
-    raw: dict[str, _RawSplit], label_base: int, num_classes: int | None
+    raw: dict[str, SplitArrays], label_base: int, num_classes: int | None
 ) -> tuple[dict[str, _ResolvedSplit], int]:
     resolved, widths = {}, {}
     for split, parts in raw.items():
