@@ -99,3 +99,17 @@ def test_a_cached_plugins_listing_imports_no_framework(tmp_path):
     second = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env=environment, timeout=300)
     assert first.returncode == second.returncode == 0 and first.stdout == second.stdout and "ncr" in second.stdout
     assert "torch" in first.stderr and second.stderr.strip() == "[]"
+
+
+def test_train_takes_the_arguments_of_the_named_plugins_data(tmp_path, capsys):
+    """``hfncl train --plugins dmcm`` parsed the image-caption flags (``--data-dir`` required, no ``--data-path``);
+    it takes the label task's, also when a ``--config`` file names the plugins."""
+    assert cli.main(["train", "--plugins", "dmcm", "--data-path", str(tmp_path / "feats.mat"), "--print-config"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["data"]["data_path"] == str(tmp_path / "feats.mat") and "data_dir" not in printed["data"]
+    config = tmp_path / "run.yaml"
+    config.write_text(f"plugins: [prototype_ce]\ndata_path: {tmp_path / 'feats.mat'}\n")
+    assert cli.main(["train", "--config", str(config), "--print-config"]) == 0
+    assert json.loads(capsys.readouterr().out)["training"]["plugins"] == ["prototype_ce"]
+    assert cli.main(["train", "--plugins", "ncr", "--data-dir", str(tmp_path), "--print-config"]) == 0
+    assert json.loads(capsys.readouterr().out)["data"]["data_dir"] == str(tmp_path)
