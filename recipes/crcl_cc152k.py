@@ -8,9 +8,14 @@ head, AdamW lr 5e-4 with weight decay 0.01, x0.1 at epochs 15 and 30, 2 warmup +
 0.05, lambda 5, alpha 0.8, one self-refining stage).
 """
 
+import runpy
 import sys
+from pathlib import Path
 
 from hfncl.recipe import run_recipe
+
+TRAIN_SH = runpy.run_path(str(Path(__file__).with_name("crcl_f30k.py")))["TRAIN_SH"]
+"""``train.sh``'s settings, as ``recipes/crcl_f30k.py`` holds them."""
 
 if __name__ == "__main__":
     sys.exit(
@@ -18,15 +23,6 @@ if __name__ == "__main__":
             __doc__,
             plugins=["crcl"],
             paper="cc152k",
-            defaults={
-                "epochs": 32,
-                "warmup_epochs": 2,
-                "learning_rate": 5e-4,
-                "optimizer": "adamw",
-                "weight_decay": 0.01,
-                "lr_decay_epochs": [15, 30],
-                "similarity": "sgr",
-                "output_dir": "runs/crcl_cc152k",
-            },
+            defaults={**TRAIN_SH, "output_dir": "runs/crcl_cc152k"},
         )
     )

@@ -10,9 +10,14 @@ Table 1 for the others, which was not available here: these are ``train.sh``'s s
 stage). The test split is ``testall`` (5K images), averaged over 5 folds of 1K.
 """
 
+import runpy
 import sys
+from pathlib import Path
 
 from hfncl.recipe import run_recipe
+
+TRAIN_SH = runpy.run_path(str(Path(__file__).with_name("crcl_f30k.py")))["TRAIN_SH"]
+"""``train.sh``'s settings, as ``recipes/crcl_f30k.py`` holds them."""
 
 if __name__ == "__main__":
     sys.exit(
@@ -20,17 +25,6 @@ if __name__ == "__main__":
             __doc__,
             plugins=["crcl"],
             paper="coco",
-            defaults={
-                "epochs": 32,
-                "warmup_epochs": 2,
-                "learning_rate": 5e-4,
-                "optimizer": "adamw",
-                "weight_decay": 0.01,
-                "lr_decay_epochs": [15, 30],
-                "similarity": "sgr",
-                "test_split": "testall",
-                "test_folds": 5,
-                "output_dir": "runs/crcl_coco",
-            },
+            defaults={**TRAIN_SH, "test_split": "testall", "test_folds": 5, "output_dir": "runs/crcl_coco"},
         )
     )

@@ -17,21 +17,23 @@ import sys
 
 from hfncl.recipe import run_recipe
 
+TRAIN_SH = {
+    "epochs": 32,
+    "warmup_epochs": 2,
+    "learning_rate": 5e-4,
+    "optimizer": "adamw",
+    "weight_decay": 0.01,
+    "lr_decay_epochs": [15, 30],
+    "similarity": "sgr",
+}
+"""The settings of ``train.sh``, the official code's one command; the MS-COCO and CC152K recipes read them here."""
+
 if __name__ == "__main__":
     sys.exit(
         run_recipe(
             __doc__,
             plugins=["crcl"],
             paper="f30k",
-            defaults={
-                "epochs": 32,
-                "warmup_epochs": 2,
-                "learning_rate": 5e-4,
-                "optimizer": "adamw",
-                "weight_decay": 0.01,
-                "lr_decay_epochs": [15, 30],
-                "similarity": "sgr",
-                "output_dir": "runs/crcl_f30k",
-            },
+            defaults={**TRAIN_SH, "output_dir": "runs/crcl_f30k"},
         )
     )
