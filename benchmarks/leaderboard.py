@@ -66,7 +66,6 @@ import concurrent.futures
 import dataclasses
 import itertools
 import json
-import math
 import multiprocessing
 import os
 import re
@@ -393,6 +392,20 @@ def oracle_of(row: dict[str, Any], oracles: dict[str, str]) -> str:
     return oracles.get(row.get("plugin", row["method"]), ORACLE)
 
 
+def oracle_rsums(rows: list[dict[str, Any]]) -> dict[tuple[str, str, float, int], float]:
+    """Each oracle row's test rSum by (oracle row, protocol, ratio, seed)."""
+    return {(r["method"], r["protocol"], r["noise_ratio"], r["seed"]): r["test"]["rsum"]
+            for r in rows if is_reference(r["method"])}
+
+
+def share_of_oracle(row: dict[str, Any], rsums: dict[tuple[str, str, float, int], float],
+                    oracles: dict[str, str]) -> float | None:
+    """A row's test rSum in percent of its oracle's (:func:`oracle_of`) at its protocol, ratio and seed; ``None``
+    where that oracle has not run."""
+    rsum = rsums.get((oracle_of(row, oracles), row["protocol"], row["noise_ratio"], row["seed"]))
+    return 100 * row["test"]["rsum"] / rsum if rsum else None
+
+
 def protocol_table(rows: list[dict[str, Any]], protocol: str, ratios: list[float],
                    oracles: dict[str, str] | None = None) -> list[str]:
     """Markdown rows of one protocol: a row per method and evaluation mode, the oracle its share is over
@@ -402,7 +415,7 @@ def protocol_table(rows: list[dict[str, Any]], protocol: str, ratios: list[float
     groups: dict[tuple[str, str], dict[float, list[dict[str, Any]]]] = {}
     for row in sorted(rows, key=lambda r: (is_reference(r["method"]), r["method"], r["mode"])):
         groups.setdefault((row["method"], row["mode"]), {}).setdefault(row["noise_ratio"], []).append(row)
-    oracle = {(r["method"], r["noise_ratio"], r["seed"]): r["test"]["rsum"] for r in rows if is_reference(r["method"])}
+    rsums = oracle_rsums(rows)
     for (method, mode), by_ratio in groups.items():
         cells = []
         runs = [r for group in by_ratio.values() for r in group]
@@ -410,8 +423,8 @@ def protocol_table(rows: list[dict[str, Any]], protocol: str, ratios: list[float
         for ratio in ratios:
             group = by_ratio.get(ratio, [])
             rsum = mean_spread([r["test"]["rsum"] for r in group])
-            share = mean_spread([100 * r["test"]["rsum"] / oracle[name, ratio, r["seed"]] for r in group
-                                 if oracle.get((name, ratio, r["seed"]))])
+            shares = [share_of_oracle(r, rsums, oracles or {}) for r in group]
+            share = mean_spread([value for value in shares if value is not None])
             cells.append(f"{rsum} | {share}{'%' if share != '-' else ''}")
         epochs = f"{_count([r['best_epoch'] or 0 for r in runs])} / {_count([r['epochs'] for r in runs])}"
         lines.append(f"| {method} | {mode} | {name} | " + " | ".join(cells) + f" | {epochs} |")
@@ -453,9 +466,9 @@ def notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, doc
             page = cause_page(method, docs)
             out.append(f"{method} is below VSE++ under {protocol} at {ratio:.0%} ({value:.1f} vs {vsepp:.1f}){seen}; "
                        + (f"the cause, measured: {page}" if page else "the cause is not measured yet"))
-    oracle = {(r["method"], r["protocol"], r["noise_ratio"], r["seed"]): r["test"]["rsum"] for r in rows if is_reference(r["method"])}
+    rsums = oracle_rsums(rows)
     above = sorted({f"{r['method']} over {oracle_of(r, oracles or {})} ({r['protocol']} {r['noise_ratio']:.0%})" for r in plain
-                    if oracle.get((oracle_of(r, oracles or {}), r["protocol"], r["noise_ratio"], r["seed"]), math.inf) < r["test"]["rsum"]})
+                    if (share_of_oracle(r, rsums, oracles or {}) or 0.0) > 100})
     if above:
         out.append("above its oracle, a defect of the measurement until shown otherwise: " + ", ".join(above))
     stale = sorted({f"{r['method']} ({r['protocol']} {r['noise_ratio']:.0%} seed {r['seed']}: {'; '.join(r['stale'])})"
@@ -487,16 +500,13 @@ def readme_excerpt(result: dict[str, Any], columns: list[tuple[str, float]], see
     last, a method's own oracle not shown."""
     oracles = result.get("oracles", {})
     rows = [r for r in result["rows"] if r["mode"] not in (NETWORK_A, SGRAF)]
-    oracle = {(r["method"], r["protocol"], r["noise_ratio"], r["seed"]): r["test"]["rsum"]
-              for r in rows if is_reference(r["method"])}
+    rsums = oracle_rsums(rows)
     table: dict[str, dict[tuple[str, float], tuple[float, float | None]]] = {}
     for method in sorted({r["method"] for r in rows if not is_reference(r["method"]) or r["method"] == ORACLE}):
         for column in columns:
             group = [r for r in rows if r["method"] == method and (r["protocol"], r["noise_ratio"]) == column]
             if group:
-                keys = [(oracle_of(r, oracles), *column, r["seed"]) for r in group]
-                shares = [100 * r["test"]["rsum"] / oracle[key] for r, key in zip(group, keys, strict=True)
-                          if oracle.get(key)]
+                shares = [share for share in (share_of_oracle(r, rsums, oracles) for r in group) if share is not None]
                 table.setdefault(method, {})[column] = (statistics.mean(r["test"]["rsum"] for r in group),
                                                         statistics.mean(shares) if shares else None)
 
