@@ -97,11 +97,11 @@ from accuracy import (
 from common import DEFAULT_CAPTIONS, machine, mean_spread, method_runs, pyplot, quiet, write_report
 from reproduce import DOC, REPO, paper_numbers
 
-from hfncl.data.noise import NOISE_PROTOCOLS
+from hfncl.data.noise import protocol_names
 from hfncl.demo import DEMO_SIZES, DemoRun, demo_train_config
 from hfncl.plots import save_png
 
-PROTOCOL_KINDS = {protocol: kind for kind, protocol in NOISE_PROTOCOLS.items()}
+PROTOCOL_KINDS = {protocol: kind for kind, protocol in protocol_names().items()}
 DEFAULT_RATIOS = {"ncr-caption": [0.2, 0.5], "decl-image": [0.4, 0.8]}
 HEADS = ("sgr", "saf")
 SGRAF = "SGRAF: mean of an SGR and a SAF model"
@@ -569,7 +569,7 @@ def recipe_protocol(recipe: str, by_noise: dict[float | None, float]) -> str:
     if set(by_noise) == {0.0}:
         return "clean"
     text = (REPO / "recipes" / f"{recipe}.py").read_text() if (REPO / "recipes" / f"{recipe}.py").is_file() else ""
-    return NOISE_PROTOCOLS["image" if re.search(r"""["']noise_kind["']\s*:\s*["']image["']""", text) else "caption"]
+    return protocol_names()["image" if re.search(r"""["']noise_kind["']\s*:\s*["']image["']""", text) else "caption"]
 
 
 def plot(rows: list[dict[str, Any]], protocols: list[str], path: Path) -> Path | None:

@@ -1,7 +1,7 @@
 """The entry-point groups through which packages extend hfncl, and the one reader of them.
 
-Every extension (a method, a data format, a similarity head, a label layout) is an entry point of one of
-the groups below, the built-in ones too: ``pyproject.toml`` registers hfncl's own exactly as a
+Every extension (a method, a data format, a similarity head, a label layout, a noise protocol's name) is an
+entry point of one of the groups below, the built-in ones too: ``pyproject.toml`` registers hfncl's own exactly as a
 third-party package would. This module imports nothing of hfncl: everything that names an
 extension reads it from here.
 """
@@ -22,6 +22,8 @@ SIMILARITY_HEADS = "hfncl.similarity_heads"
 """Similarity heads (``build(config) -> module`` callables, :mod:`hfncl.models.heads`)."""
 LABEL_LAYOUTS = "hfncl.label_layouts"
 """Layouts of category-labelled feature files (:class:`hfncl.data.labelled.layouts.LabelLayout` objects)."""
+NOISE_PROTOCOLS = "hfncl.noise_protocols"
+"""The published noise protocols (:class:`hfncl.data.noise.NoiseProtocol` objects, named as tables write them)."""
 
 
 class PluginError(RuntimeError):

@@ -178,3 +178,14 @@ class BatchPlan:
     def lead(self) -> str:
         """The name of the part whose one shuffle makes the pass."""
         return next(iter(self.parts))
+
+
+@dataclass(frozen=True)
+class NoiseProtocol:
+    """A published noise protocol: the kind of noise it draws (one of :data:`hfncl.choices.NOISE_KINDS`) and the
+    paper that set it. The method that published it registers it in the entry-point group
+    ``hfncl.noise_protocols``; the entry point's name is the protocol's name as ``results.json``, the model card and
+    the benchmark tables write it (:func:`hfncl.data.noise.protocol_names`)."""
+
+    kind: str
+    source: str

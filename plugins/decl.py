@@ -30,7 +30,14 @@ from hfncl.hookspecs import hookimpl
 from hfncl.losses import triplet_top_k_negatives
 from hfncl.options import MethodOptions, option
 from hfncl.toolkit import batch_index, batch_view, bibtex_citation, training_batches
-from hfncl.types import Division
+from hfncl.types import Division, NoiseProtocol
+
+IMAGE_NOISE = NoiseProtocol(
+    kind="image",
+    source="DECL (Qin et al., ACM MM 2022): a share of the images permuted, all captions of an image together",
+)
+"""DECL's noise protocol, ``decl-image`` (registered in group ``hfncl.noise_protocols``); RCL, L2RM, GSC and CRCL
+reuse its index files."""
 
 SCORES = ("tanh", "similarity")
 

@@ -37,7 +37,13 @@ from hfncl.toolkit import (
     recorded_or_pass,
     training_batches,
 )
-from hfncl.types import BatchPlan, Division
+from hfncl.types import BatchPlan, Division, NoiseProtocol
+
+CAPTION_NOISE = NoiseProtocol(
+    kind="caption",
+    source="NCR (Huang et al., NeurIPS 2021): a share of the captions re-paired with each other's images",
+)
+"""NCR's noise protocol, ``ncr-caption`` (registered in group ``hfncl.noise_protocols``)."""
 
 NETWORKS = 2
 DIVISION_STATISTICS, NOISY_BATCHES, PREDICTIONS = ("pass", "steps"), ("separate", "split"), ("paper", "hinge")

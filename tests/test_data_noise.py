@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from importlib.metadata import EntryPoint, entry_points
+
 import numpy as np
 import pytest
 from _shared_data import published_file
@@ -17,7 +19,10 @@ from hfncl.data import (
     save_noise_index,
     shuffle_subset,
 )
-from hfncl.data.noise import NOISE_PROTOCOLS, pairing_protocol
+from hfncl.data import noise as noise_module
+from hfncl.data.noise import pairing_protocol, protocol_names
+from hfncl.registry import PluginError
+from hfncl.types import NoiseProtocol
 
 
 def test_caption_level_noise_is_seeded_and_keeps_every_image_k_times():
@@ -193,4 +198,36 @@ def test_pairing_protocol_names_each_protocol():
     assert pairing_protocol(make_noise("caption", 100, 5, 0.4, 0), 5) == "ncr-caption"
     assert pairing_protocol(np.arange(500) // 5, 5) is None
     assert pairing_protocol(image_level_noise(100, 0.4, 0), 1) == "ncr-caption"  # one caption per image: the same
-    assert NOISE_PROTOCOLS == {"caption": "ncr-caption", "image": "decl-image"}
+    assert protocol_names() == {"caption": "ncr-caption", "image": "decl-image"}
+
+
+ANOTHER_CAPTION_PROTOCOL = NoiseProtocol(kind="caption", source="a test")
+NOT_A_PROTOCOL = {"kind": "caption"}
+
+
+def _registered(monkeypatch, entries):
+    points = {name: EntryPoint(name, f"{__name__}:{attribute}", "hfncl.noise_protocols") for name, attribute in entries}
+    monkeypatch.setattr(noise_module, "registered_entry_points", lambda group, what: points)
+
+
+def test_protocol_names_come_from_the_entry_points_the_methods_register():
+    registered = {e.name: e.value for e in entry_points(group="hfncl.noise_protocols")}
+    assert registered == {
+        "ncr-caption": "hfncl_plugins.ncr:CAPTION_NOISE",
+        "decl-image": "hfncl_plugins.decl:IMAGE_NOISE",
+    }
+
+
+@pytest.mark.parametrize(
+    ("entries", "message"),
+    [
+        ([("a", "ANOTHER_CAPTION_PROTOCOL"), ("b", "ANOTHER_CAPTION_PROTOCOL")], "both draw 'caption' noise"),
+        ([("a", "NOT_A_PROTOCOL")], "must be a NoiseProtocol"),
+        ([("a", "ANOTHER_CAPTION_PROTOCOL")], "for kind(s) ['image']"),
+    ],
+)
+def test_protocol_names_refuse_a_bad_registry_in_one_line(monkeypatch, entries, message):
+    _registered(monkeypatch, entries)
+    with pytest.raises(PluginError) as raised:
+        protocol_names()
+    assert message in str(raised.value) and "\n" not in str(raised.value)

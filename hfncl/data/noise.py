@@ -23,9 +23,34 @@ import numpy as np
 
 from hfncl.choices import NOISE_KINDS
 from hfncl.data.precomp import DataFormatError
+from hfncl.registry import NOISE_PROTOCOLS, PluginError, registered_entry_points
+from hfncl.types import NoiseProtocol
 
-NOISE_PROTOCOLS = {"caption": "ncr-caption", "image": "decl-image"}
-"""The protocol's name of each noise kind, as ``results.json``, the model card and the benchmark tables write it."""
+
+def protocol_names() -> dict[str, str]:
+    """The registered protocol's name of each noise kind (group ``hfncl.noise_protocols``).
+
+    Raises:
+        PluginError: naming the entry point, for an object that is not a :class:`NoiseProtocol` of a known kind, or
+            two protocols of one kind.
+    """
+    names: dict[str, str] = {}
+    for name, entry_point in registered_entry_points(NOISE_PROTOCOLS, "Noise protocol").items():
+        protocol = entry_point.load()
+        if not isinstance(protocol, NoiseProtocol) or protocol.kind not in NOISE_KINDS:
+            raise PluginError(
+                f"noise protocol {name!r} ({entry_point.value}) must be a NoiseProtocol whose kind is one of "
+                f"{NOISE_KINDS}, got {protocol!r}"
+            )
+        if protocol.kind in names:
+            raise PluginError(
+                f"noise protocols {names[protocol.kind]!r} and {name!r} both draw {protocol.kind!r} noise"
+            )
+        names[protocol.kind] = name
+    missing = [kind for kind in NOISE_KINDS if kind not in names]
+    if missing:
+        raise PluginError(f"no noise protocol is registered in group {NOISE_PROTOCOLS!r} for kind(s) {missing}")
+    return names
 
 
 def caption_level_noise(num_images: int, captions_per_image: int, ratio: float, seed: int) -> np.ndarray:
@@ -68,15 +93,14 @@ def shuffle_subset(values: np.ndarray, ratio: float, seed: int) -> tuple[np.ndar
 
 
 def pairing_protocol(caption_to_image: np.ndarray, captions_per_image: int) -> str | None:
-    """The protocol of a caption-level pairing: ``"decl-image"`` when every image's captions are paired with one
-    image together (DECL's image-level permutation), ``"ncr-caption"`` when some image's captions are split
-    (NCR's caption re-pairing), ``None`` when every pair is clean. With one caption per image the two protocols
-    coincide: ``"ncr-caption"``."""
+    """The protocol of a caption-level pairing (:func:`protocol_names`): the ``image`` kind's when every image's
+    captions are paired with one image together, the ``caption`` kind's when some image's captions are split, ``None``
+    when every pair is clean. With one caption per image the two kinds coincide: the ``caption`` kind's."""
     pairing = np.asarray(caption_to_image)
     if clean_mask(pairing, captions_per_image).all():
         return None
     together = (pairing.reshape(-1, captions_per_image) == pairing[::captions_per_image, None]).all()
-    return NOISE_PROTOCOLS["image" if together and captions_per_image > 1 else "caption"]
+    return protocol_names()["image" if together and captions_per_image > 1 else "caption"]
 
 
 def make_noise(kind: str, num_images: int, captions_per_image: int, ratio: float, seed: int) -> np.ndarray:

@@ -43,8 +43,8 @@ class DataDescription:
         noise_file: the noise index file read instead of generating one, if any.
         true_noise_ratio: share of training pairs that are actually wrong (measured).
         test_folds: test metrics are also averaged over this many folds when above 1.
-        noise_protocol: the noise protocol's name (:data:`hfncl.data.noise.NOISE_PROTOCOLS`: ``"ncr-caption"``,
-            ``"decl-image"``), of the generated noise or of the noise file's pairing; ``None`` without noise.
+        noise_protocol: the noise protocol's name (:func:`hfncl.data.noise.protocol_names`), of the generated noise
+            or of the noise file's pairing; ``None`` without noise.
     """
 
     dataset: str

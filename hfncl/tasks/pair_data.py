@@ -24,7 +24,7 @@ from hfncl.data import (
 )
 from hfncl.data.formats import detect_format, get_format
 from hfncl.data.image_processor import image_processor_from_pretrained
-from hfncl.data.noise import NOISE_PROTOCOLS, pairing_protocol
+from hfncl.data.noise import pairing_protocol, protocol_names
 from hfncl.engine.encoding import RetrievalSplit
 from hfncl.hub import DataDescription
 
@@ -212,8 +212,8 @@ def describe_data(args: DataArguments, data: PairData) -> DataDescription:
 
 
 def noise_protocol(args: DataArguments, data: PairData) -> str | None:
-    """The noise protocol's name (:data:`hfncl.data.noise.NOISE_PROTOCOLS`): of ``noise_kind`` for generated noise,
+    """The noise protocol's name (:func:`hfncl.data.noise.protocol_names`): of ``noise_kind`` for generated noise,
     read from the pairing for a noise file; ``None`` without noise."""
     if args.noise_file:
         return pairing_protocol(data.train.caption_to_image, data.train.captions_per_image)
-    return NOISE_PROTOCOLS[args.noise_kind] if args.noise_ratio > 0 else None
+    return protocol_names()[args.noise_kind] if args.noise_ratio > 0 else None
