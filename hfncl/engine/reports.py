@@ -1,16 +1,11 @@
-"""What a training run reports beside its losses: how well each division found the hidden clean units, and what
-trained the run (the card's Compute section).
+"""What a training run reports beside its losses: how well each division found the hidden clean units.
 
 The hidden clean mask(s) of the training data are read here only, to score divisions; no plugin sees them.
 """
 
 from __future__ import annotations
 
-import platform
-from typing import Any
-
 import numpy as np
-import torch
 
 from hfncl.evaluation import division_quality, partition_report
 from hfncl.types import Division
@@ -44,18 +39,3 @@ def part_units(hidden_masks: dict[str, np.ndarray]) -> dict[str, slice]:
     for part, mask in hidden_masks.items():
         units[part], start = slice(start, start + len(mask)), start + len(mask)
     return units
-
-
-def compute_section(
-    processes: int, device: torch.device, mixed_precision: str, seconds: float | None
-) -> dict[str, Any]:
-    """What trains the run, for the card's Compute section (:attr:`hfncl.hub.RunRecord.compute`): processes,
-    device, mixed precision and the seconds spent training (``None`` outside training)."""
-    host = platform.processor() or platform.machine()
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else host
-    return {
-        "processes": processes,
-        "device": f"{device.type} ({name})" if name else device.type,
-        "mixed_precision": mixed_precision,
-        "seconds": None if seconds is None else round(seconds, 1),
-    }
