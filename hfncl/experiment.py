@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from hfncl.config import RUN_CONFIG_FILE, TrainConfig, save_run_config
-from hfncl.engine.callbacks import TrainerCallback, library_progress_bars
+from hfncl.engine.callbacks import TrainerCallback
 from hfncl.engine.checkpoints import checkpoint_to_resume
 from hfncl.engine.fingerprint import NOISE_INDEX_FIELD, noise_fingerprint, refuse_mismatch, run_fingerprint
 from hfncl.engine.ownership import owned_run_dir
+from hfncl.engine.progress import library_progress_bars
 from hfncl.engine.trainer import Trainer
 from hfncl.hub import add_test_results
 from hfncl.integrity import atomic_write_text, write_manifest

@@ -26,9 +26,9 @@ from safetensors.torch import load_file, save_file
 from transformers import PreTrainedModel
 
 from hfncl.config import LATEST, one_line
-from hfncl.engine.callbacks import library_progress_bars
 from hfncl.engine.fingerprint import check_fingerprint, save_fingerprint
 from hfncl.engine.ledger import Ledger
+from hfncl.engine.progress import library_progress_bars
 from hfncl.hub import RunRecord, save_trained_model
 from hfncl.integrity import (
     IntegrityError,

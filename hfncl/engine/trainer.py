@@ -140,7 +140,7 @@ class Trainer(TrainerSurface):
             resume_from=config.resume_from_checkpoint,
             ignore_mismatch=config.resume_ignore_mismatch,
         )
-        self.learning_rate = LearningRateSchedule(
+        self.lr_schedule = LearningRateSchedule(
             config.learning_rate, tuple(config.lr_decay_epochs), config.lr_decay_factor
         )
         if config.log_with:
@@ -331,5 +331,5 @@ class Trainer(TrainerSurface):
         return self.batches.pass_steps(plan, epoch, self.state.pass_index, self.state.batch_in_pass)
 
     def _set_learning_rate(self, epoch: int) -> None:
-        set_learning_rate(self.optimizer, self.learning_rate, epoch)
+        set_learning_rate(self.optimizer, self.lr_schedule, epoch)
 
