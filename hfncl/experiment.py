@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from hfncl.config import RUN_CONFIG_FILE, TrainConfig, save_run_config
-from hfncl.engine.callbacks import TrainerCallback, library_progress_bars
+from hfncl.engine.callbacks import TrainerCallback
 from hfncl.engine.checkpoints import checkpoint_to_resume
 from hfncl.engine.fingerprint import NOISE_INDEX_FIELD, noise_fingerprint, refuse_mismatch, run_fingerprint
 from hfncl.engine.ownership import owned_run_dir
+from hfncl.engine.progress import library_progress_bars
 from hfncl.engine.trainer import Trainer
 from hfncl.hub import add_test_results
 from hfncl.integrity import atomic_write_text, write_manifest
@@ -100,8 +101,8 @@ def prepare_run(data_args: Any, config: TrainConfig, model_args: Any | None = No
     held.enter_context(owned_run_dir(config))
     held.enter_context(library_progress_bars(config.progress))
     try:
+        resumed = checkpoint_to_resume(config.resume_from_checkpoint, config.output_dir)
         fingerprint = run_fingerprint(config, data_args, model_args, unread=task.unread_files(data_args))
-        resumed = checkpoint_to_resume(config)
         if resumed is not None:  # before the data are read; the noise index is compared once it is made
             ignore = config.resume_ignore_mismatch
             refuse_mismatch(resumed, fingerprint, ignore_mismatch=ignore, skip=(NOISE_INDEX_FIELD,))

@@ -11,6 +11,7 @@ from typing import Any
 
 import pluggy
 
+from hfncl.options import OptionError
 from hfncl.plugins import build_plugin_manager, resolve_options
 from hfncl.registry import PluginError, PluginProvenance, plugin_provenance
 from hfncl.trainer_view import view_violations
@@ -40,8 +41,8 @@ class RunPlugins:
 def run_plugins(config: Any, data_kind: str | None = None) -> RunPlugins:
     """Set up the plugins ``config.plugins`` names for a run of ``config``: build the manager, check that their
     source uses only the trainer's contract (:func:`hfncl.trainer_view.view_violations`), that they train on
-    ``data_kind`` (when given: the run's task's kind), that their division fields fit, resolve their options and
-    check that they agree on the number of networks and the passes.
+    ``data_kind`` (when given: the run's task's kind), that their division fields fit and that they agree on the number
+    of networks and the passes, then resolve their options (:func:`hfncl.plugins.resolve_options`).
 
     Raises:
         PluginError: in one line, naming the plugin, option or hook at fault.
@@ -54,15 +55,18 @@ def run_plugins(config: Any, data_kind: str | None = None) -> RunPlugins:
             raise PluginError(f"Plugin {name!r} uses the trainer beyond its contract (TrainerView): {'; '.join(found)}")
     if data_kind is not None:
         check_data_kind(manager, names, data_kind)
-    check_division_fields(manager, names, config)
-    options = resolve_options(manager.hook, names, config.options)
-    check_agreement(manager, names, "num_networks", config=config)
-    num_networks = int(manager.hook.num_networks(config=config) or 1)
-    check_agreement(manager, names, "training_passes", config=config, num_networks=num_networks)
-    passes = manager.hook.training_passes(config=config, num_networks=num_networks) or [list(range(num_networks))]
+    try:  # a hook that reads an option its declaration refuses: the same one-line error as resolve_options gives
+        check_division_fields(manager, names, config)
+        check_agreement(manager, names, "num_networks", config=config)
+        num_networks = int(manager.hook.num_networks(config=config) or 1)
+        check_agreement(manager, names, "training_passes", config=config, num_networks=num_networks)
+        passes = manager.hook.training_passes(config=config, num_networks=num_networks) or [list(range(num_networks))]
+    except OptionError as error:
+        raise PluginError(str(error)) from error
     flat = [net for networks in passes for net in networks]
     if not flat or any(not 0 <= net < num_networks for net in flat):
         raise PluginError(f"training_passes {passes} must name networks in 0..{num_networks - 1}")
+    options = resolve_options(manager.hook, names, config.options)
     return RunPlugins(
         names=tuple(names),
         manager=manager,

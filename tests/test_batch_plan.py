@@ -20,7 +20,7 @@ from conftest import Interrupted, noisy_trainer, tiny_config
 from safetensors.torch import load_file
 
 from hfncl import plugins, registry
-from hfncl.engine.sampler import CyclingBatchSampler, GlobalBatchSampler, local_slice
+from hfncl.engine.batches import CyclingBatchSampler, GlobalBatchSampler, local_slice
 from hfncl.engine.trainer import Trainer
 from hfncl.types import BatchPlan
 

@@ -8,8 +8,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from hfncl.engine.batches import GlobalBatchSampler
 from hfncl.engine.distributed import gather
-from hfncl.engine.sampler import GlobalBatchSampler
 from hfncl.losses import triplet_hardest_negative
 
 

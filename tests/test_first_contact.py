@@ -190,7 +190,6 @@ def test_a_missing_config_file_is_one_line_naming_it(tmp_path, capsys):
 def test_accelerate_running_fewer_processes_than_launched_is_a_warning(tmp_path, monkeypatch):
     """``ACCELERATE_USE_CPU=true accelerate launch --num_processes 2`` without ``--multi_gpu`` silently ran one
     process: its simple launcher sets MASTER_ADDR / MASTER_PORT for two, and no WORLD_SIZE."""
-    from hfncl.config import TrainConfig
     from hfncl.engine.distributed import fewer_processes_warning
     from hfncl.engine.distributed import run_accelerator
 
@@ -199,7 +198,7 @@ def test_accelerate_running_fewer_processes_than_launched_is_a_warning(tmp_path,
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", "29500")
     with pytest.warns(UserWarning, match=r"Accelerate runs 1 \(accelerate launch --num_processes N without --multi"):
-        accelerator = run_accelerator(TrainConfig(output_dir=str(tmp_path)))
+        accelerator = run_accelerator("no", [], str(tmp_path))
     assert accelerator.num_processes == 1
     assert "WORLD_SIZE is 2 but Accelerate runs 1" in fewer_processes_warning(1, {"WORLD_SIZE": "2"})
     assert fewer_processes_warning(2, {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}) is None

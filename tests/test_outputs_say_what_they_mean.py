@@ -12,7 +12,8 @@ import huggingface_hub
 
 from hfncl import cli
 from hfncl.audit.report import audit_page
-from hfncl.engine.callbacks import format_epoch_details, format_epoch_line, progress_bar
+from hfncl.engine.callbacks import format_epoch_details, format_epoch_line
+from hfncl.engine.progress import progress_bar
 
 REPO_ID = "hfncl-test/missing"
 

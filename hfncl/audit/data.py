@@ -15,7 +15,7 @@ from hfncl.data import DataFormatError
 from hfncl.data.formats import DataFormat, get_format
 from hfncl.data.image_processor import image_processor_from_pretrained
 from hfncl.data.pairs import PairSplit
-from hfncl.engine.callbacks import library_progress_bars
+from hfncl.engine.progress import library_progress_bars
 from hfncl.tasks.pair_data import data_format
 
 

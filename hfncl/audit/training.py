@@ -22,8 +22,9 @@ from hfncl.choices import AUTO
 from hfncl.config import LATEST, TrainConfig
 from hfncl.data import NoisyPairDataset, TokenizerVocabulary, Vocabulary
 from hfncl.demo import shortened_settings
-from hfncl.engine.callbacks import TrainerCallback, library_progress_bars
+from hfncl.engine.callbacks import TrainerCallback
 from hfncl.engine.fingerprint import run_fingerprint
+from hfncl.engine.progress import library_progress_bars
 from hfncl.engine.trainer import Trainer
 from hfncl.hub.checkpoint import save_image_processor
 from hfncl.models import NCLConfig, NCLModel

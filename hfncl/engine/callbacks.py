@@ -4,15 +4,13 @@ The trainer calls every :class:`TrainerCallback` at fixed points of training (it
 methods, in the order a run reaches them); :class:`EpochLine` is always installed, a
 caller adds its own with ``Trainer(..., callbacks=[...])`` (the applications add the
 figures of :mod:`hfncl.plot_callbacks`; :mod:`hfncl.profiling` times hook calls).
-Progress bars and the libraries' own bars are switched here too.
+Progress bars: :mod:`hfncl.engine.progress`.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
@@ -27,34 +25,6 @@ TRAINING_HOOKS = (
     "epoch_start", "divide", "batch_plan", "rectify", "warmup_loss", "loss", "train_step", "pass_end", "epoch_end"
 )
 """The plugin hooks whose calls in training the trainer reports with ``on_hook_begin`` / ``on_hook_end``."""
-
-
-def progress_bar(iterable: Iterable, description: str, enabled: bool, **options: Any) -> tqdm:
-    """A tqdm bar over ``iterable`` that vanishes when done; a silent pass-through when not ``enabled``, or when its
-    stream (stderr) is not a terminal (tqdm's ``disable=None``): a log file gets no bars."""
-    disable = None if enabled else True
-    return tqdm(iterable, desc=description, disable=disable, leave=False, dynamic_ncols=True, **options)
-
-
-@contextmanager
-def library_progress_bars(enabled: bool) -> Iterator[None]:
-    """Inside the block, hide transformers' bars (``Loading weights``, ``Writing model shards``: a checkpoint read or
-    written in a second, whose bars would stay between the epoch lines), and unless ``enabled`` also those of
-    datasets; their previous setting is restored after it."""
-    import datasets
-    from transformers.utils import logging as transformers_logging
-
-    before = transformers_logging.is_progress_bar_enabled(), datasets.is_progress_bar_enabled()
-    transformers_logging.disable_progress_bar()
-    if not enabled:
-        datasets.disable_progress_bars()
-    try:
-        yield
-    finally:
-        if before[0]:
-            transformers_logging.enable_progress_bar()
-        if before[1]:
-            datasets.enable_progress_bars()
 
 
 class TrainerCallback:

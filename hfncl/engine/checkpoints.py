@@ -1,5 +1,5 @@
 """Checkpointing and resume of a training run: what a checkpoint holds, where it is written, how a resume finds,
-verifies and loads one, and the best model kept beside them.
+verifies and loads one, and the best model kept beside them with its run record (what trained it included).
 
 This is the engine's one reader and writer of run files: checkpoints carry their manifest
 (:mod:`hfncl.integrity`) and the run's fingerprint (:mod:`hfncl.engine.fingerprint`), and a resume refuses one
@@ -12,20 +12,23 @@ from __future__ import annotations
 import json
 import math
 import pickle
+import platform
 import shutil
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 from accelerate import Accelerator
 from accelerate.utils import load as accelerate_load
 from safetensors.torch import load_file, save_file
 from transformers import PreTrainedModel
 
-from hfncl.config import LATEST, TrainConfig, one_line
-from hfncl.engine.fingerprint import check_fingerprint, run_fingerprint, save_fingerprint
+from hfncl.config import LATEST, one_line
+from hfncl.engine.fingerprint import check_fingerprint, save_fingerprint
 from hfncl.engine.ledger import Ledger
+from hfncl.engine.progress import library_progress_bars
 from hfncl.hub import RunRecord, save_trained_model
 from hfncl.integrity import (
     IntegrityError,
@@ -83,14 +86,15 @@ def resume_candidates(output_dir: Path) -> tuple[list[Path], list[str]]:
     return found, [f"{pointer} names {name!r}, not a checkpoint directory of {root}"]
 
 
-def checkpoint_to_resume(config: TrainConfig) -> Path | None:
-    """The checkpoint a resume of ``config`` tries first (``None``: none to resume), before verifying it."""
-    wanted = config.resume_from_checkpoint
-    if wanted is None:
+def checkpoint_to_resume(resume_from: str | None, output_dir: str | Path) -> Path | None:
+    """The checkpoint a resume tries first (``None``: none to resume), before verifying it: the one ``resume_from``
+    (``TrainConfig.resume_from_checkpoint``) names, or for ``latest`` the one ``OUTPUT_DIR/checkpoints/latest``
+    names."""
+    if resume_from is None:
         return None
-    if wanted != LATEST:
-        return Path(wanted)
-    candidates, _ = resume_candidates(Path(config.output_dir))
+    if resume_from != LATEST:
+        return Path(resume_from)
+    candidates, _ = resume_candidates(Path(output_dir))
     return candidates[0] if candidates else None
 
 
@@ -121,27 +125,46 @@ class Restored:
     divisions: list[Division | None]
 
 
-class Checkpoints:
-    """The checkpoints of one run in ``config.output_dir``: written with :meth:`save`, read back by :meth:`resume`,
-    and the best model in ``OUTPUT_DIR/best`` (:meth:`save_best`).
+def compute_section(
+    processes: int, device: torch.device, mixed_precision: str, seconds: float | None
+) -> dict[str, Any]:
+    """What trains the run, for the card's Compute section (:attr:`hfncl.hub.RunRecord.compute`): processes,
+    device, mixed precision and the seconds spent training (``None`` outside training)."""
+    host = platform.processor() or platform.machine()
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else host
+    return {
+        "processes": processes,
+        "device": f"{device.type} ({name})" if name else device.type,
+        "mixed_precision": mixed_precision,
+        "seconds": None if seconds is None else round(seconds, 1),
+    }
 
-    ``fingerprint`` (:mod:`hfncl.engine.fingerprint`; ``None``: the training settings of ``config``) is saved
-    with every checkpoint, and a resume refuses a checkpoint whose fingerprint differs; the fields a resume
-    continued across on purpose (``resume_ignore_mismatch``) are :attr:`continued_across`.
+
+class Checkpoints:
+    """The checkpoints of one run in ``output_dir``: written with :meth:`save`, read back by :meth:`resume`, and the
+    best model in ``OUTPUT_DIR/best`` (:meth:`save_best`).
+
+    ``fingerprint`` (:mod:`hfncl.engine.fingerprint`) is saved with every checkpoint; :meth:`resume` loads the
+    checkpoint ``resume_from`` names (``TrainConfig.resume_from_checkpoint``) and refuses one whose fingerprint
+    differs, unless ``ignore_mismatch`` (``resume_ignore_mismatch``): the fields it then continued across are
+    :attr:`continued_across`.
     """
 
     def __init__(
         self,
-        config: TrainConfig,
+        output_dir: str | Path,
         accelerator: Accelerator,
-        fingerprint: dict[str, Any] | None,
+        fingerprint: dict[str, Any],
         provenance: PluginProvenance,
+        *,
+        resume_from: str | None = None,
+        ignore_mismatch: bool = False,
     ) -> None:
-        self.config = config
+        self.output_dir = Path(output_dir)
         self.accelerator = accelerator
-        self.fingerprint = fingerprint if fingerprint is not None else run_fingerprint(config)
+        self.fingerprint = fingerprint
         self.provenance = provenance
-        self.output_dir = Path(config.output_dir)
+        self.resume_from, self.ignore_mismatch = resume_from, ignore_mismatch
         self.continued_across: list[str] = []
 
     def save(self, state: TrainerState, ledger: Ledger, divisions: list[Division | None]) -> Path:
@@ -190,7 +213,7 @@ class Checkpoints:
         write_manifest(staging)
 
     def resume(self, num_networks: int) -> Restored | None:
-        """Load the checkpoint ``config.resume_from_checkpoint`` names, verified against its manifest.
+        """Load the checkpoint ``resume_from`` names, verified against its manifest.
 
         ``latest`` (the default): the checkpoint ``checkpoints/latest`` names, or, when that
         one is damaged (or the pointer names nothing inside ``checkpoints/``), the newest
@@ -204,7 +227,7 @@ class Checkpoints:
             hfncl.engine.fingerprint.ResumeMismatchError: the checkpoint was trained on other data,
                 noise or settings, and ``resume_ignore_mismatch`` is not set.
         """
-        wanted = self.config.resume_from_checkpoint or LATEST
+        wanted = self.resume_from or LATEST
         candidates, problems = resume_candidates(self.output_dir) if wanted == LATEST else ([Path(wanted)], [])
         if not candidates and not problems:
             return None
@@ -216,7 +239,7 @@ class Checkpoints:
                 continue
             if problems:
                 warnings.warn(f"resuming from {source} instead: {'; '.join(problems)}", stacklevel=3)
-            ignore = self.config.resume_ignore_mismatch
+            ignore = self.ignore_mismatch
             self.continued_across = check_fingerprint(source, self.fingerprint, ignore_mismatch=ignore)
             return self._load(source, num_networks)
         raise IntegrityError(f"no complete checkpoint to resume from: {'; '.join(problems)}")
@@ -244,7 +267,7 @@ class Checkpoints:
         if self.accelerator.is_main_process:
             staging = self.output_dir / "best.tmp"
             shutil.rmtree(staging, ignore_errors=True)
-            with writing(self.output_dir, "best/"):
+            with library_progress_bars(True), writing(self.output_dir, "best/"):  # no bar between the epoch lines
                 save_trained_model(model, staging, record, self.provenance)
                 write_manifest(staging)
             replace_directory(staging, self.output_dir / "best")

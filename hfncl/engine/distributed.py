@@ -20,8 +20,6 @@ import torch.nn.functional as F
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState
 
-from hfncl.config import TrainConfig
-
 
 def world() -> tuple[int, int]:
     """(rank, world size) of this process; (0, 1) without torch.distributed."""
@@ -98,20 +96,19 @@ def fewer_processes_warning(num_processes: int, environ: Mapping[str, str] = os.
     return None
 
 
-def run_accelerator(config: TrainConfig) -> Accelerator:
-    """The run's accelerator, in ``config.mixed_precision``; a warning when it runs fewer processes than the launch
-    asked for (:func:`hfncl.engine.distributed.fewer_processes_warning`).
+def run_accelerator(mixed_precision: str, log_with: list[str], project_dir: str) -> Accelerator:
+    """The run's accelerator, in ``mixed_precision``, logging to the trackers ``log_with`` names (none when empty) with
+    ``project_dir`` as its project directory; a warning when it runs fewer processes than the launch asked for
+    (:func:`hfncl.engine.distributed.fewer_processes_warning`).
 
     Accelerate keeps one precision per process; a run after one in another precision in the same
     process (a benchmark comparing them, a test suite) resets that shared state first, as
     transformers' ``TrainingArguments`` does, keeping the process group.
     """
     shared = AcceleratorState._shared_state
-    if shared and shared.get("_mixed_precision", config.mixed_precision) != config.mixed_precision:
+    if shared and shared.get("_mixed_precision", mixed_precision) != mixed_precision:
         AcceleratorState._reset_state()
-    accelerator = Accelerator(
-        mixed_precision=config.mixed_precision, log_with=config.log_with or None, project_dir=config.output_dir
-    )
+    accelerator = Accelerator(mixed_precision=mixed_precision, log_with=log_with or None, project_dir=project_dir)
     fewer = fewer_processes_warning(accelerator.num_processes)
     if fewer is not None and accelerator.is_main_process:
         warnings.warn(fewer, stacklevel=3)

@@ -9,7 +9,7 @@ from typing import cast
 import torch
 
 from hfncl.data import CaptionDataset, ImageDataset, collate_captions, collate_images
-from hfncl.engine.callbacks import progress_bar
+from hfncl.engine.progress import progress_bar
 from hfncl.evaluation import coco_5fold_metrics, retrieval_metrics
 from hfncl.retrieval import direction_similarity
 

@@ -15,9 +15,10 @@ from accelerate import Accelerator
 
 from hfncl.config import TrainConfig
 from hfncl.engine.batches import TrainingBatches
-from hfncl.engine.callbacks import TrainerCallback, progress_bar
+from hfncl.engine.callbacks import TrainerCallback
 from hfncl.engine.checkpoints import TrainerState
 from hfncl.engine.distributed import gather
+from hfncl.engine.progress import progress_bar
 from hfncl.engine.randomness import per_sample_uniform, purpose_key
 from hfncl.engine.tasks import Task
 from hfncl.options import OptionsT

@@ -22,13 +22,18 @@ from accelerate.utils import set_seed
 
 from hfncl.config import TrainConfig
 from hfncl.engine.batches import PassSteps, TrainingBatches
-from hfncl.engine.callbacks import EpochLine, TrainerCallback, library_progress_bars
-from hfncl.engine.checkpoints import Checkpoints, TrainerState
+from hfncl.engine.callbacks import EpochLine, TrainerCallback
+from hfncl.engine.checkpoints import Checkpoints, TrainerState, compute_section
 from hfncl.engine.distributed import run_accelerator, world
-from hfncl.engine.initial_weights import load_initial_weights
+from hfncl.engine.fingerprint import run_fingerprint
 from hfncl.engine.ledger import Ledger
-from hfncl.engine.optimization import parameter_groups, set_learning_rate
-from hfncl.engine.reports import compute_section, division_report
+from hfncl.engine.optimization import (
+    LearningRateSchedule,
+    load_initial_weights,
+    parameter_groups,
+    set_learning_rate,
+)
+from hfncl.engine.reports import division_report
 from hfncl.engine.steps import TrainerSurface
 from hfncl.engine.tasks import Task
 from hfncl.hub import RunRecord
@@ -85,7 +90,7 @@ class Trainer(TrainerSurface):
                 f"TrainConfig.batch_size {config.batch_size} exceeds the {len(train_data)} training samples: "
                 "every epoch would take zero optimisation steps; lower batch_size"
             )
-        self.accelerator = accelerator or run_accelerator(config)
+        self.accelerator = accelerator or run_accelerator(config.mixed_precision, config.log_with, config.output_dir)
         set_seed(config.seed)
         self.num_networks = self.plugins.num_networks
         self.passes = self.plugins.passes
@@ -103,7 +108,12 @@ class Trainer(TrainerSurface):
         optimizer_class = torch.optim.AdamW if config.optimizer == "adamw" else torch.optim.Adam
         self._pretrained_text = self.task.pretrained_text_parameters(self.model)
         self.optimizer = optimizer_class(
-            parameter_groups(self.model, self._pretrained_text, config),
+            parameter_groups(
+                self.model,
+                self._pretrained_text,
+                text_lr_scale=config.text_tower_lr_scale,
+                frozen_epochs=config.freeze_text_tower_epochs,
+            ),
             lr=config.learning_rate,
             weight_decay=config.weight_decay,
         )
@@ -122,7 +132,17 @@ class Trainer(TrainerSurface):
         self.batch_part: str | None = None
         self._later_part = False  # the batch is a plan's later part: it may take no step
         self.output_dir = Path(config.output_dir)
-        self.checkpoints = Checkpoints(config, self.accelerator, fingerprint, self.plugins.provenance)
+        self.checkpoints = Checkpoints(
+            self.output_dir,
+            self.accelerator,
+            run_fingerprint(config) if fingerprint is None else fingerprint,
+            self.plugins.provenance,
+            resume_from=config.resume_from_checkpoint,
+            ignore_mismatch=config.resume_ignore_mismatch,
+        )
+        self.lr_schedule = LearningRateSchedule(
+            config.learning_rate, tuple(config.lr_decay_epochs), config.lr_decay_factor
+        )
         if config.log_with:
             name = config.run_name or self.output_dir.resolve().name
             self.accelerator.init_trackers(
@@ -139,9 +159,8 @@ class Trainer(TrainerSurface):
         self.model.train()
         self._train_started = time.perf_counter()
         self._event("on_train_begin")
-        with library_progress_bars(self.config.progress):
-            while self.state.epoch < self.config.epochs and not self.stops_early():
-                self._train_epoch(self.state.epoch)
+        while self.state.epoch < self.config.epochs and not self.stops_early():
+            self._train_epoch(self.state.epoch)
         self.accelerator.wait_for_everyone()
         self.accelerator.end_training()
         summary = {
@@ -157,7 +176,7 @@ class Trainer(TrainerSurface):
     """When :meth:`train` started in this process (``time.perf_counter``)."""
 
     def _compute(self) -> dict[str, Any]:
-        """What trains the run (:func:`hfncl.engine.reports.compute_section`)."""
+        """What trains the run (:func:`hfncl.engine.checkpoints.compute_section`)."""
         started = self._train_started
         seconds = None if started is None else time.perf_counter() - started
         return compute_section(
@@ -312,5 +331,5 @@ class Trainer(TrainerSurface):
         return self.batches.pass_steps(plan, epoch, self.state.pass_index, self.state.batch_in_pass)
 
     def _set_learning_rate(self, epoch: int) -> None:
-        set_learning_rate(self.optimizer, self.config, epoch)
+        set_learning_rate(self.optimizer, self.lr_schedule, epoch)
 

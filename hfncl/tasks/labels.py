@@ -36,7 +36,7 @@ from hfncl.data.labelled import MODALITIES, LabelledSplit
 from hfncl.data.noisy_labels import NoisyLabelledDataset, collate_labelled
 from hfncl.data.synthetic import SyntheticConfig
 from hfncl.data.synthetic_labels import LabelledSyntheticConfig, generate_labelled
-from hfncl.engine.callbacks import progress_bar
+from hfncl.engine.progress import progress_bar
 from hfncl.evaluation.map import cross_modal_map
 from hfncl.hub import DataDescription
 from hfncl.hub.card import CardTexts, plugin_names, register_card_texts
