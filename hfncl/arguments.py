@@ -40,8 +40,8 @@ class DataArguments:
         default="auto",
         metadata={
             "help": "precomp, imagefolder, a format an installed package registers (entry-point group "
-            "hfncl.data_formats), or auto: the first installed format or imagefolder ({train_split}/metadata.jsonl) "
-            "that recognises the data, else precomp."
+            "hfncl.data_formats), or auto: the one installed format that recognises the data (imagefolder: "
+            "{train_split}/metadata.jsonl), else precomp."
         },
     )
     dataset_name: str | None = field(

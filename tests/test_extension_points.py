@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from importlib.metadata import EntryPoint
@@ -24,6 +25,7 @@ from hfncl import choices
 from hfncl.arguments import CategoryModelArguments, LabelDataArguments
 from hfncl.choices import check_format_name, check_layout_name
 from hfncl.data import DataFormatError, load_labelled_dataset
+from hfncl.data import formats
 from hfncl.data.formats import detect_format, get_format
 from hfncl.data.synthetic_labels import LabelledSyntheticConfig, generate_labelled, generate_labelled_arrays
 from hfncl.experiment import run_experiment
@@ -34,6 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "tests" / "extension_package"
 INSTALLED_HEADS = heads.installed_heads()
 INSTALLED_LAYOUTS = choices.installed_layouts()
+INSTALLED_FORMATS = choices.installed_formats()
 TINY_LABELLED = LabelledSyntheticConfig(train_per_class=12, valid_per_class=4, test_per_class=4, seed=2)
 
 
@@ -62,11 +65,8 @@ def npz_views_file(path: Path) -> Path:
 def example_registered(monkeypatch: pytest.MonkeyPatch) -> None:
     """The example package importable and its entry points served as installed (no pip)."""
     monkeypatch.syspath_prepend(str(PACKAGE))
-    monkeypatch.setattr(
-        choices,
-        "installed_formats",
-        lambda: {"npz_pairs": EntryPoint("npz_pairs", "hfncl_extension_example.formats:NPZ_PAIRS", "hfncl.data_formats")},
-    )
+    npz = EntryPoint("npz_pairs", "hfncl_extension_example.formats:NPZ_PAIRS", "hfncl.data_formats")
+    monkeypatch.setattr(choices, "installed_formats", lambda: {**INSTALLED_FORMATS, "npz_pairs": npz})
     head = EntryPoint("bilinear", "hfncl_extension_example.heads:build_bilinear_head", "hfncl.similarity_heads")
     monkeypatch.setattr(heads, "installed_heads", lambda: {**INSTALLED_HEADS, "bilinear": head})
     layout = EntryPoint("npz_views", "hfncl_extension_example.layouts:NPZ_VIEWS", "hfncl.label_layouts")
@@ -74,7 +74,8 @@ def example_registered(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_unknown_names_are_refused_in_one_line_listing_what_there_is() -> None:
-    with pytest.raises(ValueError, match=r"^DataArguments.data_format must be one of \('auto', 'precomp', 'imagefolder'"):
+    formats = r"^DataArguments.data_format must be one of \('auto', 'imagefolder', 'precomp'\), got 'parquet' \("
+    with pytest.raises(ValueError, match=formats):
         check_format_name("parquet")
     with pytest.raises(heads.UnknownHeadError, match=r"^NCLConfig.similarity must be one of \('cosine', 'saf', 'scan', 'sgr'"):
         NCLConfig(similarity="bilinear")
@@ -83,6 +84,22 @@ def test_unknown_names_are_refused_in_one_line_listing_what_there_is() -> None:
         check_layout_name("npz_views")
     with pytest.raises(ValueError, match=refused):
         LabelDataArguments(data_path="features.npz", layout="npz_views")
+
+
+def test_the_built_in_formats_are_entry_points_and_auto_refuses_data_two_of_them_recognise(
+    micro_data_dir: Path, tmp_path: Path
+) -> None:
+    points = {name: point.value for name, point in choices.installed_formats().items()}
+    assert points == {"imagefolder": "hfncl.data.formats:IMAGEFOLDER", "precomp": "hfncl.data.formats:PRECOMP"}
+    assert get_format("precomp") is formats.PRECOMP and get_format("imagefolder") is formats.IMAGEFOLDER
+    assert detect_format(micro_data_dir, "train") == "precomp" and detect_format(tmp_path, "train") == "precomp"
+    both = tmp_path / "both"
+    shutil.copytree(micro_data_dir, both)
+    (both / "train").mkdir()
+    (both / "train" / "metadata.jsonl").write_text("")
+    assert detect_format(both, "dev") == "precomp"
+    with pytest.raises(DataFormatError, match=r"the data formats \['imagefolder', 'precomp'\] all recognise split 'train'"):
+        detect_format(both, "train")
 
 
 def test_a_registered_format_is_detected_and_read_and_a_registered_head_scores(
