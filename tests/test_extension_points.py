@@ -24,8 +24,7 @@ from conftest import pip_installed, tiny_config
 from hfncl import choices
 from hfncl.arguments import CategoryModelArguments, LabelDataArguments
 from hfncl.choices import check_format_name, check_layout_name
-from hfncl.data import DataFormatError, load_labelled_dataset
-from hfncl.data import formats
+from hfncl.data import DataFormatError, formats, load_labelled_dataset
 from hfncl.data.formats import detect_format, get_format
 from hfncl.data.synthetic_labels import LabelledSyntheticConfig, generate_labelled, generate_labelled_arrays
 from hfncl.experiment import run_experiment
@@ -74,8 +73,8 @@ def example_registered(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_unknown_names_are_refused_in_one_line_listing_what_there_is() -> None:
-    formats = r"^DataArguments.data_format must be one of \('auto', 'imagefolder', 'precomp'\), got 'parquet' \("
-    with pytest.raises(ValueError, match=formats):
+    unknown_format = r"^DataArguments.data_format must be one of \('auto', 'imagefolder', 'precomp'\), got 'parquet' \("
+    with pytest.raises(ValueError, match=unknown_format):
         check_format_name("parquet")
     with pytest.raises(heads.UnknownHeadError, match=r"^NCLConfig.similarity must be one of \('cosine', 'saf', 'scan', 'sgr'"):
         NCLConfig(similarity="bilinear")
@@ -98,7 +97,7 @@ def test_the_built_in_formats_are_entry_points_and_auto_refuses_data_two_of_them
     (both / "train").mkdir()
     (both / "train" / "metadata.jsonl").write_text("")
     assert detect_format(both, "dev") == "precomp"
-    with pytest.raises(DataFormatError, match=r"the data formats \['imagefolder', 'precomp'\] all recognise split 'train'"):
+    with pytest.raises(DataFormatError, match=r"formats \['imagefolder', 'precomp'\] all recognise split 'train'"):
         detect_format(both, "train")
 
 
