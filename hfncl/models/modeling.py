@@ -50,8 +50,8 @@ class MatchingNetwork(nn.Module):
         super().__init__()
         config.check_values()
         self.views = config.image_views
-        self.image_encoder = build_tower(config, "image")
-        self.text_encoder = build_tower(config, "text")
+        self.image_encoder: Any = build_tower(config, "image")  # a tower of hfncl.models.towers' contract
+        self.text_encoder: Any = build_tower(config, "text")
         self.head: Any = build_head(config)
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:
