@@ -460,7 +460,7 @@ def transplant_check(peer: Path, data: Path, vocab_file: Path, head: str = "sgr"
     means the two compute the same function and the same update from the same weights."""
     import torch
 
-    from hfncl.losses import triplet_sum_negatives
+    from hfncl.equations.losses import triplet_sum_negatives
     from hfncl.models import NCLConfig, NCLModel
 
     sys.path.insert(0, str(peer))

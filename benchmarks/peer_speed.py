@@ -209,7 +209,7 @@ def child_train(program: str, args: argparse.Namespace) -> dict[str, float]:
         def step() -> None:
             model.train(images, tokens, lengths.tolist(), mode="warmup")  # moves the batch to CUDA when there is one
     else:
-        from hfncl.losses import triplet_sum_negatives
+        from hfncl.equations.losses import triplet_sum_negatives
 
         model = _hfncl_model(args).train()
         network = model.networks[0]
@@ -395,7 +395,7 @@ class _EpochClock(_Callback):
 
 class _FixedCleanShare(_Callback):
     """Trainer callback: each network's clean set made the ``share`` of its pairs of highest clean probability
-    (:func:`hfncl.beta_mixture.most_likely_clean`, ties by position, as :func:`_official_epoch` ranks), as the
+    (:func:`hfncl.equations.beta_mixture.most_likely_clean`, ties by position, as :func:`_official_epoch` ranks), as the
     official epoch's is, instead of what the GMM makes of random data (e.g. 40-49% at 20% noise), so that both
     programs' timed epochs train the same number of clean and noisy batches."""
 
@@ -403,7 +403,7 @@ class _FixedCleanShare(_Callback):
         self.share = share
 
     def on_division(self, trainer, epoch: int, divisions, true_clean) -> None:
-        from hfncl.beta_mixture import most_likely_clean
+        from hfncl.equations.beta_mixture import most_likely_clean
 
         for division in divisions:
             if division is not None:
@@ -421,10 +421,10 @@ def _hfncl_epoch(args: argparse.Namespace, data_dir: Path) -> dict[str, float]:
 
     from hfncl.config import TrainConfig
     from hfncl.engine.trainer import Trainer
-    from hfncl.plugin_setup import run_plugins
     from hfncl.models import NCLConfig
-    from hfncl.tasks.pairs import PAIRS, DataArguments, ModelArguments, model_fields
+    from hfncl.plugin_setup import run_plugins
     from hfncl.tasks.pair_data import prepare_data
+    from hfncl.tasks.pairs import PAIRS, DataArguments, ModelArguments, model_fields
 
     output_dir = data_dir.parent / f"hfncl-{args.head}-{args.embed_dim}"
     config = TrainConfig(

@@ -24,6 +24,7 @@ from hfncl.choices import (
 )
 from hfncl.config import check_field_types
 from hfncl.limits import check_sizes
+from hfncl.registry import installed_towers
 
 
 @dataclass
@@ -40,8 +41,8 @@ class DataArguments:
         default="auto",
         metadata={
             "help": "precomp, imagefolder, a format an installed package registers (entry-point group "
-            "hfncl.data_formats), or auto: the first installed format or imagefolder ({train_split}/metadata.jsonl) "
-            "that recognises the data, else precomp."
+            "hfncl.data_formats), or auto: the one installed format that recognises the data (imagefolder: "
+            "{train_split}/metadata.jsonl), else precomp."
         },
     )
     dataset_name: str | None = field(
@@ -142,13 +143,17 @@ class ModelArguments:
     )
     text_tower: str | None = field(
         default=None,
-        metadata={"help": "gru (a biGRU, when unset), or a Hub id / directory of a BERT-family or CLIP text encoder."},
+        metadata={
+            "help": "gru (a biGRU, when unset), a tower an installed package registers (entry-point group "
+            "hfncl.text_towers), or a Hub id / directory of a BERT-family or CLIP text encoder."
+        },
     )
     image_tower: str | None = field(
         default=None,
         metadata={
-            "help": "regions (default: precomputed features), or a Hub id / directory of a CLIP vision encoder and "
-            "its image processor, which reads the raw images of an imagefolder."
+            "help": "regions (default: precomputed features), a tower an installed package registers (entry-point "
+            "group hfncl.image_towers), or a Hub id / directory of a CLIP vision encoder and its image processor, "
+            "which reads the raw images of an imagefolder."
         },
     )
     lora_rank: int | None = field(default=None, metadata={"help": "LoRA rank on the transformer towers (0: none)."})
@@ -166,15 +171,16 @@ class ModelArguments:
         check_sizes(asdict(self), "ModelArguments")
 
     def explicit(self) -> dict[str, Any]:
-        """The fields given a value; ``text_tower`` NAME becomes ``text_tower="transformer"``, ``text_tower_name=NAME``
-        (and ``image_tower`` NAME ``image_tower="transformer"``, ``image_tower_name=NAME``)."""
+        """The fields given a value; a ``text_tower`` NAME that is no installed tower (``hfncl.text_towers``), or is
+        ``transformer``, becomes ``text_tower="transformer"``, ``text_tower_name=NAME`` (and ``image_tower`` NAME
+        alike)."""
         values = {k: v for k, v in asdict(self).items() if v is not None}
-        for part, plain in (("text", "gru"), ("image", "regions")):
+        for part in ("text", "image"):
             tower = values.pop(f"{part}_tower", None)
-            if tower is not None:
-                values[f"{part}_tower"] = plain if tower == plain else "transformer"
-                if tower != plain:
-                    values[f"{part}_tower_name"] = tower
+            if tower is not None and tower != "transformer" and tower in installed_towers(part):
+                values[f"{part}_tower"] = tower
+            elif tower is not None:
+                values[f"{part}_tower"], values[f"{part}_tower_name"] = "transformer", tower
         return values
 
 

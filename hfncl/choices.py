@@ -1,8 +1,8 @@
 """The values a run's data fields take, importable without torch, transformers or datasets: the command line
 checks its arguments against them and the data readers read by them.
 
-Format names come from :mod:`hfncl.registry` (the ``hfncl.data_formats`` entry-point group) beside the
-built-in ones; label-layout names from the ``hfncl.label_layouts`` group, hfncl's own included.
+Format names come from :mod:`hfncl.registry` (the ``hfncl.data_formats`` entry-point group), label-layout
+names from the ``hfncl.label_layouts`` group, hfncl's own included in both.
 """
 
 from __future__ import annotations
@@ -19,29 +19,27 @@ LABEL_NOISE_KINDS = ("symmetric", "asymmetric")
 FEATURE_DTYPES = ("float32", "float16")
 """Arrow storage of precomputed features (:mod:`hfncl.data.precomp`)."""
 
-FORMAT_GROUP = DATA_FORMATS
 AUTO = "auto"
-BUILT_IN_FORMAT_NAMES = ("precomp", "imagefolder")
-"""The data formats of :data:`hfncl.data.formats.BUILT_IN_FORMATS`, in its order."""
+"""``DataArguments.data_format`` that reads the one installed format whose ``detect`` recognises the data."""
 
 
 def installed_formats() -> dict[str, EntryPoint]:
-    """The entry points of the ``hfncl.data_formats`` group, by name (built-in names cannot be replaced)."""
-    registered = registered_entry_points(FORMAT_GROUP, "Data format")
-    return {name: point for name, point in registered.items() if name not in BUILT_IN_FORMAT_NAMES}
+    """The entry points of the ``hfncl.data_formats`` group, by name (hfncl's ``precomp`` and ``imagefolder`` among
+    them)."""
+    return registered_entry_points(DATA_FORMATS, "Data format")
 
 
 def format_names() -> tuple[str, ...]:
-    """Every value ``DataArguments.data_format`` may take: ``auto``, the built-in formats, the installed ones."""
-    return (AUTO, *BUILT_IN_FORMAT_NAMES, *sorted(installed_formats()))
+    """Every value ``DataArguments.data_format`` may take: ``auto``, then the installed formats."""
+    return (AUTO, *sorted(installed_formats()))
 
 
 def check_format_name(name: str) -> None:
-    """Refuse a format that is neither built in nor installed, in one line naming the field and the formats."""
-    if name != AUTO and name not in BUILT_IN_FORMAT_NAMES and name not in installed_formats():
+    """Refuse a format no installed package registers, in one line naming the field and the formats."""
+    if name != AUTO and name not in installed_formats():
         raise ValueError(
             f"DataArguments.data_format must be one of {format_names()}, got {name!r} (a format of another package "
-            f"is installed with it, registered in the {FORMAT_GROUP!r} entry-point group)"
+            f"is installed with it, registered in the {DATA_FORMATS!r} entry-point group)"
         )
 
 

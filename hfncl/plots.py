@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from scipy.stats import norm
 
-from hfncl.division import min_max_normalise
+from hfncl.equations.division import min_max_normalise
 
 
 def plot_division(

@@ -1,8 +1,8 @@
 """The entry-point groups through which packages extend hfncl, and the one reader of them.
 
-Every extension (a method, a data format, a similarity head, a label layout, a noise protocol's name) is an
-entry point of one of the groups below, the built-in ones too: ``pyproject.toml`` registers hfncl's own exactly as a
-third-party package would. This module imports nothing of hfncl: everything that names an
+Every extension (a method, a data format, a similarity head, a text or image tower, a label layout, a noise
+protocol's name) is an entry point of one of the groups below, the built-in ones too: ``pyproject.toml`` registers
+hfncl's own exactly as a third-party package would. This module imports nothing of hfncl: everything that names an
 extension reads it from here.
 """
 
@@ -20,6 +20,12 @@ DATA_FORMATS = "hfncl.data_formats"
 """Data formats of image-caption pairs (:class:`hfncl.data.formats.DataFormat` objects)."""
 SIMILARITY_HEADS = "hfncl.similarity_heads"
 """Similarity heads (``build(config) -> module`` callables, :mod:`hfncl.models.heads`)."""
+TEXT_TOWERS = "hfncl.text_towers"
+"""Text towers (``build(config) -> module`` callables, :mod:`hfncl.models.towers`)."""
+IMAGE_TOWERS = "hfncl.image_towers"
+"""Image towers (``build(config) -> module`` callables, :mod:`hfncl.models.towers`)."""
+TOWERS = {"text": TEXT_TOWERS, "image": IMAGE_TOWERS}
+"""The tower groups by the part of a model they build (``NCLConfig.text_tower`` / ``image_tower`` name one)."""
 LABEL_LAYOUTS = "hfncl.label_layouts"
 """Layouts of category-labelled feature files (:class:`hfncl.data.labelled.layouts.LabelLayout` objects)."""
 NOISE_PROTOCOLS = "hfncl.noise_protocols"
@@ -40,8 +46,8 @@ def _package(entry_point: EntryPoint) -> str:
 
 
 def registered_entry_points(group: str, what: str = "Plugin") -> dict[str, EntryPoint]:
-    """The entry points of ``group`` by name (methods, data formats, similarity heads, label layouts: ``what`` names
-    the kind).
+    """The entry points of ``group`` by name (methods, data formats, similarity heads, towers, label layouts: ``what``
+    names the kind).
 
     Raises:
         PluginError: naming both packages when two register the same name.
@@ -55,6 +61,11 @@ def registered_entry_points(group: str, what: str = "Plugin") -> dict[str, Entry
                 f"{_package(entry_point)}: uninstall one, or rename its entry point"
             )
     return installed
+
+
+def installed_towers(part: str) -> dict[str, EntryPoint]:
+    """The entry points of the ``part`` (``"text"`` or ``"image"``) tower group, by name (hfncl's own among them)."""
+    return registered_entry_points(TOWERS[part], f"{part.capitalize()} tower")
 
 
 def installed_entry_points() -> dict[str, EntryPoint]:

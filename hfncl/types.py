@@ -107,7 +107,7 @@ class Division:
                     Under ``"mixture"`` (the one entry not indexed by pair), a (K, 3)
                     tensor: weight, mean and standard deviation of each Gaussian
                     component of a mixture fitted to the min-max normalised
-                    statistic (:func:`hfncl.division.fit_loss_mixture`); the division
+                    statistic (:func:`hfncl.equations.division.fit_loss_mixture`); the division
                     plot draws its density over the histogram.
     ``statistic_name`` what ``extras["statistic"]`` is, in words (``"per-pair loss L_w (Eq. 2)"``):
                     the division plot's axis names it.

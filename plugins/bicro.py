@@ -21,13 +21,10 @@ from typing import Any
 
 import torch
 
-from hfncl.beta_mixture import bmm_clean_probability
-from hfncl.division import fit_loss_mixture, threshold_division
-from hfncl.hookspecs import hookimpl
-from hfncl.losses import soft_margin, triplet_hardest_negative_in_parts, triplet_sum_negatives
-from hfncl.models.heads import global_embeddings
-from hfncl.options import MethodOptions, option
-from hfncl.toolkit import (
+from hfncl.equations.beta_mixture import bmm_clean_probability
+from hfncl.equations.division import fit_loss_mixture, threshold_division
+from hfncl.equations.losses import soft_margin, triplet_hardest_negative_in_parts, triplet_sum_negatives
+from hfncl.equations.toolkit import (
     batch_index,
     batch_parts,
     batch_view,
@@ -37,6 +34,9 @@ from hfncl.toolkit import (
     peer,
     training_batches,
 )
+from hfncl.hookspecs import hookimpl
+from hfncl.models.heads import global_embeddings
+from hfncl.options import MethodOptions, option
 from hfncl.types import Division
 
 NETWORKS = 2

@@ -26,11 +26,11 @@ from typing import Any
 
 import torch
 
-from hfncl.division import fit_loss_mixture, threshold_division
+from hfncl.equations.division import fit_loss_mixture, threshold_division
+from hfncl.equations.losses import triplet_hardest_negative, triplet_sum_negatives
+from hfncl.equations.toolkit import bibtex_citation, epoch_seed, ledger_column, peer
 from hfncl.hookspecs import hookimpl
-from hfncl.losses import triplet_hardest_negative, triplet_sum_negatives
 from hfncl.options import MethodOptions, option
-from hfncl.toolkit import bibtex_citation, epoch_seed, ledger_column, peer
 from hfncl.types import Division
 
 NETWORKS = 2

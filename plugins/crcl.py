@@ -25,10 +25,10 @@ from typing import Any
 
 import torch
 
-from hfncl.division import threshold_division
+from hfncl.equations.division import threshold_division
+from hfncl.equations.toolkit import bibtex_citation, ledger_column
 from hfncl.hookspecs import hookimpl
 from hfncl.options import MethodOptions, option
-from hfncl.toolkit import bibtex_citation, ledger_column
 from hfncl.types import Division
 from hfncl_plugins.rcl import PENALTIES, matching_probabilities
 

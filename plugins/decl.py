@@ -25,11 +25,11 @@ from typing import Any
 
 import torch
 
-from hfncl import evidential
+from hfncl.equations import evidential
+from hfncl.equations.losses import triplet_top_k_negatives
+from hfncl.equations.toolkit import batch_index, batch_view, bibtex_citation, training_batches
 from hfncl.hookspecs import hookimpl
-from hfncl.losses import triplet_top_k_negatives
 from hfncl.options import MethodOptions, option
-from hfncl.toolkit import batch_index, batch_view, bibtex_citation, training_batches
 from hfncl.types import Division, NoiseProtocol
 
 IMAGE_NOISE = NoiseProtocol(

@@ -24,9 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from hfncl.beta_mixture import bmm_clean_probability, most_likely_clean
-from hfncl.hookspecs import hookimpl
-from hfncl.label_losses import (
+from hfncl.equations.beta_mixture import bmm_clean_probability, most_likely_clean
+from hfncl.equations.label_losses import (
     ROBUST_TERMS,
     mix_with_clean,
     multimodal_contrastive_loss,
@@ -35,8 +34,9 @@ from hfncl.label_losses import (
     prototype_probabilities,
     robust_clustering_loss,
 )
+from hfncl.equations.toolkit import bibtex_citation, seeded_generator
+from hfncl.hookspecs import hookimpl
 from hfncl.options import MethodOptions, option
-from hfncl.toolkit import bibtex_citation, seeded_generator
 from hfncl.types import CategoryOutputs, Division
 
 MODALITIES = ("image", "text")
@@ -150,7 +150,7 @@ def most_likely_clean_by_loss(clean_prob: torch.Tensor, losses: torch.Tensor, no
 
     The posterior saturates at 1 (float32) over much of the low-loss mode; among such
     ties the smaller loss is the more likely clean (the small-loss criterion), where
-    :func:`hfncl.beta_mixture.most_likely_clean` alone would take them in index order.
+    :func:`hfncl.equations.beta_mixture.most_likely_clean` alone would take them in index order.
     """
     order = np.lexsort((losses.double().numpy(), -clean_prob.double().numpy()))
     ranked = torch.empty(len(order), dtype=torch.float64)

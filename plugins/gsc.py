@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
-from hfncl.division import gmm_clean_probability, threshold_division
+from hfncl.equations.division import gmm_clean_probability, threshold_division
+from hfncl.equations.toolkit import bibtex_citation, ledger_column, networks_in_turn, peer, same_terms_in_warmup
 from hfncl.hookspecs import hookimpl
 from hfncl.options import MethodOptions, option
-from hfncl.toolkit import bibtex_citation, ledger_column, networks_in_turn, peer, same_terms_in_warmup
 from hfncl.types import Division
 from hfncl_plugins.gsc_intra import batch_labels, intra_modal_loss, intra_modal_similarity, structure_similarity
 

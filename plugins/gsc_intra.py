@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
+from hfncl.equations.toolkit import bibtex_citation, same_terms_in_warmup
 from hfncl.hookspecs import hookimpl
 from hfncl.models.heads import global_embeddings as structure_embeddings
 from hfncl.options import MethodOptions, option
-from hfncl.toolkit import bibtex_citation, same_terms_in_warmup
 
 if TYPE_CHECKING:
     from hfncl.trainer_view import TrainerView

@@ -22,12 +22,12 @@ from typing import Any
 
 import torch
 
-from hfncl.beta_mixture import bmm_clean_probability
-from hfncl.division import threshold_division
+from hfncl.equations.beta_mixture import bmm_clean_probability
+from hfncl.equations.division import threshold_division
+from hfncl.equations.losses import triplet_hardest_negative, triplet_sum_negatives
+from hfncl.equations.toolkit import bibtex_citation, division_plan, training_batches
 from hfncl.hookspecs import hookimpl
-from hfncl.losses import triplet_hardest_negative, triplet_sum_negatives
 from hfncl.options import MethodOptions, option
-from hfncl.toolkit import bibtex_citation, division_plan, training_batches
 from hfncl.types import BatchPlan, Division
 
 MASKED_COST = 1e4

@@ -21,11 +21,9 @@ from typing import Any
 
 import torch
 
-from hfncl.division import fit_loss_mixture, threshold_division
-from hfncl.hookspecs import hookimpl
-from hfncl.losses import soft_margin, triplet_hardest_negative_in_parts, triplet_sum_negatives
-from hfncl.options import MethodOptions, option
-from hfncl.toolkit import (
+from hfncl.equations.division import fit_loss_mixture, threshold_division
+from hfncl.equations.losses import soft_margin, triplet_hardest_negative_in_parts, triplet_sum_negatives
+from hfncl.equations.toolkit import (
     batch_index,
     batch_parts,
     batch_view,
@@ -37,6 +35,8 @@ from hfncl.toolkit import (
     recorded_or_pass,
     training_batches,
 )
+from hfncl.hookspecs import hookimpl
+from hfncl.options import MethodOptions, option
 from hfncl.types import BatchPlan, Division, NoiseProtocol
 
 CAPTION_NOISE = NoiseProtocol(
@@ -277,7 +277,7 @@ def broadcast_labels(
     Its clean batch holds w and y as (B, 1) columns and P as a (B,) row, so w * y + (1 - w) * P broadcasts to
     y^_ij = w_i + (1 - w_i) P_j; its noisy batch's label (P^A + P^B) / 2 is a (B, 1) column, y^_ij = y^_i. The
     loss then takes cell (i, j)'s margin for image i against caption j and for caption j against image i
-    (:func:`hfncl.losses.triplet_hardest_negative` with a margin matrix), so the margins vary along a pair's
+    (:func:`hfncl.equations.losses.triplet_hardest_negative` with a margin matrix), so the margins vary along a pair's
     negatives and choose its hardest one, where Eq. 6's per-pair margin only opens or closes its hinge.
     """
     clean_label = clean_prob[:, None] + (1 - clean_prob[:, None]) * own_prediction[None, :]

@@ -29,10 +29,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from hfncl.division import fit_loss_mixture
+from hfncl.equations.division import fit_loss_mixture
+from hfncl.equations.toolkit import bibtex_citation, training_batches
 from hfncl.hookspecs import hookimpl
 from hfncl.options import MethodOptions, option
-from hfncl.toolkit import bibtex_citation, training_batches
 from hfncl.types import Division
 
 NET = 0

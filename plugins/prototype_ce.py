@@ -17,9 +17,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from hfncl.equations.toolkit import same_terms_in_warmup
 from hfncl.hookspecs import hookimpl
 from hfncl.options import MethodOptions, option
-from hfncl.toolkit import same_terms_in_warmup
 from hfncl.types import CategoryOutputs
 
 MODALITIES = ("image", "text")

@@ -26,9 +26,9 @@ from typing import Any
 
 import torch
 
+from hfncl.equations.toolkit import bibtex_citation, same_terms_in_warmup
 from hfncl.hookspecs import hookimpl
 from hfncl.options import MethodOptions, option
-from hfncl.toolkit import bibtex_citation, same_terms_in_warmup
 
 LOG_EPSILON = 1e-10
 """The authors' epsilon inside -log(1 - p + eps): finite where p rounds to 1 in float32."""

@@ -27,11 +27,11 @@ from typing import Any
 import torch
 
 from hfncl.data.augment import drop_regions, perturb_words
-from hfncl.evidential import EVIDENCE_FUNCTIONS, opinion, scaled_evidence
-from hfncl.evidential import kl_to_uniform as evidential_kl
+from hfncl.equations.evidential import EVIDENCE_FUNCTIONS, opinion, scaled_evidence
+from hfncl.equations.evidential import kl_to_uniform as evidential_kl
+from hfncl.equations.toolkit import bibtex_citation, same_terms_in_warmup
 from hfncl.hookspecs import hookimpl
 from hfncl.options import MethodOptions, option
-from hfncl.toolkit import bibtex_citation, same_terms_in_warmup
 
 I2T, T2I = 0, 1
 NETWORKS = 2

@@ -25,11 +25,11 @@ from typing import Any
 
 import torch
 
-from hfncl import evidential
+from hfncl.equations import evidential
+from hfncl.equations.losses import soft_margin, triplet_hardest_negative, triplet_top_k_negatives
+from hfncl.equations.toolkit import batch_index, batch_view, bibtex_citation, recorded_or_pass, training_batches
 from hfncl.hookspecs import hookimpl
-from hfncl.losses import soft_margin, triplet_hardest_negative, triplet_top_k_negatives
 from hfncl.options import MethodOptions, option
-from hfncl.toolkit import batch_index, batch_view, bibtex_citation, recorded_or_pass, training_batches
 from hfncl.types import Division
 
 CLEAN, NOISY, HARD_CLEAN, HARD_NOISY = 0, 1, 2, 3
@@ -253,7 +253,7 @@ def rectify(trainer, batch, net, division) -> dict[str, torch.Tensor]:
 @hookimpl
 def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
     """Eq. 18: L_e + xi2 L_t; determined-clean pairs take Eq. 1, determined-noisy pairs no triplet term, hard
-    pairs Eq. 16 with Eq. 17's trusted margins (:func:`hfncl.evidential.uncertainty_scaled_margin`)."""
+    pairs Eq. 16 with Eq. 17's trusted margins (:func:`hfncl.equations.evidential.uncertainty_scaled_margin`)."""
     labels, sets, similarity = targets["soft_label"], targets["sets"], outputs.similarity
     settings = trainer.options_of(UGNCLOptions)
     soft_margins = soft_margin(labels, settings.margin, settings.curve)

@@ -12,10 +12,10 @@ from typing import Any
 
 import torch
 
+from hfncl.equations.losses import triplet_hardest_negative
+from hfncl.equations.toolkit import bibtex_citation, same_terms_in_warmup
 from hfncl.hookspecs import hookimpl
-from hfncl.losses import triplet_hardest_negative
 from hfncl.options import MethodOptions
-from hfncl.toolkit import bibtex_citation, same_terms_in_warmup
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ PLANNER = '''
 import torch
 
 from hfncl.hookspecs import hookimpl
-from hfncl.losses import triplet_hardest_negative
+from hfncl.equations.losses import triplet_hardest_negative
 from hfncl.types import BatchPlan
 
 SEEN = []

@@ -8,15 +8,15 @@ import time
 import numpy as np
 import pytest
 import torch
+from conftest import MICRO_DATA, benchmark_module
 from scipy.stats import norm
 from transformers import BertConfig, BertModel, BertTokenizer
 
-from conftest import MICRO_DATA, benchmark_module
-from hfncl.beta_mixture import most_likely_clean
 from hfncl.data import DataFormatError, load_precomp_split
 from hfncl.data.proxy import ProxyConfig, build_caption_proxy, read_image_captions, split_images
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.data.vocab import Vocabulary
+from hfncl.equations.beta_mixture import most_likely_clean
 from hfncl.experiment import DataArguments
 from hfncl.tasks.pair_data import prepare_data
 from hfncl.types import Division
@@ -173,6 +173,7 @@ def test_hook_timer_stops_after_the_limit_and_rejects_unknown_names():
 
 def test_hook_timer_times_a_training_run_and_its_limit_stops_it(tiny_data_dir, tmp_path):
     from conftest import noisy_trainer, tiny_config
+
     from hfncl.profiling import HookLimitReached, HookTimer
 
     timer = HookTimer(["epoch_start", "divide", "epoch_end", "train_step"])
@@ -195,7 +196,7 @@ def test_hook_timer_times_a_training_run_and_its_limit_stops_it(tiny_data_dir, t
 
 
 def test_fit_loss_mixture_recovers_two_gaussians_and_matches_the_clean_probability():
-    from hfncl.division import fit_loss_mixture, gmm_clean_probability, min_max_normalise
+    from hfncl.equations.division import fit_loss_mixture, gmm_clean_probability, min_max_normalise
 
     rng = np.random.default_rng(0)
     losses = np.concatenate([rng.normal(1.0, 0.1, 3000), rng.normal(3.0, 0.2, 1000)])
@@ -233,7 +234,7 @@ def test_mixture_counts_match_a_monte_carlo_histogram():
 
 def test_plot_division_draws_the_mixture(tmp_path):
     pytest.importorskip("matplotlib")
-    from hfncl.division import fit_loss_mixture
+    from hfncl.equations.division import fit_loss_mixture
     from hfncl.plots import plot_division
 
     rng = np.random.default_rng(2)
@@ -249,7 +250,7 @@ def test_plot_division_draws_the_mixture(tmp_path):
 def test_ncr_division_carries_the_gmm_it_fitted():
     from types import SimpleNamespace
 
-    from hfncl.division import fit_loss_mixture
+    from hfncl.equations.division import fit_loss_mixture
     from hfncl_plugins import ncr
 
     options = {"ncr.alpha": 0.2, "ncr.division_statistics": "pass", "ncr.threshold": 0.5, "ncr.gmm_max_iter": 10, "ncr.gmm_reg_covar": 5e-4}

@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy import stats
 
-from hfncl.beta_mixture import BetaMixture, bmm_clean_probability, most_likely_clean, scale_to_unit_interval
+from hfncl.equations.beta_mixture import BetaMixture, bmm_clean_probability, most_likely_clean, scale_to_unit_interval
 
 # Clean (low-loss) component Beta(2, 8) with weight 0.7, noisy component Beta(8, 2) with weight 0.3.
 TRUE_ALPHAS, TRUE_BETAS, TRUE_WEIGHTS = np.array([2.0, 8.0]), np.array([8.0, 2.0]), np.array([0.7, 0.3])

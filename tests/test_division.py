@@ -1,13 +1,12 @@
 """GMM division against an independent evaluation of the fitted mixture with scipy."""
 
 import numpy as np
+import pytest
 import torch
 from scipy.stats import norm
 from sklearn.mixture import GaussianMixture
 
-import pytest
-
-from hfncl.division import fit_loss_mixture, gmm_clean_probability, min_max_normalise, threshold_division
+from hfncl.equations.division import fit_loss_mixture, gmm_clean_probability, min_max_normalise, threshold_division
 
 
 def _bimodal(seed=0):
@@ -73,7 +72,7 @@ def test_threshold_division():
 
 
 def test_a_threshold_division_with_a_forced_noisy_share_makes_the_lowest_pairs_noisy_only_when_none_is():
-    from hfncl.division import threshold_division
+    from hfncl.equations.division import threshold_division
 
     clean_prob = torch.tensor([0.9, 0.7, 0.8, 0.95, 0.6, 0.85, 0.75, 0.65, 0.99, 0.55])
     assert threshold_division(clean_prob, 0.5).clean.all(), "without the share, every pair is clean"

@@ -7,14 +7,13 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from _shared_data import shared_data_dir
 
-from hfncl.experiment import run_experiment
-from hfncl.tasks.labels import CategoryModelArguments, LabelDataArguments
 from hfncl.config import TrainConfig
-from hfncl.label_losses import multimodal_contrastive_loss
+from hfncl.equations.label_losses import multimodal_contrastive_loss
+from hfncl.experiment import run_experiment
 from hfncl.options import OptionError
+from hfncl.tasks.labels import CategoryModelArguments, LabelDataArguments
 from hfncl.types import CategoryOutputs
 from hfncl_plugins import dmcm, prototype_ce
 

@@ -10,7 +10,7 @@ import torch.multiprocessing as mp
 
 from hfncl.engine.batches import GlobalBatchSampler
 from hfncl.engine.distributed import gather
-from hfncl.losses import triplet_hardest_negative
+from hfncl.equations.losses import triplet_hardest_negative
 
 
 def test_processes_see_the_single_process_batches():

@@ -1,15 +1,16 @@
-"""Data formats, similarity heads and label layouts are extension points: a package registers them in the
-``hfncl.data_formats``, ``hfncl.similarity_heads`` and ``hfncl.label_layouts`` entry-point groups, and a run uses
-them by name, with no change to hfncl.
+"""Data formats, similarity heads, towers and label layouts are extension points: a package registers them in the
+``hfncl.data_formats``, ``hfncl.similarity_heads``, ``hfncl.text_towers`` / ``hfncl.image_towers`` and
+``hfncl.label_layouts`` entry-point groups, and a run uses them by name, with no change to hfncl.
 
-``tests/extension_package`` is such a package (an ``npz_pairs`` format, a ``bilinear`` head and an ``npz_views``
-label layout); the end-to-end tests install it with pip, as a user would, and train with them.
+``tests/extension_package`` is such a package (an ``npz_pairs`` format, a ``bilinear`` head, a ``bow`` text tower
+and an ``npz_views`` label layout); the end-to-end tests install it with pip, as a user would, and train with them.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from importlib.metadata import EntryPoint
@@ -20,10 +21,10 @@ import pytest
 import torch
 from conftest import pip_installed, tiny_config
 
-from hfncl import choices
-from hfncl.arguments import CategoryModelArguments, LabelDataArguments
+from hfncl import choices, registry
+from hfncl.arguments import CategoryModelArguments, LabelDataArguments, ModelArguments
 from hfncl.choices import check_format_name, check_layout_name
-from hfncl.data import DataFormatError, load_labelled_dataset
+from hfncl.data import DataFormatError, formats, load_labelled_dataset
 from hfncl.data.formats import detect_format, get_format
 from hfncl.data.synthetic_labels import LabelledSyntheticConfig, generate_labelled, generate_labelled_arrays
 from hfncl.experiment import run_experiment
@@ -34,6 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "tests" / "extension_package"
 INSTALLED_HEADS = heads.installed_heads()
 INSTALLED_LAYOUTS = choices.installed_layouts()
+INSTALLED_FORMATS = choices.installed_formats()
 TINY_LABELLED = LabelledSyntheticConfig(train_per_class=12, valid_per_class=4, test_per_class=4, seed=2)
 
 
@@ -62,27 +64,53 @@ def npz_views_file(path: Path) -> Path:
 def example_registered(monkeypatch: pytest.MonkeyPatch) -> None:
     """The example package importable and its entry points served as installed (no pip)."""
     monkeypatch.syspath_prepend(str(PACKAGE))
-    monkeypatch.setattr(
-        choices,
-        "installed_formats",
-        lambda: {"npz_pairs": EntryPoint("npz_pairs", "hfncl_extension_example.formats:NPZ_PAIRS", "hfncl.data_formats")},
-    )
+    npz = EntryPoint("npz_pairs", "hfncl_extension_example.formats:NPZ_PAIRS", "hfncl.data_formats")
+    monkeypatch.setattr(choices, "installed_formats", lambda: {**INSTALLED_FORMATS, "npz_pairs": npz})
     head = EntryPoint("bilinear", "hfncl_extension_example.heads:build_bilinear_head", "hfncl.similarity_heads")
     monkeypatch.setattr(heads, "installed_heads", lambda: {**INSTALLED_HEADS, "bilinear": head})
     layout = EntryPoint("npz_views", "hfncl_extension_example.layouts:NPZ_VIEWS", "hfncl.label_layouts")
     monkeypatch.setattr(choices, "installed_layouts", lambda: {**INSTALLED_LAYOUTS, "npz_views": layout})
+    tower = EntryPoint("bow", "hfncl_extension_example.towers:build_bow_tower", "hfncl.text_towers")
+    installed = registry.entry_points
+    monkeypatch.setattr(
+        registry, "entry_points", lambda group: [*installed(group=group), *([tower] if group == tower.group else [])]
+    )
 
 
 def test_unknown_names_are_refused_in_one_line_listing_what_there_is() -> None:
-    with pytest.raises(ValueError, match=r"^DataArguments.data_format must be one of \('auto', 'precomp', 'imagefolder'"):
+    unknown_format = r"^DataArguments.data_format must be one of \('auto', 'imagefolder', 'precomp'\), got 'parquet' \("
+    with pytest.raises(ValueError, match=unknown_format):
         check_format_name("parquet")
     with pytest.raises(heads.UnknownHeadError, match=r"^NCLConfig.similarity must be one of \('cosine', 'saf', 'scan', 'sgr'"):
         NCLConfig(similarity="bilinear")
+    with pytest.raises(ValueError, match=r"^NCLConfig.text_tower must be one of \('gru', 'transformer'\), got 'bow' "):
+        NCLConfig(text_tower="bow")
+    with pytest.raises(ValueError, match=r"^NCLConfig.image_tower must be one of \('regions', 'transformer'\), got 'v"):
+        NCLConfig(image_tower="vit")
     refused = r"^LabelDataArguments.layout must be one of \('imgs_deep', 'per_file', 'tr_te'\), got 'npz_views' \("
     with pytest.raises(ValueError, match=refused):
         check_layout_name("npz_views")
     with pytest.raises(ValueError, match=refused):
         LabelDataArguments(data_path="features.npz", layout="npz_views")
+
+
+def test_the_built_in_formats_are_entry_points_and_auto_refuses_data_two_of_them_recognise(
+    micro_data_dir: Path, tmp_path: Path
+) -> None:
+    points = {name: point.value for name, point in choices.installed_formats().items()}
+    assert points == {"imagefolder": "hfncl.data.formats:IMAGEFOLDER", "precomp": "hfncl.data.formats:PRECOMP"}
+    for part, built_in in (("text", "gru"), ("image", "regions")):
+        towers = {name: point.value for name, point in registry.installed_towers(part).items()}
+        assert sorted(towers) == [built_in, "transformer"] and towers["transformer"].startswith("hfncl.models.towers:")
+    assert get_format("precomp") is formats.PRECOMP and get_format("imagefolder") is formats.IMAGEFOLDER
+    assert detect_format(micro_data_dir, "train") == "precomp" and detect_format(tmp_path, "train") == "precomp"
+    both = tmp_path / "both"
+    shutil.copytree(micro_data_dir, both)
+    (both / "train").mkdir()
+    (both / "train" / "metadata.jsonl").write_text("")
+    assert detect_format(both, "dev") == "precomp"
+    with pytest.raises(DataFormatError, match=r"formats \['imagefolder', 'precomp'\] all recognise split 'train'"):
+        detect_format(both, "train")
 
 
 def test_a_registered_format_is_detected_and_read_and_a_registered_head_scores(
@@ -104,12 +132,30 @@ def test_a_registered_format_is_detected_and_read_and_a_registered_head_scores(
     assert images.shape == (4, 6, 9) and model.networks[0].head(images, images).shape == (4, 4)
 
 
-def test_an_installed_package_adds_a_format_and_a_head_and_trains_with_them(micro_data_dir: Path, tmp_path: Path) -> None:
+def test_a_registered_text_tower_encodes_as_its_contract_says_and_reloads(example_registered: None, tmp_path: Path):
+    assert ModelArguments(text_tower="bow").explicit() == {"text_tower": "bow"}
+    torch.manual_seed(0)
+    model = NCLModel(NCLConfig(text_tower="bow", image_dim=8, vocab_size=20, embed_dim=8, word_dim=6))
+    tower = model.networks[0].text_encoder
+    assert type(tower).__name__ == "BagOfWords"
+    captions, lengths = torch.tensor([[3, 5, 7], [4, 2, 0]]), torch.tensor([3, 2])
+    words = tower.fc.weight @ tower.embed.weight.t() + tower.fc.bias[:, None]  # W x_w + b of every word w, (8, 20)
+    expected = torch.stack([words[:, [3, 5, 7]].mean(dim=1), words[:, [4, 2]].mean(dim=1)])
+    encoded = model.encode_text(captions, lengths)[0]
+    torch.testing.assert_close(encoded, expected / expected.norm(dim=1, keepdim=True))
+    model.save_pretrained(tmp_path / "bow")
+    torch.testing.assert_close(NCLModel.from_pretrained(tmp_path / "bow").encode_text(captions, lengths)[0], encoded)
+
+
+def test_an_installed_package_adds_a_format_a_head_and_a_tower_and_trains_with_them(
+    micro_data_dir: Path, tmp_path: Path
+) -> None:
     env = pip_installed(PACKAGE, tmp_path)
     data_dir = npz_benchmark(micro_data_dir, tmp_path / "npz")
     trained = subprocess.run(
         [sys.executable, "-m", "hfncl.cli", "train", "--plugins", "vsepp", "--data-dir", str(data_dir)]
-        + ["--data-format", "npz_pairs", "--similarity", "bilinear", "--output-dir", str(tmp_path / "run")]
+        + ["--data-format", "npz_pairs", "--similarity", "bilinear", "--text-tower", "bow"]
+        + ["--output-dir", str(tmp_path / "run")]
         + ["--epochs", "1", "--batch-size", "8", "--embed-dim", "8", "--word-dim", "8", "--noise-ratio", "0.2"]
         + ["--no-progress"],
         capture_output=True,
@@ -121,7 +167,7 @@ def test_an_installed_package_adds_a_format_and_a_head_and_trains_with_them(micr
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["history"][0]["val/rsum"] > 0 and results["test"]["rsum"] > 0
     config = json.loads((tmp_path / "run" / "best" / "config.json").read_text())
-    assert config["similarity"] == "bilinear"
+    assert (config["similarity"], config["text_tower"]) == ("bilinear", "bow")
 
 
 def test_the_layout_flag_offers_the_installed_layouts(example_registered: None, capsys: pytest.CaptureFixture) -> None:

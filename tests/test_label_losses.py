@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from hfncl.label_losses import (
+from hfncl.equations.label_losses import (
     mae,
     mix_with_clean,
     multimodal_contrastive_loss,

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from hfncl.losses import triplet_hardest_negative, triplet_sum_negatives
+from hfncl.equations.losses import triplet_hardest_negative, triplet_sum_negatives
 
 # S[i, j] = S(I_i, T_j); with margin 0.2 every hinge below was computed by hand.
 S = torch.tensor([[0.5, 0.6, 0.4], [0.3, 0.2, 0.5], [0.1, 0.3, 0.4]])

@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import tiny_config
 
-from hfncl.losses import soft_margin
+from hfncl.equations.losses import soft_margin
 from hfncl_plugins.ncr import adaptive_prediction, rectified_labels
 
 S = torch.tensor([[0.5, 0.6, 0.4], [0.3, 0.2, 0.5], [0.1, 0.3, 0.4]])
@@ -45,7 +45,7 @@ def test_soft_margin_eq7_closed_form():
 def test_soft_margin_loss_takes_hardest_negatives_within_the_clean_and_noisy_parts():
     from types import SimpleNamespace
 
-    from hfncl.losses import triplet_hardest_negative
+    from hfncl.equations.losses import triplet_hardest_negative
     from hfncl_plugins.ncr import loss
 
     similarity = torch.tensor(
@@ -113,7 +113,7 @@ def test_the_noisy_part_joins_the_loss_from_the_start_epoch_on():
     """The authors' schedule (``ncr.noisy_part_start``): before it, only the clean part trains and no peer forward runs."""
     from types import SimpleNamespace
 
-    from hfncl.losses import triplet_hardest_negative
+    from hfncl.equations.losses import triplet_hardest_negative
     from hfncl_plugins.ncr import loss, noisy_part_trains, rectify
 
     similarity = torch.tensor(
@@ -154,8 +154,8 @@ def test_division_from_the_training_steps_uses_the_recorded_losses_and_runs_no_p
     """``ncr.division_statistics = "steps"``: each network's steps record L_w (Eq. 2, mean over negatives); co-divide fits its peer's."""
     from types import SimpleNamespace
 
-    from hfncl.division import fit_loss_mixture
     from hfncl.engine.ledger import Ledger
+    from hfncl.equations.division import fit_loss_mixture
     from hfncl_plugins.ncr import divide, warmup_loss
 
     options = {
@@ -350,11 +350,11 @@ def test_co_rectify_predicts_with_the_peer_in_eval_mode_and_leaves_it_unchanged(
     the peer goes back to training mode after it."""
     from types import SimpleNamespace
 
-    from hfncl.tasks.pairs import PAIRS, DataArguments
-    from hfncl.tasks.pair_data import prepare_data
     from hfncl.engine.trainer import Trainer
-    from hfncl.plugin_setup import run_plugins
     from hfncl.models.configuration import NCLConfig
+    from hfncl.plugin_setup import run_plugins
+    from hfncl.tasks.pair_data import prepare_data
+    from hfncl.tasks.pairs import PAIRS, DataArguments
     from hfncl_plugins.ncr import rectify
 
     config = tiny_config(tmp_path, ["ncr"], epochs=2, warmup_epochs=0, lr_decay_epochs=[], batch_size=16)
@@ -390,10 +390,10 @@ def test_own_prediction_in_eval_mode_is_the_authors_predict_and_is_what_the_loss
     from types import SimpleNamespace
 
     from hfncl.engine.trainer import Trainer
-    from hfncl.plugin_setup import run_plugins
     from hfncl.models.configuration import NCLConfig
-    from hfncl.tasks.pairs import PAIRS, DataArguments
+    from hfncl.plugin_setup import run_plugins
     from hfncl.tasks.pair_data import prepare_data
+    from hfncl.tasks.pairs import PAIRS, DataArguments
     from hfncl_plugins.ncr import NCROptions, _per_part, loss, rectify
 
     options = {"ncr.own_prediction": "eval"}
@@ -458,8 +458,7 @@ def test_hinge_prediction_of_the_authors_code_by_hand_and_against_a_loop():
 
 
 def test_the_prediction_option_picks_the_reading_of_eq5():
-    from hfncl_plugins.ncr import NCROptions
-    from hfncl_plugins.ncr import adaptive_prediction, hinge_prediction, predict
+    from hfncl_plugins.ncr import NCROptions, adaptive_prediction, hinge_prediction, predict
 
     paper, hinge = NCROptions.read({}).prediction, NCROptions.read({"ncr.prediction": "hinge"}).prediction
     torch.testing.assert_close(predict(S, paper, 0.2, 0.1), adaptive_prediction(S, 0.2, 0.1))
@@ -555,7 +554,7 @@ def test_under_per_pair_margins_active_hinges_ignore_the_labels_and_under_broadc
     """Why the layout can move weights where the readings of Eq. 5 did not (docs/methods/ncr.md): with one margin
     per pair, an active hinge's gradient is that of S_ij - S_ii whatever the margin; with a margin per cell, the
     labels of the negatives choose which one is hardest."""
-    from hfncl.losses import triplet_hardest_negative
+    from hfncl.equations.losses import triplet_hardest_negative
 
     similarity = torch.tensor([[0.5, 0.45, 0.44], [0.1, 0.6, 0.2], [0.1, 0.2, 0.7]])
     gradients = []

@@ -30,7 +30,7 @@ def test_plugins_use_only_the_trainer_view(path: Path) -> None:
 def test_the_check_catches_each_kind_of_violation() -> None:
     source = """
 from hfncl.engine.distributed import gather
-from hfncl.division import _private_helper
+from hfncl.equations.division import _private_helper
 import hfncl.engine.trainer
 
 def loss(trainer, outputs):
@@ -41,7 +41,7 @@ def loss(trainer, outputs):
     found = "\n".join(violations(source))
     for expected in (
         "imports hfncl.engine.distributed",
-        "imports private hfncl.division._private_helper",
+        "imports private hfncl.equations.division._private_helper",
         "imports hfncl.engine.trainer",
         "trainer.state is not in TrainerView",
         "trainer.ledger.columns is not in LedgerView",
@@ -112,8 +112,8 @@ def test_a_member_outside_the_contract_in_the_source_is_refused_when_the_run_set
     from conftest import tiny_config
     from test_batch_plan import install
 
-    from hfncl.plugins import PluginError
     from hfncl.plugin_setup import run_plugins
+    from hfncl.plugins import PluginError
 
     install("outside", READS_OUTSIDE, tmp_path_factory.mktemp("outside"), monkeypatch)
     config = tiny_config(tmp_path, ["vsepp", "outside"], epochs=1, warmup_epochs=1)

@@ -22,8 +22,9 @@ import pytest
 from conftest import noisy_trainer, tiny_config
 from test_plugin_contract import violations
 
-from hfncl import plugins, registry, toolkit
+from hfncl import plugins, registry
 from hfncl.engine.trainer import Trainer
+from hfncl.equations import toolkit
 from hfncl.trainer_view import LedgerView, TrainerView, declared_members
 
 REPO = Path(__file__).resolve().parents[1]
@@ -117,7 +118,7 @@ def test_the_trainer_view_table_lists_every_member_and_the_trainer_has_them(micr
 
 
 def test_every_toolkit_function_is_documented():
-    functions = [name for name, f in inspect.getmembers(toolkit, inspect.isfunction) if f.__module__ == "hfncl.toolkit"]
+    functions = [name for name, f in inspect.getmembers(toolkit, inspect.isfunction) if f.__module__ == "hfncl.equations.toolkit"]
     assert functions and [name for name in functions if f"`{name}(" not in DOCS] == []
 
 

@@ -8,12 +8,12 @@ import pytest
 import torch
 from torch.distributions import Dirichlet, kl_divergence
 
+from hfncl.data.augment import drop_regions, perturb_words
 from hfncl.data.vocab import Vocabulary
 from hfncl.engine.randomness import per_sample_uniform, purpose_key
+from hfncl.equations.evidential import opinion
+from hfncl.equations.evidential import scaled_evidence as evidence
 from hfncl_plugins import tcvse
-from hfncl.data.augment import drop_regions, perturb_words
-from hfncl.evidential import opinion
-from hfncl.evidential import scaled_evidence as evidence
 from hfncl_plugins.tcvse import (
     consistency_loss,
     kl_to_uniform,
@@ -448,9 +448,9 @@ def test_on_clean_data_the_ensemble_is_at_least_as_good_as_either_branch_and_as_
     from hfncl.demo import DemoRun, demo_runs, demo_train_config
     from hfncl.engine.encoding import evaluate_retrieval
     from hfncl.experiment import DataArguments, ModelArguments, run_experiment
-    from hfncl.tasks.pair_data import prepare_data
     from hfncl.models import NCLModel
     from hfncl.plugins import build_plugin_manager
+    from hfncl.tasks.pair_data import prepare_data
 
     data = DataArguments(
         data_dir=str(

@@ -1,4 +1,4 @@
-"""hfncl.toolkit and the equations methods share, each against a plain reference written out here."""
+"""hfncl.equations.toolkit and the equations methods share, each against a plain reference written out here."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import numpy as np
 import torch
 
-from hfncl import evidential, losses, toolkit
 from hfncl.engine.ledger import Ledger
+from hfncl.equations import evidential, losses, toolkit
 from hfncl.types import Division
 
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch.distributions import Dirichlet, kl_divergence
 
-from hfncl import evidential, losses
 from hfncl.config import TrainConfig
-from hfncl.losses import triplet_hardest_negative
+from hfncl.equations import evidential, losses
+from hfncl.equations.losses import triplet_hardest_negative
 from hfncl.models import NCLConfig, NCLModel
 from hfncl_plugins import ugncl
 
@@ -216,6 +216,7 @@ def test_query_uncertainty_of_a_model_is_the_fused_u_over_the_gallery() -> None:
 
 def test_ugncl_trains_with_two_views_and_reports_its_sets(tiny_data_dir, tmp_path) -> None:
     from conftest import TINY_MODEL, tiny_config
+
     from hfncl.experiment import DataArguments, run_experiment
 
     result = run_experiment(
@@ -234,6 +235,7 @@ def test_ugncl_trains_with_two_views_and_reports_its_sets(tiny_data_dir, tmp_pat
 
 def test_ugncl_ensemble_trains_networks_on_their_own_divisions(tiny_data_dir, tmp_path) -> None:
     from conftest import TINY_MODEL, tiny_config
+
     from hfncl.experiment import DataArguments, run_experiment
 
     result = run_experiment(
@@ -264,11 +266,12 @@ def test_batch_statistics_are_the_opinions_the_division_reads() -> None:
 
 def _division_trainer(data_dir, output_dir, statistics: str, callbacks: list):
     from conftest import tiny_config
+
     from hfncl.engine.trainer import Trainer
-    from hfncl.plugin_setup import run_plugins
     from hfncl.experiment import DataArguments
-    from hfncl.tasks.pairs import PAIRS
+    from hfncl.plugin_setup import run_plugins
     from hfncl.tasks.pair_data import prepare_data
+    from hfncl.tasks.pairs import PAIRS
 
     options = {"ugncl.xi1": 0.0, "ugncl.division_statistics": statistics}
     config = tiny_config(output_dir, ["ugncl"], lr_decay_epochs=[], plot_divisions=False, options=options)

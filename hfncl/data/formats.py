@@ -1,17 +1,18 @@
-"""Data formats of image-caption pairs by name: the built-in ones and those a package registers in the
-``hfncl.data_formats`` entry-point group (``DataArguments.data_format`` names one).
+"""The data-format contract, and the formats by name, every one an entry point of the ``hfncl.data_formats`` group
+(``DataArguments.data_format`` names one; hfncl's own ``precomp`` and ``imagefolder`` are registered in
+``pyproject.toml`` exactly as a third-party format is).
 
 A format reads one split of a data directory as a :class:`hfncl.data.pairs.PairSplit` (its
-captions and each image's input: region features, or pixel values for a vision tower). The
-built-in ``precomp`` reads SCAN's precomputed features (``{split}_ims.npy`` with
+captions and each image's input: region features, or pixel values for a vision tower). hfncl's
+``precomp`` reads SCAN's precomputed features (``{split}_ims.npy`` with
 ``{split}_caps.txt``, or CC152K's ``{split}_caps.tsv``), ``imagefolder`` raw images with a
 ``metadata.jsonl`` per split. A package adds one without any change to hfncl::
 
     [project.entry-points."hfncl.data_formats"]
     jsonl = "my_package.formats:JSONL"     # an object implementing DataFormat
 
-and a run reads it with ``--data_format jsonl`` (or ``auto``, when its ``detect`` answers). The format
-names (:func:`hfncl.choices.installed_formats`, :func:`hfncl.choices.check_format_name`) live in
+and a run reads it with ``--data_format jsonl`` (or ``auto``, when its ``detect`` is the only one that answers).
+The format names (:func:`hfncl.choices.installed_formats`, :func:`hfncl.choices.check_format_name`) live in
 :mod:`hfncl.choices`, which checks ``--data_format`` without importing the readers.
 """
 
@@ -26,7 +27,7 @@ from typing import Any, Protocol, cast
 import numpy as np
 
 from hfncl import choices
-from hfncl.choices import BUILT_IN_FORMAT_NAMES, check_format_name
+from hfncl.choices import check_format_name
 from hfncl.data.pair_subsets import write_imagefolder_pairs, write_precomp_pairs
 from hfncl.data.pairs import PairSplit
 from hfncl.data.pixels import METADATA_FILE, PixelSplit, is_imagefolder, load_pixel_splits
@@ -148,9 +149,11 @@ class ImagefolderFormat:
         return write_imagefolder_pairs(cast(PixelSplit, split), pairs, output_dir, name)
 
 
-BUILT_IN_FORMATS: dict[str, DataFormat] = dict(
-    zip(BUILT_IN_FORMAT_NAMES, (PrecompFormat(), ImagefolderFormat()), strict=True)
-)
+PRECOMP = PrecompFormat()
+"""The ``precomp`` entry point; also what ``auto`` reads where no format recognises the data (its reader names the
+file that is missing)."""
+IMAGEFOLDER = ImagefolderFormat()
+"""The ``imagefolder`` entry point."""
 
 
 def get_format(name: str) -> DataFormat:
@@ -160,11 +163,9 @@ def get_format(name: str) -> DataFormat:
         ValueError: no such format, or its entry point fails to import.
     """
     check_format_name(name)
-    if name in BUILT_IN_FORMATS:
-        return BUILT_IN_FORMATS[name]
     point = choices.installed_formats()[name]
     try:
-        return point.load()
+        return cast(DataFormat, point.load())
     except Exception as error:
         raise ValueError(
             f"data format {name!r} is installed but failed to import ({point.value}): {type(error).__name__}: {error}"
@@ -181,9 +182,15 @@ def unread_split_files(name: str, data_dir: Path, splits: Sequence[str]) -> Call
 
 
 def detect_format(data_dir: Path, split: str) -> str:
-    """The name of the first format whose ``detect`` recognises ``split`` of ``data_dir``: the installed ones, then
-    ``imagefolder``; ``precomp`` when none does (its reader names what is missing)."""
-    for name in [*sorted(choices.installed_formats()), "imagefolder"]:
-        if get_format(name).detect(data_dir, split):
-            return name
-    return "precomp"
+    """The name of the one installed format whose ``detect`` recognises ``split`` of ``data_dir``; ``precomp`` when
+    none does (its reader names what is missing).
+
+    Raises:
+        DataFormatError: several formats recognise it.
+    """
+    found = [name for name in sorted(choices.installed_formats()) if get_format(name).detect(data_dir, split)]
+    if len(found) > 1:
+        raise DataFormatError(
+            f"{data_dir}: the data formats {found} all recognise split {split!r}: name one (--data-format)"
+        )
+    return found[0] if found else "precomp"

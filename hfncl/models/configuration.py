@@ -8,7 +8,7 @@ from typing import Any
 from hfncl.limits import check_sizes
 from hfncl.models.heads import check_head_name
 from hfncl.models.provenance import CHECKPOINT_FORMAT, HfnclConfig
-from hfncl.models.towers import resolve_tower_config
+from hfncl.models.towers import check_tower_name, resolve_tower_config
 
 OFFICIAL_SGRAF_DROPOUT = 0.4
 """Dropout rate of the official SGRAF code on the word embeddings and in the attention poolings."""
@@ -23,8 +23,6 @@ PRECOMP_REGIONS = 36
 IMAGE_POOLINGS = ("mean", "max")
 TEXT_POOLINGS = ("mean", "max")
 TRANSFORMER_POOLINGS = ("mean", "max", "pooler")
-TEXT_TOWERS = ("gru", "transformer")
-IMAGE_TOWERS = ("regions", "transformer")
 LORA_TOWERS = ("text", "image")
 SCAN_POOLINGS = ("lse", "avg")
 _POSITIVE_INTS = (
@@ -290,10 +288,8 @@ class NCLConfig(HfnclConfig):
 
     def _check_towers(self) -> None:
         """The tower and LoRA fields (see the class docstring)."""
-        if self.text_tower not in TEXT_TOWERS:
-            raise ValueError(f"NCLConfig.text_tower must be one of {TEXT_TOWERS}, got {self.text_tower!r}")
-        if self.image_tower not in IMAGE_TOWERS:
-            raise ValueError(f"NCLConfig.image_tower must be one of {IMAGE_TOWERS}, got {self.image_tower!r}")
+        check_tower_name("text", self.text_tower)
+        check_tower_name("image", self.image_tower)
         if self.image_tower == "transformer" and self.image_views != 1:
             raise ValueError(f"NCLConfig.image_views must be 1 with image_tower 'transformer', got {self.image_views}")
         rank = self.lora_rank

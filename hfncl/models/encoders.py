@@ -1,4 +1,5 @@
-"""Image and text towers of the SCAN / VSE++ precomp encoder.
+"""Image and text towers of the SCAN / VSE++ precomp encoder: the ``regions`` image tower and the ``gru`` text tower
+(entry points of the ``hfncl.image_towers`` and ``hfncl.text_towers`` groups, :mod:`hfncl.models.towers`).
 
 Both towers map their input into the same ``embed_dim``-dimensional joint space and
 L2-normalise the result, so the cosine similarity of an image and a caption is the
@@ -12,6 +13,7 @@ a file is never overwritten by a fresh draw, a weight the file lacks is drawn an
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import nn
@@ -198,3 +200,21 @@ class GRUTextEncoder(nn.Module):
             hidden = (fwd + bwd) / 2
         positions = torch.arange(hidden.size(1), device=hidden.device)
         return hidden, positions[None, :] < lengths.to(hidden.device)[:, None]
+
+
+def build_region_tower(config: Any) -> RegionImageEncoder:
+    """The ``regions`` image tower of ``config``: ``image_views`` projections of ``image_dim`` features, pooled."""
+    return RegionImageEncoder(config.image_dim, config.embed_dim, config.image_pooling, config.image_views)
+
+
+def build_gru_tower(config: Any) -> GRUTextEncoder:
+    """The ``gru`` text tower of ``config``: a (bi)GRU over ``word_dim`` word embeddings of the vocabulary."""
+    return GRUTextEncoder(
+        config.vocab_size,
+        config.word_dim,
+        config.embed_dim,
+        config.text_layers,
+        config.bidirectional,
+        config.text_pooling,
+        config.word_dropout,
+    )

@@ -20,7 +20,7 @@ from hfncl.models.configuration import NCLConfig
 from hfncl.models.encoders import init_word_embedding, init_xavier_linear
 from hfncl.models.heads import NO_HEAD, full_precision, head_builder, pack_local
 from hfncl.models.loading import HfnclPreTrainedModel
-from hfncl.models.towers import PretrainedTower, build_image_encoder, build_text_encoder
+from hfncl.models.towers import PretrainedTower, build_tower
 
 
 def build_head(config: NCLConfig) -> torch.nn.Module | None:
@@ -50,8 +50,8 @@ class MatchingNetwork(nn.Module):
         super().__init__()
         config.check_values()
         self.views = config.image_views
-        self.image_encoder = build_image_encoder(config)
-        self.text_encoder = build_text_encoder(config)
+        self.image_encoder: Any = build_tower(config, "image")  # a tower of hfncl.models.towers' contract
+        self.text_encoder: Any = build_tower(config, "text")
         self.head: Any = build_head(config)
 
     def encode_image(self, images: torch.Tensor) -> torch.Tensor:

@@ -1,30 +1,37 @@
-"""Pretrained transformer towers: BERT-family and CLIP text encoders, CLIP vision encoder, LoRA through peft.
+"""The tower contract, the towers by name, and the pretrained ``transformer`` towers (BERT / CLIP, LoRA by peft).
 
-A tower wraps a transformers model built from its own config (``AutoModel.from_config``)
-and a linear head into the joint space. The tower's config travels inside
-:class:`~hfncl.models.NCLConfig` as a plain dict (``text_tower_config`` /
-``image_tower_config``, as ``VisionTextDualEncoderConfig`` nests its towers), so a saved
-hfncl checkpoint rebuilds the architecture without the Hub; the tower's weights are in
-hfncl's own safetensors file.
+Every tower is an entry point of the ``hfncl.text_towers`` or ``hfncl.image_towers`` group
+(``NCLConfig.text_tower`` / ``image_tower`` names one; hfncl's ``gru``, ``regions`` and ``transformer`` are
+registered in ``pyproject.toml`` exactly as a third-party tower is): a callable ``build(config) -> torch.nn.Module``
+that receives the model's :class:`~hfncl.models.NCLConfig`. A package adds one without any change to hfncl::
 
-A CLIP tower (``clip_text_model`` / ``clip_vision_model``) whose source holds CLIP's own
-projection (``text_projection`` / ``visual_projection`` of a ``CLIPModel``, or of a
-``CLIPTextModelWithProjection`` / ``CLIPVisionModelWithProjection``) into a space of
-``embed_dim`` dimensions starts its head from that projection (zero bias): with
-``pooling="pooler"`` the tower's embeddings at step 0 are CLIP's ``text_embeds`` /
+    [project.entry-points."hfncl.text_towers"]
+    bow = "my_package.towers:build_bow_tower"
+
+and a run selects it with ``--text-tower bow``. Interface shared by every tower: ``forward(...)`` returns
+unit-norm pooled embeddings (B, embed_dim) (an image tower with ``image_views`` W: (B, W * embed_dim), W unit-norm
+views side by side); ``local(...)`` returns the per-token features in the joint space and a validity mask,
+``(states (B, T, embed_dim), mask (B, T) bool or None)``, which a similarity head scores. A text tower reads token
+ids (B, L) padded with 0 and lengths (B,): ids of hfncl's vocabulary (``vocab_size``), of the tokenizer of
+``text_tower_name`` for ``transformer``. An image tower reads the data's image inputs: precomputed features
+(B, R, ``image_dim``), pixel values (B, C, H, W) for ``transformer``.
+
+A ``transformer`` tower wraps a transformers model built from its own config (``AutoModel.from_config``) and a
+linear head into the joint space. Its config travels inside :class:`~hfncl.models.NCLConfig` as a plain dict
+(``text_tower_config`` / ``image_tower_config``, as ``VisionTextDualEncoderConfig`` nests its towers), so a saved
+checkpoint rebuilds the architecture without the Hub; its weights are in hfncl's own safetensors file.
+
+A CLIP tower (``clip_text_model`` / ``clip_vision_model``) whose source holds CLIP's own projection
+(``text_projection`` / ``visual_projection`` of a ``CLIPModel``, or of a ``CLIPTextModelWithProjection`` /
+``CLIPVisionModelWithProjection``) into a space of ``embed_dim`` dimensions starts its head from that projection
+(zero bias): with ``pooling="pooler"`` the tower's embeddings at step 0 are CLIP's ``text_embeds`` /
 ``image_embeds``, normalised, so fine-tuning starts from CLIP's aligned space.
 
-The pretrained weights are read from ``source`` (a Hub id or a local directory) only
-when a model is *initialised*: :class:`~hfncl.models.NCLModel`'s ``_init_weights``
-calls :meth:`PretrainedTower.init_weights` from ``post_init``. ``from_pretrained``
-builds the model on the meta device, where transformers runs no initialiser, and then
-reads every weight from the checkpoint (the loaded head marks the tower initialised),
-so a reload never touches ``source``.
-
-Interface shared by every tower (also :class:`~hfncl.models.encoders.RegionImageEncoder`
-and :class:`~hfncl.models.encoders.GRUTextEncoder`): ``forward(...)`` returns unit-norm
-pooled embeddings (B, embed_dim); ``local(...)`` returns the per-token features in the
-joint space and a validity mask, ``(states (B, T, embed_dim), mask (B, T) bool or None)``.
+The pretrained weights are read from ``source`` (a Hub id or a local directory) only when a model is
+*initialised*: :class:`~hfncl.models.NCLModel`'s ``_init_weights`` calls :meth:`PretrainedTower.init_weights` from
+``post_init``. ``from_pretrained`` builds the model on the meta device, where transformers runs no initialiser, and
+then reads every weight from the checkpoint (the loaded head marks the tower initialised), so a reload never
+touches ``source``.
 """
 
 from __future__ import annotations
@@ -48,7 +55,8 @@ from transformers import (
     PreTrainedModel,
 )
 
-from hfncl.models.encoders import GRUTextEncoder, RegionImageEncoder, l2norm, masked_pool
+from hfncl.models.encoders import l2norm, masked_pool
+from hfncl.registry import TOWERS, installed_towers
 
 TRANSFORMER_POOLINGS = ("mean", "max", "pooler")
 LORA_ADAPTER = "default"
@@ -352,23 +360,40 @@ def _transformer_tower(encoder_class: type[TowerT], config: Any, tower: str) -> 
     )
 
 
-def build_text_encoder(config: Any) -> GRUTextEncoder | TransformerTextEncoder:
-    """The text tower an :class:`~hfncl.models.NCLConfig` asks for: biGRU or transformer."""
-    if config.text_tower == "transformer":
-        return _transformer_tower(TransformerTextEncoder, config, "text")
-    return GRUTextEncoder(
-        config.vocab_size,
-        config.word_dim,
-        config.embed_dim,
-        config.text_layers,
-        config.bidirectional,
-        config.text_pooling,
-        config.word_dropout,
-    )
+def build_transformer_text_tower(config: Any) -> TransformerTextEncoder:
+    """The ``transformer`` text tower of ``config``: a BERT-family or CLIP text encoder."""
+    return _transformer_tower(TransformerTextEncoder, config, "text")
 
 
-def build_image_encoder(config: Any) -> RegionImageEncoder | TransformerImageEncoder:
-    """The image tower an :class:`~hfncl.models.NCLConfig` asks for: region features or a vision transformer."""
-    if config.image_tower == "transformer":
-        return _transformer_tower(TransformerImageEncoder, config, "image")
-    return RegionImageEncoder(config.image_dim, config.embed_dim, config.image_pooling, config.image_views)
+def build_transformer_image_tower(config: Any) -> TransformerImageEncoder:
+    """The ``transformer`` image tower of ``config``: a CLIP (or other ``pixel_values``) vision encoder."""
+    return _transformer_tower(TransformerImageEncoder, config, "image")
+
+
+def check_tower_name(part: str, name: str) -> None:
+    """Refuse a ``part`` (``"text"`` / ``"image"``) tower no installed package registers, in one line naming the
+    field and the installed towers."""
+    installed = installed_towers(part)
+    if name not in installed:
+        raise ValueError(
+            f"NCLConfig.{part}_tower must be one of {tuple(sorted(installed))}, got {name!r} (a tower is installed "
+            f"with the package that registers it in the {TOWERS[part]!r} entry-point group)"
+        )
+
+
+def build_tower(config: Any, part: str) -> nn.Module:
+    """The ``part`` (``"text"`` / ``"image"``) tower ``config`` names, built by its entry point.
+
+    Raises:
+        ValueError: no such tower, or its entry point fails to import.
+    """
+    name = getattr(config, f"{part}_tower")
+    check_tower_name(part, name)
+    point = installed_towers(part)[name]
+    try:
+        build = point.load()
+    except Exception as error:
+        raise ValueError(
+            f"{part} tower {name!r} is installed but failed to import ({point.value}): {type(error).__name__}: {error}"
+        ) from error
+    return build(config)

@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
+from hfncl.equations.losses import triplet_sum_negatives
 from hfncl.hookspecs import hookimpl
-from hfncl.losses import triplet_sum_negatives
 
 
 @hookimpl

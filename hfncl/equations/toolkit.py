@@ -1,8 +1,8 @@
 """What several methods share around their equations: peers, ledger columns, batch views and plans, seeds, hooks.
 
 Plain functions over the trainer view (:mod:`hfncl.trainer_view`) and tensors; none of
-them knows a method. The shared equations live beside them in :mod:`hfncl.losses`,
-:mod:`hfncl.evidential` and :mod:`hfncl.division`.
+them knows a method. The shared equations live beside them in :mod:`hfncl.equations.losses`,
+:mod:`hfncl.equations.evidential` and :mod:`hfncl.equations.division`.
 """
 
 from __future__ import annotations
