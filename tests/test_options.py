@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from hfncl.config import TrainConfig
 from hfncl.options import MethodOptions, OptionError, option
+from hfncl.plugin_setup import run_plugins
 from hfncl.plugins import PluginError, build_plugin_manager, resolve_options
 
 
@@ -55,3 +57,9 @@ def test_the_core_checks_every_active_plugin_s_options_before_training():
         resolve_options(hook, ["ncr"], {"ncr.division_statistics": "both"})
     with pytest.raises(PluginError, match=r"Unknown option\(s\) \['ncr.alfa'\]"):
         resolve_options(hook, ["ncr"], {"ncr.alfa": 0.2})
+
+
+def test_an_option_that_a_setup_hook_reads_and_refuses_is_a_plugin_error_naming_it():
+    """GSC's ``num_networks`` reads its options while the plugins are set up, before the options are resolved."""
+    with pytest.raises(PluginError, match=r"gsc\.dual"):
+        run_plugins(TrainConfig(plugins=["gsc"], options={"gsc.dual": "no"}))
