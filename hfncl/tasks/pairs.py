@@ -10,7 +10,6 @@ test recall (R@K, rSum) and the text of its model cards: all in :class:`PairTask
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
@@ -29,6 +28,7 @@ from hfncl.evaluation import check_split_size
 from hfncl.hub import DataDescription, save_text_vocabulary
 from hfncl.hub.card import CardTexts, plugin_names, register_card_texts
 from hfncl.hub.checkpoint import save_image_processor
+from hfncl.model_settings import setting_defaults
 from hfncl.models import MatchingNetwork, NCLConfig, NCLModel
 from hfncl.models.configuration import sgraf_layer_defaults
 from hfncl.models.towers import parameter_counts
@@ -130,8 +130,8 @@ class PairTask:
     def model_settings(self, model_args: ModelArguments, plugins: RunPlugins) -> dict[str, Any]:
         """Every model field a run would use: NCLConfig's defaults under :meth:`model_config`'s fields (the
         SGRAF layer fields left at None as NCLConfig resolves them for the similarity head)."""
-        signature = inspect.signature(NCLConfig.__init__).parameters
-        defaults = {f.name: signature[f.name].default for f in fields(ModelArguments) if f.name in signature}
+        defaults = setting_defaults()
+        defaults = {spec.name: defaults[spec.name] for spec in fields(ModelArguments)}
         settings = {**defaults, **model_fields(plugins, model_args)}
         layers = sgraf_layer_defaults(settings["similarity"])
         return settings | {name: value for name, value in layers.items() if settings[name] is None}
