@@ -22,7 +22,7 @@ from hfncl.choices import (
     check_format_name,
     check_layout_name,
 )
-from hfncl.config import check_field_types
+from hfncl.config import HeadOptionValues, check_field_types
 from hfncl.model_settings import check_sizes, unset_arguments
 
 
@@ -97,15 +97,20 @@ class ModelArgumentBase:
 
     __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
     """Those of the dataclass made from this class (:func:`~hfncl.model_settings.unset_arguments`)."""
+    head_options: HeadOptionValues | None
 
     def __post_init__(self) -> None:
         check_field_types(self)
+        if self.head_options is not None:  # a mapping from a recipe or a --config file
+            self.head_options = HeadOptionValues(self.head_options)
         check_sizes(asdict(self), type(self).__name__)
 
     def explicit(self) -> dict[str, Any]:
         """The fields given a value; ``text_tower`` NAME becomes ``text_tower="transformer"``, ``text_tower_name=NAME``
         (and ``image_tower`` NAME ``image_tower="transformer"``, ``image_tower_name=NAME``)."""
         values = {k: v for k, v in asdict(self).items() if v is not None}
+        if "head_options" in values:
+            values["head_options"] = dict(values["head_options"])
         for part, plain in (("text", "gru"), ("image", "regions")):
             tower = values.pop(f"{part}_tower", None)
             if tower is not None:
@@ -133,7 +138,9 @@ if TYPE_CHECKING:
         def __getattr__(self, name: str) -> Any: ...
 
 else:
-    ModelArguments = unset_arguments("ModelArguments", ModelArgumentBase, MODEL_ARGUMENTS_DOC)
+    ModelArguments = unset_arguments(
+        "ModelArguments", ModelArgumentBase, MODEL_ARGUMENTS_DOC, flag_types={"head_options": HeadOptionValues}
+    )
 
 
 @dataclass

@@ -32,8 +32,6 @@ TRANSFORMER_POOLINGS = ("mean", "max", "pooler")
 """Poolings of a transformer tower's states (``pooler``: its pooled output)."""
 LORA_TOWERS = ("text", "image")
 """Towers LoRA may adapt (``lora_towers``)."""
-SCAN_POOLINGS = ("lse", "avg")
-"""Poolings of SCAN's word relevances (``scan_pooling``)."""
 
 SIZE_LIMITS = {
     "embed_dim": 1 << 16,
@@ -81,15 +79,6 @@ def check_sizes(values: dict[str, Any], owner: str) -> None:
 OFFICIAL_SGRAF_DROPOUT = 0.4
 """Dropout rate of the official SGRAF code on the word embeddings and in the attention poolings."""
 
-OFFICIAL_SGRAF_NEGATIVE_SLOPE = 0.1
-"""Slope of the official SGRAF code's ``LeakyReLU`` in the text-to-region attention."""
-
-SGRAF_LAYER_NOTE = (
-    "default: the official SGRAF code's with an SGR / SAF head, none with a cosine or SCAN head, none in a config "
-    "of checkpoint format 1"
-)
-
-
 def setting(default: Any, help: str, *, flag: bool = True, flag_help: str | None = None) -> Any:
     """A field of :class:`ModelSettings`: its ``default``, ``help`` (the config's meaning) and whether it is a
     command-line flag (``flag_help``: the flag's help where the flag takes other values than the config)."""
@@ -125,30 +114,17 @@ class ModelSettings:
         "(SGRAF), scan (SCAN t2i attention), or a head an installed package registers (entry-point group "
         "hfncl.similarity_heads)."
     )
-    sim_dim: int = setting(256, "SGR / SAF similarity representation size.")
-    reasoning_steps: int = setting(3, "SGR graph-reasoning steps.")
-    attention_lambda: float = setting(
-        9.0, "SGR / SAF / SCAN text-to-region attention inverse temperature lambda (SCAN's lambda_1)."
-    )
-    scan_pooling: str = setting("lse", "SCAN pooling of the word relevances: lse (Eq. 5) or avg (Eq. 6).")
-    scan_lse_lambda: float = setting(6.0, "SCAN LogSumExp lambda_2.")
-    attention_negative_slope: float | None = setting(
-        None, "Slope a of the rectifier max(c, a c) of the text-to-region cosines (0: the papers' ReLU; 0.1: the "
-        f"official SGRAF code's LeakyReLU); SGR / SAF, and SCAN's clipping ({SGRAF_LAYER_NOTE})."
-    )
-    pooling_dropout: float | None = setting(
-        None, f"SGR / SAF dropout on the tanh features of the attention poolings ({SGRAF_LAYER_NOTE}: 0.4)."
-    )
-    pooling_batch_norm: bool | None = setting(
-        None, "SGR / SAF batch norms in the image attention pooling, as the official code's VisualSA "
-        f"({SGRAF_LAYER_NOTE}: on)."
+    head_options: dict[str, Any] | None = setting(
+        None, 'Options of the similarity head, by full name, as JSON: \'{"sgr.sim_dim": 512}\' (default: the '
+        "head's declared defaults)."
     )
     image_regions: int | None = setting(
-        None, "Positions per image the SGR / SAF batch norms expect (default: 36 precomp regions, or a vision "
+        None, "Positions per image the SGR / SAF pooling batch norms expect (default: 36 precomp regions, or a vision "
         "tower's patches and class token; a training run sets the data's count).", flag=False
     )
     word_dropout: float | None = setting(
-        None, f"Dropout on the GRU's word embeddings ({SGRAF_LAYER_NOTE}: 0.4)."
+        None, "Dropout on the GRU's word embeddings (default: 0.4, the official SGRAF code's, with an SGR / SAF head; "
+        "0 with another head or in a config of checkpoint format 1)."
     )
     num_networks: int = setting(
         1, "Independently initialised networks K (co-teaching methods train two); the similarity is their mean.",
@@ -208,9 +184,12 @@ def with_settings_signature(init: InitT) -> InitT:
     return init
 
 
-def unset_arguments(name: str, base: type[Any], doc: str) -> type[Any]:
+def unset_arguments(
+    name: str, base: type[Any], doc: str, flag_types: dict[str, type[Any]] | None = None
+) -> type[Any]:
     """A dataclass ``name`` (a subclass of ``base``) with one field per flag of :class:`ModelSettings`, typed
-    ``X | None`` and ``None`` when not given, whose help ends in the setting's default."""
+    ``X | None`` (``flag_types``: another ``X`` by field, which reads the flag's text) and ``None`` when not given,
+    whose help ends in the setting's default."""
     hints = typing.get_type_hints(ModelSettings)
     specs = []
     for spec in dataclasses.fields(ModelSettings):
@@ -219,7 +198,8 @@ def unset_arguments(name: str, base: type[Any], doc: str) -> type[Any]:
         text = spec.metadata.get("flag_help", spec.metadata["help"])
         if spec.default is not None and spec.default is not MISSING and "default" not in text:
             text = f"{text[:-1]} (default {spec.default})."
-        specs.append((spec.name, hints[spec.name] | None, field(default=None, metadata={"help": text})))
+        kind = (flag_types or {}).get(spec.name, hints[spec.name])
+        specs.append((spec.name, kind | None, field(default=None, metadata={"help": text})))
     arguments = dataclasses.make_dataclass(name, specs, bases=(base,))
     arguments.__doc__ = doc
     arguments.__module__ = base.__module__

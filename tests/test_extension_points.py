@@ -67,7 +67,7 @@ def example_registered(monkeypatch: pytest.MonkeyPatch) -> None:
         "installed_formats",
         lambda: {"npz_pairs": EntryPoint("npz_pairs", "hfncl_extension_example.formats:NPZ_PAIRS", "hfncl.data_formats")},
     )
-    head = EntryPoint("bilinear", "hfncl_extension_example.heads:build_bilinear_head", "hfncl.similarity_heads")
+    head = EntryPoint("bilinear", "hfncl_extension_example.heads:BILINEAR", "hfncl.similarity_heads")
     monkeypatch.setattr(heads, "installed_heads", lambda: {**INSTALLED_HEADS, "bilinear": head})
     layout = EntryPoint("npz_views", "hfncl_extension_example.layouts:NPZ_VIEWS", "hfncl.label_layouts")
     monkeypatch.setattr(choices, "installed_layouts", lambda: {**INSTALLED_LAYOUTS, "npz_views": layout})
@@ -102,6 +102,29 @@ def test_a_registered_format_is_detected_and_read_and_a_registered_head_scores(
     assert type(model.networks[0].head).__name__ == "BilinearHead"
     images = model.networks[0].encode_image(torch.rand(4, 6, 8, generator=torch.Generator().manual_seed(0)))
     assert images.shape == (4, 6, 9) and model.networks[0].head(images, images).shape == (4, 4)
+
+
+def test_a_registered_head_declares_its_options_and_a_bare_build_callable_is_a_head_without_options(
+    example_registered: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sizes = {"image_dim": 8, "vocab_size": 20, "embed_dim": 4, "word_dim": 8}
+    config = NCLConfig(similarity="bilinear", head_options={"bilinear.scale": 2}, **sizes)
+    assert config.head_options == {"bilinear.scale": 2.0} and NCLConfig(similarity="bilinear").head_options == {
+        "bilinear.scale": 1.0
+    }
+    torch.testing.assert_close(NCLModel(config).networks[0].head.weight.data, 2 * torch.eye(4))
+    for given, message in (
+        ({"bilinear.rank": 3}, r"\['bilinear.rank'\] are not options of the similarity head 'bilinear' \(its options: "
+         r"\['bilinear.scale'\]\)"),
+        ({"bilinear.scale": 0}, r"^NCLConfig.head_options: Option 'bilinear.scale' must be > 0, got 0.0$"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            NCLConfig(similarity="bilinear", head_options=given)
+    bare = EntryPoint("bilinear", "hfncl_extension_example.heads:build_bilinear_head", "hfncl.similarity_heads")
+    monkeypatch.setattr(heads, "installed_heads", lambda: {**INSTALLED_HEADS, "bilinear": bare})
+    assert heads.head_plugin("bilinear").options is None and NCLConfig(similarity="bilinear").head_options == {}
+    with pytest.raises(ValueError, match=r"are not options of the similarity head 'bilinear' \(its options: none\)"):
+        NCLConfig(similarity="bilinear", head_options={"bilinear.scale": 2.0})
 
 
 def test_an_installed_package_adds_a_format_and_a_head_and_trains_with_them(micro_data_dir: Path, tmp_path: Path) -> None:

@@ -23,8 +23,7 @@ def test_the_config_takes_every_setting_with_its_declared_default() -> None:
     assert names == [spec.name for spec in dataclasses.fields(ModelSettings)] + PROVENANCE
     assert {name: parameters[name].default for name in setting_defaults()} == setting_defaults()
     config = NCLConfig()
-    resolved = {"attention_negative_slope": 0.0, "pooling_dropout": 0.0, "pooling_batch_norm": False,
-                "word_dropout": 0.0, "image_regions": 36}  # the None defaults a cosine head resolves
+    resolved = {"head_options": {}, "word_dropout": 0.0, "image_regions": 36}  # the None defaults, resolved
     assert {name: getattr(config, name) for name in setting_defaults()} == setting_defaults() | resolved
 
 

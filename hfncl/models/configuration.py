@@ -9,15 +9,13 @@ from hfncl.model_settings import (
     IMAGE_POOLINGS,
     LORA_TOWERS,
     OFFICIAL_SGRAF_DROPOUT,
-    OFFICIAL_SGRAF_NEGATIVE_SLOPE,
-    SCAN_POOLINGS,
     TEXT_POOLINGS,
     TRANSFORMER_POOLINGS,
     check_sizes,
     setting_defaults,
     with_settings_signature,
 )
-from hfncl.models.heads import check_head_name
+from hfncl.models.heads import check_head_name, head_config_fields, resolve_head_options
 from hfncl.models.provenance import CHECKPOINT_FORMAT, HfnclConfig
 from hfncl.models.towers import resolve_tower_config
 
@@ -27,9 +25,15 @@ PRECOMP_REGIONS = 36
 TEXT_TOWERS = ("gru", "transformer")
 IMAGE_TOWERS = ("regions", "transformer")
 _POSITIVE_INTS = (
-    "image_dim", "embed_dim", "word_dim", "vocab_size", "text_layers", "num_networks", "image_views", "sim_dim",
-    "reasoning_steps", "image_regions",
+    "image_dim", "embed_dim", "word_dim", "vocab_size", "text_layers", "num_networks", "image_views", "image_regions",
 )
+FLAT_HEAD_FIELDS = (
+    "sim_dim", "reasoning_steps", "attention_lambda", "scan_pooling", "scan_lse_lambda", "attention_negative_slope",
+    "pooling_dropout", "pooling_batch_norm",
+)
+"""The fields in which a config of checkpoint format 2 or older stored the built-in heads' settings (every config
+stored all of them, whatever its head); :func:`~hfncl.models.heads.resolve_head_options` reads them into
+``head_options``."""
 
 
 def _tower_config(
@@ -46,16 +50,10 @@ def _tower_config(
     return resolve_tower_config(name, "text" if tower == "text" else "vision")
 
 
-def sgraf_layer_defaults(similarity: str, checkpoint_format: int = CHECKPOINT_FORMAT) -> dict[str, Any]:
-    """What :class:`NCLConfig` takes for its SGRAF layer fields left at None: the official SGRAF code's layers
-    with an SGR / SAF head, none of them with a cosine or SCAN head or in a config of checkpoint format 1."""
-    official = similarity in ("sgr", "saf") and checkpoint_format >= 2
-    return {
-        "attention_negative_slope": OFFICIAL_SGRAF_NEGATIVE_SLOPE if official else 0.0,
-        "pooling_dropout": OFFICIAL_SGRAF_DROPOUT if official else 0.0,
-        "pooling_batch_norm": official,
-        "word_dropout": OFFICIAL_SGRAF_DROPOUT if official else 0.0,
-    }
+def word_dropout_default(similarity: str, checkpoint_format: int = CHECKPOINT_FORMAT) -> float:
+    """What :class:`NCLConfig` takes for ``word_dropout`` left at None: the official SGRAF code's 0.4 with an SGR /
+    SAF head, 0 with another head or in a config of checkpoint format 1."""
+    return OFFICIAL_SGRAF_DROPOUT if similarity in ("sgr", "saf") and checkpoint_format >= 2 else 0.0
 
 
 def _image_positions(tower_config: dict[str, Any] | None) -> int:
@@ -64,12 +62,6 @@ def _image_positions(tower_config: dict[str, Any] | None) -> int:
     if tower_config is None or "image_size" not in tower_config or "patch_size" not in tower_config:
         return PRECOMP_REGIONS
     return (int(tower_config["image_size"]) // int(tower_config["patch_size"])) ** 2 + 1
-
-
-_SGRAF_FIELDS = {
-    "sim_dim", "attention_lambda", "attention_negative_slope", "pooling_dropout", "pooling_batch_norm", "image_regions"
-}
-"""The settings of SGRAF's SGR and SAF heads (:class:`NCLConfig`)."""
 
 
 class NCLConfig(HfnclConfig):
@@ -83,12 +75,14 @@ class NCLConfig(HfnclConfig):
 
     - ``similarity`` names a head: ``"cosine"``, or an entry point of the ``hfncl.similarity_heads`` group
       (hfncl's ``"sgr"`` and ``"saf"``, :mod:`hfncl.models.sgraf`, and ``"scan"``, :mod:`hfncl.models.scan`); with
-      W image views a head scores each view's local features on its own.
-    - Left at None, ``attention_negative_slope``, ``pooling_dropout``, ``pooling_batch_norm`` and
-      ``word_dropout`` take the official SGRAF code's layers with an SGR / SAF head (slope 0.1, dropouts 0.4,
-      batch norms on) and none of them with a cosine or SCAN head (0, 0, off); a config of checkpoint format 1,
-      written before they existed, takes none of them (ReLU, no dropout, no batch norm), as hfncl then built
-      every head, so an older checkpoint scores as it did (:func:`sgraf_layer_defaults`). ``image_regions`` left
+      W image views a head scores each view's local features on its own. ``head_options`` are its options by full
+      name (``{"sgr.sim_dim": 256}``), checked against the head's declaration and stored with every default
+      (:func:`~hfncl.models.heads.resolve_head_options`). A config of checkpoint format 2 or older stored the
+      built-in heads' settings as flat fields (:data:`FLAT_HEAD_FIELDS`, ``sim_dim=256``); they are read into
+      ``head_options``, and a format-1 SGR / SAF config keeps the plain layers it was trained with (ReLU, no
+      dropout, no batch norm), so an older checkpoint scores as it did.
+    - ``word_dropout`` left at None takes the official SGRAF code's 0.4 with an SGR / SAF head and 0 with
+      another head or in a config of checkpoint format 1 (:func:`word_dropout_default`). ``image_regions`` left
       at None is 36 (precomp regions), or a vision tower's patches and class token.
     - ``text_tower_name`` / ``image_tower_name`` are read only when a model is first built (the encoder's config
       into ``text_tower_config`` / ``image_tower_config``, its weights at initialisation), never when a saved
@@ -127,8 +121,13 @@ class NCLConfig(HfnclConfig):
             settings[f"{part}_tower_config"] = _tower_config(
                 part, settings[f"{part}_tower"], settings[f"{part}_tower_name"], settings[f"{part}_tower_config"]
             )
-        layers = sgraf_layer_defaults(settings["similarity"], self.checkpoint_format)
-        settings |= {name: value for name, value in layers.items() if settings[name] is None}
+        if settings["word_dropout"] is None:
+            settings["word_dropout"] = word_dropout_default(settings["similarity"], self.checkpoint_format)
+        check_head_name(settings["similarity"])
+        flat = {name: kwargs.pop(name) for name in FLAT_HEAD_FIELDS if name in kwargs}
+        settings["head_options"] = resolve_head_options(
+            settings["similarity"], settings["head_options"], flat, self.checkpoint_format
+        )
         if settings["image_regions"] is None:
             settings["image_regions"] = _image_positions(settings["image_tower_config"])
         for name, value in settings.items():
@@ -151,21 +150,10 @@ class NCLConfig(HfnclConfig):
         text_poolings = TRANSFORMER_POOLINGS if self.text_tower == "transformer" else TEXT_POOLINGS
         if self.text_pooling not in text_poolings:
             raise ValueError(f"NCLConfig.text_pooling must be one of {text_poolings}, got {self.text_pooling!r}")
-        check_head_name(self.similarity)
-        lam = self.attention_lambda
-        if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not math.isfinite(lam) or lam <= 0:
-            raise ValueError(f"NCLConfig.attention_lambda must be a positive finite number, got {lam!r}")
-        if self.scan_pooling not in SCAN_POOLINGS:
-            raise ValueError(f"NCLConfig.scan_pooling must be one of {SCAN_POOLINGS}, got {self.scan_pooling!r}")
-        lse = self.scan_lse_lambda
-        if isinstance(lse, bool) or not isinstance(lse, (int, float)) or not math.isfinite(lse) or lse <= 0:
-            raise ValueError(f"NCLConfig.scan_lse_lambda must be a positive finite number, got {lse!r}")
-        for name in ("attention_negative_slope", "pooling_dropout", "word_dropout"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-                raise ValueError(f"NCLConfig.{name} must be a number in [0, 1), got {value!r}")
-        if not isinstance(self.pooling_batch_norm, bool):
-            raise ValueError(f"NCLConfig.pooling_batch_norm must be True or False, got {self.pooling_batch_norm!r}")
+        resolve_head_options(self.similarity, self.head_options, {}, self.checkpoint_format)
+        dropout = self.word_dropout
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+            raise ValueError(f"NCLConfig.word_dropout must be a number in [0, 1), got {dropout!r}")
         self._check_towers()
         self.check_provenance()
 
@@ -200,8 +188,8 @@ class NCLConfig(HfnclConfig):
     def unused_fields(self) -> set[str]:
         """The fields this model's own choices leave unread (the card's architecture table omits them): the GRU's
         beside a transformer text tower, a pretrained tower's name and config beside a GRU or region tower, LoRA's
-        without LoRA, and the settings of the built-in similarity heads this model's head does not read (a head
-        of another package may read any of them)."""
+        without LoRA, ``image_regions`` beside a head that does not read it (:attr:`HeadPlugin.config_fields
+        <hfncl.models.heads.HeadPlugin>`), and the empty ``head_options`` of a head without options."""
         unused = set()
         if self.text_tower == "transformer":
             unused |= {"word_dim", "text_layers", "bidirectional", "word_dropout"}
@@ -211,14 +199,10 @@ class NCLConfig(HfnclConfig):
             unused |= {"image_tower_name", "image_tower_config"}
         if not self.lora_rank:
             unused |= {"lora_alpha", "lora_dropout", "lora_towers", "lora_target_modules"}
-        head_fields = {
-            "cosine": set(),
-            "sgr": _SGRAF_FIELDS | {"reasoning_steps"},
-            "saf": _SGRAF_FIELDS,
-            "scan": {"attention_lambda", "attention_negative_slope", "scan_pooling", "scan_lse_lambda"},
-        }
-        if self.similarity in head_fields:
-            unused |= set().union(*head_fields.values()) - head_fields[self.similarity]
+        if "image_regions" not in head_config_fields(self.similarity):
+            unused.add("image_regions")
+        if not self.head_options:
+            unused.add("head_options")
         return unused
 
     def lora_applies_to(self, tower: str) -> bool:
