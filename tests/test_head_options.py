@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from hfncl import cli
 from hfncl.arguments import ModelArguments
 from hfncl.models import NCLConfig, NCLModel
 from hfncl.models.configuration import FLAT_HEAD_FIELDS
@@ -91,3 +92,14 @@ def test_the_command_line_sets_head_options_by_full_name_as_json() -> None:
         parser.parse_args_into_dataclasses(["--head_options", "[1]"])
     with pytest.raises(ValueError, match=r"^ModelArguments.head_options must be a JSON object such as"):
         ModelArguments(head_options=3)
+
+
+def test_hfncl_plugins_heads_lists_each_heads_options_with_their_defaults(capsys: pytest.CaptureFixture) -> None:
+    assert cli.main(["plugins", "--heads", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed["sgr"]["sgr.sim_dim"] == {"default": 256, "takes": "int >= 1, <= 65536; size s of the similarity "
+                                            "representations (256 in the paper)"}
+    assert listed["scan"]["scan.pooling"]["takes"].startswith("one of lse, avg;")
+    assert "sgr.reasoning_steps" in listed["sgr"] and "sgr.reasoning_steps" not in listed["saf"]
+    assert cli.main(["plugins", "--heads"]) == 0
+    assert "        scan.lse_lambda = 6.0  (float > 0; " in capsys.readouterr().out
