@@ -79,8 +79,8 @@ class NCLConfig(HfnclConfig):
       name (``{"sgr.sim_dim": 256}``), checked against the head's declaration and stored with every default
       (:func:`~hfncl.models.heads.resolve_head_options`). A config of checkpoint format 2 or older stored the
       built-in heads' settings as flat fields (:data:`FLAT_HEAD_FIELDS`, ``sim_dim=256``); they are read into
-      ``head_options``, and a format-1 SGR / SAF config keeps the plain layers it was trained with (ReLU, no
-      dropout, no batch norm), so an older checkpoint scores as it did.
+      ``head_options`` (also when a Python caller passes them), and a format-1 SGR / SAF config keeps the plain
+      layers it was trained with (ReLU, no dropout, no batch norm), so an older checkpoint scores as it did.
     - ``word_dropout`` left at None takes the official SGRAF code's 0.4 with an SGR / SAF head and 0 with
       another head or in a config of checkpoint format 1 (:func:`word_dropout_default`). ``image_regions`` left
       at None is 36 (precomp regions), or a vision tower's patches and class token.
