@@ -408,7 +408,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "of the --methods, e.g. for a method that declares none; their schedule (all but "
                         "warmup_epochs and options) also trains the oracle and the half-data control.")
     parser.add_argument("--model", type=json.loads, default=None,
-                        help='JSON of ModelArguments fields replacing the demo model\'s, e.g. \'{"similarity": "sgr", "sim_dim": 32}\'.')
+                        help='JSON of ModelArguments fields replacing the demo model\'s, e.g. \'{"similarity": "sgr", "head_options": {"sgr.sim_dim": 32}}\'.')
     parser.add_argument("--ratios", type=float, nargs="+", default=[0.0, 0.2, 0.5, 0.7], help="Noise ratios.")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="Seeds of noise and training.")
     parser.add_argument("--captions-file", default=str(DEFAULT_CAPTIONS), help="Flickr8k captions.txt for the proxy.")

@@ -37,7 +37,9 @@ from hfncl.hub import load_text_vocabulary
 from hfncl.models import NCLModel
 from hfncl.tasks import PAIRS
 
-SGR_MODEL = dataclasses.replace(PAIRS.demo_model, similarity="sgr", sim_dim=64, reasoning_steps=3)
+SGR_MODEL = dataclasses.replace(
+    PAIRS.demo_model, similarity="sgr", head_options={"sgr.sim_dim": 64, "sgr.reasoning_steps": 3}
+)
 PRECISIONS = ("no", "bf16")
 
 

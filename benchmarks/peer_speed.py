@@ -433,7 +433,8 @@ def _hfncl_epoch(args: argparse.Namespace, data_dir: Path) -> dict[str, float]:
         mixed_precision=args.mixed_precision, options={"ncr.division_statistics": "pass"},
     )
     data = prepare_data(DataArguments(data_dir=str(data_dir), noise_ratio=EPOCH_NOISE), output_dir)
-    model = ModelArguments(embed_dim=args.embed_dim, word_dim=WORD_DIM, similarity=args.head, sim_dim=args.sim_dim)
+    head_options = {f"{args.head}.sim_dim": args.sim_dim}
+    model = ModelArguments(embed_dim=args.embed_dim, word_dim=WORD_DIM, similarity=args.head, head_options=head_options)
     model_config = NCLConfig(image_dim=IMAGE_DIM, vocab_size=len(data.vocab), **model_fields(["ncr"], model))
     clock = _EpochClock(args.device)
     accelerator = Accelerator(cpu=args.device == "cpu", mixed_precision=args.mixed_precision)

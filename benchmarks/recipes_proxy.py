@@ -67,6 +67,7 @@ PROXY = ProxyConfig(num_test=200, num_dev=100, max_images=1300)
 QUICK_PROXY = ProxyConfig(num_test=30, num_dev=20, max_images=130)
 REDUCED_WIDTH = {"embed_dim": 256, "sim_dim": 64}
 QUICK_WIDTH = {"embed_dim": 32, "sim_dim": 16, "word_dim": 16}
+"""Model widths of the reduced runs; ``sim_dim`` is the option of the recipe's head that has one (SGR / SAF)."""
 REFERENCE = "vsepp_f30k"
 HUB_TEXT_TOWERS = ("bert-base-uncased",)
 SCHEDULE = ("epochs", "warmup_epochs", "lr_decay_epochs", "output_dir")
@@ -121,7 +122,11 @@ def reduced_config(settings: dict[str, Any], args: argparse.Namespace, text_towe
         "test_folds": 1,
     }
     if not args.paper_width:
-        config.update(QUICK_WIDTH if args.quick else REDUCED_WIDTH)
+        width = dict(QUICK_WIDTH if args.quick else REDUCED_WIDTH)
+        head_width = f"{settings['model']['similarity']}.sim_dim"
+        if head_width in settings["head_options"]:
+            config["head_options"] = {**settings["head_options"], head_width: width["sim_dim"]}
+        config.update({name: value for name, value in width.items() if name != "sim_dim"})
     if args.options:
         config["options"] = {**settings["training"]["options"], **args.options}
     if settings["model"].get("text_tower_name") in HUB_TEXT_TOWERS and text_tower is not None:

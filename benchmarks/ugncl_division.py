@@ -34,8 +34,13 @@ from hfncl.experiment import run_experiment
 from hfncl.tasks import PAIRS
 
 SETS = ("clean", "noisy", "hard_clean", "hard_noisy")
-SGR_MODEL = dataclasses.replace(PAIRS.demo_model, similarity="sgr", sim_dim=64, reasoning_steps=3, image_views=2)
-PLAIN_LAYERS = dict(attention_negative_slope=0.0, pooling_batch_norm=False, pooling_dropout=0.0, word_dropout=0.0)
+SGR_OPTIONS = {"sgr.sim_dim": 64, "sgr.reasoning_steps": 3}
+SGR_MODEL = dataclasses.replace(PAIRS.demo_model, similarity="sgr", head_options=SGR_OPTIONS, image_views=2)
+PLAIN_LAYERS = dict(
+    head_options=SGR_OPTIONS
+    | {"sgr.attention_negative_slope": 0.0, "sgr.pooling_batch_norm": False, "sgr.pooling_dropout": 0.0},
+    word_dropout=0.0,
+)
 """The paper's plain SGR head: ReLU attention, no batch norm, no dropout (``--plain-head``)."""
 
 

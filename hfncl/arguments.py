@@ -10,8 +10,8 @@ arguments before it loads any framework.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import Field, asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from hfncl.choices import (
     AUTO,
@@ -22,8 +22,8 @@ from hfncl.choices import (
     check_format_name,
     check_layout_name,
 )
-from hfncl.config import check_field_types
-from hfncl.limits import check_sizes
+from hfncl.config import HeadOptionValues, check_field_types
+from hfncl.model_settings import check_sizes, unset_arguments
 from hfncl.registry import installed_towers
 
 
@@ -93,88 +93,26 @@ class DataArguments:
             raise ValueError(f"test_folds must be >= 1, got {self.test_folds}")
 
 
-@dataclass
-class ModelArguments:
-    """The model's architecture (:class:`hfncl.models.NCLConfig` fields).
+class ModelArgumentBase:
+    """What the model arguments do beside their fields: check them, and give the fields a run sets."""
 
-    A field left at ``None`` takes the value the active plugins ask for in
-    ``model_defaults`` (e.g. two image views), else NCLConfig's default (the papers'
-    encoder: 300-d words, a 1024-d joint space, one GRU layer, mean pooling).
-    """
-
-    embed_dim: int | None = field(default=None, metadata={"help": "Joint embedding dimension (default 1024)."})
-    word_dim: int | None = field(default=None, metadata={"help": "Word embedding dimension (default 300)."})
-    text_layers: int | None = field(default=None, metadata={"help": "BiGRU layers (default 1)."})
-    image_pooling: str | None = field(
-        default=None, metadata={"help": "Pooling over regions: mean or max (a vision tower also takes pooler)."}
-    )
-    image_views: int | None = field(default=None, metadata={"help": "Image views W (default 1)."})
-    text_pooling: str | None = field(default=None, metadata={"help": "Pooling over words: mean or max."})
-    similarity: str | None = field(
-        default=None,
-        metadata={
-            "help": "Similarity head: cosine (default), sgr or saf (SGRAF), scan (SCAN t2i attention), or a head an "
-            "installed package registers (entry-point group hfncl.similarity_heads)."
-        },
-    )
-    sim_dim: int | None = field(
-        default=None, metadata={"help": "SGR / SAF similarity representation size (default 256)."}
-    )
-    reasoning_steps: int | None = field(default=None, metadata={"help": "SGR graph-reasoning steps (default 3)."})
-    attention_lambda: float | None = field(
-        default=None, metadata={"help": "SGR / SAF / SCAN text-to-region attention temperature lambda (default 9)."}
-    )
-    scan_pooling: str | None = field(
-        default=None, metadata={"help": "SCAN pooling of the word relevances: lse (default) or avg."}
-    )
-    scan_lse_lambda: float | None = field(default=None, metadata={"help": "SCAN LogSumExp lambda_2 (default 6)."})
-    attention_negative_slope: float | None = field(
-        default=None,
-        metadata={"help": "SGR / SAF attention LeakyReLU slope (default 0.1, the official code's; 0: ReLU)."},
-    )
-    pooling_batch_norm: bool | None = field(
-        default=None, metadata={"help": "SGR / SAF batch norms in the image self-attention (default true)."}
-    )
-    pooling_dropout: float | None = field(
-        default=None, metadata={"help": "SGR / SAF dropout in the self-attention poolings (default 0.4)."}
-    )
-    word_dropout: float | None = field(
-        default=None, metadata={"help": "Dropout on the GRU's word embeddings (default 0.4 with SGR / SAF, else 0)."}
-    )
-    text_tower: str | None = field(
-        default=None,
-        metadata={
-            "help": "gru (a biGRU, when unset), a tower an installed package registers (entry-point group "
-            "hfncl.text_towers), or a Hub id / directory of a BERT-family or CLIP text encoder."
-        },
-    )
-    image_tower: str | None = field(
-        default=None,
-        metadata={
-            "help": "regions (default: precomputed features), a tower an installed package registers (entry-point "
-            "group hfncl.image_towers), or a Hub id / directory of a CLIP vision encoder and its image processor, "
-            "which reads the raw images of an imagefolder."
-        },
-    )
-    lora_rank: int | None = field(default=None, metadata={"help": "LoRA rank on the transformer towers (0: none)."})
-    lora_alpha: float | None = field(default=None, metadata={"help": "LoRA alpha (default 16)."})
-    lora_dropout: float | None = field(default=None, metadata={"help": "LoRA dropout (default 0)."})
-    lora_target_modules: list[str] | None = field(
-        default=None, metadata={"help": "Layers LoRA adapts (default: the tower's attention query and value)."}
-    )
-    lora_towers: list[str] | None = field(
-        default=None, metadata={"help": "Transformer towers that get LoRA adapters: text, image (default: every one)."}
-    )
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
+    """Those of the dataclass made from this class (:func:`~hfncl.model_settings.unset_arguments`)."""
+    head_options: HeadOptionValues | None
 
     def __post_init__(self) -> None:
         check_field_types(self)
-        check_sizes(asdict(self), "ModelArguments")
+        if self.head_options is not None:  # a mapping from a recipe or a --config file
+            self.head_options = HeadOptionValues(self.head_options)
+        check_sizes(asdict(self), type(self).__name__)
 
     def explicit(self) -> dict[str, Any]:
         """The fields given a value; a ``text_tower`` NAME that is no installed tower (``hfncl.text_towers``), or is
         ``transformer``, becomes ``text_tower="transformer"``, ``text_tower_name=NAME`` (and ``image_tower`` NAME
         alike)."""
         values = {k: v for k, v in asdict(self).items() if v is not None}
+        if "head_options" in values:
+            values["head_options"] = dict(values["head_options"])
         for part in ("text", "image"):
             tower = values.pop(f"{part}_tower", None)
             if tower is not None and tower != "transformer" and tower in installed_towers(part):
@@ -182,6 +120,29 @@ class ModelArguments:
             elif tower is not None:
                 values[f"{part}_tower"], values[f"{part}_tower_name"] = "transformer", tower
         return values
+
+
+MODEL_ARGUMENTS_DOC = """The model's architecture: the flags of :class:`hfncl.model_settings.ModelSettings` (the
+:class:`hfncl.models.NCLConfig` settings), each ``None`` when not given.
+
+A field left at ``None`` takes the value the active plugins ask for in ``model_defaults`` (e.g. two image views),
+else the setting's default (the papers' encoder: 300-d words, a 1024-d joint space, one GRU layer, mean pooling).
+"""
+
+if TYPE_CHECKING:
+
+    class ModelArguments(ModelArgumentBase):
+        """Made from :class:`~hfncl.model_settings.ModelSettings` (:func:`~hfncl.model_settings.unset_arguments`):
+        a field per flag, typed ``X | None``."""
+
+        def __init__(self, **settings: Any) -> None: ...
+
+        def __getattr__(self, name: str) -> Any: ...
+
+else:
+    ModelArguments = unset_arguments(
+        "ModelArguments", ModelArgumentBase, MODEL_ARGUMENTS_DOC, flag_types={"head_options": HeadOptionValues}
+    )
 
 
 @dataclass

@@ -19,7 +19,7 @@ import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 
 def default_cache_root() -> Path:
@@ -46,24 +46,41 @@ class SettingError(ValueError, argparse.ArgumentTypeError):
     message (not argparse's generic "invalid value")."""
 
 
-class PluginOptions(dict[str, Any]):
-    """Plugin options by name; built from a mapping or, on the command line, a JSON object."""
+class JsonObject(dict[str, Any]):
+    """Values by name, of the field ``field_name``; built from a mapping or, on the command line, a JSON object."""
+
+    field_name: ClassVar[str] = ""
+    example: ClassVar[str] = ""
 
     def __init__(self, value: str | Mapping[str, Any] | Iterable[tuple[str, Any]] | None = None) -> None:
+        name = self.field_name
         if isinstance(value, str):
             try:
                 value = json.loads(value) if value.strip() else {}
             except json.JSONDecodeError as error:
-                raise SettingError(f"TrainConfig.options must be a JSON object, got {value!r} ({error})") from error
+                raise SettingError(f"{name} must be a JSON object, got {value!r} ({error})") from error
             if not isinstance(value, dict):
-                raise SettingError(f"TrainConfig.options must be a JSON object, got {type(value).__name__} {value!r}")
+                raise SettingError(f"{name} must be a JSON object, got {type(value).__name__} {value!r}")
         try:
             super().__init__(value or {})
         except (TypeError, ValueError) as error:  # neither a mapping nor (name, value) pairs
             raise SettingError(
-                f'TrainConfig.options must be a JSON object such as {{"plugin.option": 0.2}}, got {value!r} '
-                f"({type(value).__name__})"
+                f"{name} must be a JSON object such as {self.example}, got {value!r} ({type(value).__name__})"
             ) from error
+
+
+class PluginOptions(JsonObject):
+    """Plugin options by full name; built from a mapping or, on the command line, a JSON object."""
+
+    field_name = "TrainConfig.options"
+    example = '{"plugin.option": 0.2}'
+
+
+class HeadOptionValues(JsonObject):
+    """Similarity-head options by full name (``ModelArguments.head_options``); on the command line a JSON object."""
+
+    field_name = "ModelArguments.head_options"
+    example = '{"sgr.sim_dim": 512}'
 
 
 def check_field_types(settings: Any) -> None:

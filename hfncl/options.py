@@ -147,3 +147,25 @@ def _typed(name: str, value: Any, expected: type, default: Any) -> Any:
         raise OptionError(f"Option {name!r} must be a string{like}, {got}")
     return value
 
+
+
+class HeadOptions(MethodOptions):
+    """Base of a similarity head's options dataclass (:class:`hfncl.models.heads.HeadPlugin`): ``namespace`` is the
+    head's name, and a model's ``NCLConfig.head_options`` holds them by full name (``{"sgr.sim_dim": 256}``).
+
+    ``flat_names`` maps an option to the ``NCLConfig`` field a config of checkpoint format 2 or older stored it in
+    (unlisted: a field of the option's own name); :meth:`from_flat` reads those fields.
+    """
+
+    flat_names: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def from_flat(cls, flat: Mapping[str, Any], checkpoint_format: int) -> dict[str, Any]:
+        """The options, by full name, that the flat fields ``flat`` of a config of ``checkpoint_format`` held
+        (``None``: not set); the options they leave out take their defaults."""
+        values = {}
+        for declared in fields(cls):  # type: ignore[arg-type]
+            value = flat.get(cls.flat_names.get(declared.name, declared.name))
+            if value is not None:
+                values[cls.full_name(declared.name)] = value
+        return values

@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 import yaml
 
 from hfncl.arguments import ARGUMENTS_OF_KIND, DataArguments, ModelArguments
-from hfncl.config import RUN_ONLY_FIELDS, PluginOptions, TrainConfig, one_line
+from hfncl.config import RUN_ONLY_FIELDS, HeadOptionValues, PluginOptions, TrainConfig, one_line
 from hfncl.dataclass_parser import DataclassArgumentParser
 from hfncl.plugin_setup import run_plugins
 from hfncl.plugins import PluginError, check_plugin_names
@@ -94,8 +94,9 @@ def run_recipe(
     from (:func:`hfncl.tasks.task_of_plugins`): image-caption pairs, or category-labelled
     features. ``defaults`` are values of those arguments and of TrainConfig that the recipe
     fixes unless the command line overrides them (the paper's settings for that dataset). Its
-    ``options`` are plugin options the recipe sets: ``--options`` (or a ``--config`` file's)
-    add to them and override them by name, rather than replacing them all. ``paper`` names the dataset the
+    ``options`` are plugin options the recipe sets, and its ``head_options`` the similarity head's: ``--options``
+    and ``--head_options`` (or a ``--config`` file's) add to them and override them by name, rather than replacing
+    them all. ``paper`` names the dataset the
     defaults are the paper's schedule for (a key of :data:`hfncl.data.check.EXPECTED`): training data under a
     tenth of its size starts with a line saying the schedule will not learn there, and the demo's settings that do.
     """
@@ -113,7 +114,8 @@ def run_recipe(
         "--print-config",
         action="store_true",
         default=argparse.SUPPRESS,
-        help="Print the effective settings (data, training, model, plugin options) as JSON and exit; needs no data.",
+        help="Print the effective settings (data, training, model, head and plugin options) as JSON and exit; needs "
+        "no data.",
     )
     printing = "--print-config" in args
     if printing:
@@ -124,6 +126,8 @@ def run_recipe(
     try:
         data_args, config, model_args = parse_with_config_file(parser, args)
         config.options = PluginOptions({**defaults.get("options", {}), **config.options})
+        if defaults.get("head_options") and hasattr(model_args, "head_options"):
+            model_args.head_options = HeadOptionValues({**defaults["head_options"], **(model_args.head_options or {})})
         check_plugin_names(config.plugins)  # before the plugins and the frameworks are imported
         if printing:
             print(json.dumps(effective_settings(data_args, config, model_args), indent=1, sort_keys=True))
@@ -171,15 +175,17 @@ def _flag_value(value: Any) -> str:
 
 def effective_settings(data_args: Any, config: TrainConfig, model_args: Any) -> dict[str, Any]:
     """What a run with these arguments trains with: data and training fields, the model's fields (for pairs, the
-    plugins' ``model_defaults`` under explicit arguments) and every plugin option (declared defaults under
-    ``--options``)."""
+    plugins' ``model_defaults`` under explicit arguments), every option of the similarity head (declared defaults
+    under ``--head_options``) and every plugin option (declared defaults under ``--options``)."""
     from hfncl.tasks import task_of_arguments
 
     plugins = run_plugins(config)
+    model = task_of_arguments(data_args).model_settings(model_args, plugins)
     return {
         "data": asdict(data_args),
         "training": config.to_dict(),
-        "model": task_of_arguments(data_args).model_settings(model_args, plugins),
+        "model": model,
+        "head_options": model.pop("head_options", {}),
         "options": plugins.options,
     }
 

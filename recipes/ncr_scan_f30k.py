@@ -6,7 +6,7 @@ r"""NCR-SCAN on Flickr30K (SCAN precomp features) with noisy correspondence (NCR
 NCR's Flickr30K schedule (recipes/ncr_f30k.py: batch 128, Adam lr 2e-4, 5 warmup epochs, then
 40 co-training epochs with lr x0.1 after 30 of them, grad clip 2) with SCAN's head in place of
 SGR: text-to-image stacked cross attention, lambda_1 = 9, the word relevances averaged
-(``--scan-pooling avg``; ``lse`` with ``--scan-lse-lambda`` for LogSumExp), the score used as
+(head option ``scan.pooling`` "avg"; "lse" with ``scan.lse_lambda`` for LogSumExp), the score used as
 the similarity without a sigmoid (hfncl/models/scan.py). The NCR paper gives no other setting
 of NCR-SCAN; docs/reproduction.md compares every setting.
 Co-rectify reads Eq. 4-5 as the official code computes them (``ncr.own_prediction`` "eval",
@@ -30,7 +30,7 @@ if __name__ == "__main__":
                 "warmup_epochs": 5,
                 "lr_decay_epochs": [35],
                 "similarity": "scan",
-                "scan_pooling": "avg",
+                "head_options": {"scan.pooling": "avg"},
                 "options": {"ncr.own_prediction": "eval", "ncr.prediction": "hinge", "ncr.label_layout": "broadcast"},
                 "output_dir": "runs/ncr_scan_f30k",
             },

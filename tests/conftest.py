@@ -33,8 +33,10 @@ TINY_MODEL = ModelArguments(embed_dim=32, word_dim=16)
 MICRO_DATA = SyntheticConfig(
     num_train=16, num_dev=11, num_test=11, num_concepts=8, num_regions=6, feature_dim=8, seed=2
 )
+MICRO_HEAD_OPTIONS = {"sgr": {"sgr.sim_dim": 8, "sgr.reasoning_steps": 1}, "saf": {"saf.sim_dim": 8}, "scan": {}}
 MICRO_LOCAL_MODELS = {
-    name: ModelArguments(embed_dim=8, word_dim=8, similarity=name, sim_dim=8, reasoning_steps=1) for name in ("sgr", "saf", "scan")
+    name: ModelArguments(embed_dim=8, word_dim=8, similarity=name, head_options=options)
+    for name, options in MICRO_HEAD_OPTIONS.items()
 }
 
 

@@ -20,7 +20,7 @@ COMMAND_LINES = [
     (
         PAIRS,
         ["--data-dir", "d", "--plugins", "ncr", "vsepp", "--no_progress", "--plot_divisions", "false", "--resume"]
-        + ["--pooling_batch_norm", "true", "--lr_decay_epochs", "3", "5", "--options", '{"ncr.alpha": 1}']
+        + ["--head_options", '{"sgr.sim_dim": 8}', "--lr_decay_epochs", "3", "5", "--options", '{"ncr.alpha": 1}']
         + ["--num_train_epochs", "3", "--report_to", "none", "--lora_towers", "text", "--noise-ratio", "0.2"],
     ),
     (LABELS, ["--data_path", "f.h5", "--split_fractions", "0.7", "0.1", "0.2", "--hidden_dim", "8", "--no-progress"]),

@@ -66,7 +66,7 @@ def example_registered(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(PACKAGE))
     npz = EntryPoint("npz_pairs", "hfncl_extension_example.formats:NPZ_PAIRS", "hfncl.data_formats")
     monkeypatch.setattr(choices, "installed_formats", lambda: {**INSTALLED_FORMATS, "npz_pairs": npz})
-    head = EntryPoint("bilinear", "hfncl_extension_example.heads:build_bilinear_head", "hfncl.similarity_heads")
+    head = EntryPoint("bilinear", "hfncl_extension_example.heads:BILINEAR", "hfncl.similarity_heads")
     monkeypatch.setattr(heads, "installed_heads", lambda: {**INSTALLED_HEADS, "bilinear": head})
     layout = EntryPoint("npz_views", "hfncl_extension_example.layouts:NPZ_VIEWS", "hfncl.label_layouts")
     monkeypatch.setattr(choices, "installed_layouts", lambda: {**INSTALLED_LAYOUTS, "npz_views": layout})
@@ -145,6 +145,29 @@ def test_a_registered_text_tower_encodes_as_its_contract_says_and_reloads(exampl
     torch.testing.assert_close(encoded, expected / expected.norm(dim=1, keepdim=True))
     model.save_pretrained(tmp_path / "bow")
     torch.testing.assert_close(NCLModel.from_pretrained(tmp_path / "bow").encode_text(captions, lengths)[0], encoded)
+
+
+def test_a_registered_head_declares_its_options_and_a_bare_build_callable_is_a_head_without_options(
+    example_registered: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sizes = {"image_dim": 8, "vocab_size": 20, "embed_dim": 4, "word_dim": 8}
+    config = NCLConfig(similarity="bilinear", head_options={"bilinear.scale": 2}, **sizes)
+    assert config.head_options == {"bilinear.scale": 2.0} and NCLConfig(similarity="bilinear").head_options == {
+        "bilinear.scale": 1.0
+    }
+    torch.testing.assert_close(NCLModel(config).networks[0].head.weight.data, 2 * torch.eye(4))
+    for given, message in (
+        ({"bilinear.rank": 3}, r"\['bilinear.rank'\] are not options of the similarity head 'bilinear' \(its options: "
+         r"\['bilinear.scale'\]\)"),
+        ({"bilinear.scale": 0}, r"^NCLConfig.head_options: Option 'bilinear.scale' must be > 0, got 0.0$"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            NCLConfig(similarity="bilinear", head_options=given)
+    bare = EntryPoint("bilinear", "hfncl_extension_example.heads:build_bilinear_head", "hfncl.similarity_heads")
+    monkeypatch.setattr(heads, "installed_heads", lambda: {**INSTALLED_HEADS, "bilinear": bare})
+    assert heads.head_plugin("bilinear").options is None and NCLConfig(similarity="bilinear").head_options == {}
+    with pytest.raises(ValueError, match=r"are not options of the similarity head 'bilinear' \(its options: none\)"):
+        NCLConfig(similarity="bilinear", head_options={"bilinear.scale": 2.0})
 
 
 def test_an_installed_package_adds_a_format_a_head_and_a_tower_and_trains_with_them(

@@ -303,9 +303,9 @@ def test_the_card_has_a_pipeline_tag_uses_and_compute_and_lists_only_the_fields_
     )
     cosine = table_fields(card.text)
     assert {"embed_dim", "word_dim", "similarity", "vocab_size"} <= cosine
-    assert not cosine & {"sim_dim", "reasoning_steps", "scan_pooling", "text_tower_name", "lora_alpha"}
+    assert not cosine & {"head_options", "image_regions", "text_tower_name", "lora_alpha"}
     sgr = table_fields(str(build_model_card(NCLConfig(**TINY, similarity="sgr", plugins=["ncr"]), record, "user/m")))
-    assert {"sim_dim", "reasoning_steps", "pooling_dropout"} <= sgr and not sgr & {"scan_pooling", "scan_lse_lambda"}
+    assert {"head_options", "image_regions"} <= sgr
     unrecorded = build_model_card(config, tiny_record(), "user/model").text
     assert "the device and time were not recorded" in unrecorded
 

@@ -32,7 +32,8 @@ def test_recipes_that_differ_only_in_schedule_train_once_under_the_flickr_name(r
     assert set(runs) == {("ncr_f30k", "ncr_coco"), ("ncr_scan_f30k",), ("tcvse_f30k_bert",), ("vsepp_f30k",)}
     ncr = runs["ncr_f30k", "ncr_coco"].config
     assert (ncr["epochs"], ncr["warmup_epochs"], ncr["lr_decay_epochs"]) == (1 + 3, 1, [])  # 5 warmup epochs -> 1
-    assert (ncr["embed_dim"], ncr["sim_dim"], ncr["noise_ratio"], ncr["test_split"], ncr["test_folds"]) == (256, 64, 0.5, "test", 1)
+    assert (ncr["embed_dim"], ncr["head_options"]["sgr.sim_dim"], ncr["noise_ratio"]) == (256, 64, 0.5)
+    assert (ncr["test_split"], ncr["test_folds"]) == ("test", 1)
     vsepp = runs["vsepp_f30k",].config
     assert (vsepp["epochs"], vsepp["warmup_epochs"]) == (1 + 3, 1)  # every recipe: the same warmup and epochs
     assert runs["tcvse_f30k_bert",].config["text_tower"] == "/local/minilm" and "text_tower" not in ncr
@@ -48,7 +49,7 @@ def test_the_warmup_is_every_recipes_first_division_put_off_by_as_many_epochs(re
 def test_paper_width_keeps_the_recipes_widths(recipes_proxy, settings):
     args = recipes_proxy.parse_args(["--paper-width", "--epochs", "2"])
     config = recipes_proxy.reduced_config(settings["ncr_f30k"], args, None)
-    assert "embed_dim" not in config and "sim_dim" not in config and config["epochs"] == 3
+    assert "embed_dim" not in config and "head_options" not in config and config["epochs"] == 3
 
 
 def test_options_change_one_thing_over_the_recipes_own(recipes_proxy, settings):

@@ -114,15 +114,16 @@ def test_config_round_trip(tmp_path):
     loaded = NCLModel.from_pretrained(tmp_path)
     head = loaded.networks[0].head
     assert isinstance(head, ScanHead)
-    assert (loaded.config.scan_pooling, loaded.config.scan_lse_lambda) == ("avg", 4.0)
+    assert (loaded.config.head_options["scan.pooling"], loaded.config.head_options["scan.lse_lambda"]) == ("avg", 4.0)
     assert (head.pooling, head.lse_lambda, head.smooth) == ("avg", 4.0, 9.0)
 
 
 @pytest.mark.parametrize(
     ("field", "value", "message"),
-    [("scan_pooling", "max", "NCLConfig.scan_pooling must be one of"), ("scan_lse_lambda", 0.0, "scan_lse_lambda")],
+    [("scan.pooling", "max", "NCLConfig.head_options: Option 'scan.pooling' must be one of"),
+     ("scan.lse_lambda", 0.0, "Option 'scan.lse_lambda' must be > 0")],
 )
 def test_bad_scan_settings_are_refused_in_one_line(field, value, message):
     with pytest.raises(ValueError, match=message) as error:
-        NCLConfig(similarity="scan", **{field: value})
+        NCLConfig(similarity="scan", head_options={field: value})
     assert "\n" not in str(error.value)

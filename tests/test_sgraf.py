@@ -9,6 +9,7 @@ import math
 import os
 import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -621,13 +622,19 @@ PLAIN_LAYERS = {
 }
 
 
+def _layers_of(settings: dict[str, Any]) -> dict[str, object]:
+    """The layer settings of a config's fields (or a run's settings): its head's options and ``word_dropout``."""
+    options = {name.split(".", 1)[1]: value for name, value in settings["head_options"].items()}
+    return {name: settings[name] if name == "word_dropout" else options.get(name) for name in OFFICIAL_LAYERS}
+
+
 def _layers(config: NCLConfig) -> dict[str, object]:
-    return {name: getattr(config, name) for name in OFFICIAL_LAYERS}
+    return _layers_of({"head_options": config.head_options, "word_dropout": config.word_dropout})
 
 
 def test_layer_fields_default_to_the_official_code_for_sgr_and_saf_and_to_none_otherwise():
     assert _layers(NCLConfig(similarity="sgr")) == _layers(NCLConfig(similarity="saf")) == OFFICIAL_LAYERS
-    assert _layers(NCLConfig(similarity="cosine")) == PLAIN_LAYERS
+    assert _layers(NCLConfig(similarity="cosine")) == dict.fromkeys(OFFICIAL_LAYERS) | {"word_dropout": 0.0}
     # a config of checkpoint format 1 predates the fields: its head had none of these layers
     assert _layers(NCLConfig(similarity="sgr", checkpoint_format=1)) == PLAIN_LAYERS
     assert NCLConfig(similarity="sgr", checkpoint_format=1, word_dropout=0.2).word_dropout == 0.2
@@ -639,14 +646,11 @@ def test_layer_fields_default_to_the_official_code_for_sgr_and_saf_and_to_none_o
 def test_a_runs_settings_show_the_layer_fields_as_the_config_resolves_them():
     settings = PAIRS.model_settings
     assert _layers_of(settings(ModelArguments(similarity="saf"), ["vsepp"])) == OFFICIAL_LAYERS
-    assert _layers_of(settings(ModelArguments(), ["vsepp"])) == PLAIN_LAYERS
-    chosen = settings(ModelArguments(similarity="sgr", pooling_batch_norm=False, word_dropout=0.1), ["vsepp"])
+    assert _layers_of(settings(ModelArguments(), ["vsepp"])) == dict.fromkeys(OFFICIAL_LAYERS) | {"word_dropout": 0.0}
+    chosen = ModelArguments(similarity="sgr", head_options={"sgr.pooling_batch_norm": False}, word_dropout=0.1)
+    chosen = settings(chosen, ["vsepp"])
     assert _layers_of(chosen) == OFFICIAL_LAYERS | {"pooling_batch_norm": False, "word_dropout": 0.1}
     assert _layers(NCLConfig(**{k: v for k, v in chosen.items() if v is not None})) == _layers_of(chosen)
-
-
-def _layers_of(settings: dict[str, object]) -> dict[str, object]:
-    return {name: settings[name] for name in OFFICIAL_LAYERS}
 
 
 LEGACY = Path(__file__).parent / "legacy_sgraf"
@@ -669,7 +673,7 @@ def test_a_checkpoint_saved_before_the_official_layers_scores_as_it_did(similari
     torch.testing.assert_close(scores(model), expected)
     model.save_pretrained(tmp_path)  # written again in the current format, the plain layers now explicit
     saved = json.loads((tmp_path / "config.json").read_text())
-    assert saved["checkpoint_format"] == 2 and {k: saved[k] for k in PLAIN_LAYERS} == PLAIN_LAYERS
+    assert saved["checkpoint_format"] == 3 and _layers_of(saved) == PLAIN_LAYERS
     torch.testing.assert_close(scores(NCLModel.from_pretrained(tmp_path)), expected)
 
 
@@ -677,20 +681,22 @@ def test_a_checkpoint_saved_before_the_official_layers_scores_as_it_did(similari
 @pytest.mark.parametrize(
     "field,value,message",
     [
-        ("sim_dim", 0, r"NCLConfig\.sim_dim must be a positive integer, got 0"),
-        ("reasoning_steps", 1.5, r"NCLConfig\.reasoning_steps must be a positive integer"),
-        ("attention_lambda", -9.0, r"NCLConfig\.attention_lambda must be a positive finite number"),
-        ("attention_lambda", float("nan"), r"NCLConfig\.attention_lambda must be a positive finite number"),
-        ("attention_negative_slope", -0.1, r"NCLConfig\.attention_negative_slope must be a number in \[0, 1\)"),
-        ("pooling_dropout", 1.0, r"NCLConfig\.pooling_dropout must be a number in \[0, 1\), got 1\.0"),
+        ("sgr.sim_dim", 0, r"Option 'sgr\.sim_dim' must be >= 1, got 0"),
+        ("sgr.reasoning_steps", 1.5, r"Option 'sgr\.reasoning_steps' must be an integer"),
+        ("sgr.attention_lambda", -9.0, r"Option 'sgr\.attention_lambda' must be > 0"),
+        ("sgr.attention_lambda", float("nan"), r"Option 'sgr\.attention_lambda' must be a finite number"),
+        ("sgr.attention_negative_slope", -0.1, r"Option 'sgr\.attention_negative_slope' must be >= 0"),
+        ("sgr.pooling_dropout", 1.0, r"Option 'sgr\.pooling_dropout' must be < 1, got 1\.0"),
+        ("sgr.pooling_batch_norm", 1, r"Option 'sgr\.pooling_batch_norm' must be true or false"),
+        ("sim_dim", 0, r"Option 'sgr\.sim_dim' must be >= 1, got 0"),  # a format-2 flat field, read into the options
         ("word_dropout", "0.4", r"NCLConfig\.word_dropout must be a number in \[0, 1\)"),
-        ("pooling_batch_norm", 1, r"NCLConfig\.pooling_batch_norm must be True or False, got 1"),
         ("image_regions", 0, r"NCLConfig\.image_regions must be a positive integer, got 0"),
     ],
 )
 def test_invalid_head_fields_raise(field, value, message):
+    given = {"head_options": {field: value}} if "." in field else {field: value}
     with pytest.raises(ValueError, match=message):
-        NCLConfig(similarity="sgr", **{field: value})
+        NCLConfig(similarity="sgr", **given)
 
 
 def test_head_hyper_parameters_reach_the_modules():
@@ -705,7 +711,8 @@ def test_head_hyper_parameters_reach_the_modules():
     assert head.negative_slope == 0.0 and head.image_pool.dropout.p == 0.1 and head.image_pool.local_norm is None
     assert plain.networks[0].text_encoder.dropout.p == 0.2
     assert _model("cosine").networks[0].head is None
-    assert ModelArguments(similarity="saf", sim_dim=16).explicit() == {"similarity": "saf", "sim_dim": 16}
+    given = ModelArguments(similarity="saf", head_options={"saf.sim_dim": 16}).explicit()
+    assert given == {"similarity": "saf", "head_options": {"saf.sim_dim": 16}}
 
 
 # ----------------------------------------------------------------- checkpoints, evaluation, retrieval
@@ -718,7 +725,7 @@ def test_save_and_from_pretrained_give_identical_similarities(similarity, tmp_pa
     model.eval()
     model.save_pretrained(tmp_path)
     loaded = NCLModel.from_pretrained(tmp_path).eval()
-    assert loaded.config.similarity == similarity and loaded.config.sim_dim == 6
+    assert loaded.config.similarity == similarity and loaded.config.head_options[f"{similarity}.sim_dim"] == 6
     with torch.no_grad():
         expected = model.similarity(model.encode_image(images), model.encode_text(captions, lengths))
         got = loaded.similarity(loaded.encode_image(images), loaded.encode_text(captions, lengths))

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hfncl.limits import check_sizes
+from hfncl.model_settings import check_sizes
 from hfncl.models.loading import HfnclPreTrainedModel
 from hfncl.models.provenance import CHECKPOINT_FORMAT, HfnclConfig
 

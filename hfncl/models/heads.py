@@ -1,30 +1,50 @@
-"""The similarity-head contract: what a head is (:class:`LocalHead`), the packed local features it scores
-(:func:`pack_local`), and the heads by name, every one an entry point of the ``hfncl.similarity_heads`` group
-(``NCLConfig.similarity`` names one; hfncl's own SGR, SAF and SCAN are registered in ``pyproject.toml`` exactly
-as a third-party head is). ``cosine`` is no head: the dot product of the pooled unit-norm embeddings.
+"""The similarity-head contract: what a head is (:class:`LocalHead`), how a package registers one
+(:class:`HeadPlugin`, an entry point of the ``hfncl.similarity_heads`` group), its options (a
+:class:`~hfncl.options.HeadOptions` dataclass, kept in ``NCLConfig.head_options``), and the packed local features it
+scores (:func:`pack_local`, :func:`unpack_local`, :func:`concat_packed`, :func:`valid_length`).
+``NCLConfig.similarity`` names a head; hfncl's own SGR, SAF and SCAN are registered in ``pyproject.toml`` exactly as
+a third-party head is. ``cosine`` is no head: the dot product of the pooled unit-norm embeddings.
 
-A registered head is a callable ``build(config) -> torch.nn.Module`` that receives the model's
-:class:`~hfncl.models.NCLConfig` and returns a *local* head: it scores packed local features (the
-towers' per-region and per-word embeddings, :func:`pack_local`) and implements
-:class:`LocalHead`. A package adds one without any change to hfncl::
+A registered head is a :class:`HeadPlugin` (or, for a head without options, its ``build`` callable alone):
+``build(config) -> torch.nn.Module`` receives the model's :class:`~hfncl.models.NCLConfig` and returns a *local*
+head: it scores packed local features (the towers' per-region and per-word embeddings) and implements
+:class:`LocalHead`. Its options are declared once, as a method's are::
+
+    @dataclass(frozen=True)
+    class BilinearOptions(HeadOptions, namespace="bilinear"):
+        rank: int = option(64, minimum=1, help="rank of the bilinear form")
+
+    def build_bilinear_head(config):
+        options = BilinearOptions.read(config.head_options)
+        ...
+
+    BILINEAR = HeadPlugin(build=build_bilinear_head, options=BilinearOptions)
+
+and registered without any change to hfncl::
 
     [project.entry-points."hfncl.similarity_heads"]
-    bilinear = "my_package.heads:build_bilinear_head"
+    bilinear = "my_package.heads:BILINEAR"
 
-and a run selects it with ``--similarity bilinear``; a saved model names it in its ``config.json``,
-so loading the model where the package is not installed fails naming the head.
+A run selects it with ``--similarity bilinear`` and sets its options with ``--head_options '{"bilinear.rank": 32}'``
+(a recipe: ``head_options={...}``); ``NCLConfig`` checks them against the declaration and stores every option of the
+head, defaults included. A saved model names its head in its ``config.json``, so loading the model where the package
+is not installed fails naming the head.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 import torch.nn.functional as F
 
 from hfncl.models.encoders import l2norm
 from hfncl.registry import SIMILARITY_HEADS, registered_entry_points
+
+if TYPE_CHECKING:
+    from hfncl.options import HeadOptions
 
 HEAD_GROUP = SIMILARITY_HEADS
 NO_HEAD = "cosine"
@@ -78,24 +98,85 @@ def check_head_name(name: str) -> None:
     )
 
 
-def head_builder(name: str) -> Callable[[Any], Any]:
-    """The ``build(config)`` callable registered as head ``name``.
+@dataclass(frozen=True)
+class HeadPlugin:
+    """What a package registers as a similarity head.
+
+    Attributes:
+        build: ``build(config) -> torch.nn.Module``, the head of a model's :class:`~hfncl.models.NCLConfig` (it
+            reads its options with ``options.read(config.head_options)``).
+        options: the head's options (a :class:`~hfncl.options.HeadOptions` dataclass whose namespace is the
+            head's name); ``None``: the head takes none.
+        config_fields: the ``NCLConfig`` fields the head reads besides its options (the model card shows them).
+    """
+
+    build: Callable[[Any], Any]
+    options: type[HeadOptions] | None = None
+    config_fields: tuple[str, ...] = ()
+
+
+def head_plugin(name: str) -> HeadPlugin:
+    """The :class:`HeadPlugin` registered as head ``name`` (a registered callable is a head without options).
 
     Raises:
-        UnknownHeadError: ``name`` is not installed, or its entry point fails to import or is not callable.
+        UnknownHeadError: ``name`` is not installed, or its entry point fails to import or is neither a
+            :class:`HeadPlugin` nor callable.
     """
     check_head_name(name)
     point = installed_heads()[name]
     try:
-        builder = point.load()
+        registered = point.load()
     except Exception as error:
         raise UnknownHeadError(
             f"similarity head {name!r} is installed but failed to import ({point.value}): "
             f"{type(error).__name__}: {error}"
         ) from error
-    if not callable(builder):
-        raise UnknownHeadError(f"similarity head {name!r} ({point.value}) must be a callable build(config) -> module")
-    return builder
+    if isinstance(registered, HeadPlugin):
+        return registered
+    if not callable(registered):
+        raise UnknownHeadError(
+            f"similarity head {name!r} ({point.value}) must be a HeadPlugin or a callable build(config) -> module"
+        )
+    return HeadPlugin(build=registered)
+
+
+def head_builder(name: str) -> Callable[[Any], Any]:
+    """The ``build(config)`` callable of head ``name`` (:func:`head_plugin`)."""
+    return head_plugin(name).build
+
+
+def head_config_fields(name: str) -> tuple[str, ...]:
+    """The ``NCLConfig`` fields head ``name`` reads besides its options; none for ``cosine``."""
+    return () if name == NO_HEAD else head_plugin(name).config_fields
+
+
+def resolve_head_options(
+    name: str, given: Mapping[str, Any] | None, flat: Mapping[str, Any], checkpoint_format: int
+) -> dict[str, Any]:
+    """Every option of head ``name`` by full name, checked against its declaration: ``given`` (full names), over
+    what the flat fields ``flat`` of a config of ``checkpoint_format`` 2 or older held
+    (:meth:`~hfncl.options.HeadOptions.from_flat`), over the declared defaults.
+
+    Raises:
+        ValueError: one line naming ``NCLConfig.head_options``: an option the head does not declare, or a value
+            its declaration refuses.
+    """
+    options = None if name == NO_HEAD else head_plugin(name).options
+    given = dict(given or {})
+    declared = set() if options is None else set(options.defaults())
+    unknown = sorted(set(given) - declared)
+    if unknown:
+        raise ValueError(
+            f"NCLConfig.head_options: {unknown} are not options of the similarity head {name!r} (its options: "
+            f"{sorted(declared) or 'none'})"
+        )
+    if options is None:
+        return {}
+    values = options.from_flat(flat, checkpoint_format) | given
+    try:
+        return options.read(values).by_full_name()
+    except ValueError as error:
+        raise ValueError(f"NCLConfig.head_options: {error}") from error
 
 
 def full_precision(x: torch.Tensor) -> torch.Tensor:
@@ -127,6 +208,12 @@ def unpack_local(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             f"got {tuple(packed.shape)}"
         )
     return packed[..., :-1], packed[..., -1] > 0.5
+
+
+def valid_length(mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) mask -> (B,) one past each item's last valid position."""
+    positions = torch.arange(1, mask.size(1) + 1, device=mask.device)
+    return (mask * positions).amax(dim=1)
 
 
 def concat_packed(parts: Sequence[torch.Tensor], dim: int = 0) -> torch.Tensor:

@@ -12,7 +12,7 @@ from transformers import PretrainedConfig
 
 from hfncl.hub.record import IncompatibleCheckpointError
 
-CHECKPOINT_FORMAT = 2
+CHECKPOINT_FORMAT = 3
 """Version of the checkpoint layout (config fields, weight names) this hfncl writes and reads.
 
 Bumped only by a change that would make an older hfncl misread a checkpoint; a config of
@@ -23,6 +23,8 @@ a newer format is refused with :class:`IncompatibleCheckpointError` instead of m
    pooling's batch norms, dropout 0.4; :class:`NCLConfig`'s ``word_dropout``,
    ``pooling_dropout``, ``pooling_batch_norm``, ``attention_negative_slope``,
    ``image_regions``). A format-1 config reads those fields as the layers of its time.
+3. A similarity head's settings in ``head_options`` under its name (``{"sgr.sim_dim": 256}``), declared by the
+   head; a format-2 config's flat fields (``sim_dim``, ``scan_pooling``, ...) are read into them.
 """
 
 

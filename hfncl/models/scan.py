@@ -6,14 +6,14 @@ L2-normalised; for every image-caption pair, each word attends to the regions:
 
 - s_ij = v_j^T t_i, the cosine of region j and word i (SCAN Eq. 1);
 - s^_ij = [s_ij]_+ / sqrt(sum_i [s_ij]_+^2), clipped at 0 and normalised over the words
-  (Eq. 2 in its text-to-image form, Sec. 3.3; ``attention_negative_slope`` a > 0 clips
+  (Eq. 2 in its text-to-image form, Sec. 3.3; the option ``scan.attention_negative_slope`` a > 0 clips
   with max(s, a s) instead, as the official code's ``clipped_l2norm`` LeakyReLU(0.1));
 - alpha_ij = softmax_j(lambda_1 s^_ij) over the image's regions, lambda_1 =
-  ``attention_lambda`` (9), and the attended image vector a_i = sum_j alpha_ij v_j (Eq. 3);
+  ``scan.attention_lambda`` (9), and the attended image vector a_i = sum_j alpha_ij v_j (Eq. 3);
 - the relevance R(t_i, a_i) = t_i^T a_i / (||t_i|| ||a_i||) (Eq. 4);
 - pooled over the caption's words by LogSumExp, S_LSE = (1 / lambda_2) log sum_i exp(lambda_2 R_i)
-  with lambda_2 = ``scan_lse_lambda`` (6) (Eq. 5), or by the average S_AVG = mean_i R_i (Eq. 6)
-  (``scan_pooling``).
+  with lambda_2 = ``scan.lse_lambda`` (6) (Eq. 5), or by the average S_AVG = mean_i R_i (Eq. 6)
+  (``scan.pooling``); the head's options are :class:`ScanOptions`.
 
 The equation numbers are those of SCAN's Sec. 3.2 as remembered (the paper is not among the
 seed papers; the formulas above are the specification). The attention is SGRAF's
@@ -31,18 +31,21 @@ is the identity.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from hfncl.models.configuration import SCAN_POOLINGS
 from hfncl.models.encoders import l2norm
-from hfncl.models.heads import concat_packed, full_precision, unpack_local
+from hfncl.models.heads import HeadPlugin, concat_packed, full_precision, unpack_local, valid_length
 from hfncl.models.sgraf_kernels import PairBlock, block_budget, plan_blocks, region_gram
-from hfncl.models.sgraf_nodes import assemble, attention_weights, valid_length
+from hfncl.models.sgraf_nodes import assemble, attention_weights
+from hfncl.options import HeadOptions, option
 
 _EPS = 1e-8
+SCAN_POOLINGS = ("lse", "avg")
+"""Poolings of the word relevances: LogSumExp (Eq. 5) and average (Eq. 6)."""
 
 
 class ScanHead(nn.Module):
@@ -70,7 +73,7 @@ class ScanHead(nn.Module):
     ) -> None:
         super().__init__()
         if pooling not in SCAN_POOLINGS:
-            raise ValueError(f"NCLConfig.scan_pooling must be one of {SCAN_POOLINGS}, got {pooling!r}")
+            raise ValueError(f"ScanHead pooling must be one of {SCAN_POOLINGS}, got {pooling!r}")
         self.smooth = smooth
         self.pooling = pooling
         self.lse_lambda = lse_lambda
@@ -144,10 +147,27 @@ class ScanHead(nn.Module):
         return torch.logsumexp(logits, dim=-1) / self.lse_lambda
 
 
+@dataclass(frozen=True)
+class ScanOptions(HeadOptions, namespace="scan"):
+    """The SCAN head's options (a config of checkpoint format 2 or older stored ``pooling`` and ``lse_lambda`` as
+    ``scan_pooling`` and ``scan_lse_lambda``)."""
+
+    attention_lambda: float = option(9.0, exclusive_minimum=0, help="lambda_1, the inverse temperature of the "
+                                     "softmax over regions (Eq. 3; 9)")
+    attention_negative_slope: float = option(0.0, minimum=0, exclusive_maximum=1, help="slope a of the clipping "
+                                             "max(s, a s) (0: SCAN's [s]_+; 0.1: the official code's LeakyReLU)")
+    pooling: str = option("lse", choices=SCAN_POOLINGS, help="pooling of the word relevances: lse (Eq. 5) or avg "
+                          "(Eq. 6)")
+    lse_lambda: float = option(6.0, exclusive_minimum=0, help="lambda_2 of the LogSumExp pooling (6)")
+
+    flat_names: ClassVar[dict[str, str]] = {"pooling": "scan_pooling", "lse_lambda": "scan_lse_lambda"}
+
+
 def build_scan_head(config: Any) -> ScanHead:
-    """The :class:`ScanHead` of an :class:`~hfncl.models.NCLConfig` with ``similarity="scan"``:
-    lambda_1 ``attention_lambda``, ``scan_pooling``, lambda_2 ``scan_lse_lambda``, clipping slope
-    ``attention_negative_slope``."""
-    return ScanHead(
-        config.attention_lambda, config.scan_pooling, config.scan_lse_lambda, config.attention_negative_slope
-    )
+    """The :class:`ScanHead` of an :class:`~hfncl.models.NCLConfig` with its ``scan.*`` head options."""
+    options = ScanOptions.read(config.head_options)
+    return ScanHead(options.attention_lambda, options.pooling, options.lse_lambda, options.attention_negative_slope)
+
+
+SCAN = HeadPlugin(build=build_scan_head, options=ScanOptions)
+"""The SCAN head (entry point ``scan``)."""

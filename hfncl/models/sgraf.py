@@ -27,8 +27,9 @@ through *similarity representations*, vectors of ``sim_dim`` (256) dimensions:
   S = sigmoid(W_o l2norm(s_f)).
 
 The official SGRAF code (as NCR releases it, ``NCR/model.py``) adds layers the paper does not
-print; :class:`~hfncl.models.NCLConfig` builds them by default for SGR / SAF (each a field; a
-checkpoint of format 1 keeps the plain layers it was trained with):
+print; the heads build them by default (each an option of :class:`SGROptions` / :class:`SAFOptions`, set as
+``sgr.NAME`` / ``saf.NAME`` in ``NCLConfig.head_options``; a checkpoint of format 1 keeps the plain layers it was
+trained with):
 
 - the rectifier's slope a = 0.1 (``LeakyReLU(0.1)``; the paper's [c]_+ is a = 0;
   ``attention_negative_slope``);
@@ -36,7 +37,7 @@ checkpoint of format 1 keeps the plain layers it was trained with):
   tanh: over the 36 region positions for W_l x_i and over the d features for W_g mean(x)
   (``pooling_batch_norm``, ``image_regions``); in training their statistics are the batch's;
 - dropout 0.4 after each tanh of both poolings (``pooling_dropout``) and on the text
-  tower's word embeddings (``word_dropout``, :class:`~hfncl.models.encoders.GRUTextEncoder`).
+  tower's word embeddings (``NCLConfig.word_dropout``, :class:`~hfncl.models.encoders.GRUTextEncoder`).
 
 Reading choices where the paper leaves room:
 
@@ -69,19 +70,21 @@ the new positions as padding.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hfncl.model_settings import SIZE_LIMITS
 from hfncl.models.encoders import l2norm
-from hfncl.models.heads import full_precision
+from hfncl.models.heads import HeadPlugin, full_precision
 from hfncl.models.sgraf_kernels import PairBlock
 from hfncl.models.sgraf_nodes import Side, SimilarityHead, assemble
+from hfncl.options import HeadOptions, option
 
-LOCAL_SIMILARITIES = ("sgr", "saf")
-"""Similarity heads that compare local features (:class:`SimilarityHead` subclasses)."""
 
 class GraphReasoningStep(nn.Module):
     """One SGR step (Eq. 6-7): s_p <- ReLU(W_r sum_q softmax_q((W_in s_p)^T (W_out s_q)) s_q).
@@ -243,22 +246,70 @@ class SAFHead(SimilarityHead):
         return self.readout(l2norm(filtered))
 
 
-def build_similarity_head(config: Any) -> SimilarityHead | None:
-    """The head of an :class:`~hfncl.models.NCLConfig`: :class:`SGRHead`, :class:`SAFHead`, or None for cosine.
+@dataclass(frozen=True)
+class SGRAFOptions(HeadOptions):
+    """The options SGR and SAF share; the layer options' defaults are the official SGRAF code's."""
 
-    The head's layers follow the config's ``attention_negative_slope``, ``pooling_dropout`` and
-    ``pooling_batch_norm`` (over ``image_regions`` positions).
-    """
+    sim_dim: int = option(256, minimum=1, maximum=SIZE_LIMITS["sim_dim"], help="size s of the similarity "
+                          "representations (256 in the paper)")
+    attention_lambda: float = option(9.0, exclusive_minimum=0, help="inverse temperature lambda of the "
+                                     "text-to-region attention softmax (Eq. 3; 9 in the paper)")
+    attention_negative_slope: float = option(0.1, minimum=0, exclusive_maximum=1, help="slope a of the rectifier "
+                                             "max(c, a c) of the cosines (0: the paper's ReLU; 0.1: the official "
+                                             "code's LeakyReLU)")
+    pooling_dropout: float = option(0.4, minimum=0, exclusive_maximum=1, help="dropout on the tanh features of the "
+                                    "attention poolings (official code: 0.4)")
+    pooling_batch_norm: bool = option(True, help="batch norms in the image attention pooling, over image_regions "
+                                      "positions (the official code's VisualSA)")
+
+    @classmethod
+    def from_flat(cls, flat: Mapping[str, Any], checkpoint_format: int) -> dict[str, Any]:
+        """As :meth:`HeadOptions.from_flat`; a config of checkpoint format 1, written before the official code's
+        layers existed, keeps the plain layers it was trained with (ReLU, no dropout, no batch norm)."""
+        values = super().from_flat(flat, checkpoint_format)
+        if checkpoint_format < 2:
+            plain = {"attention_negative_slope": 0.0, "pooling_dropout": 0.0, "pooling_batch_norm": False}
+            values = {cls.full_name(name): value for name, value in plain.items()} | values
+        return values
+
+
+@dataclass(frozen=True)
+class SAFOptions(SGRAFOptions, namespace="saf"):
+    """The SAF head's options."""
+
+
+@dataclass(frozen=True)
+class SGROptions(SGRAFOptions, namespace="sgr"):
+    """The SGR head's options."""
+
+    reasoning_steps: int = option(3, minimum=1, maximum=SIZE_LIMITS["reasoning_steps"], help="graph-reasoning "
+                                  "steps (3 in the paper)")
+
+
+def _head_arguments(config: Any, options: SGRAFOptions) -> tuple[tuple[int, int, float], dict[str, Any]]:
+    """The sizes and the layers of a head of ``config`` with ``options``."""
     layers: dict[str, Any] = {
-        "negative_slope": config.attention_negative_slope,
-        "dropout": config.pooling_dropout,
-        "image_regions": config.image_regions if config.pooling_batch_norm else None,
+        "negative_slope": options.attention_negative_slope,
+        "dropout": options.pooling_dropout,
+        "image_regions": config.image_regions if options.pooling_batch_norm else None,
     }
-    dims = (config.embed_dim, config.sim_dim, config.attention_lambda)
-    if config.similarity == "sgr":
-        return SGRHead(*dims, config.reasoning_steps, **layers)
-    if config.similarity == "saf":
-        return SAFHead(*dims, **layers)
-    if config.similarity == "cosine":
-        return None
-    raise ValueError(f"similarity must be 'cosine' or one of {LOCAL_SIMILARITIES}, got {config.similarity!r}")
+    return (config.embed_dim, options.sim_dim, options.attention_lambda), layers
+
+
+def build_sgr_head(config: Any) -> SGRHead:
+    """The :class:`SGRHead` of an :class:`~hfncl.models.NCLConfig` with its ``sgr.*`` head options."""
+    options = SGROptions.read(config.head_options)
+    dims, layers = _head_arguments(config, options)
+    return SGRHead(*dims, options.reasoning_steps, **layers)
+
+
+def build_saf_head(config: Any) -> SAFHead:
+    """The :class:`SAFHead` of an :class:`~hfncl.models.NCLConfig` with its ``saf.*`` head options."""
+    dims, layers = _head_arguments(config, SAFOptions.read(config.head_options))
+    return SAFHead(*dims, **layers)
+
+
+SGR = HeadPlugin(build=build_sgr_head, options=SGROptions, config_fields=("image_regions",))
+"""The SGR head (entry point ``sgr``)."""
+SAF = HeadPlugin(build=build_saf_head, options=SAFOptions, config_fields=("image_regions",))
+"""The SAF head (entry point ``saf``)."""

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hfncl.models.encoders import l2norm
-from hfncl.models.heads import concat_packed, full_precision, unpack_local
+from hfncl.models.heads import concat_packed, full_precision, unpack_local, valid_length
 from hfncl.models.sgraf_kernels import PairBlock, block_budget, local_nodes, plan_blocks, region_gram
 
 _EPS = 1e-8
@@ -301,9 +301,3 @@ def assemble(blocks: list[PairBlock], scores: list[torch.Tensor]) -> torch.Tenso
     for block, score in zip(blocks, scores, strict=True):
         groups.setdefault(block.group, []).append(score)
     return torch.cat([torch.cat(rows) for rows in groups.values()], dim=1)
-
-
-def valid_length(mask: torch.Tensor) -> torch.Tensor:
-    """(B, T) mask -> (B,) one past each item's last valid position."""
-    positions = torch.arange(1, mask.size(1) + 1, device=mask.device)
-    return (mask * positions).amax(dim=1)

@@ -10,7 +10,6 @@ test recall (R@K, rSum) and the text of its model cards: all in :class:`PairTask
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
@@ -29,8 +28,11 @@ from hfncl.evaluation import check_split_size
 from hfncl.hub import DataDescription, save_text_vocabulary
 from hfncl.hub.card import CardTexts, plugin_names, register_card_texts
 from hfncl.hub.checkpoint import save_image_processor
+from hfncl.model_settings import setting_defaults
 from hfncl.models import MatchingNetwork, NCLConfig, NCLModel
-from hfncl.models.configuration import sgraf_layer_defaults
+from hfncl.models.configuration import word_dropout_default
+from hfncl.models.heads import resolve_head_options
+from hfncl.models.provenance import CHECKPOINT_FORMAT
 from hfncl.models.towers import parameter_counts
 from hfncl.plugin_setup import RunPlugins, plugin_model_defaults
 from hfncl.plugins import plugin_answers
@@ -128,13 +130,18 @@ class PairTask:
         return NCLConfig(**image, vocab_size=len(data.vocab), **model_fields(plugins, model_args))
 
     def model_settings(self, model_args: ModelArguments, plugins: RunPlugins) -> dict[str, Any]:
-        """Every model field a run would use: NCLConfig's defaults under :meth:`model_config`'s fields (the
-        SGRAF layer fields left at None as NCLConfig resolves them for the similarity head)."""
-        signature = inspect.signature(NCLConfig.__init__).parameters
-        defaults = {f.name: signature[f.name].default for f in fields(ModelArguments) if f.name in signature}
-        settings = {**defaults, **model_fields(plugins, model_args)}
-        layers = sgraf_layer_defaults(settings["similarity"])
-        return settings | {name: value for name, value in layers.items() if settings[name] is None}
+        """Every model field a run would use: the settings' defaults under :meth:`model_config`'s fields, with
+        ``word_dropout`` left at None as NCLConfig resolves it for the similarity head and every head option
+        (declared defaults under the given ones)."""
+        defaults = setting_defaults()
+        settings = {spec.name: defaults[spec.name] for spec in fields(ModelArguments)}
+        settings |= model_fields(plugins, model_args)
+        if settings["word_dropout"] is None:
+            settings["word_dropout"] = word_dropout_default(settings["similarity"])
+        settings["head_options"] = resolve_head_options(
+            settings["similarity"], settings["head_options"], {}, CHECKPOINT_FORMAT
+        )
+        return settings
 
     def for_run(self, args: DataArguments, data: PairData) -> PairTask:
         """This task told the noise the run injected (``None`` for the data's own pairs: unknown), for its

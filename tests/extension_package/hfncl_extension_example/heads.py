@@ -1,12 +1,22 @@
-"""``bilinear``: s(I, T) = mean-pooled regions W mean-pooled words, a learned bilinear form on packed local features."""
+"""``bilinear``: s(I, T) = mean-pooled regions W mean-pooled words, a learned bilinear form on packed local features,
+W starting at ``bilinear.scale`` times the identity (its one option)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
+
+from hfncl.models.heads import HeadPlugin
+from hfncl.options import HeadOptions, option
+
+
+@dataclass(frozen=True)
+class BilinearOptions(HeadOptions, namespace="bilinear"):
+    scale: float = option(1.0, exclusive_minimum=0, help="W's initial multiple of the identity")
 
 
 def _pooled(packed: torch.Tensor) -> torch.Tensor:
@@ -20,9 +30,9 @@ class BilinearHead(nn.Module):
 
     logits = False
 
-    def __init__(self, embed_dim: int) -> None:
+    def __init__(self, embed_dim: int, scale: float = 1.0) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.eye(embed_dim))
+        self.weight = nn.Parameter(scale * torch.eye(embed_dim))
 
     @staticmethod
     def join(parts: Sequence[torch.Tensor], dim: int = 0) -> torch.Tensor:
@@ -41,5 +51,8 @@ class BilinearHead(nn.Module):
 
 
 def build_bilinear_head(config: Any) -> BilinearHead:
-    """The head of an ``NCLConfig`` with ``similarity="bilinear"``."""
-    return BilinearHead(config.embed_dim)
+    """The head of an ``NCLConfig`` with ``similarity="bilinear"``, with its ``bilinear.*`` options."""
+    return BilinearHead(config.embed_dim, BilinearOptions.read(config.head_options).scale)
+
+
+BILINEAR = HeadPlugin(build=build_bilinear_head, options=BilinearOptions)
