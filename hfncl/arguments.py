@@ -160,6 +160,13 @@ class ModelArguments:
     lora_towers: list[str] | None = field(
         default=None, metadata={"help": "Transformer towers that get LoRA adapters: text, image (default: every one)."}
     )
+    pretrained_heads: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Start a CLIP tower's head from CLIP's projection (default true); false draws each network's "
+            "head fresh, so co-trained networks start apart."
+        },
+    )
 
     def __post_init__(self) -> None:
         check_field_types(self)

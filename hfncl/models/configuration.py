@@ -164,6 +164,11 @@ class NCLConfig(HfnclConfig):
         lora_target_modules: names of the linear layers to adapt inside each adapted tower
             (e.g. ``["query", "value"]``); ``None``: the attention query and value
             projections of the tower's ``model_type`` (``DEFAULT_LORA_TARGETS``).
+        pretrained_heads: a CLIP tower's head into the joint space starts from CLIP's own
+            projection where it has the head's shape (``True``); ``False`` draws every
+            transformer tower's head fresh (Xavier-uniform, zero bias) from the global
+            generator, so the K networks of a co-trained method start apart although their
+            encoders copy the same pretrained weights.
         kwargs: the common :class:`~transformers.PretrainedConfig` arguments.
 
     Raises:
@@ -212,6 +217,7 @@ class NCLConfig(HfnclConfig):
         lora_dropout: float = 0.0,
         lora_towers: list[str] | None = None,
         lora_target_modules: list[str] | None = None,
+        pretrained_heads: bool = True,
         **kwargs: Any,
     ) -> None:
         self.set_provenance(
@@ -230,6 +236,7 @@ class NCLConfig(HfnclConfig):
         self.lora_target_modules = (
             list(lora_target_modules) if isinstance(lora_target_modules, tuple) else lora_target_modules
         )
+        self.pretrained_heads = pretrained_heads
         self.image_dim = image_dim
         self.embed_dim = embed_dim
         self.word_dim = word_dim
@@ -312,6 +319,8 @@ class NCLConfig(HfnclConfig):
             plain = [t for t in towers if kinds[t] != "transformer"]
             if plain:
                 raise ValueError(f"NCLConfig.lora_towers names {plain}, which are not transformer towers")
+        if not isinstance(self.pretrained_heads, bool):
+            raise ValueError(f"NCLConfig.pretrained_heads must be True or False, got {self.pretrained_heads!r}")
         modules = self.lora_target_modules
         if modules is not None and (not isinstance(modules, list) or not all(isinstance(m, str) for m in modules)):
             raise ValueError(f"NCLConfig.lora_target_modules must be None or a list of module names, got {modules!r}")
@@ -328,6 +337,8 @@ class NCLConfig(HfnclConfig):
             unused |= {"text_tower_name", "text_tower_config"}
         if self.image_tower != "transformer":
             unused |= {"image_tower_name", "image_tower_config"}
+            if self.text_tower != "transformer":
+                unused.add("pretrained_heads")
         if not self.lora_rank:
             unused |= {"lora_alpha", "lora_dropout", "lora_towers", "lora_target_modules"}
         head_fields = {
