@@ -152,14 +152,19 @@ def protocol_args(args: argparse.Namespace, protocol: str, own: list[str] | None
 def training_rule(run: DemoRun) -> dict[str, Any]:
     """What of a run's training the oracle's convergence schedule leaves as it is: the optimiser, learning rate,
     weight decay and decay factor of its demo configuration, and the model fields its plugin asks for
-    (``model_defaults``). Its epochs, warmup and decay epochs are not part of it: the converged rule sets the
-    oracle's (at least as many optimiser steps as any method's, then until the validation rSum stalls)."""
+    (``model_defaults``) that the leaderboard's model reads (Co-teaching's fresh heads for pretrained towers do not
+    change a model of region features and a biGRU). Its epochs, warmup and decay epochs are not part of it: the
+    converged rule sets the oracle's (at least as many optimiser steps as any method's, then until the validation
+    rSum stalls)."""
+    from hfncl.models import NCLConfig
     from hfncl.plugin_setup import plugin_model_defaults
     from hfncl.plugins import build_plugin_manager
 
     config = demo_train_config(run, Path(), 0, False)
+    asked = plugin_model_defaults(build_plugin_manager([run.plugin]).hook)
+    unused = NCLConfig(**asked).unused_fields()
     return {**{field: getattr(config, field) for field in RULE_FIELDS},
-            **plugin_model_defaults(build_plugin_manager([run.plugin]).hook)}
+            **{field: value for field, value in asked.items() if field not in unused}}
 
 
 def own_oracles(args: argparse.Namespace) -> dict[str, str]:

@@ -165,6 +165,10 @@ class ModelSettings:
     lora_target_modules: list[str] | None = setting(
         None, "Layers LoRA adapts (default: the tower's attention query and value)."
     )
+    pretrained_heads: bool = setting(
+        True, "Start a CLIP tower's head from CLIP's projection (default true); false draws each network's head "
+        "fresh, so co-trained networks start apart."
+    )
 
 
 def setting_defaults() -> dict[str, Any]:

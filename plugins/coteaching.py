@@ -62,6 +62,13 @@ def demo_settings() -> dict[str, Any]:
 
 
 @hookimpl
+def model_defaults() -> dict[str, Any]:
+    """Fresh heads on pretrained towers (``pretrained_heads``): f and g must start apart (Algorithm 1 initialises two
+    networks), and towers copying one CLIP with its projection would start, and stay, identical."""
+    return {"pretrained_heads": False}
+
+
+@hookimpl
 def num_networks(config) -> int:
     return NETWORKS
 

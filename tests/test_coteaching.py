@@ -9,7 +9,8 @@ import pytest
 import torch
 from conftest import noisy_trainer, tiny_config
 
-from hfncl.experiment import DataArguments, run_experiment
+from hfncl.experiment import DataArguments, ModelArguments, run_experiment
+from hfncl.tasks.pairs import model_fields
 from hfncl.types import Division
 from hfncl_plugins import coteaching
 from hfncl_plugins.coteaching import CoTeachingOptions
@@ -129,3 +130,11 @@ def test_coteaching_trains_and_its_gmm_finds_the_noise(tiny_data_dir, tmp_path):
     assert all(history[1][f"division/net{net}/auc"] > 0.55 for net in (0, 1))
     assert all(history[2][f"division/net{net}/auc"] > 0.7 for net in (0, 1))
     assert 0.0 < result["test"]["rsum"] <= 600.0
+
+
+def test_coteaching_asks_for_fresh_heads_unless_told_otherwise():
+    """f and g start apart on pretrained towers (``tests/test_towers.py`` shows the heads drawn); an explicit
+    ``--pretrained-heads true`` keeps CLIP's projection."""
+    assert model_fields(["coteaching"], None)["pretrained_heads"] is False
+    assert model_fields(["coteaching"], ModelArguments(pretrained_heads=True))["pretrained_heads"] is True
+    assert "pretrained_heads" not in model_fields(["vsepp"], None)

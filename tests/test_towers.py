@@ -244,6 +244,37 @@ def test_a_clip_tower_without_its_projection_or_of_another_size_draws_a_fresh_he
         assert head.proj_weight.abs().max() <= bound and head.proj_weight.std() > bound / 4
 
 
+def test_fresh_heads_set_two_networks_apart_on_the_same_clip(clip_dir):
+    """``pretrained_heads=False``: each network's heads are drawn (Xavier, zero bias) instead of CLIP's projection,
+    so two networks of one model differ in their heads and similarities, while their encoders hold CLIP's weights."""
+    fields = {"embed_dim": 8, "text_tower": "transformer", "text_tower_name": str(clip_dir), "text_pooling": "pooler",
+              "image_tower": "transformer", "image_tower_name": str(clip_dir), "image_pooling": "pooler",
+              "num_networks": 2}
+    reference = CLIPModel.from_pretrained(clip_dir)
+    torch.manual_seed(0)
+    kept, fresh = NCLModel(NCLConfig(**fields)), NCLModel(NCLConfig(**fields, pretrained_heads=False))
+    for net in range(2):
+        torch.testing.assert_close(kept.networks[net].text_encoder.proj_weight, reference.text_projection.weight)
+        torch.testing.assert_close(kept.networks[net].image_encoder.proj_weight, reference.visual_projection.weight)
+        assert encoder_weights(fresh, net).keys() == encoder_weights(kept, net).keys()
+        for name, tensor in encoder_weights(kept, net).items():
+            assert torch.equal(encoder_weights(fresh, net)[name], tensor), name
+    heads = [(network.text_encoder, network.image_encoder) for network in fresh.networks]
+    for head in (head for pair in heads for head in pair):
+        bound = math.sqrt(6 / sum(head.proj_weight.shape))  # Xavier-uniform's bound
+        assert head.proj_weight.abs().max() <= bound and not head.proj_bias.any()
+        assert not torch.allclose(head.proj_weight, reference.text_projection.weight)
+    assert not torch.allclose(heads[0][0].proj_weight, heads[1][0].proj_weight)
+    assert not torch.allclose(heads[0][1].proj_weight, heads[1][1].proj_weight)
+    pixels = torch.randn(3, 3, 16, 16, generator=torch.Generator().manual_seed(2))
+    _, captions, lengths = text_batch(64, seed=3)
+    with torch.no_grad():
+        first, second = (net.similarity(*net(pixels, captions, lengths)) for net in fresh.eval().networks)
+    assert not torch.allclose(first, second)
+    assert "pretrained_heads" not in fresh.config.unused_fields()
+    assert "pretrained_heads" in NCLConfig().unused_fields()
+
+
 @pytest.mark.parametrize("adapted", ["text", "image"])
 def test_lora_targets_only_the_intended_clip_tower(clip_dir, tmp_path, adapted, capsys):
     """CLIP's q_proj / v_proj exist in both towers; only the named tower gets adapters."""
@@ -303,6 +334,7 @@ def test_offline_hub_id_gives_a_clear_error(offline):
         ({"lora_rank": 4, "lora_towers": ["image"], "text_tower": "transformer", "text_tower_config": {"model_type": "bert"}}, "not transformer towers"),
         ({"lora_rank": -1}, "lora_rank must be an integer >= 0"),
         ({"lora_dropout": 1.0}, "lora_dropout must be in"),
+        ({"pretrained_heads": "no"}, "pretrained_heads must be True or False, got 'no'"),
     ],
 )
 def test_config_rejects_bad_tower_fields(fields, message):

@@ -90,6 +90,10 @@ class NCLConfig(HfnclConfig):
       there; ``lora_target_modules`` None adapts the attention query and value projections of the tower's
       ``model_type`` (``DEFAULT_LORA_TARGETS``).
     - A config of a newer checkpoint format raises :class:`~hfncl.hub.IncompatibleCheckpointError`.
+    - ``pretrained_heads``: a CLIP tower's head into the joint space starts from CLIP's own projection where it has
+      the head's shape (``True``); ``False`` draws every transformer tower's head fresh (Xavier-uniform, zero bias)
+      from the global generator, so the K networks of a co-trained method start apart although their encoders copy
+      the same pretrained weights.
 
     Raises:
         ValueError: when a field holds a value outside its allowed range or set.
@@ -177,6 +181,8 @@ class NCLConfig(HfnclConfig):
             plain = [t for t in towers if kinds[t] != "transformer"]
             if plain:
                 raise ValueError(f"NCLConfig.lora_towers names {plain}, which are not transformer towers")
+        if not isinstance(self.pretrained_heads, bool):
+            raise ValueError(f"NCLConfig.pretrained_heads must be True or False, got {self.pretrained_heads!r}")
         modules = self.lora_target_modules
         if modules is not None and (not isinstance(modules, list) or not all(isinstance(m, str) for m in modules)):
             raise ValueError(f"NCLConfig.lora_target_modules must be None or a list of module names, got {modules!r}")
@@ -193,6 +199,8 @@ class NCLConfig(HfnclConfig):
             unused |= {"text_tower_name", "text_tower_config"}
         if self.image_tower != "transformer":
             unused |= {"image_tower_name", "image_tower_config"}
+            if self.text_tower != "transformer":
+                unused.add("pretrained_heads")
         if not self.lora_rank:
             unused |= {"lora_alpha", "lora_dropout", "lora_towers", "lora_target_modules"}
         if "image_regions" not in head_config_fields(self.similarity):

@@ -140,6 +140,8 @@ class PretrainedTower(nn.Module):
         lora: a :class:`peft.LoraConfig` to inject into the encoder, or ``None``; with it,
             only the adapters (and the head) of this tower are trainable.
         field: the NCLConfig field ``tower_config`` came from (for error messages).
+        pretrained_head: start the head from CLIP's projection where ``source`` holds one of
+            its shape (``NCLConfig.pretrained_heads``); ``False``: always a fresh head.
     """
 
     def __init__(
@@ -150,12 +152,14 @@ class PretrainedTower(nn.Module):
         pooling: str,
         lora: LoraConfig | None,
         field: str,
+        pretrained_head: bool = True,
     ) -> None:
         super().__init__()
         if pooling not in TRANSFORMER_POOLINGS:
             raise ValueError(f"pooling must be one of {TRANSFORMER_POOLINGS}, got {pooling!r}")
         self.source = source
         self.pooling = pooling
+        self.pretrained_head = pretrained_head
         self.model = AutoModel.from_config(build_tower_config(tower_config, field))
         self.proj_weight = nn.Parameter(torch.empty(embed_dim, self.model.config.hidden_size))
         self.proj_bias = nn.Parameter(torch.empty(embed_dim))
@@ -189,9 +193,10 @@ class PretrainedTower(nn.Module):
         checkpoint: at first construction, after the encoder's own modules (children
         first). The head has a zero bias; its weight is CLIP's own projection where
         ``source`` holds one of the head's shape (``embed_dim`` equal to CLIP's
-        ``projection_dim``), else Xavier-uniform (SCAN's scheme: a BERT-family tower, a
-        CLIP tower without its projection, or a joint space of another size asked for,
-        whose head CLIP's projection cannot fill). Adapted
+        ``projection_dim``) and ``pretrained_head`` is set, else Xavier-uniform (SCAN's
+        scheme: a BERT-family tower, a CLIP tower without its projection, a joint space of
+        another size asked for, whose head CLIP's projection cannot fill, or a fresh head
+        asked for). Adapted
         layers keep their pretrained weight under ``base_layer``; the adapters start as
         LoRA prescribes (A random, B zero: the adapted layer equals the pretrained one).
         Every encoder weight must be found in ``source``; with ``source = None`` the
@@ -208,7 +213,7 @@ class PretrainedTower(nn.Module):
             except OSError as error:
                 hint = " (HF_HUB_OFFLINE=1 is set)" if is_offline_mode() else ""
                 raise TowerLoadError(f"Cannot load the pretrained weights of {self.source!r}{hint}: {error}") from error
-            if projection is not None and projection.shape == self.proj_weight.shape:
+            if self.pretrained_head and projection is not None and projection.shape == self.proj_weight.shape:
                 self.proj_weight.copy_(projection)
             weights = pretrained.state_dict()
             own = {name: t for name, t in self.model.state_dict().items() if "lora_" not in name}
@@ -357,6 +362,7 @@ def _transformer_tower(encoder_class: type[TowerT], config: Any, tower: str) -> 
         getattr(config, f"{tower}_pooling"),
         _lora(config, tower, tower_config),
         f"{tower}_tower_config",
+        config.pretrained_heads,
     )
 
 
