@@ -103,7 +103,7 @@ class ModelSettings:
     )
     image_views: int = setting(
         1, "Image views W: W projections of the regions into the joint space, each pooled and normalised on its "
-        "own (UGNCL Sec. 3.2.1); a network's similarity is the mean over its views."
+        "own; a network's similarity is the mean over its views (a method asks for several through model_defaults)."
     )
     text_pooling: str = setting(
         "mean", "Pooling of the word states into one caption embedding: mean or max (a transformer text tower also "
