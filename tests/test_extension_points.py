@@ -177,7 +177,8 @@ def test_an_installed_package_adds_a_format_a_head_and_a_tower_and_trains_with_t
     data_dir = npz_benchmark(micro_data_dir, tmp_path / "npz")
     trained = subprocess.run(
         [sys.executable, "-m", "hfncl.cli", "train", "--plugins", "vsepp", "--data-dir", str(data_dir)]
-        + ["--data-format", "npz_pairs", "--similarity", "bilinear", "--text-tower", "bow"]
+        + ["--data-format", "npz_pairs", "--similarity", "bilinear", "--head_options", '{"bilinear.scale": 2}']
+        + ["--text-tower", "bow"]
         + ["--output-dir", str(tmp_path / "run")]
         + ["--epochs", "1", "--batch-size", "8", "--embed-dim", "8", "--word-dim", "8", "--noise-ratio", "0.2"]
         + ["--no-progress"],
@@ -191,6 +192,7 @@ def test_an_installed_package_adds_a_format_a_head_and_a_tower_and_trains_with_t
     assert results["history"][0]["val/rsum"] > 0 and results["test"]["rsum"] > 0
     config = json.loads((tmp_path / "run" / "best" / "config.json").read_text())
     assert (config["similarity"], config["text_tower"]) == ("bilinear", "bow")
+    assert config["head_options"] == {"bilinear.scale": 2.0}
 
 
 def test_the_layout_flag_offers_the_installed_layouts(example_registered: None, capsys: pytest.CaptureFixture) -> None:
