@@ -29,3 +29,9 @@ def test_every_package_of_hfncl_is_installed():
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {".".join(path.parent.relative_to(ROOT).parts) for path in (ROOT / "hfncl").rglob("__init__.py")}
     assert found - listed == set(), "add them to [tool.setuptools] packages"
+
+
+def test_no_module_of_the_library_is_over_400_lines():
+    """Issue 59: small modules with one purpose; a module past 400 lines is split by its jobs."""
+    sizes = {str(path.relative_to(ROOT)): len(path.read_text().splitlines()) for path in (ROOT / "hfncl").rglob("*.py")}
+    assert {name: lines for name, lines in sizes.items() if lines > 400} == {}

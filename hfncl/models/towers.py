@@ -131,17 +131,17 @@ class PretrainedTower(nn.Module):
 
     Args:
         tower_config: the encoder's config as a dict (``PretrainedConfig.to_dict()``).
-        source: Hub id or local directory whose weights :meth:`init_weights` copies in;
-            ``None`` keeps the encoder's random initialisation.
+        source: Hub id or local directory whose weights :meth:`init_weights` copies in; ``None`` keeps the
+            encoder's random initialisation.
         embed_dim: size of the joint space.
-        pooling: ``"mean"`` / ``"max"`` over the valid tokens of the projected states, or
-            ``"pooler"``: the encoder's ``pooler_output`` (CLIP: the final-layer-normed EOS
-            token for text, CLS token for vision; BERT: tanh layer on CLS) projected.
-        lora: a :class:`peft.LoraConfig` to inject into the encoder, or ``None``; with it,
-            only the adapters (and the head) of this tower are trainable.
+        pooling: ``"mean"`` / ``"max"`` over the valid tokens of the projected states, or ``"pooler"``: the
+            encoder's ``pooler_output`` (CLIP: the final-layer-normed EOS token for text, CLS token for vision;
+            BERT: tanh layer on CLS) projected.
+        lora: a :class:`peft.LoraConfig` to inject into the encoder, or ``None``; with it, only the adapters (and the
+            head) of this tower are trainable.
         field: the NCLConfig field ``tower_config`` came from (for error messages).
-        pretrained_head: start the head from CLIP's projection where ``source`` holds one of
-            its shape (``NCLConfig.pretrained_heads``); ``False``: always a fresh head.
+        pretrained_head: start the head from CLIP's projection where ``source`` holds one of its shape
+            (``NCLConfig.pretrained_heads``); ``False``: always a fresh head.
     """
 
     def __init__(
@@ -188,19 +188,15 @@ class PretrainedTower(nn.Module):
     def init_weights(self) -> None:
         """Draw the head, copy the pretrained encoder weights in and start every LoRA adapter at zero.
 
-        The head's weight and bias are the tower's own parameters, so transformers calls
-        ``NCLModel._init_weights`` on the tower exactly when they are not loaded from a
-        checkpoint: at first construction, after the encoder's own modules (children
-        first). The head has a zero bias; its weight is CLIP's own projection where
-        ``source`` holds one of the head's shape (``embed_dim`` equal to CLIP's
-        ``projection_dim``) and ``pretrained_head`` is set, else Xavier-uniform (SCAN's
-        scheme: a BERT-family tower, a CLIP tower without its projection, a joint space of
-        another size asked for, whose head CLIP's projection cannot fill, or a fresh head
-        asked for). Adapted
-        layers keep their pretrained weight under ``base_layer``; the adapters start as
-        LoRA prescribes (A random, B zero: the adapted layer equals the pretrained one).
-        Every encoder weight must be found in ``source``; with ``source = None`` the
-        encoder keeps its random initialisation.
+        The head's weight and bias are the tower's own parameters, so transformers calls ``NCLModel._init_weights``
+        on the tower exactly when they are not loaded from a checkpoint: at first construction, after the encoder's
+        own modules (children first). The head has a zero bias; its weight is CLIP's own projection where ``source``
+        holds one of the head's shape (``embed_dim`` equal to CLIP's ``projection_dim``) and ``pretrained_head`` is
+        set, else Xavier-uniform (SCAN's scheme: a BERT-family tower, a CLIP tower without its projection, a joint
+        space of another size, whose head CLIP's projection cannot fill, or a fresh head asked for). Adapted layers
+        keep their pretrained weight under ``base_layer``; the adapters start as LoRA prescribes (A random, B zero:
+        the adapted layer equals the pretrained one). Every encoder weight must be found in ``source``; with
+        ``source = None`` the encoder keeps its random initialisation.
 
         Raises:
             TowerLoadError: ``source`` cannot be read or lacks a weight of the encoder.
@@ -337,7 +333,6 @@ def parameter_counts(model: nn.Module) -> dict[str, dict[str, int]]:
                 entry["total"] += parameter.numel()
                 entry["trainable"] += parameter.numel() if parameter.requires_grad else 0
     return counts
-
 
 
 def _lora(config: Any, tower: str, tower_config: dict[str, Any]) -> LoraConfig | None:
