@@ -858,7 +858,9 @@ def test_ncr_and_vsepp_train_with_sgr_and_saf_and_the_cli_averages_them(tiny_dat
         result = run_experiment(
             DataArguments(data_dir=str(tiny_data_dir), noise_ratio=0.2),
             tiny_config(output, [plugin], epochs=3, warmup_epochs=2, lr_decay_epochs=[], learning_rate=1e-3),
-            ModelArguments(embed_dim=16, word_dim=8, similarity=similarity, sim_dim=16),
+            ModelArguments(
+                embed_dim=16, word_dim=8, similarity=similarity, head_options={f"{similarity}.sim_dim": 16}
+            ),
         )
         losses = [epoch[f"train/{term}"] for epoch in result["history"][:2]]
         assert losses[1] < losses[0]
