@@ -76,9 +76,6 @@ def check_sizes(values: dict[str, Any], owner: str) -> None:
             )
 
 
-OFFICIAL_SGRAF_DROPOUT = 0.4
-"""Dropout rate of the official SGRAF code on the word embeddings and in the attention poolings."""
-
 def setting(default: Any, help: str, *, flag: bool = True, flag_help: str | None = None) -> Any:
     """A field of :class:`ModelSettings`: its ``default``, ``help`` (the config's meaning) and whether it is a
     command-line flag (``flag_help``: the flag's help where the flag takes other values than the config)."""

@@ -8,14 +8,13 @@ from typing import Any
 from hfncl.model_settings import (
     IMAGE_POOLINGS,
     LORA_TOWERS,
-    OFFICIAL_SGRAF_DROPOUT,
     TEXT_POOLINGS,
     TRANSFORMER_POOLINGS,
     check_sizes,
     setting_defaults,
     with_settings_signature,
 )
-from hfncl.models.heads import check_head_name, head_config_fields, resolve_head_options
+from hfncl.models.heads import check_head_name, head_config_fields, head_word_dropout, resolve_head_options
 from hfncl.models.provenance import CHECKPOINT_FORMAT, HfnclConfig
 from hfncl.models.towers import check_tower_name, resolve_tower_config
 
@@ -50,8 +49,9 @@ def _tower_config(
 
 def word_dropout_default(similarity: str, checkpoint_format: int = CHECKPOINT_FORMAT) -> float:
     """What :class:`NCLConfig` takes for ``word_dropout`` left at None: the official SGRAF code's 0.4 with an SGR /
-    SAF head, 0 with another head or in a config of checkpoint format 1."""
-    return OFFICIAL_SGRAF_DROPOUT if similarity in ("sgr", "saf") and checkpoint_format >= 2 else 0.0
+    SAF head, 0 with another head or in a config of checkpoint format 1: what the head declares
+    (:func:`~hfncl.models.heads.head_word_dropout`)."""
+    return head_word_dropout(similarity) if checkpoint_format >= 2 else 0.0
 
 
 def _image_positions(tower_config: dict[str, Any] | None) -> int:

@@ -108,11 +108,14 @@ class HeadPlugin:
         options: the head's options (a :class:`~hfncl.options.HeadOptions` dataclass whose namespace is the
             head's name); ``None``: the head takes none.
         config_fields: the ``NCLConfig`` fields the head reads besides its options (the model card shows them).
+        word_dropout: the dropout on the GRU's word embeddings that a model with this head takes when
+            ``NCLConfig.word_dropout`` is left unset (SGR / SAF: the official SGRAF code's 0.4).
     """
 
     build: Callable[[Any], Any]
     options: type[HeadOptions] | None = None
     config_fields: tuple[str, ...] = ()
+    word_dropout: float = 0.0
 
 
 def head_plugin(name: str) -> HeadPlugin:
@@ -148,6 +151,11 @@ def head_builder(name: str) -> Callable[[Any], Any]:
 def head_config_fields(name: str) -> tuple[str, ...]:
     """The ``NCLConfig`` fields head ``name`` reads besides its options; none for ``cosine``."""
     return () if name == NO_HEAD else head_plugin(name).config_fields
+
+
+def head_word_dropout(name: str) -> float:
+    """The word dropout head ``name`` declares (:attr:`HeadPlugin.word_dropout`); none for ``cosine``."""
+    return 0.0 if name == NO_HEAD else head_plugin(name).word_dropout
 
 
 def resolve_head_options(

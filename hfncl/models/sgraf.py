@@ -246,6 +246,10 @@ class SAFHead(SimilarityHead):
         return self.readout(l2norm(filtered))
 
 
+OFFICIAL_SGRAF_DROPOUT = 0.4
+"""Dropout rate of the official SGRAF code on the word embeddings and in the attention poolings."""
+
+
 @dataclass(frozen=True)
 class SGRAFOptions(HeadOptions):
     """The options SGR and SAF share; the layer options' defaults are the official SGRAF code's."""
@@ -309,7 +313,11 @@ def build_saf_head(config: Any) -> SAFHead:
     return SAFHead(*dims, **layers)
 
 
-SGR = HeadPlugin(build=build_sgr_head, options=SGROptions, config_fields=("image_regions",))
+SGR = HeadPlugin(
+    build=build_sgr_head, options=SGROptions, config_fields=("image_regions",), word_dropout=OFFICIAL_SGRAF_DROPOUT
+)
 """The SGR head (entry point ``sgr``)."""
-SAF = HeadPlugin(build=build_saf_head, options=SAFOptions, config_fields=("image_regions",))
+SAF = HeadPlugin(
+    build=build_saf_head, options=SAFOptions, config_fields=("image_regions",), word_dropout=OFFICIAL_SGRAF_DROPOUT
+)
 """The SAF head (entry point ``saf``)."""
