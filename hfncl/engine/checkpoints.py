@@ -136,7 +136,7 @@ def compute_section(
         "processes": processes,
         "device": f"{device.type} ({name})" if name else device.type,
         "mixed_precision": mixed_precision,
-        "seconds": None if seconds is None else round(seconds, 1),
+        "seconds": None if seconds is None else round(seconds, 3),
     }
 
 
