@@ -72,7 +72,9 @@ def options() -> type[RCLOptions]:
 
 @hookimpl
 def demo_settings() -> dict[str, Any]:
-    return {"epochs": 10}
+    """The demo's cosine similarity spans [-1, 1], twice the range of SGRAF's sigmoid, so tau 0.1 gives the
+    official logits' span (measured in ``docs/methods/rcl.md``)."""
+    return {"epochs": 10, "options": {"rcl.tau": 0.1}}
 
 
 def matching_probabilities(similarity: torch.Tensor, tau: float) -> tuple[torch.Tensor, torch.Tensor]:
