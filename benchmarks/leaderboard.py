@@ -50,7 +50,8 @@ Resumable run by run: each run leaves ``row.json`` under
 ``--output-dir/<benchmark>/<protocol>/`` and is reused; a run killed part way continues from
 its latest checkpoint; runs of methods installed later train when the script is run again. A
 run whose ``run_config.yaml`` differs from the plan in a training field (its method's settings
-changed since, or an oracle's step floor grew) trains again from the start; ``--report-only``
+changed since, or an oracle's step floor grew), or whose saved model differs from a model field its plugin
+asks for now (``model_defaults``), trains again from the start; ``--report-only``
 shows it and names it in the notes.
 ``--jobs N`` trains N runs at once, each in its own process (one GPU each where there are
 several; ``--threads`` CPU threads each, default 1). Writes ``--report`` ``.md`` (measured table,
@@ -263,7 +264,24 @@ def stale_fields(run: Run, root: Path, quick: bool, model: dict[str, Any]) -> li
         return []
     config = train_config(run.job, run_dir, quick)
     planned = {**{field: getattr(config, field) for field in TRAINING_FIELDS}, "train_split": run.job.data.train_split, **model}
-    return [f"{field} was {saved.get(field)!r}, plan {value!r}" for field, value in planned.items() if saved.get(field) != value]
+    stale = [f"{field} was {saved.get(field)!r}, plan {value!r}" for field, value in planned.items() if saved.get(field) != value]
+    return stale + stale_model_defaults(run, run_dir, saved)
+
+
+def stale_model_defaults(run: Run, run_dir: Path, saved: dict[str, Any]) -> list[str]:
+    """The model fields the run's plugin asks for now (``model_defaults``) that its saved model (``best/config.json``,
+    the resolved configuration) was built otherwise, where the run's configuration left the field to the plugin
+    (``null``), e.g. Co-teaching's fresh heads asked for after its runs were trained; empty before a best model."""
+    from hfncl.plugin_setup import plugin_model_defaults
+    from hfncl.plugins import build_plugin_manager
+
+    model_file = run_dir / "best" / "config.json"
+    if not model_file.is_file():
+        return []
+    built = json.loads(model_file.read_text())
+    asked = plugin_model_defaults(build_plugin_manager(list(saved.get("plugins") or [run.job.run.plugin])).hook)
+    return [f"{field} (the plugin's model default) was {built.get(field)!r}, plan {value!r}"
+            for field, value in asked.items() if saved.get(field) is None and field in built and built[field] != value]
 
 
 def train_run(run: Run, root: Path, quick: bool, model: dict[str, Any] | None, report_only: bool) -> dict[str, Any] | None:

@@ -235,3 +235,28 @@ def test_quick_run_writes_the_tables_and_reuses_finished_runs(tmp_path):
     assert {(r["protocol"], r["method"]) for r in rows} >= {("decl-image", "ncr"), ("ncr-caption", "oracle")}
     again = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     assert "cost: 6 runs" in again and (tmp_path / "generated" / "decl-image" / "ncr_noise40_seed0" / "row.json").is_file()
+
+
+def test_a_run_built_otherwise_than_its_plugins_model_defaults_is_stale(leaderboard, tmp_path):
+    """A plugin's ``model_defaults`` changed after its run was trained (the run's config left the field to it, null):
+    the resolved model the run saved tells, so the run trains again; an explicit field in the run's config wins."""
+    data_dir = generate_precomp(tmp_path / "data", MICRO_DATA)
+    args = leaderboard.parse_args(["--methods", "coteaching", "--seeds", "0", "--protocols", "decl-image",
+                                   "--decl-ratios", "0.4", "--batch-size", "16", "--no-references"])
+    (run,), _ = leaderboard.plan(args, data_dir)
+    root = tmp_path / "runs"
+    run_dir = run.directory(root) / run.job.name
+    (run_dir / "best").mkdir(parents=True)
+    config = leaderboard.train_config(run.job, run_dir, False)
+    saved = {field: getattr(config, field) for field in leaderboard.TRAINING_FIELDS}
+    saved.update(options=dict(config.options), train_split="train", pretrained_heads=None)
+    (run_dir / "run_config.yaml").write_text(leaderboard.yaml.safe_dump(saved))
+    assert leaderboard.stale_fields(run, root, False, {}) == []  # no best model yet
+    (run_dir / "best" / "config.json").write_text(json.dumps({"pretrained_heads": True, "embed_dim": 256}))
+    assert leaderboard.stale_fields(run, root, False, {}) == [
+        "pretrained_heads (the plugin's model default) was True, plan False"]
+    (run_dir / "best" / "config.json").write_text(json.dumps({"pretrained_heads": False}))
+    assert leaderboard.stale_fields(run, root, False, {}) == []
+    (run_dir / "run_config.yaml").write_text(leaderboard.yaml.safe_dump({**saved, "pretrained_heads": True}))
+    (run_dir / "best" / "config.json").write_text(json.dumps({"pretrained_heads": True}))
+    assert leaderboard.stale_fields(run, root, False, {}) == []  # asked for by the run itself
