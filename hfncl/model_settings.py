@@ -32,6 +32,14 @@ TRANSFORMER_POOLINGS = ("mean", "max", "pooler")
 """Poolings of a transformer tower's states (``pooler``: its pooled output)."""
 LORA_TOWERS = ("text", "image")
 """Towers LoRA may adapt (``lora_towers``)."""
+FLAT_HEAD_FIELDS = (
+    "sim_dim", "reasoning_steps", "attention_lambda", "scan_pooling", "scan_lse_lambda", "attention_negative_slope",
+    "pooling_dropout", "pooling_batch_norm",
+)
+"""The fields in which a config of checkpoint format 2 or older (and a run's ``run_config.yaml`` of then) stored the
+built-in heads' settings, all of them whatever its head; :func:`~hfncl.models.heads.resolve_head_options` reads a
+checkpoint's into ``head_options``."""
+
 
 SIZE_LIMITS = {
     "embed_dim": 1 << 16,

@@ -29,6 +29,7 @@ import yaml
 from hfncl.arguments import ARGUMENTS_OF_KIND, DataArguments, ModelArguments
 from hfncl.config import RUN_ONLY_FIELDS, HeadOptionValues, PluginOptions, TrainConfig, one_line
 from hfncl.dataclass_parser import DataclassArgumentParser
+from hfncl.model_settings import FLAT_HEAD_FIELDS
 from hfncl.plugin_setup import run_plugins
 from hfncl.plugins import PluginError, check_plugin_names
 from hfncl.training_aliases import add_field_aliases, alias_value
@@ -235,6 +236,7 @@ def config_file_values(parser: argparse.ArgumentParser, path: str | Path) -> dic
         raise ValueError(f"--config {path}: not valid {path.suffix[1:].upper()}: {one_line(error)}") from error
     if not isinstance(content, dict):
         raise ValueError(f"--config {path}: expected a mapping of field names to values, got {type(content).__name__}")
+    content = _without_flat_head_fields(path, content)
     actions = option_actions(parser)
     unknown = [str(key) for key in content if str(key).replace("-", "_") not in actions]
     if unknown:
@@ -248,6 +250,22 @@ def config_file_values(parser: argparse.ArgumentParser, path: str | Path) -> dic
         except ValueError as error:
             raise ValueError(f"--config {path}: {error}") from None
     return _without_run_only_fields(path, values)
+
+
+def _without_flat_head_fields(path: Path, content: dict[Any, Any]) -> dict[Any, Any]:
+    """``content`` without the heads' flat fields of a configuration written before ``head_options``
+    (:data:`~hfncl.model_settings.FLAT_HEAD_FIELDS`), each left unset (``null``) there.
+
+    Raises:
+        ValueError: one of them is set; its value belongs in ``head_options`` under the head's name.
+    """
+    given = sorted(str(key) for key, value in content.items() if key in FLAT_HEAD_FIELDS and value is not None)
+    if given:
+        raise ValueError(
+            f"--config {path}: field(s) {', '.join(given)} are a head's options now: give them as head_options, "
+            f"e.g. head_options: {{\"sgr.sim_dim\": 256}} (`hfncl plugins --heads` lists each head's)"
+        )
+    return {key: value for key, value in content.items() if key not in FLAT_HEAD_FIELDS}
 
 
 def option_actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:

@@ -65,3 +65,17 @@ def test_a_tracker_that_is_not_installed_is_refused_with_the_fix():
         TrainConfig(log_with=["wandb"])
     with pytest.raises(ValueError, match="unknown tracker 'tensorbord'"):
         TrainConfig(log_with=["tensorbord"])
+
+
+def test_a_run_config_of_before_head_options_reads_and_its_set_flat_head_field_is_refused_with_the_fix(tmp_path):
+    """A ``run_config.yaml`` written before checkpoint format 3 carries every head's flat field, unset: it reads as
+    before; a set one names where its value goes now."""
+    old = {"data_dir": str(tmp_path), "plugins": ["vsepp"], "epochs": 2, "sim_dim": None, "reasoning_steps": None,
+           "pooling_batch_norm": None}
+    (tmp_path / "old.yaml").write_text(yaml.safe_dump(old))
+    data, config, model = parse_with_config_file(recipe_parser(), ["--config", str(tmp_path / "old.yaml")])
+    assert (data.data_dir, config.epochs, model.head_options) == (str(tmp_path), 2, None)
+    (tmp_path / "set.yaml").write_text(yaml.safe_dump({**old, "sim_dim": 256, "reasoning_steps": 2}))
+    with pytest.raises(ValueError, match=r"set.yaml: field\(s\) reasoning_steps, sim_dim are a head's options now: "
+                                         r"give them as head_options, e\.g\. head_options: \{\"sgr\.sim_dim\": 256\}"):
+        parse_with_config_file(recipe_parser(), ["--config", str(tmp_path / "set.yaml")])

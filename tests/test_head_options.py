@@ -13,7 +13,7 @@ import torch
 from hfncl import cli
 from hfncl.arguments import ModelArguments
 from hfncl.models import NCLConfig, NCLModel
-from hfncl.models.configuration import FLAT_HEAD_FIELDS
+from hfncl.model_settings import FLAT_HEAD_FIELDS
 from hfncl.models.sgraf import SGRHead
 from hfncl.recipe import HelpFormatter, OneLineErrorParser
 

@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from hfncl.model_settings import (
+    FLAT_HEAD_FIELDS,
     IMAGE_POOLINGS,
     LORA_TOWERS,
     TEXT_POOLINGS,
@@ -24,13 +25,6 @@ PRECOMP_REGIONS = 36
 _POSITIVE_INTS = (
     "image_dim", "embed_dim", "word_dim", "vocab_size", "text_layers", "num_networks", "image_views", "image_regions",
 )
-FLAT_HEAD_FIELDS = (
-    "sim_dim", "reasoning_steps", "attention_lambda", "scan_pooling", "scan_lse_lambda", "attention_negative_slope",
-    "pooling_dropout", "pooling_batch_norm",
-)
-"""The fields in which a config of checkpoint format 2 or older stored the built-in heads' settings (every config
-stored all of them, whatever its head); :func:`~hfncl.models.heads.resolve_head_options` reads them into
-``head_options``."""
 
 
 def _tower_config(
