@@ -460,6 +460,6 @@ def run_track(args: argparse.Namespace, output_dir: Path) -> dict[str, Any]:
     description = (f"CLIP track, {towers} fine-tuned (both towers) on generated shape pictures ({config.num_train} "
                    f"train images x 5 captions, {config.num_test} test; batch {args.batch_size or DEFAULT_BATCH}); "
                    f"{BASELINE}: CLIP's InfoNCE with no noise handling; oracle: {BASELINE} on exactly the clean pairs")
-    notes = baseline_notes(labelled, failed) + twin_notes(labelled, root)
+    notes = baseline_notes(labelled, failed) + twin_notes(labelled, root) + leaderboard.measurement_notes(labelled)
     return {"description": description, "rows": labelled, "notes": notes, "cost": cost, "oracles": {},
             "data_dir": str(data_dir)}

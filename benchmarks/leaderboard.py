@@ -470,9 +470,7 @@ def cause_page(method: str, docs: Path = METHOD_DOCS) -> str | None:
 
 def notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, docs: Path = METHOD_DOCS) -> list[str]:
     """Where a method's mean rSum falls below VSE++'s at a protocol and ratio (same evaluation mode of the method as
-    trained) and where its cause is measured (:func:`cause_page`); a method above its own oracle (a defect of the
-    measurement until shown otherwise); runs trained otherwise than the plan (``stale``, with ``--report-only``);
-    the runs that stopped at their last planned epoch (not converged by the rule)."""
+    trained) and where its cause is measured (:func:`cause_page`); then :func:`measurement_notes`."""
     out = []
     plain = [r for r in rows if r["mode"] != NETWORK_A and r["mode"] != SGRAF and not is_reference(r["method"])]
     mean: dict[tuple[str, str, float], float] = {}
@@ -489,6 +487,15 @@ def notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, doc
             page = cause_page(method, docs)
             out.append(f"{method} is below VSE++ under {protocol} at {ratio:.0%} ({value:.1f} vs {vsepp:.1f}){seen}; "
                        + (f"the cause, measured: {page}" if page else "the cause is not measured yet"))
+    return out + measurement_notes(rows, oracles)
+
+
+def measurement_notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None) -> list[str]:
+    """What every benchmark's table notes of its runs: a method above its own oracle (a defect of the measurement
+    until shown otherwise), runs trained otherwise than the plan (``stale``, with ``--report-only``), and the runs
+    that stopped at their last planned epoch (not converged by the rule)."""
+    out = []
+    plain = [r for r in rows if r["mode"] != NETWORK_A and r["mode"] != SGRAF and not is_reference(r["method"])]
     rsums = oracle_rsums(rows)
     above = sorted({f"{r['method']} over {oracle_of(r, oracles or {})} ({r['protocol']} {r['noise_ratio']:.0%})" for r in plain
                     if (share_of_oracle(r, rsums, oracles or {}) or 0.0) > 100})

@@ -100,7 +100,7 @@ def test_the_oracle_folder_holds_exactly_the_pairs_the_noise_leaves_clean(track,
     assert len(kept) == int((pairing == np.arange(len(pairing)) // 5).sum()) < len(train) * 5
 
 
-def test_the_notes_name_a_failed_method_and_one_below_the_baseline_with_its_division(track):
+def test_the_notes_name_a_failed_method_one_below_the_baseline_and_one_above_the_oracle(track, leaderboard):
     def row(method, rsum, seed, **extra):
         return {"protocol": "ncr-caption", "method": method, "noise_ratio": 0.2, "seed": seed, "mode": "one network",
                 "test": {"rsum": rsum}, **extra}
@@ -114,6 +114,10 @@ def test_the_notes_name_a_failed_method_and_one_below_the_baseline_with_its_divi
         "npc is below the baseline (infonce) under ncr-caption at 20% (395.0 vs 405.0); its division (network A, "
         "last epoch): auc 0.850, precision 0.800, recall 0.700",
     ]
+    shares = [{**r, "planned_epochs": 10, "epochs": 8, "best_epoch": 6} for r in rows]  # the track's notes of its runs
+    assert leaderboard.measurement_notes(shares) == [
+        "above its oracle, a defect of the measurement until shown otherwise: infonce over oracle (ncr-caption 20%), "
+        "npc over oracle (ncr-caption 20%), rcl over oracle (ncr-caption 20%)"]
 
 
 def test_identical_networks_compares_every_network_with_network_0(track, tmp_path):
