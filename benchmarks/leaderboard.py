@@ -38,7 +38,8 @@ fields its plugin asks for, :func:`training_rule`: TcVSE's AdamW at 5e-4 and max
 DECL's 5e-4, UGNCL's two image views) has an oracle of its own, ``oracle (M)``: the method
 itself on exactly the clean pairs under the same converged rule; the table names each row's
 oracle. Where a method falls below VSE++, the notes point to its ``docs/methods`` page's
-section "On the leaderboard", where the cause is measured.
+section "On the leaderboard", where the cause is measured; so do they where two methods' measured
+order inverts a paper's own comparison table at that protocol and ratio (``papers_comparisons.yaml``).
 
 Evaluation modes, named in every row: the model as its method ranks (``one network``, the
 ``mean of K networks`` of a co-trained method, or the plugin's own ``inference_similarity``);
@@ -115,6 +116,7 @@ TRAINING_FIELDS = ("plugins", "options", "epochs", "warmup_epochs", "batch_size"
                    "early_stopping_min_epochs", "seed")
 METHOD_DOCS = REPO / "docs" / "methods"
 CAUSE_SECTION = "## On the leaderboard"
+PAPERS_COMPARISONS = REPO / "benchmarks" / "papers_comparisons.yaml"
 
 
 # --- planning -------------------------------------------------------------------------------------------------------
@@ -459,18 +461,83 @@ def _count(values: list[int]) -> str:
     return str(values[0]) if len(set(values)) == 1 else mean_spread(values, 0)
 
 
-def cause_page(method: str, docs: Path = METHOD_DOCS) -> str | None:
+def cause_page(method: str, docs: Path = METHOD_DOCS, against: str | None = None) -> str | None:
     """Where the cause of ``method``'s place on the leaderboard is measured: its ``docs/methods`` page and the first
-    section whose heading starts with :data:`CAUSE_SECTION`, when the page has one."""
+    section whose heading starts with :data:`CAUSE_SECTION` (and, for its place below method ``against``, names
+    that method as a word), when the page has one."""
     page = docs / f"{method}.md"
     headings = [line.strip() for line in page.read_text().splitlines()] if page.is_file() else []
-    heading = next((line for line in headings if line.startswith(CAUSE_SECTION)), None)
+    named = re.compile(rf"\b{re.escape(against)}\b", re.IGNORECASE) if against else None
+    heading = next((line for line in headings if line.startswith(CAUSE_SECTION) and (not named or named.search(line))),
+                   None)
     return f"docs/methods/{method}.md, \"{heading.lstrip('# ')}\"" if heading else None
 
 
-def notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, docs: Path = METHOD_DOCS) -> list[str]:
+def _cause(method: str, docs: Path, against: str | None = None) -> str:
+    page = cause_page(method, docs, against)
+    return f"the cause, measured: {page}" if page else "the cause is not measured yet"
+
+
+def comparison_tables(path: Path = PAPERS_COMPARISONS) -> list[dict[str, Any]]:
+    """The papers' comparison tables of ``path`` (``benchmarks/papers_comparisons.yaml``), each with its ``source``,
+    ``paper``, ``protocol``, ``ratios`` and ``rows`` (per method, the ``rsum`` at each ratio; ``other_rows``: the
+    same methods' variants, not compared).
+
+    Raises:
+        ValueError: naming the file, the table and the field, for a table unlike that.
+    """
+    tables = (yaml.safe_load(path.read_text()) or {}).get("tables")
+    if not isinstance(tables, list):
+        raise ValueError(f"{path}: expected a list 'tables'")
+    protocols = set(protocol_names().values())
+    for index, table in enumerate(tables):
+        where = f"{path}: tables[{index}]" + (f" ({table.get('source')})" if isinstance(table, dict) else "")
+        if not isinstance(table, dict) or not all(isinstance(table.get(k), str) for k in ("source", "paper")):
+            raise ValueError(f"{where}: expected a mapping with the strings 'source' and 'paper'")
+        if table.get("protocol") not in protocols:
+            raise ValueError(f"{where}: field 'protocol': expected one of {sorted(protocols)}, "
+                             f"got {table.get('protocol')!r}")
+        ratios = table.get("ratios")
+        if not isinstance(ratios, list) or not ratios or not all(isinstance(r, float) and 0 <= r < 1 for r in ratios):
+            raise ValueError(f"{where}: field 'ratios': expected a list of noise ratios in [0, 1), got {ratios!r}")
+        rows = table.get("rows")
+        named = [(f"rows.{m}", r) for m, r in rows.items()] if isinstance(rows, dict) and rows else []
+        named += [(f"other_rows[{i}]", r) for i, r in enumerate(table.get("other_rows") or [])]
+        if not named:
+            raise ValueError(f"{where}: field 'rows': expected a mapping of methods to rows")
+        for field, row in named:
+            rsum = row.get("rsum") if isinstance(row, dict) else None
+            if not isinstance(rsum, list) or len(rsum) != len(ratios) or not all(isinstance(v, float) for v in rsum):
+                raise ValueError(f"{where}: field '{field}.rsum': expected {len(ratios)} rSum values, one per ratio, "
+                                 f"got {rsum!r}")
+    return tables
+
+
+def paper_orderings(tables: list[dict[str, Any]]) -> dict[tuple[str, float, str, str], list[str]]:
+    """Per (protocol, ratio, A, B) where a paper's table ranks method A's row above B's: the tables, each as
+    ``"source (rSum A vs rSum B)"``. A paper whose own tables rank a pair both ways at one protocol and ratio (its
+    Flickr30K one way, its MS-COCO the other) claims no order for that pair there."""
+    claims: dict[tuple[str, float, str, str], list[tuple[str, str]]] = {}
+    for table in tables:
+        for index, ratio in enumerate(table["ratios"]):
+            for (a, row_a), (b, row_b) in itertools.permutations(table["rows"].items(), 2):
+                if row_a["rsum"][index] > row_b["rsum"][index]:
+                    claims.setdefault((table["protocol"], ratio, a, b), []).append(
+                        (table["paper"], f"{table['source']} ({row_a['rsum'][index]} vs {row_b['rsum'][index]})"))
+    orderings = {}
+    for (protocol, ratio, a, b), found in claims.items():
+        reversed_by = {paper for paper, _ in claims.get((protocol, ratio, b, a), [])}
+        if kept := [text for paper, text in found if paper not in reversed_by]:
+            orderings[(protocol, ratio, a, b)] = kept
+    return orderings
+
+
+def notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, docs: Path = METHOD_DOCS,
+          papers: Path = PAPERS_COMPARISONS) -> list[str]:
     """Where a method's mean rSum falls below VSE++'s at a protocol and ratio (same evaluation mode of the method as
-    trained) and where its cause is measured (:func:`cause_page`); then :func:`measurement_notes`."""
+    trained) and where its cause is measured (:func:`cause_page`); where two methods' measured order inverts a paper's
+    own table at that protocol and ratio (:func:`paper_orderings` of ``papers``), and where the cause of that is
+    measured (a section that names the other method); then :func:`measurement_notes`."""
     out = []
     plain = [r for r in rows if r["mode"] != NETWORK_A and r["mode"] != SGRAF and not is_reference(r["method"])]
     mean: dict[tuple[str, str, float], float] = {}
@@ -484,9 +551,13 @@ def notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, doc
             seen = "; its division (network A, last epoch): " + ", ".join(
                 f"{key} {statistics.mean(d[key] for d in division):.2f}" for key in ("auc", "precision", "recall")
                 if all(d.get(key) is not None for d in division)) if division else ""
-            page = cause_page(method, docs)
             out.append(f"{method} is below VSE++ under {protocol} at {ratio:.0%} ({value:.1f} vs {vsepp:.1f}){seen}; "
-                       + (f"the cause, measured: {page}" if page else "the cause is not measured yet"))
+                       + _cause(method, docs))
+    for (protocol, ratio, above, below), sources in sorted(paper_orderings(comparison_tables(papers)).items()):
+        a, b = mean.get((protocol, above, ratio)), mean.get((protocol, below, ratio))
+        if a is not None and b is not None and a < b:
+            out.append(f"{above} below {below} under {protocol} at {ratio:.0%} ({a:.1f} vs {b:.1f}), against "
+                       f"{' and '.join(sources)}; {_cause(above, docs, below)}")
     return out + measurement_notes(rows, oracles)
 
 
@@ -578,9 +649,7 @@ def write_readme_excerpt(path: Path, lines: list[str]) -> None:
 def reported_table(doc: Path = DOC) -> list[str]:
     """The papers' own rSum (``docs/reproduction.md``'s "Paper's reported numbers", read by ``reproduce.py``), a row
     per recipe of Flickr30K, MS-COCO 1K or CC152K, each with its source and protocol."""
-    numbers = paper_numbers(doc)
-    sources = dict(re.findall(r"^## recipes/(\w+)\.py\n\n(?:[^#\n].*\n|\n)*?Paper's reported numbers: (.*?),? rSum",
-                              doc.read_text(), flags=re.MULTILINE))
+    numbers, sources = paper_numbers(doc), reported_sources(doc)
     lines = ["| recipe | data set | protocol | noise: rSum (reported) | source |", "|---|---|---|---|---|"]
     for recipe, by_noise in numbers.items():
         dataset = REPORTED_DATASETS.get(recipe.rsplit("_", 1)[-1])
@@ -589,6 +658,13 @@ def reported_table(doc: Path = DOC) -> list[str]:
         cells = ", ".join(f"{'real' if r is None else f'{r:.0%}'}: {v}" for r, v in by_noise.items())
         lines.append(f"| {recipe} | {dataset} | {recipe_protocol(recipe, by_noise)} | {cells} | {sources.get(recipe, '-').rstrip(',:')} |")
     return lines
+
+
+def reported_sources(doc: Path = DOC) -> dict[str, str]:
+    """Per recipe of ``doc``, the source its "Paper's reported numbers" name before the rSum (e.g. ``"NCR Table 1,
+    Flickr30K"``)."""
+    return dict(re.findall(r"^## recipes/(\w+)\.py\n\n(?:[^#\n].*\n|\n)*?Paper's reported numbers: (.*?),? rSum",
+                           doc.read_text(), flags=re.MULTILINE))
 
 
 def recipe_protocol(recipe: str, by_noise: dict[float | None, float]) -> str:

@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from importlib.metadata import entry_points
 
 import numpy as np
 import pytest
+import yaml
 from conftest import BENCHMARKS, MICRO_DATA, benchmark_module
 
 from hfncl.data.noise import make_noise
@@ -164,6 +166,107 @@ def test_notes_flag_a_method_below_vsepp_and_runs_still_improving(leaderboard, t
     assert leaderboard.notes(rows)[0] == leaderboard.notes(rows, docs=docs)[0]  # GSC's own page has the section
     (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard: why GSC falls below VSE++\n")
     assert leaderboard.notes(rows, docs=docs)[0].endswith('docs/methods/gsc.md, "On the leaderboard: why GSC falls below VSE++"')
+
+
+def _table(source, protocol, ratios, rsums, paper="gsc"):
+    return {"source": source, "paper": paper, "protocol": protocol, "ratios": ratios,
+            "rows": {method: {"model": method, "rsum": values} for method, values in rsums.items()}}
+
+
+def _papers(path, *tables):
+    path.write_text(yaml.safe_dump({"tables": list(tables)}))
+    return path
+
+
+def test_notes_name_a_measured_order_that_inverts_a_papers_table(leaderboard, tmp_path):
+    papers = _papers(tmp_path / "papers.yaml", _table("GSC Table 1, Flickr30K", "ncr-caption", [0.2, 0.5],
+                                                      {"gsc": [505.8, 480.0], "ncr": [491.1, 470.0]}))
+    docs = tmp_path / "methods"
+    docs.mkdir()
+    rows = [_row("gsc", "ncr-caption", 0.5, 0, 280.0, "mean of 2 networks"),
+            _row("gsc", "ncr-caption", 0.5, 1, 300.0, "mean of 2 networks"),
+            _row("gsc", "ncr-caption", 0.5, 0, 330.0, leaderboard.NETWORK_A),  # not the mode GSC ranks by
+            _row("ncr", "ncr-caption", 0.5, 0, 310.0, "mean of 2 networks")]
+    assert leaderboard.notes(rows, docs=docs, papers=papers) == [
+        "gsc below ncr under ncr-caption at 50% (290.0 vs 310.0), against GSC Table 1, Flickr30K (480.0 vs 470.0); "
+        "the cause is not measured yet"]
+    (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard: below VSE++\n")  # a section on another place
+    assert leaderboard.notes(rows, docs=docs, papers=papers)[0].endswith("; the cause is not measured yet")
+    (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard: below VSE++\n\n## On the leaderboard: below NCR\n")
+    assert leaderboard.notes(rows, docs=docs, papers=papers)[0].endswith(
+        '; the cause, measured: docs/methods/gsc.md, "On the leaderboard: below NCR"')
+    # the paper's order measured: no note
+    same = [_row("gsc", "ncr-caption", 0.5, 0, 320.0, "mean of 2 networks"),
+            _row("ncr", "ncr-caption", 0.5, 0, 310.0, "mean of 2 networks")]
+    assert leaderboard.notes(same, docs=docs, papers=papers) == []
+    # a table at another ratio, or under the other protocol, says nothing of this cell
+    elsewhere = _papers(tmp_path / "elsewhere.yaml",
+                        _table("T1, Flickr30K", "ncr-caption", [0.2], {"gsc": [505.8], "ncr": [491.1]}),
+                        _table("T2, Flickr30K", "decl-image", [0.5], {"gsc": [505.8], "ncr": [491.1]}))
+    assert leaderboard.notes(rows, docs=docs, papers=elsewhere) == []
+    # several tables ranking the pair so: one note naming them all
+    two = _papers(tmp_path / "two.yaml",
+                  _table("GSC Table 1, Flickr30K", "ncr-caption", [0.5], {"gsc": [480.0], "ncr": [470.0]}),
+                  _table("GSC Table 1, MS-COCO 1K", "ncr-caption", [0.5], {"gsc": [510.0], "ncr": [500.0]}))
+    assert leaderboard.notes(rows, docs=docs, papers=two) == [
+        "gsc below ncr under ncr-caption at 50% (290.0 vs 310.0), against GSC Table 1, Flickr30K (480.0 vs 470.0) and "
+        'GSC Table 1, MS-COCO 1K (510.0 vs 500.0); the cause, measured: docs/methods/gsc.md, "On the leaderboard: '
+        'below NCR"']
+
+
+def test_a_paper_ranking_a_pair_both_ways_claims_no_order_for_it(leaderboard, tmp_path):
+    flickr = _table("UGNCL Table 1, Flickr30K", "ncr-caption", [0.5], {"bicro": [481.9], "ncr": [482.8]}, "ugncl")
+    coco = _table("UGNCL Table 1, MS-COCO 1K", "ncr-caption", [0.5], {"bicro": [516.5], "ncr": [508.5]}, "ugncl")
+    assert leaderboard.paper_orderings([flickr, coco]) == {}
+    other = _table("X Table 2, Flickr30K", "ncr-caption", [0.5], {"bicro": [490.0], "ncr": [480.0], "gsc": [480.0]},
+                   "x")
+    assert leaderboard.paper_orderings([flickr, coco, other]) == {  # ties claim nothing
+        ("ncr-caption", 0.5, "bicro", "ncr"): ["X Table 2, Flickr30K (490.0 vs 480.0)"],
+        ("ncr-caption", 0.5, "bicro", "gsc"): ["X Table 2, Flickr30K (490.0 vs 480.0)"]}
+
+
+def test_a_damaged_papers_table_is_refused_naming_the_field(leaderboard, tmp_path):
+    path = _papers(tmp_path / "papers.yaml", _table("T1, Flickr30K", "ncr-caption", [0.2, 0.5], {"gsc": [505.8]}))
+    with pytest.raises(ValueError, match=r"papers.yaml: tables\[0\] \(T1, Flickr30K\): field 'rows.gsc.rsum': "
+                                         r"expected 2 rSum values, one per ratio, got \[505.8\]"):
+        leaderboard.comparison_tables(path)
+    _papers(path, _table("T1, Flickr30K", "caption", [0.2], {"gsc": [505.8]}))
+    with pytest.raises(ValueError, match=r"tables\[0\] \(T1, Flickr30K\): field 'protocol': expected one of"):
+        leaderboard.comparison_tables(path)
+
+
+def test_the_papers_tables_name_installed_methods_and_agree_with_each_other_and_the_reproduction_page(leaderboard):
+    tables = leaderboard.comparison_tables()
+    by_source = {table["source"]: table for table in tables}
+    assert len(by_source) == len(tables)
+    named = {m for t in tables for m in [t["paper"], *t["rows"], *(r["method"] for r in t.get("other_rows", []))]}
+    assert named and named <= {entry.name for entry in entry_points(group="hfncl")} | {"vsepp"}
+
+    def at(table, values, ratio):
+        return values[table["ratios"].index(ratio)]
+
+    # a row quoted from an earlier table: that table's numbers at every ratio both have
+    for table in tables:
+        for method, row in table["rows"].items():
+            if "same_as" in row:
+                quoted = by_source[row["same_as"]]
+                shared = set(table["ratios"]) & set(quoted["ratios"])
+                assert shared and all(at(table, row["rsum"], r) == at(quoted, quoted["rows"][method]["rsum"], r)
+                                      for r in shared), (table["source"], method)
+    # where docs/reproduction.md transcribes a row of the same table: one of the table's rows of that method
+    numbers, sources = leaderboard.paper_numbers(), leaderboard.reported_sources()
+    suffix = {dataset: key for key, dataset in leaderboard.REPORTED_DATASETS.items()}
+    checked = set()
+    for table in tables:
+        rows = [(m, r) for m, r in table["rows"].items()] + [(r["method"], r) for r in table.get("other_rows", [])]
+        for method in {m for m, _ in rows}:
+            recipe = f"{method}_{suffix[table['dataset']]}"
+            if table["source"].split(",")[0] in sources.get(recipe, ""):
+                shared = set(table["ratios"]) & set(numbers[recipe])
+                assert shared and any(all(at(table, row["rsum"], r) == numbers[recipe][r] for r in shared)
+                                      for m, row in rows if m == method), (table["source"], recipe)
+                checked.add(recipe)
+    assert checked >= {"decl_f30k", "decl_coco", "gsc_f30k", "gsc_coco", "ugncl_f30k", "ugncl_coco", "bicro_f30k"}
 
 
 def test_readme_excerpt_ranks_methods_by_their_mean_share_of_the_oracle(leaderboard, tmp_path):
