@@ -537,7 +537,8 @@ def notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, doc
     """Where a method's mean rSum falls below VSE++'s at a protocol and ratio (same evaluation mode of the method as
     trained) and where its cause is measured (:func:`cause_page`); where two methods' measured order inverts a paper's
     own table at that protocol and ratio (:func:`paper_orderings` of ``papers``), and where the cause of that is
-    measured (a section that names the other method); then :func:`measurement_notes`."""
+    measured: a section that names the other method, or, for a method below VSE++ there and the other not, the
+    cause of that; then :func:`measurement_notes`."""
     out = []
     plain = [r for r in rows if r["mode"] != NETWORK_A and r["mode"] != SGRAF and not is_reference(r["method"])]
     mean: dict[tuple[str, str, float], float] = {}
@@ -556,8 +557,12 @@ def notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, doc
     for (protocol, ratio, above, below), sources in sorted(paper_orderings(comparison_tables(papers)).items()):
         a, b = mean.get((protocol, above, ratio)), mean.get((protocol, below, ratio))
         if a is not None and b is not None and a < b:
+            vsepp = mean.get((protocol, "vsepp", ratio))
+            below_vsepp = vsepp is not None and a < vsepp <= b and cause_page(above, docs)
+            cause = (f"below VSE++ there, the cause measured: {cause_page(above, docs)}" if below_vsepp
+                     else _cause(above, docs, below))
             out.append(f"{above} below {below} under {protocol} at {ratio:.0%} ({a:.1f} vs {b:.1f}), against "
-                       f"{' and '.join(sources)}; {_cause(above, docs, below)}")
+                       f"{' and '.join(sources)}; {cause}")
     return out + measurement_notes(rows, oracles)
 
 

@@ -195,6 +195,11 @@ def test_notes_name_a_measured_order_that_inverts_a_papers_table(leaderboard, tm
     (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard: below VSE++\n\n## On the leaderboard: below NCR\n")
     assert leaderboard.notes(rows, docs=docs, papers=papers)[0].endswith(
         '; the cause, measured: docs/methods/gsc.md, "On the leaderboard: below NCR"')
+    # below VSE++ there, with that cause measured, and the other method not: that cause
+    under = rows + [_row("vsepp", "ncr-caption", 0.5, 0, 300.0, "one network")]
+    assert leaderboard.notes(under, docs=docs, papers=papers)[1] == (
+        "gsc below ncr under ncr-caption at 50% (290.0 vs 310.0), against GSC Table 1, Flickr30K (480.0 vs 470.0); "
+        'below VSE++ there, the cause measured: docs/methods/gsc.md, "On the leaderboard: below VSE++"')
     # the paper's order measured: no note
     same = [_row("gsc", "ncr-caption", 0.5, 0, 320.0, "mean of 2 networks"),
             _row("ncr", "ncr-caption", 0.5, 0, 310.0, "mean of 2 networks")]
