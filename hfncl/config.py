@@ -181,6 +181,14 @@ class TrainConfig:
         },
     )
     lr_decay_factor: float = field(default=0.1, metadata={"help": "Multiplier applied at each decay epoch."})
+    lr_decay_patience: int = field(
+        default=0,
+        metadata={
+            "help": "Decay on a plateau: when > 0, the rate also decays once (by lr_decay_factor) after the validation "
+            "metric has not improved for this many epochs, and early stopping waits for that decay (0: off; needs "
+            "a validation split)."
+        },
+    )
     text_tower_lr_scale: float = field(
         default=1.0,
         metadata={
@@ -283,6 +291,7 @@ class TrainConfig:
             ("num_workers", lambda v: v >= 0, ">= 0"),
             ("early_stopping_patience", lambda v: v >= 0, ">= 0"),
             ("early_stopping_min_epochs", lambda v: v >= 0, ">= 0"),
+            ("lr_decay_patience", lambda v: v >= 0, ">= 0 (0: no decay on a plateau)"),
             ("batch_size", lambda v: v >= 2, ">= 2 (a batch needs negatives)"),
             ("learning_rate", lambda v: math.isfinite(v) and v > 0, "a finite number > 0"),
             ("weight_decay", lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0"),

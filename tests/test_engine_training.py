@@ -218,9 +218,38 @@ def test_early_stopping_ends_the_run_after_patience_epochs_without_a_better_vali
     assert [record["steps_per_network"] for record in summary["history"]] == [per_epoch * (e + 1) for e in range(trained)]
 
 
+@pytest.mark.parametrize(
+    ("scores", "trained", "best"),
+    [([1.0, 3.0, 2.0, 2.0, 2.0, 2.0, 9.0], 6, 2), ([1.0, 3.0, 2.0, 2.0, 5.0, 4.0, 4.0, 4.0, 9.0], 7, 5)],
+)
+def test_a_plateau_decays_the_rate_once_and_early_stopping_waits_for_it(micro_data_dir, tmp_path, monkeypatch, scores,
+                                                                       trained, best):
+    """``lr_decay_patience`` 2: the validation rSum stalls after epoch 2 (its best), so epochs 5 on train at a tenth of
+    the rate, once whatever follows; early stopping (patience 2) then waits for 2 epochs at the decayed rate, and
+    counts from a best found after the decay. Saved in the trainer state, so a resumed run decays where this one did."""
+    scores_left = iter(scores)
+    rates = []
+
+    def evaluate(split):
+        rates.append(trainer.optimizer.param_groups[0]["lr"])
+        return {"rsum": next(scores_left)}
+
+    config = tiny_config(tmp_path, ["vsepp"], epochs=len(scores), lr_decay_epochs=[], batch_size=16, warmup_epochs=0,
+                         learning_rate=1e-3, early_stopping_patience=2, lr_decay_patience=2)
+    trainer = noisy_trainer(micro_data_dir, config)
+    monkeypatch.setattr(trainer, "evaluate", evaluate)
+    summary = trainer.train()
+    assert len(summary["history"]) == trained and summary["best_epoch"] == best
+    assert rates == pytest.approx([1e-3] * 4 + [1e-4] * (trained - 4))
+    saved = json.loads(max((tmp_path / "checkpoints").glob("step-*")).joinpath("trainer_state.json").read_text())
+    assert saved["plateau_decay_epoch"] == 4
+
+
 def test_early_stopping_settings_are_checked():
     with pytest.raises(ValueError, match="early_stopping_patience must be >= 0"):
         tiny_config("out", ["vsepp"], early_stopping_patience=-1)
+    with pytest.raises(ValueError, match=r"lr_decay_patience must be >= 0 \(0: no decay on a plateau\)"):
+        tiny_config("out", ["vsepp"], lr_decay_patience=-1)
 
 
 def test_epochs_count_from_1_on_the_console_and_in_the_results_checkpoints_card_and_plots(tiny_data_dir, tmp_path, capfd):

@@ -604,3 +604,17 @@ def test_a_full_disk_said_as_an_iostream_error_is_a_disk_full_error(tmp_path, mo
     monkeypatch.setattr("shutil.disk_usage", lambda path: usage(100 << 20, 0, 100 << 20))
     with pytest.raises(RuntimeError, match="iostream error"), writing(tmp_path, "model.safetensors"):
         raise RuntimeError("basic_ios::clear: iostream error")  # room on the disk: another failure, unchanged
+
+
+def test_a_checkpoint_saved_before_a_training_field_existed_resumes_while_the_run_keeps_its_default():
+    """A fingerprint lacking a training field added since (``lr_decay_patience``) is no difference at the field's
+    default, and a difference at any other value; a field the checkpoint has is compared as always."""
+    from hfncl.config import TrainConfig
+    from hfncl.engine.fingerprint import differing_fields, run_fingerprint
+
+    current = run_fingerprint(TrainConfig(output_dir="out"))
+    old = {k: v for k, v in current.items() if k != "training.lr_decay_patience"}
+    assert differing_fields(old, current) == []
+    assert differing_fields(old, {**current, "training.lr_decay_patience": 3}) == ["training.lr_decay_patience"]
+    assert differing_fields(current, {**current, "training.epochs": 7}) == ["training.epochs"]
+    assert differing_fields({**old, "training.unknown": 1}, current) == ["training.unknown"]

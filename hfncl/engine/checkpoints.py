@@ -55,6 +55,7 @@ class TrainerState:
     network_steps: int = 0  # optimiser steps summed over the networks each step trained
     best_score: float = -math.inf
     best_epoch: int = -1
+    plateau_decay_epoch: int = -1  # the first epoch at the rate decayed on a plateau (lr_decay_patience); -1: none
     epoch_loss_sums: dict[str, float] = field(default_factory=dict)
     epoch_loss_counts: dict[str, int] = field(default_factory=dict)
     epoch_steps: int = 0

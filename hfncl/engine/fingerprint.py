@@ -101,8 +101,19 @@ def read_fingerprint(checkpoint: str | Path) -> tuple[dict[str, Any] | None, lis
 
 
 def differing_fields(saved: dict[str, Any], current: dict[str, Any], skip: tuple[str, ...] = ()) -> list[str]:
-    """The fields whose values differ (or that only one of the fingerprints has), sorted; ``skip``: left out."""
-    return sorted(k for k in saved.keys() | current.keys() if k not in skip and saved.get(k) != current.get(k))
+    """The fields whose values differ (or that only one of the fingerprints has), sorted; ``skip``: left out. A
+    training field that a checkpoint saved before the field existed lacks is no difference while the run keeps the
+    field's default (:func:`training_defaults`)."""
+    added = {k: v for k, v in training_defaults().items() if k not in saved}
+    return sorted(
+        k for k in saved.keys() | current.keys()
+        if k not in skip and saved.get(k) != current.get(k) and not (k in added and current.get(k) == added[k])
+    )
+
+
+def training_defaults() -> dict[str, Any]:
+    """The default of every fingerprinted :class:`~hfncl.config.TrainConfig` field, as ``training.NAME``."""
+    return {f"training.{k}": v for k, v in _values(TrainConfig()).items() if k not in UNTRAINED_FIELDS}
 
 
 def refuse_mismatch(

@@ -73,9 +73,11 @@ class LearningRateSchedule:
     decay_factor: float
 
 
-def set_learning_rate(optimizer: torch.optim.Optimizer, schedule: LearningRateSchedule, epoch: int) -> None:
-    """Every group's rate in ``epoch``: the schedule's rate, decayed at each decay epoch reached, times the group's
-    ``lr_scale``."""
-    decays = sum(epoch >= e for e in schedule.decay_epochs)
+def set_learning_rate(
+    optimizer: torch.optim.Optimizer, schedule: LearningRateSchedule, epoch: int, plateau_decay_epoch: int = -1
+) -> None:
+    """Every group's rate in ``epoch``: the schedule's rate, decayed at each decay epoch reached (and at
+    ``plateau_decay_epoch``, the epoch from which a plateau decays it; -1: none), times the group's ``lr_scale``."""
+    decays = sum(epoch >= e for e in schedule.decay_epochs) + int(0 <= plateau_decay_epoch <= epoch)
     for group in optimizer.param_groups:
         group["lr"] = schedule.rate * schedule.decay_factor**decays * group.get("lr_scale", 1.0)

@@ -185,12 +185,23 @@ class Trainer(TrainerSurface):
 
     def stops_early(self) -> bool:
         """Whether early stopping ends the run before the next epoch: ``early_stopping_patience`` epochs trained
-        since the best validation score, and at least ``early_stopping_min_epochs`` epochs trained (read from the
-        saved state only, so a resumed run stops where the uninterrupted one would)."""
+        since the best validation score, and at least ``early_stopping_min_epochs`` epochs trained; with
+        ``lr_decay_patience``, also that many epochs at the rate decayed on the plateau (read from the saved state
+        only, so a resumed run stops where the uninterrupted one would)."""
         patience, trained = self.config.early_stopping_patience, self.state.epoch
         if not patience or self.val_split is None or self.state.best_epoch < 0:
             return False
+        decayed = self.state.plateau_decay_epoch
+        if self.config.lr_decay_patience and (decayed < 0 or trained - decayed < patience):
+            return False
         return trained >= self.config.early_stopping_min_epochs and trained - 1 - self.state.best_epoch >= patience
+
+    def _note_plateau(self, epoch: int) -> None:
+        """Decay the rate from the next epoch once the validation score has not improved for ``lr_decay_patience``
+        epochs (``epoch`` the one just validated)."""
+        patience = self.config.lr_decay_patience
+        if patience and self.state.plateau_decay_epoch < 0 and epoch - self.state.best_epoch >= patience:
+            self.state.plateau_decay_epoch = epoch + 1
 
     def _train_epoch(self, epoch: int) -> None:
         started = time.perf_counter()
@@ -242,6 +253,7 @@ class Trainer(TrainerSurface):
             if score > self.state.best_score:
                 self.state.best_score, self.state.best_epoch = score, epoch
                 self._save_best(metrics, division_report)
+            self._note_plateau(epoch)
         self.state.history.append(record)
         self._event("on_epoch_end", record, time.perf_counter() - started)
         self.accelerator.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=epoch)
@@ -331,5 +343,5 @@ class Trainer(TrainerSurface):
         return self.batches.pass_steps(plan, epoch, self.state.pass_index, self.state.batch_in_pass)
 
     def _set_learning_rate(self, epoch: int) -> None:
-        set_learning_rate(self.optimizer, self.lr_schedule, epoch)
+        set_learning_rate(self.optimizer, self.lr_schedule, epoch, self.state.plateau_decay_epoch)
 
