@@ -88,6 +88,7 @@ ORACLE = "oracle"
 HALF_DATA = "half data"
 REFERENCES = (ORACLE, HALF_DATA)
 ORACLE_DECAYED_EPOCHS = 10
+PLATEAU_EXTRA_EPOCHS = 60
 
 
 def commit() -> str:
@@ -208,12 +209,27 @@ def steps_per_batch(method: str, rows: list[dict[str, Any]], pairs: int) -> floa
     return 1.0
 
 
-def converged_settings(settings: dict[str, Any], steps: float, steps_per_epoch: int, patience: int) -> dict[str, Any]:
+def converged_settings(
+    settings: dict[str, Any], steps: float, steps_per_epoch: int, patience: int, plateau: bool = False
+) -> dict[str, Any]:
     """A reference's settings trained to convergence: E epochs at the demo's learning rate, E the least that gives at
     least ``steps`` optimiser steps (and no fewer than its demo epochs), then at a tenth of it for up to
     ``ORACLE_DECAYED_EPOCHS`` more, stopped once the validation rSum has not improved for ``patience`` epochs (never
-    before E + ``patience``); the best validation checkpoint is the one tested."""
+    before E + ``patience``); the best validation checkpoint is the one tested.
+
+    ``plateau``: at the demo's learning rate until the validation rSum has not improved for ``patience`` epochs
+    (never before E), then at a tenth of it until it has not for ``patience`` epochs more (``lr_decay_patience``),
+    for at most ``PLATEAU_EXTRA_EPOCHS`` epochs past E: converged whatever the learning rate."""
     least = max(int(settings.get("epochs", 10)), math.ceil(steps / max(steps_per_epoch, 1)))
+    if plateau:
+        return {
+            **settings,
+            "epochs": least + PLATEAU_EXTRA_EPOCHS,
+            "lr_decay_epochs": [],
+            "lr_decay_patience": patience,
+            "early_stopping_patience": patience,
+            "early_stopping_min_epochs": least,
+        }
     return {
         **settings,
         "epochs": least + ORACLE_DECAYED_EPOCHS,
@@ -238,7 +254,8 @@ def bounded_job(job: Job, rows: list[dict[str, Any]], args: argparse.Namespace) 
     batch = int(job.run.settings.get("batch_size", 128))
     per_batch = steps_per_batch(job.run.plugin, finished, pairs)
     settings = converged_settings(job.run.settings, max(steps, default=0.0),
-                                  round(split_pairs(data_dir, job.data.train_split) // batch * per_batch), args.oracle_patience)
+                                  round(split_pairs(data_dir, job.data.train_split) // batch * per_batch), args.oracle_patience,
+                                  getattr(args, "schedule", "fixed") == "plateau")
     return dataclasses.replace(job, run=DemoRun(job.run.plugin, ratio, settings))
 
 

@@ -248,13 +248,13 @@ def method_settings(method: str, quick: bool, pretrained: bool) -> tuple[str, di
     return plugin, settings
 
 
-def converged(settings: dict[str, Any], method: str, pairs: int, patience: int) -> dict[str, Any]:
+def converged(settings: dict[str, Any], method: str, pairs: int, patience: int, plateau: bool) -> dict[str, Any]:
     """``settings`` on the leaderboard's converged rule (:func:`accuracy.converged_settings`); the baseline's warmup
     then covers every epoch."""
     from accuracy import converged_settings
 
     if patience:
-        settings = converged_settings(settings, 0.0, pairs // int(settings["batch_size"]), patience)
+        settings = converged_settings(settings, 0.0, pairs // int(settings["batch_size"]), patience, plateau)
     if method == BASELINE:
         settings = {**settings, "warmup_epochs": int(settings["epochs"])}
     return settings
@@ -281,7 +281,7 @@ def plan(args: argparse.Namespace, data_dir: Path, pretrained: bool) -> tuple[li
                 skipped[method] = one_line(str(error))
                 continue
             patience = 0 if args.quick else args.patience
-            settings = converged({**settings, "batch_size": batch}, method, pairs, patience)
+            settings = converged({**settings, "batch_size": batch}, method, pairs, patience, args.schedule == "plateau")
             runs.append(leaderboard.Run(protocol, Job(method, DemoRun(plugin, ratio, settings), seed, data)))
         if not args.no_references:
             runs.append(oracle_run(args, data_dir, protocol, ratio, seed, pretrained))
@@ -328,7 +328,7 @@ def oracle_run(args: argparse.Namespace, data_dir: Path, protocol: str, ratio: f
     if not args.quick and args.oracle_patience:
         steps = int(settings["epochs"]) * (training_pairs(data_dir) // batch)
         clean = training_pairs(clean_dir)
-        settings = converged_settings(settings, steps, clean // batch, args.oracle_patience)
+        settings = converged_settings(settings, steps, clean // batch, args.oracle_patience, args.schedule == "plateau")
     settings["warmup_epochs"] = int(settings["epochs"])
     data = DataArguments(data_dir=str(clean_dir), noise_seed=seed)
     return leaderboard.Run(protocol, Job(ORACLE, DemoRun(plugin, ratio, settings), seed, data))

@@ -185,8 +185,8 @@ class TrainConfig:
         default=0,
         metadata={
             "help": "Decay on a plateau: when > 0, the rate also decays once (by lr_decay_factor) after the validation "
-            "metric has not improved for this many epochs, and early stopping waits for that decay (0: off; needs "
-            "a validation split)."
+            "metric has not improved for this many epochs (not before early_stopping_min_epochs), and early "
+            "stopping waits for that decay (0: off; needs a validation split)."
         },
     )
     text_tower_lr_scale: float = field(

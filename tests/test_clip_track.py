@@ -53,7 +53,7 @@ def test_the_baseline_warms_for_every_epoch_and_npc_on_a_pretrained_clip_for_non
     assert oracle.run.plugin == "npc" and oracle.run.settings["warmup_epochs"] == oracle.run.settings["epochs"]
     assert oracle.data.noise_ratio == 0 and oracle.data.data_dir == str(tmp_path / "data_oracles" / "image_40_seed0")
     base = runs["infonce"].job.run
-    assert base.plugin == "npc" and base.settings["warmup_epochs"] == base.settings["epochs"] == 20
+    assert base.plugin == "npc" and base.settings["warmup_epochs"] == base.settings["epochs"] == 70
     assert runs["npc"].job.run.settings["warmup_epochs"] == 0
     assert all(run.job.run.settings["batch_size"] == 32 and run.job.data.noise_kind == "image" for run in runs.values())
 

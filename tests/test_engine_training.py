@@ -219,14 +219,16 @@ def test_early_stopping_ends_the_run_after_patience_epochs_without_a_better_vali
 
 
 @pytest.mark.parametrize(
-    ("scores", "trained", "best"),
-    [([1.0, 3.0, 2.0, 2.0, 2.0, 2.0, 9.0], 6, 2), ([1.0, 3.0, 2.0, 2.0, 5.0, 4.0, 4.0, 4.0, 9.0], 7, 5)],
+    ("scores", "min_epochs", "trained", "best", "decayed"),
+    [([1.0, 3.0, 2.0, 2.0, 2.0, 2.0, 9.0], 0, 6, 2, 4), ([1.0, 3.0, 2.0, 2.0, 5.0, 4.0, 4.0, 4.0, 9.0], 0, 7, 5, 4),
+     ([1.0, 3.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 9.0], 5, 7, 2, 5)],
 )
 def test_a_plateau_decays_the_rate_once_and_early_stopping_waits_for_it(micro_data_dir, tmp_path, monkeypatch, scores,
-                                                                       trained, best):
+                                                                       min_epochs, trained, best, decayed):
     """``lr_decay_patience`` 2: the validation rSum stalls after epoch 2 (its best), so epochs 5 on train at a tenth of
-    the rate, once whatever follows; early stopping (patience 2) then waits for 2 epochs at the decayed rate, and
-    counts from a best found after the decay. Saved in the trainer state, so a resumed run decays where this one did."""
+    the rate, once whatever follows (epochs 6 on with ``early_stopping_min_epochs`` 5: no decay before it); early
+    stopping (patience 2) then waits for 2 epochs at the decayed rate, and counts from a best found after the decay.
+    Saved in the trainer state, so a resumed run decays where this one did."""
     scores_left = iter(scores)
     rates = []
 
@@ -235,14 +237,15 @@ def test_a_plateau_decays_the_rate_once_and_early_stopping_waits_for_it(micro_da
         return {"rsum": next(scores_left)}
 
     config = tiny_config(tmp_path, ["vsepp"], epochs=len(scores), lr_decay_epochs=[], batch_size=16, warmup_epochs=0,
-                         learning_rate=1e-3, early_stopping_patience=2, lr_decay_patience=2)
+                         learning_rate=1e-3, early_stopping_patience=2, lr_decay_patience=2,
+                         early_stopping_min_epochs=min_epochs)
     trainer = noisy_trainer(micro_data_dir, config)
     monkeypatch.setattr(trainer, "evaluate", evaluate)
     summary = trainer.train()
     assert len(summary["history"]) == trained and summary["best_epoch"] == best
-    assert rates == pytest.approx([1e-3] * 4 + [1e-4] * (trained - 4))
+    assert rates == pytest.approx([1e-3] * decayed + [1e-4] * (trained - decayed))
     saved = json.loads(max((tmp_path / "checkpoints").glob("step-*")).joinpath("trainer_state.json").read_text())
-    assert saved["plateau_decay_epoch"] == 4
+    assert saved["plateau_decay_epoch"] == decayed
 
 
 def test_early_stopping_settings_are_checked():

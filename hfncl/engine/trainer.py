@@ -198,9 +198,10 @@ class Trainer(TrainerSurface):
 
     def _note_plateau(self, epoch: int) -> None:
         """Decay the rate from the next epoch once the validation score has not improved for ``lr_decay_patience``
-        epochs (``epoch`` the one just validated)."""
-        patience = self.config.lr_decay_patience
-        if patience and self.state.plateau_decay_epoch < 0 and epoch - self.state.best_epoch >= patience:
+        epochs (``epoch`` the one just validated), ``early_stopping_min_epochs`` trained."""
+        patience, trained = self.config.lr_decay_patience, epoch + 1
+        if (patience and self.state.plateau_decay_epoch < 0 and epoch - self.state.best_epoch >= patience
+                and trained >= self.config.early_stopping_min_epochs):
             self.state.plateau_decay_epoch = epoch + 1
 
     def _train_epoch(self, epoch: int) -> None:
