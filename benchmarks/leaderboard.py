@@ -743,7 +743,10 @@ def report(args: argparse.Namespace, results: dict[str, Any], wall: float) -> st
         f"Command: `python benchmarks/leaderboard.py {' '.join(a for a in args.argv if a != '--report-only')}`"
         + (" (these tables: its finished runs, `--report-only`)" if args.report_only else "")
         + f"; {machine()}; commit {commit()}. "
-        "Measured here, on the same data, noise files, schedule and evaluation; test rSum of the best-validation "
+        "Measured here, on the same data, noise files, schedule and evaluation; schedule: "
+        + ("each run at its learning rate until its validation rSum stalls, then at a tenth until it stalls again"
+           if args.schedule == "plateau" else "each run's demo epochs, then a tenth of its learning rate")
+        + f" (patience {args.patience}); test rSum of the best-validation "
         f"checkpoint, mean ± sd over seeds {args.seeds}; share of oracle: over the row's oracle at the same ratio and "
         f"seed, trained to convergence on exactly the clean pairs: {ORACLE} ({args.oracle_method[0]}), or, for a method "
         "whose optimiser, learning rate, weight decay or model fields differ from "
