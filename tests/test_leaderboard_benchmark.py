@@ -61,14 +61,14 @@ def test_a_method_trains_on_the_converged_oracles_rule(leaderboard, tmp_path):
     args = leaderboard.parse_args(["--methods", "ncr", "--seeds", "0", "--protocols", "decl-image", "--decl-ratios", "0.4"])
     (run,), _ = leaderboard.plan(args, data_dir)
     settings = run.job.run.settings  # ncr's demo: 10 epochs at least; the rate decays when the validation stalls
-    assert (settings["epochs"], settings["lr_decay_epochs"], settings["lr_decay_patience"]) == (70, [], 2)
-    assert settings["early_stopping_patience"] == 2 and settings["early_stopping_min_epochs"] == 10
+    assert (settings["epochs"], settings["lr_decay_epochs"], settings["lr_decay_patience"]) == (70, [], 3)
+    assert settings["early_stopping_patience"] == 3 and settings["early_stopping_min_epochs"] == 10
     assert settings["warmup_epochs"] == 4
     fixed = leaderboard.parse_args(["--methods", "ncr", "--seeds", "0", "--protocols", "decl-image", "--decl-ratios",
                                     "0.4", "--schedule", "fixed"])  # the demo's epochs, then a tenth for at most 10
     settings = leaderboard.plan(fixed, data_dir)[0][0].job.run.settings
-    assert (settings["epochs"], settings["lr_decay_epochs"], settings["early_stopping_patience"]) == (20, [10], 2)
-    assert settings["early_stopping_min_epochs"] == 12 and "lr_decay_patience" not in settings
+    assert (settings["epochs"], settings["lr_decay_epochs"], settings["early_stopping_patience"]) == (20, [10], 3)
+    assert settings["early_stopping_min_epochs"] == 13 and "lr_decay_patience" not in settings
     plain = leaderboard.parse_args(["--methods", "ncr", "--seeds", "0", "--protocols", "decl-image", "--patience", "0"])
     assert leaderboard.plan(plain, data_dir)[0][0].job.run.settings["epochs"] == 10
 
