@@ -32,7 +32,7 @@ rate for at least its demo epochs and until the validation rSum has not improved
 epochs, then at a tenth of it until it has not again (``lr_decay_patience``; at most 60 epochs past
 the demo's), so that a method converges whatever its learning rate (on the generated benchmark,
 NCR at 20% tests at 324.0 after its demo epochs at 2e-4, 434.6 at the plateau with patience 2 and
-467.4 with 3, the default: the 50 dev images' rSum moves too much from epoch to epoch for 2). ``--schedule
+465.0 with 3, the default: the 50 dev images' rSum moves too much from epoch to epoch for 2). ``--schedule
 fixed``: the demo epochs, then a tenth for at most 10 more. The best-validation checkpoint is
 tested. The **oracle**
 (``--oracle-method``, VSE++'s triplet) trains the same way on exactly the clean pairs, for
