@@ -470,20 +470,27 @@ def _count(values: list[int]) -> str:
     return str(values[0]) if len(set(values)) == 1 else mean_spread(values, 0)
 
 
-def cause_page(method: str, docs: Path = METHOD_DOCS, against: str | None = None) -> str | None:
+BENCHMARK_WORDS = {"generated": "generated benchmark", "proxy": "proxy", "clip": "CLIP track"}
+"""What a cause section's heading names for the causes it measured on each benchmark."""
+
+
+def cause_page(method: str, docs: Path = METHOD_DOCS, against: str | None = None,
+               benchmark: str | None = None) -> str | None:
     """Where the cause of ``method``'s place on the leaderboard is measured: its ``docs/methods`` page and the first
     section whose heading starts with :data:`CAUSE_SECTION` (and, for its place below method ``against``, names
-    that method as a word), when the page has one."""
+    that method as a word; for a place on ``benchmark``, names it as :data:`BENCHMARK_WORDS` does), when the page
+    has one."""
     page = docs / f"{method}.md"
     headings = [line.strip() for line in page.read_text().splitlines()] if page.is_file() else []
-    named = re.compile(rf"\b{re.escape(against)}\b", re.IGNORECASE) if against else None
-    heading = next((line for line in headings if line.startswith(CAUSE_SECTION) and (not named or named.search(line))),
-                   None)
+    words = [w for w in (against, BENCHMARK_WORDS.get(benchmark or "", benchmark)) if w]
+    named = [re.compile(rf"\b{re.escape(word)}\b", re.IGNORECASE) for word in words]
+    heading = next((line for line in headings if line.startswith(CAUSE_SECTION)
+                    and all(pattern.search(line) for pattern in named)), None)
     return f"docs/methods/{method}.md, \"{heading.lstrip('# ')}\"" if heading else None
 
 
-def _cause(method: str, docs: Path, against: str | None = None) -> str:
-    page = cause_page(method, docs, against)
+def _cause(method: str, docs: Path, against: str | None = None, benchmark: str | None = None) -> str:
+    page = cause_page(method, docs, against, benchmark)
     return f"the cause, measured: {page}" if page else "the cause is not measured yet"
 
 
@@ -542,12 +549,13 @@ def paper_orderings(tables: list[dict[str, Any]]) -> dict[tuple[str, float, str,
 
 
 def notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, docs: Path = METHOD_DOCS,
-          papers: Path = PAPERS_COMPARISONS) -> list[str]:
+          papers: Path = PAPERS_COMPARISONS, benchmark: str | None = None) -> list[str]:
     """Where a method's mean rSum falls below VSE++'s at a protocol and ratio (same evaluation mode of the method as
     trained) and where its cause is measured (:func:`cause_page`); where two methods' measured order inverts a paper's
     own table at that protocol and ratio (:func:`paper_orderings` of ``papers``), and where the cause of that is
     measured: a section that names the other method, or, for a method below VSE++ there and the other not, the
-    cause of that; then :func:`measurement_notes`."""
+    cause of that; a section counts for ``benchmark`` only where its heading names it; then
+    :func:`measurement_notes`."""
     out = []
     plain = [r for r in rows if r["mode"] != NETWORK_A and r["mode"] != SGRAF and not is_reference(r["method"])]
     mean: dict[tuple[str, str, float], float] = {}
@@ -562,14 +570,14 @@ def notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, doc
                 f"{key} {statistics.mean(d[key] for d in division):.2f}" for key in ("auc", "precision", "recall")
                 if all(d.get(key) is not None for d in division)) if division else ""
             out.append(f"{method} is below VSE++ under {protocol} at {ratio:.0%} ({value:.1f} vs {vsepp:.1f}){seen}; "
-                       + _cause(method, docs))
+                       + _cause(method, docs, benchmark=benchmark))
     for (protocol, ratio, above, below), sources in sorted(paper_orderings(comparison_tables(papers)).items()):
         a, b = mean.get((protocol, above, ratio)), mean.get((protocol, below, ratio))
         if a is not None and b is not None and a < b:
             vsepp = mean.get((protocol, "vsepp", ratio))
-            below_vsepp = vsepp is not None and a < vsepp <= b and cause_page(above, docs)
-            cause = (f"below VSE++ there, the cause measured: {cause_page(above, docs)}" if below_vsepp
-                     else _cause(above, docs, below))
+            page = cause_page(above, docs, benchmark=benchmark)
+            cause = (f"below VSE++ there, the cause measured: {page}" if vsepp is not None and a < vsepp <= b and page
+                     else _cause(above, docs, below, benchmark))
             out.append(f"{above} below {below} under {protocol} at {ratio:.0%} ({a:.1f} vs {b:.1f}), against "
                        f"{' and '.join(sources)}; {cause}")
     return out + measurement_notes(rows, oracles)
@@ -866,7 +874,7 @@ def main(argv: list[str] | None = None) -> int:
             cost += f"; {planned - len(rows)} of {planned} planned runs not finished (not shown)"
         print(f"{name}: {cost}")
         oracles = own_oracles(args)
-        results[name] = {"description": description, "rows": labelled, "notes": notes(labelled, oracles), "cost": cost,
+        results[name] = {"description": description, "rows": labelled, "notes": notes(labelled, oracles, benchmark=name), "cost": cost,
                          "oracles": oracles, "data_dir": str(data_dir)}
     prefix = Path(args.report)
     write_report(prefix.with_suffix(".md"), report(args, results, time.perf_counter() - started))

@@ -206,6 +206,12 @@ def test_notes_name_a_measured_order_that_inverts_a_papers_table(leaderboard, tm
     assert leaderboard.notes(under, docs=docs, papers=papers)[1] == (
         "gsc below ncr under ncr-caption at 50% (290.0 vs 310.0), against GSC Table 1, Flickr30K (480.0 vs 470.0); "
         'below VSE++ there, the cause measured: docs/methods/gsc.md, "On the leaderboard: below VSE++"')
+    # a section measured on another benchmark than the note's does not count for it
+    assert leaderboard.notes(rows, docs=docs, papers=papers, benchmark="proxy")[0].endswith("not measured yet")
+    (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard: below NCR on the real-text proxy\n")
+    assert leaderboard.notes(rows, docs=docs, papers=papers, benchmark="proxy")[0].endswith(
+        '; the cause, measured: docs/methods/gsc.md, "On the leaderboard: below NCR on the real-text proxy"')
+    assert leaderboard.notes(rows, docs=docs, papers=papers, benchmark="generated")[0].endswith("not measured yet")
     # the paper's order measured: no note
     same = [_row("gsc", "ncr-caption", 0.5, 0, 320.0, "mean of 2 networks"),
             _row("ncr", "ncr-caption", 0.5, 0, 310.0, "mean of 2 networks")]
@@ -222,7 +228,7 @@ def test_notes_name_a_measured_order_that_inverts_a_papers_table(leaderboard, tm
     assert leaderboard.notes(rows, docs=docs, papers=two) == [
         "gsc below ncr under ncr-caption at 50% (290.0 vs 310.0), against GSC Table 1, Flickr30K (480.0 vs 470.0) and "
         'GSC Table 1, MS-COCO 1K (510.0 vs 500.0); the cause, measured: docs/methods/gsc.md, "On the leaderboard: '
-        'below NCR"']
+        'below NCR on the real-text proxy"']
 
 
 def test_a_paper_ranking_a_pair_both_ways_claims_no_order_for_it(leaderboard, tmp_path):
