@@ -11,6 +11,9 @@ from safetensors.torch import load_file
 
 from conftest import TINY_MODEL, Interrupted, noisy_trainer, tiny_config
 from hfncl.engine.trainer import Trainer
+from hfncl.models import NCLConfig
+from hfncl.tasks.pair_data import prepare_data
+from hfncl.tasks.pairs import PAIRS
 from hfncl.plugin_setup import run_plugins
 from hfncl.experiment import DataArguments, run_experiment
 from hfncl.plugins import PluginError
@@ -246,6 +249,17 @@ def test_a_plateau_decays_the_rate_once_and_early_stopping_waits_for_it(micro_da
     assert rates == pytest.approx([1e-3] * decayed + [1e-4] * (trained - decayed))
     saved = json.loads(max((tmp_path / "checkpoints").glob("step-*")).joinpath("trainer_state.json").read_text())
     assert saved["plateau_decay_epoch"] == decayed
+
+
+@pytest.mark.parametrize("setting", ["early_stopping_patience", "lr_decay_patience"])
+def test_a_setting_that_reads_the_validation_score_is_refused_without_a_validation_split(micro_data_dir, tmp_path,
+                                                                                          setting):
+    data = prepare_data(DataArguments(data_dir=str(micro_data_dir), noise_ratio=0.4), str(tmp_path))
+    model_config = NCLConfig(image_dim=data.image_dim, vocab_size=len(data.vocab), embed_dim=32, word_dim=16)
+    config = tiny_config(tmp_path, ["vsepp"], **{setting: 2})
+    with pytest.raises(ValueError, match=rf"TrainConfig.{setting} reads the validation score, and the run has no "
+                                         r"validation split \(give one, or set it to 0\)"):
+        Trainer(config, model_config, data.train, None, task=PAIRS, plugins=run_plugins(config))
 
 
 def test_early_stopping_settings_are_checked():

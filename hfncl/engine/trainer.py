@@ -102,6 +102,10 @@ class Trainer(TrainerSurface):
             load_initial_weights(self.model, config.init_weights)
         self.train_data = train_data
         self.val_split = val_split
+        needs_validation = [name for name in ("early_stopping_patience", "lr_decay_patience") if getattr(config, name)]
+        if needs_validation and val_split is None:
+            raise ValueError(f"TrainConfig.{needs_validation[0]} reads the validation score, and the run has no "
+                             "validation split (give one, or set it to 0)")
         self.num_train = len(train_data)
         self._hidden_masks = self.task.clean_masks(train_data)
         self._true_clean = np.concatenate(list(self._hidden_masks.values()))
