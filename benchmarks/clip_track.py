@@ -380,9 +380,8 @@ def baseline_notes(rows: list[dict[str, Any]], failed: dict[str, str]) -> list[s
     A, last epoch: NPC's memory bank, Co-teaching's kept pairs) where it has one."""
     out = [f"{method} not shown: its runs failed on this track ({error})" for method, error in sorted(failed.items())]
     groups: dict[tuple[str, str, float], list[dict[str, Any]]] = {}
-    for r in rows:
-        if r["mode"] != leaderboard.NETWORK_A and not is_reference(r["method"]):
-            groups.setdefault((r["protocol"], r["method"], r["noise_ratio"]), []).append(r)
+    for r in leaderboard.ranked_rows(rows):
+        groups.setdefault((r["protocol"], r["method"], r["noise_ratio"]), []).append(r)
     mean = {key: statistics.mean(r["test"]["rsum"] for r in group) for key, group in sorted(groups.items())}
     for (protocol, method, ratio), value in mean.items():
         base = mean.get((protocol, BASELINE, ratio))

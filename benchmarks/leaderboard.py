@@ -104,8 +104,8 @@ from accuracy import (
 from common import DEFAULT_CAPTIONS, machine, mean_spread, method_runs, pyplot, quiet, write_report
 from reproduce import DOC, REPO, paper_numbers
 
-from hfncl.config import TrainConfig
 from hfncl.data.noise import protocol_names
+from hfncl.engine.fingerprint import training_defaults
 from hfncl.demo import DEMO_SIZES, DemoRun, demo_train_config
 from hfncl.plots import save_png
 
@@ -166,14 +166,20 @@ def training_rule(run: DemoRun) -> dict[str, Any]:
     converged rule sets the oracle's (at least as many optimiser steps as any method's, then until the validation
     rSum stalls)."""
     from hfncl.models import NCLConfig
-    from hfncl.plugin_setup import plugin_model_defaults
-    from hfncl.plugins import build_plugin_manager
 
     config = demo_train_config(run, Path(), 0, False)
-    asked = plugin_model_defaults(build_plugin_manager([run.plugin]).hook)
+    asked = asked_model_fields([run.plugin])
     unused = NCLConfig(**asked).unused_fields()
     return {**{field: getattr(config, field) for field in RULE_FIELDS},
             **{field: value for field, value in asked.items() if field not in unused}}
+
+
+def asked_model_fields(plugins: list[str]) -> dict[str, Any]:
+    """The model fields the plugins ask for now (their ``model_defaults``, the first named winning)."""
+    from hfncl.plugin_setup import plugin_model_defaults
+    from hfncl.plugins import build_plugin_manager
+
+    return plugin_model_defaults(build_plugin_manager(plugins).hook)
 
 
 def own_oracles(args: argparse.Namespace) -> dict[str, str]:
@@ -273,8 +279,8 @@ def stale_fields(run: Run, root: Path, quick: bool, model: dict[str, Any]) -> li
         return []
     config = train_config(run.job, run_dir, quick)
     planned = {**{field: getattr(config, field) for field in TRAINING_FIELDS}, "train_split": run.job.data.train_split, **model}
-    defaults = {field: getattr(TrainConfig(), field) for field in TRAINING_FIELDS}  # of a field added since a run
-    was = {field: saved.get(field, defaults.get(field)) for field in planned}
+    defaults = training_defaults()  # of a field added since the run was trained
+    was = {field: saved.get(field, defaults.get(f"training.{field}")) for field in planned}
     stale = [f"{field} was {was[field]!r}, plan {value!r}" for field, value in planned.items() if was[field] != value]
     return stale + stale_model_defaults(run, run_dir, saved)
 
@@ -283,14 +289,11 @@ def stale_model_defaults(run: Run, run_dir: Path, saved: dict[str, Any]) -> list
     """The model fields the run's plugin asks for now (``model_defaults``) that its saved model (``best/config.json``,
     the resolved configuration) was built otherwise, where the run's configuration left the field to the plugin
     (``null``), e.g. Co-teaching's fresh heads asked for after its runs were trained; empty before a best model."""
-    from hfncl.plugin_setup import plugin_model_defaults
-    from hfncl.plugins import build_plugin_manager
-
     model_file = run_dir / "best" / "config.json"
     if not model_file.is_file():
         return []
     built = json.loads(model_file.read_text())
-    asked = plugin_model_defaults(build_plugin_manager(list(saved.get("plugins") or [run.job.run.plugin])).hook)
+    asked = asked_model_fields(list(saved.get("plugins") or [run.job.run.plugin]))
     return [f"{field} (the plugin's model default) was {built.get(field)!r}, plan {value!r}"
             for field, value in asked.items() if saved.get(field) is None and field in built and built[field] != value]
 
@@ -548,6 +551,11 @@ def paper_orderings(tables: list[dict[str, Any]]) -> dict[tuple[str, float, str,
     return orderings
 
 
+def ranked_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The method rows in the evaluation mode each method ranks by (not network A alone, not SGRAF, no oracle)."""
+    return [r for r in rows if r["mode"] != NETWORK_A and r["mode"] != SGRAF and not is_reference(r["method"])]
+
+
 def notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, docs: Path = METHOD_DOCS,
           papers: Path = PAPERS_COMPARISONS, benchmark: str | None = None) -> list[str]:
     """Where a method's mean rSum falls below VSE++'s at a protocol and ratio (same evaluation mode of the method as
@@ -557,7 +565,7 @@ def notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, doc
     cause of that; a section counts for ``benchmark`` only where its heading names it; then
     :func:`measurement_notes`."""
     out = []
-    plain = [r for r in rows if r["mode"] != NETWORK_A and r["mode"] != SGRAF and not is_reference(r["method"])]
+    plain = ranked_rows(rows)
     mean: dict[tuple[str, str, float], float] = {}
     for key in {(r["protocol"], r["method"], r["noise_ratio"]) for r in plain}:
         mean[key] = statistics.mean(r["test"]["rsum"] for r in plain if (r["protocol"], r["method"], r["noise_ratio"]) == key)
@@ -588,7 +596,7 @@ def measurement_notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None
     until shown otherwise), runs trained otherwise than the plan (``stale``, with ``--report-only``), and the runs
     that stopped at their last planned epoch (not converged by the rule)."""
     out = []
-    plain = [r for r in rows if r["mode"] != NETWORK_A and r["mode"] != SGRAF and not is_reference(r["method"])]
+    plain = ranked_rows(rows)
     rsums = oracle_rsums(rows)
     above = sorted({f"{r['method']} over {oracle_of(r, oracles or {})} ({r['protocol']} {r['noise_ratio']:.0%})" for r in plain
                     if (share_of_oracle(r, rsums, oracles or {}) or 0.0) > 100})
