@@ -43,7 +43,7 @@ from typing import Any
 import leaderboard  # its members read at call time: leaderboard imports this module
 import numpy as np
 import torch
-from accuracy import Job, is_reference
+from accuracy import Job
 from common import method_runs
 from PIL import Image, ImageDraw
 
