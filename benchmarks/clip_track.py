@@ -20,8 +20,10 @@ pair_cross_entropy`, for all epochs); ``npc``; ``rcl`` (its complementary contra
 on pixel towers is skipped with its error in one line in the report. Each trains its demo settings under the
 leaderboard's protocols, ratios, seeds, batch size (default 32 here) and converged schedule (``--patience``),
 on the same towers; rows are resumable ``row.json`` files under ``OUTPUT_DIR/clip[_<size>]/<protocol>/``.
-The oracle (``--no-references`` leaves it out) trains the baseline on exactly the clean pairs of its ratio and
-seed (:func:`oracle_folder`), to convergence after at least a method's demo steps (``--oracle-patience``).
+The oracles (``--no-references`` leaves them out) train on exactly the clean pairs of their ratio and seed
+(:func:`oracle_folder`), to convergence after at least a method's demo steps (``--oracle-patience``): ``oracle``
+the baseline, the bound of its share, and ``oracle (M)`` each other method M itself, the bound of M's (its own
+loss, selection or co-trained mean may rank above InfoNCE's one network on the same clean pairs).
 """
 
 from __future__ import annotations
@@ -284,8 +286,16 @@ def plan(args: argparse.Namespace, data_dir: Path, pretrained: bool) -> tuple[li
             settings = converged({**settings, "batch_size": batch}, method, pairs, patience, args.schedule == "plateau")
             runs.append(leaderboard.Run(protocol, Job(method, DemoRun(plugin, ratio, settings), seed, data)))
         if not args.no_references:
-            runs.append(oracle_run(args, data_dir, protocol, ratio, seed, pretrained))
+            runs += [oracle_run(args, data_dir, protocol, ratio, seed, pretrained, method)
+                     for method in args.clip_methods if method not in skipped]
     return runs, skipped
+
+
+def track_oracles(args: argparse.Namespace) -> dict[str, str]:
+    """The oracle row each method's share is over: ``oracle`` for the baseline, ``oracle (M)`` for method M."""
+    from accuracy import oracle_row
+
+    return {} if args.no_references else {method: oracle_row(method, BASELINE) for method in args.clip_methods}
 
 
 def oracle_folder(data_dir: Path, ratio: float, seed: int, kind: str) -> Path:
@@ -315,23 +325,25 @@ def oracle_folder(data_dir: Path, ratio: float, seed: int, kind: str) -> Path:
 
 
 def oracle_run(args: argparse.Namespace, data_dir: Path, protocol: str, ratio: float, seed: int,
-               pretrained: bool) -> leaderboard.Run:
-    """The oracle: the baseline trained on exactly the clean pairs, to convergence after at least as many optimiser
-    steps as a method's demo epochs over every pair (:func:`accuracy.converged_settings`)."""
-    from accuracy import ORACLE, converged_settings
+               pretrained: bool, method: str = BASELINE) -> leaderboard.Run:
+    """The oracle of ``method``: the method (by default the baseline) trained on exactly the clean pairs, with its
+    settings at ``ratio``, to convergence after at least as many optimiser steps as its demo epochs over every pair
+    (:func:`accuracy.converged_settings`)."""
+    from accuracy import converged_settings, oracle_row
 
     kind = leaderboard.PROTOCOL_KINDS[protocol]
     clean_dir = oracle_folder(data_dir, ratio, seed, kind)
     batch = args.batch_size or DEFAULT_BATCH
-    plugin, settings = method_settings(BASELINE, args.quick, pretrained)
+    plugin, settings = method_settings(method, args.quick, pretrained)
     settings = {**settings, "batch_size": batch}
     if not args.quick and args.oracle_patience:
         steps = int(settings["epochs"]) * (training_pairs(data_dir) // batch)
         clean = training_pairs(clean_dir)
         settings = converged_settings(settings, steps, clean // batch, args.oracle_patience, args.schedule == "plateau")
-    settings["warmup_epochs"] = int(settings["epochs"])
+    if method == BASELINE:
+        settings["warmup_epochs"] = int(settings["epochs"])
     data = DataArguments(data_dir=str(clean_dir), noise_seed=seed)
-    return leaderboard.Run(protocol, Job(ORACLE, DemoRun(plugin, ratio, settings), seed, data))
+    return leaderboard.Run(protocol, Job(oracle_row(method, BASELINE), DemoRun(plugin, ratio, settings), seed, data))
 
 
 def attempt(run: leaderboard.Run, root: Path, model: dict[str, Any], report_only: bool) -> dict[str, Any] | None:
@@ -377,21 +389,26 @@ def run_runs(
 def baseline_notes(rows: list[dict[str, Any]], failed: dict[str, str]) -> list[str]:
     """The methods whose runs failed (e.g. one that cannot train on pixel towers: its first error), and where a
     method's mean rSum falls below the baseline's, with its division's quality against the hidden noise (network
-    A, last epoch: NPC's memory bank, Co-teaching's kept pairs) where it has one."""
+    A, last epoch: NPC's memory bank, Co-teaching's kept pairs) where it has one, and whether the seeds resolve
+    that place (:func:`leaderboard.seed_spread`)."""
     out = [f"{method} not shown: its runs failed on this track ({error})" for method, error in sorted(failed.items())]
-    groups: dict[tuple[str, str, float], list[dict[str, Any]]] = {}
+    cells = leaderboard.seed_cells(rows)
+    divisions: dict[tuple[str, str, float], list[dict[str, float]]] = {}
     for r in leaderboard.ranked_rows(rows):
-        groups.setdefault((r["protocol"], r["method"], r["noise_ratio"]), []).append(r)
-    mean = {key: statistics.mean(r["test"]["rsum"] for r in group) for key, group in sorted(groups.items())}
-    for (protocol, method, ratio), value in mean.items():
-        base = mean.get((protocol, BASELINE, ratio))
-        if method == BASELINE or base is None or value >= base:
+        if r.get("division", {}).get("auc"):
+            divisions.setdefault((r["protocol"], r["method"], r["noise_ratio"]), []).append(r["division"])
+    for (protocol, method, ratio), by_seed in sorted(cells.items()):
+        base = cells.get((protocol, BASELINE, ratio))
+        value = statistics.mean(by_seed.values())
+        if method == BASELINE or base is None or value >= statistics.mean(base.values()):
             continue
-        divisions = [r["division"] for r in groups[protocol, method, ratio] if r.get("division", {}).get("auc")]
-        quality = ", ".join(f"{key} {statistics.mean(d[key] for d in divisions):.3f}"
-                            for key in ("auc", "precision", "recall") if divisions)
+        found = divisions.get((protocol, method, ratio), [])
+        quality = ", ".join(f"{key} {statistics.mean(d[key] for d in found):.3f}"
+                            for key in ("auc", "precision", "recall") if found)
+        spread = leaderboard.seed_spread(by_seed, base)
         out.append(f"{method} is below the baseline ({BASELINE}) under {protocol} at {ratio:.0%} ({value:.1f} vs "
-                   f"{base:.1f})" + (f"; its division (network A, last epoch): {quality}" if quality else ""))
+                   f"{statistics.mean(base.values()):.1f})" + (f"; its division (network A, last epoch): {quality}"
+                                                               if quality else "") + (f"; {spread}" if spread else ""))
     return out
 
 
@@ -458,7 +475,10 @@ def run_track(args: argparse.Namespace, output_dir: Path) -> dict[str, Any]:
     print(f"clip: {cost}")
     description = (f"CLIP track, {towers} fine-tuned (both towers) on generated shape pictures ({config.num_train} "
                    f"train images x 5 captions, {config.num_test} test; batch {args.batch_size or DEFAULT_BATCH}); "
-                   f"{BASELINE}: CLIP's InfoNCE with no noise handling; oracle: {BASELINE} on exactly the clean pairs")
-    notes = baseline_notes(labelled, failed) + twin_notes(labelled, root) + leaderboard.measurement_notes(labelled)
-    return {"description": description, "rows": labelled, "notes": notes, "cost": cost, "oracles": {},
+                   f"{BASELINE}: CLIP's InfoNCE with no noise handling; oracle: {BASELINE} on exactly the clean pairs, "
+                   "oracle (M): method M itself on them")
+    oracles = {method: row for method, row in track_oracles(args).items() if method not in failed}
+    notes = (baseline_notes(labelled, failed) + twin_notes(labelled, root)
+             + leaderboard.measurement_notes(labelled, oracles))
+    return {"description": description, "rows": labelled, "notes": notes, "cost": cost, "oracles": oracles,
             "data_dir": str(data_dir)}

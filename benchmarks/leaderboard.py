@@ -45,6 +45,9 @@ itself on exactly the clean pairs under the same converged rule; the table names
 oracle. Where a method falls below VSE++, the notes point to its ``docs/methods`` page's
 section "On the leaderboard", where the cause is measured; so do they where two methods' measured
 order inverts a paper's own comparison table at that protocol and ratio (``papers_comparisons.yaml``).
+With two seeds or more, a place that the seeds do not resolve (a paired t-test over the seeds both
+ran, two-sided p >= 0.05, :func:`seed_spread`) is noted as within the seed spread, with the
+difference and its sd: no order is measured there to explain.
 
 Evaluation modes, named in every row: the model as its method ranks (``one network``, the
 ``mean of K networks`` of a co-trained method, or the plugin's own ``inference_similarity``);
@@ -86,6 +89,7 @@ from typing import Any
 import clip_track
 import torch
 import yaml
+from scipy import stats
 from accuracy import (
     ORACLE,
     PROXY,
@@ -422,11 +426,12 @@ def _cached(path: Path, mode: str, compute: Any) -> dict[str, float]:
 
 
 def oracle_of(row: dict[str, Any], oracles: dict[str, str]) -> str:
-    """The oracle row whose rSum a row's share is over: its method's own (``oracles``, :func:`own_oracles`), else
-    ``oracle``; an oracle row is over itself."""
-    if is_reference(row["method"]):
-        return str(row["method"])
-    return oracles.get(row.get("plugin", row["method"]), ORACLE)
+    """The oracle row whose rSum a row's share is over: its method's own (``oracles`` by the row's method, else by its
+    plugin, :func:`own_oracles`), else ``oracle``; an oracle row is over itself."""
+    method = str(row["method"])
+    if is_reference(method):
+        return method
+    return oracles.get(method, oracles.get(row.get("plugin", method), ORACLE))
 
 
 def oracle_rsums(rows: list[dict[str, Any]]) -> dict[tuple[str, str, float, int], float]:
@@ -556,36 +561,69 @@ def ranked_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in rows if r["mode"] != NETWORK_A and r["mode"] != SGRAF and not is_reference(r["method"])]
 
 
+SEED_SPREAD_P = 0.05
+"""The two-sided p of a paired t-test over seeds at and above which a measured difference is within the seed spread."""
+
+
+def seed_cells(rows: list[dict[str, Any]]) -> dict[tuple[str, str, float], dict[int, float]]:
+    """Per (protocol, method, ratio), the test rSum of each seed, of the rows a method ranks by (:func:`ranked_rows`)."""
+    cells: dict[tuple[str, str, float], dict[int, float]] = {}
+    for r in ranked_rows(rows):
+        cells.setdefault((r["protocol"], r["method"], r["noise_ratio"]), {})[r["seed"]] = r["test"]["rsum"]
+    return cells
+
+
+def seed_spread(lower: dict[int, float], upper: dict[int, float]) -> str | None:
+    """Whether the seeds leave ``lower``'s mean place below ``upper``'s unresolved: over the seeds both ran (two or
+    more), the paired differences' mean ± sd and the two-sided p of a paired t-test (``scipy.stats.ttest_rel``) at
+    least :data:`SEED_SPREAD_P`; ``None`` where the difference is resolved or one seed cannot tell."""
+    seeds = sorted(lower.keys() & upper.keys())
+    if len(seeds) < 2:
+        return None
+    differences = [lower[s] - upper[s] for s in seeds]
+    if statistics.stdev(differences) == 0:
+        return None
+    p = float(stats.ttest_rel([lower[s] for s in seeds], [upper[s] for s in seeds]).pvalue)
+    if p < SEED_SPREAD_P:
+        return None
+    return (f"within the seed spread, no difference measured: {statistics.mean(differences):+.1f} ± "
+            f"{statistics.stdev(differences):.1f} over seeds {', '.join(map(str, seeds))} (paired t-test p = {p:.2f})")
+
+
 def notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, docs: Path = METHOD_DOCS,
           papers: Path = PAPERS_COMPARISONS, benchmark: str | None = None) -> list[str]:
     """Where a method's mean rSum falls below VSE++'s at a protocol and ratio (same evaluation mode of the method as
     trained) and where its cause is measured (:func:`cause_page`); where two methods' measured order inverts a paper's
     own table at that protocol and ratio (:func:`paper_orderings` of ``papers``), and where the cause of that is
     measured: a section that names the other method, or, for a method below VSE++ there and the other not, the
-    cause of that; a section counts for ``benchmark`` only where its heading names it; then
-    :func:`measurement_notes`."""
+    cause of that; a section counts for ``benchmark`` only where its heading names it. A place the seeds leave
+    unresolved (:func:`seed_spread`) says so instead of a cause. Then :func:`measurement_notes`."""
     out = []
     plain = ranked_rows(rows)
-    mean: dict[tuple[str, str, float], float] = {}
-    for key in {(r["protocol"], r["method"], r["noise_ratio"]) for r in plain}:
-        mean[key] = statistics.mean(r["test"]["rsum"] for r in plain if (r["protocol"], r["method"], r["noise_ratio"]) == key)
+    cells = seed_cells(rows)
+    mean = {key: statistics.mean(by_seed.values()) for key, by_seed in cells.items()}
+    divisions: dict[tuple[str, str, float], list[dict[str, float]]] = {}
+    for r in plain:
+        if r.get("division", {}).get("auc") is not None:
+            divisions.setdefault((r["protocol"], r["method"], r["noise_ratio"]), []).append(r["division"])
     for (protocol, method, ratio), value in sorted(mean.items()):
         vsepp = mean.get((protocol, "vsepp", ratio))
         if method != "vsepp" and vsepp is not None and value < vsepp:
-            division = [r["division"] for r in plain if (r["protocol"], r["method"], r["noise_ratio"]) == (protocol, method, ratio)
-                        and r.get("division", {}).get("auc") is not None]
+            division = divisions.get((protocol, method, ratio), [])
             seen = "; its division (network A, last epoch): " + ", ".join(
                 f"{key} {statistics.mean(d[key] for d in division):.2f}" for key in ("auc", "precision", "recall")
                 if all(d.get(key) is not None for d in division)) if division else ""
+            spread = seed_spread(cells[protocol, method, ratio], cells[protocol, "vsepp", ratio])
             out.append(f"{method} is below VSE++ under {protocol} at {ratio:.0%} ({value:.1f} vs {vsepp:.1f}){seen}; "
-                       + _cause(method, docs, benchmark=benchmark))
+                       + (spread or _cause(method, docs, benchmark=benchmark)))
     for (protocol, ratio, above, below), sources in sorted(paper_orderings(comparison_tables(papers)).items()):
         a, b = mean.get((protocol, above, ratio)), mean.get((protocol, below, ratio))
         if a is not None and b is not None and a < b:
             vsepp = mean.get((protocol, "vsepp", ratio))
             page = cause_page(above, docs, benchmark=benchmark)
-            cause = (f"below VSE++ there, the cause measured: {page}" if vsepp is not None and a < vsepp <= b and page
-                     else _cause(above, docs, below, benchmark))
+            spread = seed_spread(cells[protocol, above, ratio], cells[protocol, below, ratio])
+            cause = spread or (f"below VSE++ there, the cause measured: {page}" if vsepp is not None and a < vsepp <= b
+                               and page else _cause(above, docs, below, benchmark))
             out.append(f"{above} below {below} under {protocol} at {ratio:.0%} ({a:.1f} vs {b:.1f}), against "
                        f"{' and '.join(sources)}; {cause}")
     return out + measurement_notes(rows, oracles)

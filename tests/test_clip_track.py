@@ -48,10 +48,16 @@ def test_the_baseline_warms_for_every_epoch_and_npc_on_a_pretrained_clip_for_non
     planned, skipped = track.plan(args, data_dir, pretrained=True)
     assert skipped == {} and args.report.endswith("benchmarks/leaderboard_clip")
     runs = {run.job.row: run for run in planned}
-    assert set(runs) == {"infonce", "npc", "rcl", "coteaching", "oracle"}
+    methods = ("npc", "rcl", "coteaching")
+    assert set(runs) == {"infonce", *methods, "oracle", *(f"oracle ({m})" for m in methods)}
     oracle = runs.pop("oracle").job
     assert oracle.run.plugin == "npc" and oracle.run.settings["warmup_epochs"] == oracle.run.settings["epochs"]
     assert oracle.data.noise_ratio == 0 and oracle.data.data_dir == str(tmp_path / "data_oracles" / "image_40_seed0")
+    own = {m: runs.pop(f"oracle ({m})").job for m in methods}  # each method itself on the same clean pairs
+    assert all(job.run.plugin == m and job.data.data_dir == oracle.data.data_dir and job.run.noise_ratio == 0.4
+               for m, job in own.items())
+    assert own["npc"].run.settings["warmup_epochs"] == 0 and own["npc"].run.settings["epochs"] > 0
+    assert track.track_oracles(args) == {"infonce": "oracle", **{m: f"oracle ({m})" for m in methods}}
     base = runs["infonce"].job.run
     assert base.plugin == "npc" and base.settings["warmup_epochs"] == base.settings["epochs"] == 70
     assert runs["npc"].job.run.settings["warmup_epochs"] == 0
@@ -118,6 +124,16 @@ def test_the_notes_name_a_failed_method_one_below_the_baseline_and_one_above_the
     assert leaderboard.measurement_notes(shares) == [
         "above its oracle, a defect of the measurement until shown otherwise: infonce over oracle (ncr-caption 20%), "
         "npc over oracle (ncr-caption 20%), rcl over oracle (ncr-caption 20%)"]
+    # each method over its own oracle; the baseline, whose plugin is NPC's, over the baseline's
+    own = shares + [{**row("oracle (rcl)", 440.0, 0), "plugin": "rcl"}, {**row("oracle (npc)", 380.0, 0), "plugin": "npc"}]
+    oracles = {"infonce": "oracle", "npc": "oracle (npc)", "rcl": "oracle (rcl)"}
+    base = {**row("infonce", 400.0, 0), "plugin": "npc"}
+    assert [leaderboard.oracle_of(r, oracles) for r in (base, own[2], own[-1], own[5])] == [
+        "oracle", "oracle (npc)", "oracle (npc)", "oracle"]
+    assert leaderboard.share_of_oracle(own[4], leaderboard.oracle_rsums(own), oracles) == 100 * 420.0 / 440.0
+    assert leaderboard.measurement_notes(own, oracles) == [
+        "above its oracle, a defect of the measurement until shown otherwise: infonce over oracle (ncr-caption 20%), "
+        "npc over oracle (npc) (ncr-caption 20%)"]
 
 
 def test_identical_networks_compares_every_network_with_network_0(track, tmp_path):

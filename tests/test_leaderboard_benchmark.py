@@ -4,12 +4,15 @@ end-to-end call (resumed: finished runs are reused)."""
 from __future__ import annotations
 
 import json
+import math
+import statistics
 import subprocess
 import sys
 from importlib.metadata import entry_points
 
 import numpy as np
 import pytest
+import scipy.stats
 import yaml
 from conftest import BENCHMARKS, MICRO_DATA, benchmark_module
 
@@ -172,6 +175,35 @@ def test_notes_flag_a_method_below_vsepp_and_runs_still_improving(leaderboard, t
     assert leaderboard.notes(rows)[0] == leaderboard.notes(rows, docs=docs)[0]  # GSC's own page has the section
     (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard: why GSC falls below VSE++\n")
     assert leaderboard.notes(rows, docs=docs)[0].endswith('docs/methods/gsc.md, "On the leaderboard: why GSC falls below VSE++"')
+
+
+def test_seed_spread_is_a_paired_t_test_over_the_seeds_both_ran(leaderboard):
+    lower, upper = {0: 280.0, 1: 300.0, 2: 310.0, 5: 1.0}, {0: 300.0, 1: 290.0, 2: 320.0}
+    differences = [-20.0, 10.0, -10.0]
+    sd = statistics.stdev(differences)
+    t = statistics.mean(differences) / (sd / math.sqrt(3))
+    p = 2 * scipy.stats.t.sf(abs(t), df=2)  # the paired t-test's two-sided p, written out
+    assert leaderboard.seed_spread(lower, upper) == (
+        f"within the seed spread, no difference measured: -6.7 ± {sd:.1f} over seeds 0, 1, 2 (paired t-test p = {p:.2f})")
+    assert leaderboard.seed_spread({0: 280.0, 1: 290.0, 2: 301.0}, {0: 300.0, 1: 310.0, 2: 320.0}) is None  # resolved
+    assert leaderboard.seed_spread({0: 280.0}, {0: 300.0}) is None  # one seed cannot tell
+    assert leaderboard.seed_spread({0: 280.0, 1: 290.0}, {0: 300.0, 1: 310.0}) is None  # no spread at all
+
+
+def test_notes_say_where_the_seeds_leave_a_place_unresolved(leaderboard, tmp_path):
+    papers = _papers(tmp_path / "papers.yaml", _table("GSC Table 1, Flickr30K", "ncr-caption", [0.5],
+                                                      {"gsc": [480.0], "ncr": [470.0]}))
+    rows = [_row(m, "ncr-caption", 0.5, seed, rsum, "one network")
+            for m, values in (("vsepp", (300.0, 290.0, 320.0)), ("gsc", (280.0, 300.0, 310.0)),
+                              ("ncr", (301.0, 301.0, 311.0)))
+            for seed, rsum in enumerate(values)]
+    spread = leaderboard.seed_spread({0: 280.0, 1: 300.0, 2: 310.0}, {0: 300.0, 1: 290.0, 2: 320.0})
+    versus_ncr = leaderboard.seed_spread({0: 280.0, 1: 300.0, 2: 310.0}, {0: 301.0, 1: 301.0, 2: 311.0})
+    assert spread and versus_ncr
+    assert leaderboard.notes(rows, docs=tmp_path, papers=papers) == [
+        f"gsc is below VSE++ under ncr-caption at 50% (296.7 vs 303.3); {spread}",
+        f"gsc below ncr under ncr-caption at 50% (296.7 vs 304.3), against GSC Table 1, Flickr30K (480.0 vs 470.0); "
+        f"{versus_ncr}"]
 
 
 def _table(source, protocol, ratios, rsums, paper="gsc"):
