@@ -18,7 +18,8 @@ symmetric InfoNCE loss at temperature 0.01 on every pair (NPC's warmup loss, :fu
 pair_cross_entropy`, for all epochs); ``npc``; ``rcl`` (its complementary contrastive loss); ``coteaching``
 (small-loss selection by two networks). Any other installed pair method may be named; one that cannot train
 on pixel towers is skipped with its error in one line in the report. Each trains its demo settings under the
-leaderboard's protocols, ratios, seeds, batch size (default 32 here) and converged schedule (``--patience``),
+leaderboard's protocols, ratios, seeds, batch size (default 32 here), ``--options`` (by plugin: ``npc.*`` also
+sets the baseline's, NPC's plugin) and converged schedule (``--patience``),
 on the same towers; rows are resumable ``row.json`` files under ``OUTPUT_DIR/clip[_<size>]/<protocol>/``.
 The oracles (``--no-references`` leaves them out) train on exactly the clean pairs of their ratio and seed
 (:func:`oracle_folder`), to convergence after at least a method's demo steps (``--oracle-patience``): ``oracle``
@@ -284,7 +285,8 @@ def plan(args: argparse.Namespace, data_dir: Path, pretrained: bool) -> tuple[li
                 continue
             patience = 0 if args.quick else args.patience
             settings = converged({**settings, "batch_size": batch}, method, pairs, patience, args.schedule == "plateau")
-            runs.append(leaderboard.Run(protocol, Job(method, DemoRun(plugin, ratio, settings), seed, data)))
+            job = leaderboard.with_options(Job(method, DemoRun(plugin, ratio, settings), seed, data), args.options)
+            runs.append(leaderboard.Run(protocol, job))
         if not args.no_references:
             runs += [oracle_run(args, data_dir, protocol, ratio, seed, pretrained, method)
                      for method in args.clip_methods if method not in skipped]
@@ -343,7 +345,8 @@ def oracle_run(args: argparse.Namespace, data_dir: Path, protocol: str, ratio: f
     if method == BASELINE:
         settings["warmup_epochs"] = int(settings["epochs"])
     data = DataArguments(data_dir=str(clean_dir), noise_seed=seed)
-    return leaderboard.Run(protocol, Job(oracle_row(method, BASELINE), DemoRun(plugin, ratio, settings), seed, data))
+    job = Job(oracle_row(method, BASELINE), DemoRun(plugin, ratio, settings), seed, data)
+    return leaderboard.Run(protocol, leaderboard.with_options(job, args.options))
 
 
 def attempt(run: leaderboard.Run, root: Path, model: dict[str, Any], report_only: bool) -> dict[str, Any] | None:

@@ -217,6 +217,16 @@ def with_batch(job: Job, batch_size: int | None) -> Job:
     return dataclasses.replace(job, run=DemoRun(job.run.plugin, job.run.noise_ratio, {**job.run.settings, "batch_size": batch_size}))
 
 
+def with_options(job: Job, options: dict[str, Any] | None) -> Job:
+    """``job`` with those of ``options`` (``--options``) whose prefix names its plugin over its settings' options:
+    ``{"npc.temperature": 0.1}`` sets NPC's temperature in NPC's runs and its own oracle's, and in no other run."""
+    own = {key: value for key, value in (options or {}).items() if key.split(".", 1)[0] == job.run.plugin}
+    if not own:
+        return job
+    settings = {**job.run.settings, "options": {**job.run.settings.get("options", {}), **own}}
+    return dataclasses.replace(job, run=DemoRun(job.run.plugin, job.run.noise_ratio, settings))
+
+
 def plan(args: argparse.Namespace, data_dir: Path) -> tuple[list[Run], list[Run]]:
     """The method runs (first phase) and the reference runs (second phase: their schedules read the methods' steps)
     of every protocol."""
@@ -224,7 +234,7 @@ def plan(args: argparse.Namespace, data_dir: Path) -> tuple[list[Run], list[Run]
     own = [method for method, oracle in own_oracles(args).items() if oracle != ORACLE]
     for protocol in args.protocols:
         for job in jobs(protocol_args(args, protocol, own), data_dir, PROTOCOL_KINDS[protocol]):
-            job = with_batch(job, args.batch_size)
+            job = with_options(with_batch(job, args.batch_size), args.options)
             if is_reference(job.row):
                 references.append(Run(protocol, job))
                 continue
@@ -806,7 +816,8 @@ def report(args: argparse.Namespace, results: dict[str, Any], wall: float) -> st
         "seed, trained to convergence on exactly the clean pairs: "
         + (f"{ORACLE} ({args.oracle_method[0]}), or, for a method whose optimiser, learning rate, weight decay or "
            f"model fields differ from {args.oracle_method[0]}'s, `{ORACLE} (method)`, that method itself."
-           if args.benchmark != ["clip"] else "the baseline without noise handling, as each table's title says."),
+           if args.benchmark != ["clip"] else "`oracle`, the baseline without noise handling, for the baseline; "
+           "`oracle (M)`, method M itself, for method M."),
     ]
     for benchmark, result in results.items():
         if "skipped" in result:
@@ -857,6 +868,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sgraf", nargs="*", default=None,
                         help="Also train the methods named (none named: all) with the SGR and the SAF head; row SGRAF.")
     parser.add_argument("--model", type=json.loads, default=None, help="JSON of ModelArguments fields over the demo model's.")
+    parser.add_argument("--options", type=json.loads, default=None,
+                        help='JSON of plugin options over the demo settings\', each set in the runs of the plugin its '
+                        'prefix names (its own oracle\'s included), e.g. \'{"npc.temperature": 0.1}\'; with another '
+                        "--output-dir, or the leaderboard's runs train again.")
     parser.add_argument("--captions-file", default=str(DEFAULT_CAPTIONS))
     parser.add_argument("--proxy-train-images", type=int, default=1000,
                         help="Training images of the real-text proxy (its 500 dev and 1000 test images besides).")
@@ -883,6 +898,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for name in ("ncr_ratios", "decl_ratios"):
         if not all(0.0 < r < 1.0 for r in getattr(args, name)):
             parser.error(f"--{name.replace('_', '-')} must lie in (0, 1), got {getattr(args, name)}")
+    if args.options is not None and not (isinstance(args.options, dict) and all(
+            isinstance(key, str) and "." in key.strip(".") for key in args.options)):
+        parser.error(f"--options: expected a JSON object of 'plugin.option' keys, got {json.dumps(args.options)}")
     if args.patience < 0 or args.oracle_patience < 0:
         parser.error("--patience and --oracle-patience must be >= 0")
     if args.report is None:

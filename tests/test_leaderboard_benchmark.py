@@ -157,6 +157,21 @@ def test_a_run_trained_otherwise_than_the_plan_is_named_and_trained_again(leader
     assert calls == [(False, False)] and not (run_dir / "modes.json").exists()  # no resume; the old results gone
 
 
+def test_options_reach_the_runs_of_the_plugin_they_name_and_bad_ones_are_refused(leaderboard, tmp_path, capsys):
+    data_dir = generate_precomp(tmp_path / "data", MICRO_DATA)
+    args = leaderboard.parse_args(["--methods", "npc", "rcl", "--oracle-method", "vsepp", "npc", "--seeds", "0",
+                                   "--protocols", "ncr-caption", "--ncr-ratios", "0.2",
+                                   "--options", '{"npc.temperature": 0.1}'])
+    methods, references = leaderboard.plan(args, data_dir)
+    options = {run.job.row: run.job.run.settings.get("options", {}) for run in methods + references}
+    assert options["npc"]["npc.temperature"] == options["oracle (npc)"]["npc.temperature"] == 0.1
+    assert "npc.temperature" not in options["rcl"] and "npc.temperature" not in options["oracle"]
+    for bad in ('{"temperature": 0.1}', "[1]"):
+        with pytest.raises(SystemExit):
+            leaderboard.parse_args(["--options", bad])
+        assert "--options: expected a JSON object of 'plugin.option' keys" in capsys.readouterr().err
+
+
 def test_notes_flag_a_method_below_vsepp_and_runs_still_improving(leaderboard, tmp_path):
     rows = [_row("vsepp", "ncr-caption", 0.5, 0, 300.0, "one network"), _row("gsc", "ncr-caption", 0.5, 0, 280.0, "mean of 2 networks",
                  division={"auc": 0.55, "precision": 0.5, "recall": 0.1}),
