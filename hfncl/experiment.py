@@ -102,7 +102,8 @@ def prepare_run(data_args: Any, config: TrainConfig, model_args: Any | None = No
     held.enter_context(library_progress_bars(config.progress))
     try:
         resumed = checkpoint_to_resume(config.resume_from_checkpoint, config.output_dir)
-        fingerprint = run_fingerprint(config, data_args, model_args, unread=task.unread_files(data_args))
+        fingerprint = run_fingerprint(config, data_args, model_args, unread=task.unread_files(data_args),
+                                      model_used=task.model_settings(model_args, plugins))
         if resumed is not None:  # before the data are read; the noise index is compared once it is made
             ignore = config.resume_ignore_mismatch
             refuse_mismatch(resumed, fingerprint, ignore_mismatch=ignore, skip=(NOISE_INDEX_FIELD,))

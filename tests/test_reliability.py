@@ -618,3 +618,23 @@ def test_a_checkpoint_saved_before_a_training_field_existed_resumes_while_the_ru
     assert differing_fields(old, {**current, "training.lr_decay_patience": 3}) == ["training.lr_decay_patience"]
     assert differing_fields(current, {**current, "training.epochs": 7}) == ["training.epochs"]
     assert differing_fields({**old, "training.unknown": 1}, current) == ["training.unknown"]
+
+
+def test_a_plugin_whose_model_defaults_changed_does_not_resume_into_another_model(micro_data_dir, tmp_path, monkeypatch):
+    """The fingerprint records the model as resolved (``model_used.NAME``: the plugins' ``model_defaults`` under the
+    arguments), not only the arguments, which stay the same when a plugin's defaults change; a checkpoint saved
+    before those fields were recorded lacks all of them and is compared by its arguments alone."""
+    import hfncl.tasks.pairs as pairs
+    from hfncl.engine.fingerprint import FINGERPRINT_FILE, ResumeMismatchError, differing_fields
+
+    micro_run(micro_data_dir, tmp_path)
+    checkpoint = next((tmp_path / "checkpoints").glob("step-*"))
+    saved = json.loads((checkpoint / FINGERPRINT_FILE).read_text())["fields"]
+    assert saved["model_used.image_views"] == 1 and saved["model.image_views"] is None
+    monkeypatch.setattr(pairs, "plugin_model_defaults", lambda hook: {"image_views": 2})  # the plugin, changed
+    with pytest.raises(ResumeMismatchError, match=r"other data, noise or settings than this run asks for: "
+                                                  r"model_used.image_views \(1 -> 2\);"):
+        micro_run(micro_data_dir, tmp_path, resume=True)
+    old = {k: v for k, v in saved.items() if not k.startswith("model_used.")}
+    assert differing_fields(old, {**saved, "model_used.image_views": 2}) == []
+    assert differing_fields(old, {**saved, "model.embed_dim": 64}) == ["model.embed_dim"]

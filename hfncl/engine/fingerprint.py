@@ -9,6 +9,9 @@ A fingerprint is a flat mapping of named fields to JSON values:
 ``data.NAME``         the data arguments; a value naming an existing file or directory is given as its resolved
                       path, and the card's dataset name is left out.
 ``model.NAME``        the model arguments.
+``model_used.NAME``   every model field the run uses, resolved: the plugins' ``model_defaults`` under the model
+                      arguments, the settings' defaults under both (the task's ``model_settings``), so that a
+                      plugin whose model defaults changed since does not resume into another model.
 ``files.NAME/PATH``   every file under such a path (hidden files, the run's own output directory and the files
                       of splits the run does not read left out, which other runs may write meanwhile):
                       text files (captions, metadata, vocabularies) and small ``.npy`` files (noise indexes,
@@ -44,6 +47,7 @@ DESCRIPTIVE_FIELDS = frozenset({"dataset_name"})
 HASHED_SUFFIXES = frozenset({".txt", ".tsv", ".json", ".jsonl", ".csv"})
 HASHED_NPY_BYTES = 16 << 20
 _SHOWN_FIELDS = 6
+MODEL_USED = "model_used."
 
 
 class ResumeMismatchError(ValueError):
@@ -56,8 +60,10 @@ def run_fingerprint(
     model_args: Any = None,
     output_dir: str | Path | None = None,
     unread: Callable[[Path], bool] | None = None,
+    model_used: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The fingerprint of a run of ``config`` on ``data_args`` and ``model_args`` (dataclasses, or ``None``).
+    """The fingerprint of a run of ``config`` on ``data_args`` and ``model_args`` (dataclasses, or ``None``), and
+    of the model fields it uses, resolved (``model_used``, or ``None``).
 
     ``output_dir`` (default ``config.output_dir``) is left out of the data directories' files, and so is every
     file (a resolved path) for which ``unread`` answers true: another split's (:meth:`ExperimentTask.unread_files`).
@@ -66,6 +72,8 @@ def run_fingerprint(
     fingerprint = {f"training.{k}": v for k, v in values.items() if k not in UNTRAINED_FIELDS}
     if model_args is not None:
         fingerprint.update((f"model.{k}", v) for k, v in _values(model_args).items())
+    if model_used is not None:
+        fingerprint.update((f"{MODEL_USED}{k}", v) for k, v in json.loads(json.dumps(model_used, default=str)).items())
     if data_args is not None:
         exclude = Path(output_dir if output_dir is not None else config.output_dir).resolve()
         fingerprint.update(_data_fields(_values(data_args), exclude, unread or _reads_all))
@@ -103,11 +111,14 @@ def read_fingerprint(checkpoint: str | Path) -> tuple[dict[str, Any] | None, lis
 def differing_fields(saved: dict[str, Any], current: dict[str, Any], skip: tuple[str, ...] = ()) -> list[str]:
     """The fields whose values differ (or that only one of the fingerprints has), sorted; ``skip``: left out. A
     training field that a checkpoint saved before the field existed lacks is no difference while the run keeps the
-    field's default (:func:`training_defaults`)."""
+    field's default (:func:`training_defaults`); nor are the resolved model fields (``model_used.NAME``) of a
+    checkpoint saved before they were recorded, which has none of them (its ``model.NAME`` are still compared)."""
     added = {k: v for k, v in training_defaults().items() if k not in saved}
+    unrecorded = (MODEL_USED,) if not any(k.startswith(MODEL_USED) for k in saved) else ()
     return sorted(
         k for k in saved.keys() | current.keys()
         if k not in skip and saved.get(k) != current.get(k) and not (k in added and current.get(k) == added[k])
+        and not (unrecorded and k.startswith(unrecorded))
     )
 
 
