@@ -209,6 +209,12 @@ def steps_per_batch(method: str, rows: list[dict[str, Any]], pairs: int) -> floa
     return 1.0
 
 
+def plateau_rule(args: argparse.Namespace) -> bool:
+    """Whether a call trains to the validation plateau (the leaderboard's ``--schedule plateau``); ``accuracy.py``'s
+    own calls keep the fixed rule."""
+    return getattr(args, "schedule", "fixed") == "plateau"
+
+
 def converged_settings(
     settings: dict[str, Any], steps: float, steps_per_epoch: int, patience: int, plateau: bool = False
 ) -> dict[str, Any]:
@@ -255,7 +261,7 @@ def bounded_job(job: Job, rows: list[dict[str, Any]], args: argparse.Namespace) 
     per_batch = steps_per_batch(job.run.plugin, finished, pairs)
     settings = converged_settings(job.run.settings, max(steps, default=0.0),
                                   round(split_pairs(data_dir, job.data.train_split) // batch * per_batch), args.oracle_patience,
-                                  getattr(args, "schedule", "fixed") == "plateau")
+                                  plateau_rule(args))
     return dataclasses.replace(job, run=DemoRun(job.run.plugin, ratio, settings))
 
 

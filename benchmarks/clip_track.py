@@ -46,7 +46,7 @@ from typing import Any
 import leaderboard  # its members read at call time: leaderboard imports this module
 import numpy as np
 import torch
-from accuracy import Job
+from accuracy import Job, plateau_rule
 from common import method_runs
 from PIL import Image, ImageDraw
 
@@ -284,7 +284,7 @@ def plan(args: argparse.Namespace, data_dir: Path, pretrained: bool) -> tuple[li
                 skipped[method] = one_line(str(error))
                 continue
             patience = 0 if args.quick else args.patience
-            settings = converged({**settings, "batch_size": batch}, method, pairs, patience, args.schedule == "plateau")
+            settings = converged({**settings, "batch_size": batch}, method, pairs, patience, plateau_rule(args))
             job = leaderboard.with_options(Job(method, DemoRun(plugin, ratio, settings), seed, data), args.options)
             runs.append(leaderboard.Run(protocol, job))
         if not args.no_references:
@@ -341,7 +341,7 @@ def oracle_run(args: argparse.Namespace, data_dir: Path, protocol: str, ratio: f
     if not args.quick and args.oracle_patience:
         steps = int(settings["epochs"]) * (training_pairs(data_dir) // batch)
         clean = training_pairs(clean_dir)
-        settings = converged_settings(settings, steps, clean // batch, args.oracle_patience, args.schedule == "plateau")
+        settings = converged_settings(settings, steps, clean // batch, args.oracle_patience, plateau_rule(args))
     if method == BASELINE:
         settings["warmup_epochs"] = int(settings["epochs"])
     data = DataArguments(data_dir=str(clean_dir), noise_seed=seed)

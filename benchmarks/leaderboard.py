@@ -100,6 +100,7 @@ from accuracy import (
     is_reference,
     jobs,
     oracle_row,
+    plateau_rule,
     prepare_benchmark,
     split_pairs,
     train,
@@ -238,11 +239,11 @@ def plan(args: argparse.Namespace, data_dir: Path) -> tuple[list[Run], list[Run]
             if is_reference(job.row):
                 references.append(Run(protocol, job))
                 continue
-            methods.append(Run(protocol, converged_method(job, args.patience, args.schedule == "plateau")))
+            methods.append(Run(protocol, converged_method(job, args.patience, plateau_rule(args))))
             if args.sgraf is not None and (not args.sgraf or job.row in args.sgraf):
                 for head in HEADS:
                     twin = dataclasses.replace(job, row=head_row(job.row, head))
-                    methods.append(Run(protocol, converged_method(twin, args.patience, args.schedule == "plateau"),
+                    methods.append(Run(protocol, converged_method(twin, args.patience, plateau_rule(args)),
                                        {"similarity": head}))
     return methods, references
 
@@ -810,7 +811,7 @@ def report(args: argparse.Namespace, results: dict[str, Any], wall: float) -> st
         + f"; {machine()}; commit {commit()}. "
         "Measured here, on the same data, noise files, schedule and evaluation; schedule: "
         + ("each run at its learning rate until its validation rSum stalls, then at a tenth until it stalls again"
-           if args.schedule == "plateau" else "each run's demo epochs, then a tenth of its learning rate")
+           if plateau_rule(args) else "each run's demo epochs, then a tenth of its learning rate")
         + f" (patience {args.patience}); test rSum of the best-validation "
         f"checkpoint, mean ± sd over seeds {args.seeds}; share of oracle: over the row's oracle at the same ratio and "
         "seed, trained to convergence on exactly the clean pairs: "
