@@ -121,9 +121,11 @@ def test_the_notes_name_a_failed_method_one_below_the_baseline_and_one_above_the
         "last epoch): auc 0.850, precision 0.800, recall 0.700",
     ]
     shares = [{**r, "planned_epochs": 10, "epochs": 8, "best_epoch": 6} for r in rows]  # the track's notes of its runs
+    head = ("above its oracle, a defect of the measurement until shown otherwise (test rSum minus the oracle's, mean ± "
+            "sd over the seeds): ")
     assert leaderboard.measurement_notes(shares) == [
-        "above its oracle, a defect of the measurement until shown otherwise: infonce over oracle (ncr-caption 20%), "
-        "npc over oracle (ncr-caption 20%), rcl over oracle (ncr-caption 20%)"]
+        head + "infonce over oracle (ncr-caption 20%: +100.0 over seed 0), npc over oracle (ncr-caption 20%: +90.0 over "
+        "seed 0), rcl over oracle (ncr-caption 20%: +120.0 over seed 0)"]
     # each method over its own oracle; the baseline, whose plugin is NPC's, over the baseline's
     own = shares + [{**row("oracle (rcl)", 440.0, 0), "plugin": "rcl"}, {**row("oracle (npc)", 380.0, 0), "plugin": "npc"}]
     oracles = {"infonce": "oracle", "npc": "oracle (npc)", "rcl": "oracle (rcl)"}
@@ -132,8 +134,8 @@ def test_the_notes_name_a_failed_method_one_below_the_baseline_and_one_above_the
         "oracle", "oracle (npc)", "oracle (npc)", "oracle"]
     assert leaderboard.share_of_oracle(own[4], leaderboard.oracle_rsums(own), oracles) == 100 * 420.0 / 440.0
     assert leaderboard.measurement_notes(own, oracles) == [
-        "above its oracle, a defect of the measurement until shown otherwise: infonce over oracle (ncr-caption 20%), "
-        "npc over oracle (npc) (ncr-caption 20%)"]
+        head + "infonce over oracle (ncr-caption 20%: +100.0 over seed 0), npc over oracle (npc) (ncr-caption 20%: "
+        "+10.0 over seed 0)"]
 
 
 def test_identical_networks_compares_every_network_with_network_0(track, tmp_path):

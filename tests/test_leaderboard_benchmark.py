@@ -119,8 +119,17 @@ def test_a_method_trained_by_another_rule_than_the_oracles_has_its_own_oracle(le
     # above the VSE++ oracle is no note, above its own is one
     assert not [n for n in leaderboard.notes(rows, {"tcvse": "oracle (tcvse)"}) if "above its oracle" in n]
     above = [{**rows[0], "test": {"rsum": 530.0}}] + rows[1:]
-    assert "above its oracle, a defect of the measurement until shown otherwise: tcvse over oracle (tcvse) " \
-           "(ncr-caption 20%)" in leaderboard.notes(above, {"tcvse": "oracle (tcvse)"})
+    head = "above its oracle, a defect of the measurement until shown otherwise (test rSum minus the oracle's, mean ± sd " \
+           "over the seeds): "
+    assert head + "tcvse over oracle (tcvse) (ncr-caption 20%: +10.0 over seed 0)" in leaderboard.notes(
+        above, {"tcvse": "oracle (tcvse)"})
+    # over seeds: the mean difference and its sd, over the seeds the oracle ran; below it on average, no note
+    seeds = above + [_row("tcvse", "ncr-caption", 0.2, 1, 490.0, "one network"), _row("tcvse", "ncr-caption", 0.2, 2, 1.0,
+                     "one network"), _row("oracle (tcvse)", "ncr-caption", 0.2, 1, 470.0, "one network", plugin="tcvse")]
+    assert head + "tcvse over oracle (tcvse) (ncr-caption 20%: +15.0 ± 7.1 over seeds 0, 1)" in leaderboard.notes(
+        seeds, {"tcvse": "oracle (tcvse)"})
+    seeds[-1] = _row("oracle (tcvse)", "ncr-caption", 0.2, 1, 510.0, "one network", plugin="tcvse")
+    assert not [n for n in leaderboard.notes(seeds, {"tcvse": "oracle (tcvse)"}) if "above its oracle" in n]
 
 
 def test_a_run_trained_otherwise_than_the_plan_is_named_and_trained_again(leaderboard, tmp_path, monkeypatch):
