@@ -642,8 +642,9 @@ def notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, doc
 
 def measurement_notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None) -> list[str]:
     """What every benchmark's table notes of its runs: a method whose mean is above its own oracle's over the seeds
-    the oracle ran (a defect of the measurement until shown otherwise; the difference's mean ± sd), runs trained otherwise than the plan (``stale``, with ``--report-only``), and the runs
-    that stopped at their last planned epoch (not converged by the rule)."""
+    the oracle ran (a defect of the measurement until shown otherwise; the difference's mean ± sd), runs trained
+    otherwise than the plan (``stale``, with ``--report-only``), and the runs that stopped at their last planned epoch
+    (not converged by the rule)."""
     out = []
     rsums = oracle_rsums(rows)
     above = []
