@@ -508,11 +508,6 @@ def cause_page(method: str, docs: Path = METHOD_DOCS, against: str | None = None
     return f"docs/methods/{method}.md, \"{heading.lstrip('# ')}\"" if heading else None
 
 
-def _cause(method: str, docs: Path, against: str | None = None, benchmark: str | None = None) -> str:
-    page = cause_page(method, docs, against, benchmark)
-    return f"the cause, measured: {page}" if page else "the cause is not measured yet"
-
-
 def comparison_tables(path: Path = PAPERS_COMPARISONS) -> list[dict[str, Any]]:
     """The papers' comparison tables of ``path`` (``benchmarks/papers_comparisons.yaml``), each with its ``source``,
     ``paper``, ``protocol``, ``ratios`` and ``rows`` (per method, the ``rsum`` at each ratio; ``other_rows``: the
@@ -607,8 +602,8 @@ def notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, doc
     trained) and where its cause is measured (:func:`cause_page`); where two methods' measured order inverts a paper's
     own table at that protocol and ratio (:func:`paper_orderings` of ``papers``), and where the cause of that is
     measured: a section that names the other method, or, for a method below VSE++ there and the other not, the
-    cause of that; a section counts for ``benchmark`` only where its heading names it. A place the seeds leave
-    unresolved (:func:`seed_spread`) says so instead of a cause. Then :func:`measurement_notes`."""
+    cause of that; a section counts for ``benchmark`` only where its heading names it. A place with no such section
+    that the seeds leave unresolved (:func:`seed_spread`) says so. Then :func:`measurement_notes`."""
     out = []
     plain = ranked_rows(rows)
     cells = seed_cells(rows)
@@ -624,17 +619,19 @@ def notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, doc
             seen = "; its division (network A, last epoch): " + ", ".join(
                 f"{key} {statistics.mean(d[key] for d in division):.2f}" for key in ("auc", "precision", "recall")
                 if all(d.get(key) is not None for d in division)) if division else ""
+            page = cause_page(method, docs, benchmark=benchmark)
             spread = seed_spread(cells[protocol, method, ratio], cells[protocol, "vsepp", ratio])
             out.append(f"{method} is below VSE++ under {protocol} at {ratio:.0%} ({value:.1f} vs {vsepp:.1f}){seen}; "
-                       + (spread or _cause(method, docs, benchmark=benchmark)))
+                       + (f"the cause, measured: {page}" if page else spread or "the cause is not measured yet"))
     for (protocol, ratio, above, below), sources in sorted(paper_orderings(comparison_tables(papers)).items()):
         a, b = mean.get((protocol, above, ratio)), mean.get((protocol, below, ratio))
         if a is not None and b is not None and a < b:
             vsepp = mean.get((protocol, "vsepp", ratio))
             page = cause_page(above, docs, benchmark=benchmark)
+            against = cause_page(above, docs, below, benchmark)
             spread = seed_spread(cells[protocol, above, ratio], cells[protocol, below, ratio])
-            cause = spread or (f"below VSE++ there, the cause measured: {page}" if vsepp is not None and a < vsepp <= b
-                               and page else _cause(above, docs, below, benchmark))
+            cause = (f"below VSE++ there, the cause measured: {page}" if vsepp is not None and a < vsepp <= b and page
+                     else f"the cause, measured: {against}" if against else spread or "the cause is not measured yet")
             out.append(f"{above} below {below} under {protocol} at {ratio:.0%} ({a:.1f} vs {b:.1f}), against "
                        f"{' and '.join(sources)}; {cause}")
     return out + measurement_notes(rows, oracles)

@@ -228,6 +228,13 @@ def test_notes_say_where_the_seeds_leave_a_place_unresolved(leaderboard, tmp_pat
         f"gsc is below VSE++ under ncr-caption at 50% (296.7 vs 303.3); {spread}",
         f"gsc below ncr under ncr-caption at 50% (296.7 vs 304.3), against GSC Table 1, Flickr30K (480.0 vs 470.0); "
         f"{versus_ncr}"]
+    # a measured cause is named first, the seeds' verdict where there is none
+    (tmp_path / "gsc.md").write_text("# GSC\n\n## On the leaderboard: below NCR\n")
+    assert leaderboard.notes(rows, docs=tmp_path, papers=papers) == [
+        f"gsc is below VSE++ under ncr-caption at 50% (296.7 vs 303.3); the cause, measured: docs/methods/gsc.md, "
+        '"On the leaderboard: below NCR"',
+        "gsc below ncr under ncr-caption at 50% (296.7 vs 304.3), against GSC Table 1, Flickr30K (480.0 vs 470.0); "
+        'below VSE++ there, the cause measured: docs/methods/gsc.md, "On the leaderboard: below NCR"']
 
 
 def _table(source, protocol, ratios, rsums, paper="gsc"):
