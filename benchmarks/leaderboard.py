@@ -489,6 +489,8 @@ def _count(values: list[int]) -> str:
     return str(values[0]) if len(set(values)) == 1 else mean_spread(values, 0)
 
 
+VSEPP = "VSE++"
+"""How a cause section's heading names VSE++, the baseline a method's place below is measured against."""
 BENCHMARK_WORDS = {"generated": "generated benchmark", "proxy": "proxy", "clip": "CLIP track"}
 """What a cause section's heading names for the causes it measured on each benchmark."""
 
@@ -502,7 +504,7 @@ def cause_page(method: str, docs: Path = METHOD_DOCS, against: str | None = None
     page = docs / f"{method}.md"
     headings = [line.strip() for line in page.read_text().splitlines()] if page.is_file() else []
     words = [w for w in (against, BENCHMARK_WORDS.get(benchmark or "", benchmark)) if w]
-    named = [re.compile(rf"\b{re.escape(word)}\b", re.IGNORECASE) for word in words]
+    named = [re.compile(rf"(?<!\w){re.escape(word)}(?!\w)", re.IGNORECASE) for word in words]
     heading = next((line for line in headings if line.startswith(CAUSE_SECTION)
                     and all(pattern.search(line) for pattern in named)), None)
     return f"docs/methods/{method}.md, \"{heading.lstrip('# ')}\"" if heading else None
@@ -599,7 +601,7 @@ def seed_spread(lower: dict[int, float], upper: dict[int, float]) -> str | None:
 def notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, docs: Path = METHOD_DOCS,
           papers: Path = PAPERS_COMPARISONS, benchmark: str | None = None) -> list[str]:
     """Where a method's mean rSum falls below VSE++'s at a protocol and ratio (same evaluation mode of the method as
-    trained) and where its cause is measured (:func:`cause_page`); where two methods' measured order inverts a paper's
+    trained) and where its cause is measured (:func:`cause_page`, a section naming VSE++); where two methods' measured order inverts a paper's
     own table at that protocol and ratio (:func:`paper_orderings` of ``papers``), and where the cause of that is
     measured: a section that names the other method, or, for a method below VSE++ there and the other not, the
     cause of that; a section counts for ``benchmark`` only where its heading names it. A place with no such section
@@ -619,7 +621,7 @@ def notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, doc
             seen = "; its division (network A, last epoch): " + ", ".join(
                 f"{key} {statistics.mean(d[key] for d in division):.2f}" for key in ("auc", "precision", "recall")
                 if all(d.get(key) is not None for d in division)) if division else ""
-            page = cause_page(method, docs, benchmark=benchmark)
+            page = cause_page(method, docs, VSEPP, benchmark)
             spread = seed_spread(cells[protocol, method, ratio], cells[protocol, "vsepp", ratio])
             out.append(f"{method} is below VSE++ under {protocol} at {ratio:.0%} ({value:.1f} vs {vsepp:.1f}){seen}; "
                        + (f"the cause, measured: {page}" if page else spread or "the cause is not measured yet"))
@@ -627,7 +629,7 @@ def notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, doc
         a, b = mean.get((protocol, above, ratio)), mean.get((protocol, below, ratio))
         if a is not None and b is not None and a < b:
             vsepp = mean.get((protocol, "vsepp", ratio))
-            page = cause_page(above, docs, benchmark=benchmark)
+            page = cause_page(above, docs, VSEPP, benchmark)
             against = cause_page(above, docs, below, benchmark)
             spread = seed_spread(cells[protocol, above, ratio], cells[protocol, below, ratio])
             cause = (f"below VSE++ there, the cause measured: {page}" if vsepp is not None and a < vsepp <= b and page

@@ -194,9 +194,11 @@ def test_notes_flag_a_method_below_vsepp_and_runs_still_improving(leaderboard, t
     docs.mkdir()
     (docs / "gsc.md").write_text("# GSC\n\n## Measurements\n")
     assert leaderboard.notes(rows, docs=docs)[0].endswith("; the cause is not measured yet")
-    (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard\n\nWhy.\n")
-    assert leaderboard.notes(rows, docs=docs)[0].endswith('; the cause, measured: docs/methods/gsc.md, "On the leaderboard"')
-    assert leaderboard.notes(rows)[0] == leaderboard.notes(rows, docs=docs)[0]  # GSC's own page has the section
+    (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard\n\nWhy.\n")  # a section on no place
+    assert leaderboard.notes(rows, docs=docs)[0].endswith("; the cause is not measured yet")
+    (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard: below NCR\n\n## On the leaderboard: below VSE++\n")
+    assert leaderboard.notes(rows, docs=docs)[0].endswith(
+        '; the cause, measured: docs/methods/gsc.md, "On the leaderboard: below VSE++"')
     (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard: why GSC falls below VSE++\n")
     assert leaderboard.notes(rows, docs=docs)[0].endswith('docs/methods/gsc.md, "On the leaderboard: why GSC falls below VSE++"')
 
@@ -231,10 +233,9 @@ def test_notes_say_where_the_seeds_leave_a_place_unresolved(leaderboard, tmp_pat
     # a measured cause is named first, the seeds' verdict where there is none
     (tmp_path / "gsc.md").write_text("# GSC\n\n## On the leaderboard: below NCR\n")
     assert leaderboard.notes(rows, docs=tmp_path, papers=papers) == [
-        f"gsc is below VSE++ under ncr-caption at 50% (296.7 vs 303.3); the cause, measured: docs/methods/gsc.md, "
-        '"On the leaderboard: below NCR"',
+        f"gsc is below VSE++ under ncr-caption at 50% (296.7 vs 303.3); {spread}",
         "gsc below ncr under ncr-caption at 50% (296.7 vs 304.3), against GSC Table 1, Flickr30K (480.0 vs 470.0); "
-        'below VSE++ there, the cause measured: docs/methods/gsc.md, "On the leaderboard: below NCR"']
+        'the cause, measured: docs/methods/gsc.md, "On the leaderboard: below NCR"']
 
 
 def _table(source, protocol, ratios, rsums, paper="gsc"):
