@@ -373,6 +373,12 @@ def test_a_killed_audit_resumes_from_its_last_checkpoint_and_finds_the_same_pair
     assert trained_epochs == [0, 1, 2, 3, 4, 5]
     with pytest.raises(ResumeMismatchError, match=r"training.seed \(0 -> 1\)"):
         run(resume=True, seed=1)
+    import hfncl.tasks.pairs as pairs  # a plugin whose model defaults changed does not resume into another model
+
+    with monkeypatch.context() as patched:
+        patched.setattr(pairs, "plugin_model_defaults", lambda hook: {"image_views": 2})
+        with pytest.raises(ResumeMismatchError, match=r"model_used.image_views \(1 -> 2\)"):
+            run(resume=True)
     monkeypatch.setattr(audit_package, "save_trained", save_trained)
     table = run(resume=True)
     assert trained_epochs == [0, 1, 2, 3, 4, 5]  # nothing left to train

@@ -197,7 +197,8 @@ def train_model(
                 shutil.rmtree(directory, ignore_errors=True)
             directory.mkdir(parents=True, exist_ok=True)
         run = replace(config, output_dir=str(directory), resume_from_checkpoint=LATEST if resume else None)
-        fingerprint = run_fingerprint(run, model_args=model_args) | data_fingerprint(data)
+        used = PAIRS.model_settings(model_args, plugins)
+        fingerprint = run_fingerprint(run, model_args=model_args, model_used=used) | data_fingerprint(data)
         dataset = NoisyPairDataset(data.split, vocab)
         watched = [*(callbacks or []), FiniteTraining()]  # a diverged model gives no verdict
         trainer = Trainer(
