@@ -574,7 +574,8 @@ SEED_SPREAD_P = 0.05
 
 
 def seed_cells(rows: list[dict[str, Any]]) -> dict[tuple[str, str, float], dict[int, float]]:
-    """Per (protocol, method, ratio), the test rSum of each seed, of the rows a method ranks by (:func:`ranked_rows`)."""
+    """Per (protocol, method, ratio), the test rSum of each seed, of the rows a method ranks by
+    (:func:`ranked_rows`)."""
     cells: dict[tuple[str, str, float], dict[int, float]] = {}
     for r in ranked_rows(rows):
         cells.setdefault((r["protocol"], r["method"], r["noise_ratio"]), {})[r["seed"]] = r["test"]["rsum"]
@@ -601,11 +602,12 @@ def seed_spread(lower: dict[int, float], upper: dict[int, float]) -> str | None:
 def notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, docs: Path = METHOD_DOCS,
           papers: Path = PAPERS_COMPARISONS, benchmark: str | None = None) -> list[str]:
     """Where a method's mean rSum falls below VSE++'s at a protocol and ratio (same evaluation mode of the method as
-    trained) and where its cause is measured (:func:`cause_page`, a section naming VSE++); where two methods' measured order inverts a paper's
-    own table at that protocol and ratio (:func:`paper_orderings` of ``papers``), and where the cause of that is
-    measured: a section that names the other method, or, for a method below VSE++ there and the other not, the
-    cause of that; a section counts for ``benchmark`` only where its heading names it. A place with no such section
-    that the seeds leave unresolved (:func:`seed_spread`) says so. Then :func:`measurement_notes`."""
+    trained) and where its cause is measured (:func:`cause_page`, a section naming VSE++); where two methods'
+    measured order inverts a paper's own table at that protocol and ratio (:func:`paper_orderings` of ``papers``),
+    and where the cause of that is measured: a section that names the other method, or, for a method below VSE++
+    there and the other not, the cause of that; a section counts for ``benchmark`` only where its heading names it.
+    A place with no such section that the seeds leave unresolved (:func:`seed_spread`) says so. Then
+    :func:`measurement_notes`."""
     out = []
     plain = ranked_rows(rows)
     cells = seed_cells(rows)
@@ -652,7 +654,8 @@ def measurement_notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None
         first.setdefault((r["protocol"], r["method"], r["noise_ratio"]), r)
     for (protocol, method, ratio), by_seed in sorted(seed_cells(rows).items()):
         oracle = oracle_of(first[protocol, method, ratio], oracles or {})
-        bound = {seed: rsums[oracle, protocol, ratio, seed] for seed in by_seed if (oracle, protocol, ratio, seed) in rsums}
+        bound = {seed: rsums[oracle, protocol, ratio, seed] for seed in by_seed
+                 if (oracle, protocol, ratio, seed) in rsums}
         if bound and statistics.mean(by_seed[s] for s in bound) > statistics.mean(bound.values()):
             differences = [by_seed[s] - bound[s] for s in sorted(bound)]
             spread = f" ± {statistics.stdev(differences):.1f}" if len(differences) > 1 else ""
