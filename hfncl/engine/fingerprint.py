@@ -73,7 +73,7 @@ def run_fingerprint(
     if model_args is not None:
         fingerprint.update((f"model.{k}", v) for k, v in _values(model_args).items())
     if model_used is not None:
-        fingerprint.update((f"{MODEL_USED}{k}", v) for k, v in json.loads(json.dumps(model_used, default=str)).items())
+        fingerprint.update((f"{MODEL_USED}{k}", v) for k, v in _as_json(model_used).items())
     if data_args is not None:
         exclude = Path(output_dir if output_dir is not None else config.output_dir).resolve()
         fingerprint.update(_data_fields(_values(data_args), exclude, unread or _reads_all))
@@ -192,9 +192,13 @@ def _short(value: Any) -> str:
 
 
 def _values(arguments: Any) -> dict[str, Any]:
-    """A dataclass's fields as JSON reads them back (tuples as lists, option mappings as plain dicts)."""
-    values = {field.name: getattr(arguments, field.name) for field in fields(arguments)}
-    return json.loads(json.dumps(values, default=str))
+    """A dataclass's fields as JSON reads them back (:func:`_as_json`)."""
+    return _as_json({field.name: getattr(arguments, field.name) for field in fields(arguments)})
+
+
+def _as_json(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` as JSON reads them back (tuples as lists, option mappings as plain dicts)."""
+    return dict(json.loads(json.dumps(values, default=str)))
 
 
 def _reads_all(path: Path) -> bool:
