@@ -74,6 +74,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import dataclasses
+import functools
 import itertools
 import json
 import multiprocessing
@@ -218,10 +219,19 @@ def with_batch(job: Job, batch_size: int | None) -> Job:
     return dataclasses.replace(job, run=DemoRun(job.run.plugin, job.run.noise_ratio, {**job.run.settings, "batch_size": batch_size}))
 
 
+@functools.cache
+def declared_options(plugin: str) -> frozenset[str]:
+    """The option names ``plugin`` declares (:func:`hfncl.plugins.resolve_options` with none set)."""
+    from hfncl.plugins import build_plugin_manager, resolve_options
+
+    return frozenset(resolve_options(build_plugin_manager([plugin]).hook, [plugin], {}))
+
+
 def with_options(job: Job, options: dict[str, Any] | None) -> Job:
-    """``job`` with those of ``options`` (``--options``) whose prefix names its plugin over its settings' options:
-    ``{"npc.temperature": 0.1}`` sets NPC's temperature in NPC's runs and its own oracle's, and in no other run."""
-    own = {key: value for key, value in (options or {}).items() if key.split(".", 1)[0] == job.run.plugin}
+    """``job`` with those of ``options`` (``--options``) that its plugin declares (:func:`declared_options`) over its
+    settings' options: ``{"npc.temperature": 0.1}`` sets NPC's temperature in NPC's runs and its own oracle's, and in
+    no other run."""
+    own = {key: value for key, value in (options or {}).items() if key in declared_options(job.run.plugin)}
     if not own:
         return job
     settings = {**job.run.settings, "options": {**job.run.settings.get("options", {}), **own}}
@@ -883,8 +893,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="Also train the methods named (none named: all) with the SGR and the SAF head; row SGRAF.")
     parser.add_argument("--model", type=json.loads, default=None, help="JSON of ModelArguments fields over the demo model's.")
     parser.add_argument("--options", type=json.loads, default=None,
-                        help='JSON of plugin options over the demo settings\', each set in the runs of the plugin its '
-                        'prefix names (its own oracle\'s included), e.g. \'{"npc.temperature": 0.1}\'; with another '
+                        help='JSON of plugin options over the demo settings\', each set in the runs of the plugin that '
+                        'declares it (its own oracle\'s included), e.g. \'{"npc.temperature": 0.1}\'; with another '
                         "--output-dir, or the leaderboard's runs train again.")
     parser.add_argument("--captions-file", default=str(DEFAULT_CAPTIONS))
     parser.add_argument("--proxy-train-images", type=int, default=1000,
