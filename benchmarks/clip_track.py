@@ -396,18 +396,13 @@ def baseline_notes(rows: list[dict[str, Any]], failed: dict[str, str]) -> list[s
     that place (:func:`leaderboard.seed_spread`)."""
     out = [f"{method} not shown: its runs failed on this track ({error})" for method, error in sorted(failed.items())]
     cells = leaderboard.seed_cells(rows)
-    divisions: dict[tuple[str, str, float], list[dict[str, float]]] = {}
-    for r in leaderboard.ranked_rows(rows):
-        if r.get("division", {}).get("auc"):
-            divisions.setdefault((r["protocol"], r["method"], r["noise_ratio"]), []).append(r["division"])
+    divisions = leaderboard.division_quality(rows, digits=3)
     for (protocol, method, ratio), by_seed in sorted(cells.items()):
         base = cells.get((protocol, BASELINE, ratio))
         value = statistics.mean(by_seed.values())
         if method == BASELINE or base is None or value >= statistics.mean(base.values()):
             continue
-        found = divisions.get((protocol, method, ratio), [])
-        quality = ", ".join(f"{key} {statistics.mean(d[key] for d in found):.3f}"
-                            for key in ("auc", "precision", "recall") if found)
+        quality = divisions.get((protocol, method, ratio))
         spread = leaderboard.seed_spread(by_seed, base)
         out.append(f"{method} is below the baseline ({BASELINE}) under {protocol} at {ratio:.0%} ({value:.1f} vs "
                    f"{statistics.mean(base.values()):.1f})" + (f"; its division (network A, last epoch): {quality}"

@@ -592,6 +592,18 @@ def seed_cells(rows: list[dict[str, Any]]) -> dict[tuple[str, str, float], dict[
     return cells
 
 
+def division_quality(rows: list[dict[str, Any]], digits: int = 2) -> dict[tuple[str, str, float], str]:
+    """Per (protocol, method, ratio) of the rows a method ranks by, its division's quality against the hidden noise
+    (network A, last epoch) where recorded: the mean AUC, precision and recall over its seeds."""
+    found: dict[tuple[str, str, float], list[dict[str, float]]] = {}
+    for r in ranked_rows(rows):
+        if r.get("division", {}).get("auc") is not None:
+            found.setdefault((r["protocol"], r["method"], r["noise_ratio"]), []).append(r["division"])
+    return {cell: ", ".join(f"{key} {statistics.mean(d[key] for d in divisions):.{digits}f}"
+                            for key in ("auc", "precision", "recall") if all(d.get(key) is not None for d in divisions))
+            for cell, divisions in found.items()}
+
+
 def seed_spread(lower: dict[int, float], upper: dict[int, float]) -> str | None:
     """Whether the seeds leave ``lower``'s mean place below ``upper``'s unresolved: over the seeds both ran (two or
     more), the paired differences' mean ± sd and the two-sided p of a paired t-test (``scipy.stats.ttest_rel``) at
@@ -619,20 +631,14 @@ def notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, doc
     A place with no such section that the seeds leave unresolved (:func:`seed_spread`) says so. Then
     :func:`measurement_notes`."""
     out = []
-    plain = ranked_rows(rows)
     cells = seed_cells(rows)
     mean = {key: statistics.mean(by_seed.values()) for key, by_seed in cells.items()}
-    divisions: dict[tuple[str, str, float], list[dict[str, float]]] = {}
-    for r in plain:
-        if r.get("division", {}).get("auc") is not None:
-            divisions.setdefault((r["protocol"], r["method"], r["noise_ratio"]), []).append(r["division"])
+    quality = division_quality(rows)
     for (protocol, method, ratio), value in sorted(mean.items()):
         vsepp = mean.get((protocol, "vsepp", ratio))
         if method != "vsepp" and vsepp is not None and value < vsepp:
-            division = divisions.get((protocol, method, ratio), [])
-            seen = "; its division (network A, last epoch): " + ", ".join(
-                f"{key} {statistics.mean(d[key] for d in division):.2f}" for key in ("auc", "precision", "recall")
-                if all(d.get(key) is not None for d in division)) if division else ""
+            found = quality.get((protocol, method, ratio))
+            seen = f"; its division (network A, last epoch): {found}" if found is not None else ""
             page = cause_page(method, docs, VSEPP, benchmark)
             spread = seed_spread(cells[protocol, method, ratio], cells[protocol, "vsepp", ratio])
             out.append(f"{method} is below VSE++ under {protocol} at {ratio:.0%} ({value:.1f} vs {vsepp:.1f}){seen}; "
