@@ -239,10 +239,15 @@ def clip_towers(source: str) -> dict[str, Any]:
 # --- runs -----------------------------------------------------------------------------------------------------------
 
 
+def plugin_of(method: str) -> str:
+    """The plugin that trains ``method`` on the track: the baseline is NPC's plugin (every epoch a warmup epoch)."""
+    return "npc" if method == BASELINE else method
+
+
 def method_settings(method: str, quick: bool, pretrained: bool) -> tuple[str, dict[str, Any]]:
     """The plugin and demo settings of ``method``; the baseline is NPC's plugin, warm for every epoch. NPC on a
     pretrained CLIP starts without a warmup epoch (its memory bank from CLIP itself, as its recipe)."""
-    plugin = "npc" if method == BASELINE else method
+    plugin = plugin_of(method)
     settings = dict(method_runs([plugin], 0.0)[0].settings)
     if quick:
         settings = {**settings, "epochs": QUICK_EPOCHS, "warmup_epochs": min(settings.get("warmup_epochs", 0), 1)}

@@ -227,6 +227,24 @@ def declared_options(plugin: str) -> frozenset[str]:
     return frozenset(resolve_options(build_plugin_manager([plugin]).hook, [plugin], {}))
 
 
+def planned_plugins(args: argparse.Namespace) -> set[str]:
+    """The plugins this call trains: on the generated benchmark and the proxy its methods' and oracle methods', on
+    the CLIP track its methods' (:func:`clip_track.plugin_of`)."""
+    plugins: set[str] = set()
+    if set(args.benchmark) - {"clip"}:
+        plugins |= {run.plugin for run in method_runs(args.methods, 0.0)} | set(args.oracle_method)
+    if "clip" in args.benchmark:
+        plugins |= {clip_track.plugin_of(method) for method in args.clip_methods}
+    return plugins
+
+
+def unclaimed_options(args: argparse.Namespace) -> list[str]:
+    """The ``--options`` keys that no plugin of this call declares (:func:`planned_plugins`,
+    :func:`declared_options`): they would reach no run."""
+    declared = set().union(*(declared_options(plugin) for plugin in planned_plugins(args)))
+    return sorted(set(args.options or {}) - declared)
+
+
 def with_options(job: Job, options: dict[str, Any] | None) -> Job:
     """``job`` with those of ``options`` (``--options``) that its plugin declares (:func:`declared_options`) over its
     settings' options: ``{"npc.temperature": 0.1}`` sets NPC's temperature in NPC's runs and its own oracle's, and in
@@ -900,7 +918,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--model", type=json.loads, default=None, help="JSON of ModelArguments fields over the demo model's.")
     parser.add_argument("--options", type=json.loads, default=None,
                         help='JSON of plugin options over the demo settings\', each set in the runs of the plugin that '
-                        'declares it (its own oracle\'s included), e.g. \'{"npc.temperature": 0.1}\'; with another '
+                        'declares it (its own oracle\'s included), e.g. \'{"npc.temperature": 0.1}\'; a key no plugin of the call '
+                        'declares is refused; with another '
                         "--output-dir, or the leaderboard's runs train again.")
     parser.add_argument("--captions-file", default=str(DEFAULT_CAPTIONS))
     parser.add_argument("--proxy-train-images", type=int, default=1000,
@@ -931,6 +950,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.options is not None and not (isinstance(args.options, dict) and all(
             isinstance(key, str) and "." in key.strip(".") for key in args.options)):
         parser.error(f"--options: expected a JSON object of 'plugin.option' keys, got {json.dumps(args.options)}")
+    if args.options and (unclaimed := unclaimed_options(args)):
+        parser.error(f"--options: {', '.join(unclaimed)} declared by no plugin this call trains "
+                     f"({', '.join(sorted(planned_plugins(args)))})")
     if args.patience < 0 or args.oracle_patience < 0:
         parser.error("--patience and --oracle-patience must be >= 0")
     if args.report is None:

@@ -64,7 +64,7 @@ def test_the_baseline_warms_for_every_epoch_and_npc_on_a_pretrained_clip_for_non
     assert all(run.job.run.settings["batch_size"] == 32 and run.job.data.noise_kind == "image" for run in runs.values())
 
 
-def test_options_reach_the_track_runs_of_the_plugin_they_name(leaderboard, track, tmp_path):
+def test_options_reach_the_track_runs_of_the_plugin_they_name(leaderboard, track, tmp_path, capsys):
     data_dir = track.write_shapes_imagefolder(tmp_path / "data", track.QUICK_SHAPES)
     args = leaderboard.parse_args(["--benchmark", "clip", "--seeds", "0", "--protocols", "ncr-caption", "--ncr-ratios",
                                    "0.2", "--options", '{"rcl.tau": 0.2, "npc.temperature": 0.05}'])
@@ -74,6 +74,10 @@ def test_options_reach_the_track_runs_of_the_plugin_they_name(leaderboard, track
     # the baseline is NPC's plugin in its warmup: NPC's options reach it and its oracle too
     assert all(options[row]["npc.temperature"] == 0.05 for row in ("npc", "infonce", "oracle", "oracle (npc)"))
     assert not any(key.startswith("rcl.") for key in options["coteaching"] | options["npc"])
+    # an option of a plugin the track does not train (and the generated benchmark is not run) is refused
+    with pytest.raises(SystemExit):
+        leaderboard.parse_args(["--benchmark", "clip", "--clip-methods", "infonce", "--options", '{"rcl.tau": 0.2}'])
+    assert "--options: rcl.tau declared by no plugin this call trains (npc)" in capsys.readouterr().err
 
 
 def test_the_quick_track_trains_the_baseline_offline_and_writes_its_row(leaderboard, tmp_path, offline):  # noqa: F811

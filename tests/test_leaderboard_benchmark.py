@@ -179,6 +179,12 @@ def test_options_reach_the_runs_of_the_plugin_they_name_and_bad_ones_are_refused
         with pytest.raises(SystemExit):
             leaderboard.parse_args(["--options", bad])
         assert "--options: expected a JSON object of 'plugin.option' keys" in capsys.readouterr().err
+    # a key that no plugin of the call declares would reach no run: refused before any work
+    for unclaimed in ('{"npc.temprature": 0.1}', '{"gsc.tau": 0.1, "npc.temperature": 0.1}'):
+        with pytest.raises(SystemExit):
+            leaderboard.parse_args(["--methods", "npc", "rcl", "--options", unclaimed])
+        key = next(iter(leaderboard.json.loads(unclaimed)))
+        assert f"--options: {key} declared by no plugin this call trains (npc, rcl, vsepp)" in capsys.readouterr().err
 
 
 def test_notes_flag_a_method_below_vsepp_and_runs_still_improving(leaderboard, tmp_path):
