@@ -918,9 +918,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--model", type=json.loads, default=None, help="JSON of ModelArguments fields over the demo model's.")
     parser.add_argument("--options", type=json.loads, default=None,
                         help='JSON of plugin options over the demo settings\', each set in the runs of the plugin that '
-                        'declares it (its own oracle\'s included), e.g. \'{"npc.temperature": 0.1}\'; a key no plugin of the call '
-                        'declares is refused; with another '
-                        "--output-dir, or the leaderboard's runs train again.")
+                        'declares it (its own oracle\'s included), e.g. \'{"npc.temperature": 0.1}\'; a key no '
+                        "plugin of the call declares is refused; with another --output-dir, or the leaderboard's runs "
+                        "train again.")
     parser.add_argument("--captions-file", default=str(DEFAULT_CAPTIONS))
     parser.add_argument("--proxy-train-images", type=int, default=1000,
                         help="Training images of the real-text proxy (its 500 dev and 1000 test images besides).")
