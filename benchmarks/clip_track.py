@@ -483,5 +483,5 @@ def run_track(args: argparse.Namespace, output_dir: Path) -> dict[str, Any]:
     oracles = {method: row for method, row in track_oracles(args).items() if method not in failed}
     notes = (baseline_notes(labelled, failed) + twin_notes(labelled, root)
              + leaderboard.measurement_notes(labelled, oracles))
-    return {"description": description, "rows": labelled, "notes": notes, "cost": cost, "oracles": oracles,
-            "data_dir": str(data_dir)}
+    return {"description": description, "seeds": args.seeds, "rows": labelled, "notes": notes, "cost": cost,
+            "oracles": oracles, "data_dir": str(data_dir)}

@@ -411,6 +411,22 @@ def test_bad_arguments_are_refused(leaderboard, capsys):
         assert message in capsys.readouterr().err
 
 
+def test_the_proxy_trains_its_own_seeds(leaderboard, tmp_path, monkeypatch):
+    data_dir = generate_precomp(tmp_path / "data", MICRO_DATA)
+    monkeypatch.setattr(leaderboard, "prepare_benchmark", lambda name, *rest: (data_dir, f"the {name} data"))
+    planned: dict[str, set[int]] = {}
+    monkeypatch.setattr(leaderboard, "run_all", lambda group, args, root, rows: planned.setdefault(root.name, set()).update(
+        run.job.seed for run in group))
+    argv = ["--benchmark", "generated", "proxy", "--methods", "vsepp", "--no-references", "--protocols", "ncr-caption",
+            "--ncr-ratios", "0.2", "--seeds", "0", "1", "--output-dir", str(tmp_path / "runs"), "--report", str(tmp_path / "lb")]
+    assert leaderboard.parse_args(argv).proxy_seeds == [0, 1]  # by default the --seeds
+    leaderboard.main(argv + ["--proxy-seeds", "0"])
+    assert planned == {"generated": {0, 1}, "proxy": {0}}
+    text = (tmp_path / "lb.md").read_text()
+    assert "## Measured: the generated data, seeds 0, 1, protocol `ncr-caption`" in text
+    assert "## Measured: the proxy data, seeds 0, protocol `ncr-caption`" in text
+
+
 @pytest.mark.slow
 def test_quick_run_writes_the_tables_and_reuses_finished_runs(tmp_path):
     command = [sys.executable, str(BENCHMARKS / "leaderboard.py"), "--quick", "--benchmark", "generated",
