@@ -47,7 +47,8 @@ the seeds. Writes ``accuracy_<benchmark>.md``, ``accuracy_<benchmark>_curves.png
 run's test metrics, division quality per epoch and commit) to ``--output-dir``; each run
 also leaves its ``row.json``, which ``--resume`` reuses, so a long table can be built over
 several calls (rows record the commit they were trained on); with ``--resume`` a run killed part way
-continues from its latest checkpoint (its row's seconds then count the last call only).
+continues from its latest checkpoint (its row's seconds and CPU seconds are those of its epochs over every call,
+from checkpoints that keep them, ``untimed_epochs`` the epochs of an older checkpoint that kept none).
 """
 
 from __future__ import annotations
@@ -288,8 +289,8 @@ def train(
     config = train_config(job, run_dir, quick, progress)
     if resume and (run_dir / "checkpoints" / LATEST).exists():  # killed part way: continue, do not start again
         config.overwrite_output_dir, config.resume_from_checkpoint = False, LATEST
-    started = time.perf_counter()
     result = run_experiment(job.data, config, dataclasses.replace(QUICK_MODEL if quick else DEMO_MODEL, **(model or {})))
+    runtime = result["runtime"]
     row = {
         "method": job.row,
         "plugin": run.plugin,
@@ -304,7 +305,9 @@ def train(
         "test": result["test"],
         "division": _division_of_network_a(result["division"]),
         "epochs_record": [_epoch_record(record) for record in result["history"]],
-        "seconds": time.perf_counter() - started,
+        "seconds": runtime["train_seconds"],
+        "cpu_seconds": runtime["train_cpu_seconds"],
+        "untimed_epochs": runtime["untimed_epochs"],
         "commit": commit(),
     }
     atomic_write_text(saved, json.dumps(row, indent=1, default=float))

@@ -80,7 +80,6 @@ import json
 import multiprocessing
 import os
 import re
-import resource
 import statistics
 import sys
 import time
@@ -347,7 +346,6 @@ def train_run(run: Run, root: Path, quick: bool, model: dict[str, Any] | None, r
     A run trained otherwise than planned now (:func:`stale_fields`) trains again from the start; with
     ``report_only`` its row is kept, its differences under ``stale`` (the notes name it)."""
     directory = run.directory(root)
-    started = resource.getrusage(resource.RUSAGE_SELF)
     overrides = {**(model or {}), **(run.model or {})}
     stale = stale_fields(run, root, quick, overrides)
     if stale and not report_only:  # its results go first: a retraining killed part way resumes as a run of the plan
@@ -360,10 +358,8 @@ def train_run(run: Run, root: Path, quick: bool, model: dict[str, Any] | None, r
         return {**row, "stale": stale}
     if row is None or "protocol" in row:
         return row
-    used = resource.getrusage(resource.RUSAGE_SELF)
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-    cpu = used.ru_utime + used.ru_stime - started.ru_utime - started.ru_stime
-    row.update(protocol=run.protocol, cpu_seconds=cpu, threads=torch.get_num_threads(), device=device, model=run.model)
+    row.update(protocol=run.protocol, threads=torch.get_num_threads(), device=device, model=run.model)
     (directory / run.job.name / "row.json").write_text(json.dumps(row, indent=1, default=float))
     return row
 
@@ -839,14 +835,19 @@ def plot(rows: list[dict[str, Any]], protocols: list[str], path: Path) -> Path |
 
 
 def cost_line(rows: list[dict[str, Any]], wall: float) -> str:
-    """Runs per core-hour (core-seconds: the CPU time a run's process used, all threads; a GPU run's device named),
-    the runs' own wall time and this call's."""
+    """Runs per core-hour (core-seconds: the CPU time of a run's epochs, all threads, over every process that trained
+    them; a GPU run's device named), the runs' own wall time and this call's; and how many runs' time lacks epochs
+    (``untimed_epochs``: resumed from a checkpoint that kept no time; a row without the field: recorded before rows
+    kept it, its time the last process's)."""
     core_hours = sum(r.get("cpu_seconds", r["seconds"] * r.get("threads", 1)) for r in rows) / 3600
     run_wall = sum(r["seconds"] for r in rows) / 3600
     devices = sorted({r.get("device", "cpu") for r in rows})
     rate = f"{len(rows) / core_hours:.1f}" if core_hours else "-"
+    untimed = sum(1 for r in rows if r.get("untimed_epochs", 1))
     return (f"cost: {len(rows)} runs in {core_hours:.3f} core-hours of training ({rate} runs per core-hour; devices: "
-            f"{', '.join(devices)}); {run_wall:.2f} h of wall time in all, this call's {wall / 60:.1f} min")
+            f"{', '.join(devices)}); {run_wall:.2f} h of wall time in all, this call's {wall / 60:.1f} min"
+            + (f"; {untimed} of the runs may lack an earlier process's time (resumed from a checkpoint that kept "
+               "none, or recorded before rows kept it): the rate is an upper bound" if untimed else ""))
 
 
 def report(args: argparse.Namespace, results: dict[str, Any], wall: float) -> str:

@@ -166,6 +166,7 @@ def _train_and_test(run: Run, model_cards_dir: str | Path | None, callbacks: lis
         f"best_val_{task.best_metric}": summary["best_score"] if summary["best_epoch"] is not None else None,
         "division": {k: v for k, v in divisions[-1].items() if k.startswith("division")} if divisions else {},
         "history": summary["history"],
+        "runtime": {key: summary[key] for key in ("train_seconds", "train_cpu_seconds", "untimed_epochs")},
     }
     if trainer.continued_across:
         result["resumed_across_mismatch"] = trainer.continued_across

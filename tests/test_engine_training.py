@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ from hfncl.tasks.pairs import PAIRS
 from hfncl.plugin_setup import run_plugins
 from hfncl.experiment import DataArguments, run_experiment
 from hfncl.plugins import PluginError
+from hfncl.integrity import write_manifest
 
 
 def test_killed_mid_epoch_resumes_to_the_same_result(tiny_data_dir, tmp_path, monkeypatch, capsys):
@@ -299,3 +301,49 @@ def test_a_run_ends_with_one_line_saying_the_best_epoch_the_test_score_and_where
         "done: no validation split: the last epoch's model (2/2), test mean_map 0.712; its checkpoint in out/checkpoints, "
         "results in out/results.json"
     )
+
+
+def test_a_resumed_run_keeps_the_time_of_the_epochs_it_trained_before(micro_data_dir, tmp_path, monkeypatch):
+    def settings(output_dir, resume=False):
+        return tiny_config(output_dir, ["vsepp"], epochs=3, warmup_epochs=0, batch_size=16, resume=resume)
+
+    original_epoch = Trainer._train_epoch
+
+    def dying_epoch(self, epoch):
+        if epoch == 2:
+            raise Interrupted
+        return original_epoch(self, epoch)
+
+    monkeypatch.setattr(Trainer, "_train_epoch", dying_epoch)
+    first = noisy_trainer(micro_data_dir, settings(tmp_path / "run"))
+    with pytest.raises(Interrupted):
+        first.train()
+    monkeypatch.setattr(Trainer, "_train_epoch", original_epoch)
+    before = first.state
+    assert before.timed_epochs == 2 and before.train_seconds > 0 and before.train_cpu_seconds > 0
+    checkpoint = max((tmp_path / "run" / "checkpoints").glob("step-*"))
+    old = tmp_path / "old"  # the same checkpoint as an hfncl that kept no time wrote it
+    shutil.copytree(tmp_path / "run", old)
+    state_file = old / "checkpoints" / checkpoint.name / "trainer_state.json"
+    saved = json.loads(state_file.read_text())
+    assert saved["timed_epochs"] == 2 and saved["train_seconds"] == before.train_seconds
+    for key in ("train_seconds", "train_cpu_seconds", "timed_epochs"):
+        del saved[key]
+    state_file.write_text(json.dumps(saved))
+    write_manifest(state_file.parent)
+
+    card_seconds = []  # the training time a best model's card would record, taken during the last epoch
+    original_evaluate = Trainer.evaluate
+    monkeypatch.setattr(Trainer, "evaluate", lambda self, split: (card_seconds.append(self._compute()["seconds"]),
+                                                                 original_evaluate(self, split))[1])
+    resumed = noisy_trainer(micro_data_dir, settings(tmp_path / "run", resume=True))
+    summary = resumed.train()
+    assert summary["untimed_epochs"] == 0 and resumed.state.timed_epochs == 3
+    assert summary["train_seconds"] > before.train_seconds and summary["train_cpu_seconds"] > before.train_cpu_seconds
+    assert before.train_seconds < card_seconds[-1] <= summary["train_seconds"]  # the first process's time counts
+    assert resumed._compute()["seconds"] is None  # between epochs
+
+    untimed = noisy_trainer(micro_data_dir, settings(old, resume=True))
+    summary = untimed.train()
+    assert summary["untimed_epochs"] == 2 and summary["train_seconds"] > 0
+    assert card_seconds[-1] is None  # a card leaves out a time it does not know

@@ -391,10 +391,17 @@ def test_the_readmes_table_is_the_committed_leaderboards(leaderboard):
 
 
 def test_cost_counts_cpu_time_of_every_run(leaderboard):
-    rows = [_row("a", "ncr-caption", 0.5, 0, 1.0, cpu_seconds=1800.0), _row("b", "ncr-caption", 0.5, 0, 1.0, cpu_seconds=1800.0)]
+    rows = [_row("a", "ncr-caption", 0.5, 0, 1.0, cpu_seconds=1800.0, untimed_epochs=0),
+            _row("b", "ncr-caption", 0.5, 0, 1.0, cpu_seconds=1800.0, untimed_epochs=0)]
     line = leaderboard.cost_line(rows, 120.0)
     assert line.startswith("cost: 2 runs in 1.000 core-hours of training (2.0 runs per core-hour; devices: cpu)")
     assert line.endswith("0.03 h of wall time in all, this call's 2.0 min")
+    # a run resumed from a checkpoint without its time, or a row from before rows kept it: the rate is a bound
+    rows[0]["untimed_epochs"] = 3
+    del rows[1]["untimed_epochs"]
+    assert leaderboard.cost_line(rows, 120.0).endswith(
+        "this call's 2.0 min; 2 of the runs may lack an earlier process's time (resumed from a checkpoint that kept "
+        "none, or recorded before rows kept it): the rate is an upper bound")
 
 
 def test_reported_numbers_keep_their_source_and_protocol(leaderboard):

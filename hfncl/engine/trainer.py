@@ -161,7 +161,6 @@ class Trainer(TrainerSurface):
         if self.config.resume_from_checkpoint is not None:
             self.resume()
         self.model.train()
-        self._train_started = time.perf_counter()
         self._event("on_train_begin")
         while self.state.epoch < self.config.epochs and not self.stops_early():
             self._train_epoch(self.state.epoch)
@@ -172,17 +171,24 @@ class Trainer(TrainerSurface):
             "best_score": self.state.best_score,
             "best_epoch": self.state.best_epoch + 1 if self.state.best_epoch >= 0 else None,
             "history": self.state.history,
+            "train_seconds": self.state.train_seconds,
+            "train_cpu_seconds": self.state.train_cpu_seconds,
+            "untimed_epochs": self.state.epoch - self.state.timed_epochs,
         }
         self._event("on_train_end", summary)
         return summary
 
-    _train_started: float | None = None
-    """When :meth:`train` started in this process (``time.perf_counter``)."""
+    _epoch_started: float | None = None
+    """When the epoch in training started in this process (``time.perf_counter``); ``None`` between epochs."""
 
     def _compute(self) -> dict[str, Any]:
-        """What trains the run (:func:`hfncl.engine.checkpoints.compute_section`)."""
-        started = self._train_started
-        seconds = None if started is None else time.perf_counter() - started
+        """What trains the run (:func:`hfncl.engine.checkpoints.compute_section`); its seconds are those of the
+        epochs trained before this one, over every process, and of this one so far (``None`` outside training, or
+        when an earlier epoch's time was not kept)."""
+        started, state = self._epoch_started, self.state
+        seconds = None
+        if started is not None and state.timed_epochs == state.epoch:
+            seconds = state.train_seconds + time.perf_counter() - started
         return compute_section(
             self.accelerator.num_processes, self.accelerator.device, self.config.mixed_precision, seconds
         )
@@ -209,7 +215,8 @@ class Trainer(TrainerSurface):
             self.state.plateau_decay_epoch = epoch + 1
 
     def _train_epoch(self, epoch: int) -> None:
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
+        self._epoch_started = started
         self._event("on_epoch_begin", epoch)
         self.epoch = epoch
         self.in_warmup = epoch < self.config.warmup_epochs
@@ -260,12 +267,17 @@ class Trainer(TrainerSurface):
                 self._save_best(metrics, division_report)
             self._note_plateau(epoch)
         self.state.history.append(record)
-        self._event("on_epoch_end", record, time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        self.state.train_seconds += seconds
+        self.state.train_cpu_seconds += time.process_time() - cpu_started
+        self.state.timed_epochs += 1
+        self._event("on_epoch_end", record, seconds)
         self.accelerator.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=epoch)
         self.state.epoch += 1
         self.state.pass_index = 0
         self.state.epoch_loss_sums, self.state.epoch_loss_counts, self.state.epoch_steps = {}, {}, 0
         self.save_checkpoint()
+        self._epoch_started = None
 
     def _step(self, batch: Batch, networks: list[int]) -> dict[str, float]:
         batch = {k: v.to(self.accelerator.device) for k, v in batch.items()}
