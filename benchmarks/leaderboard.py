@@ -2,6 +2,7 @@
 
     python benchmarks/leaderboard.py --batch-size 32                  # generated benchmark, seeds 0-2
     python benchmarks/leaderboard.py --benchmark proxy --seeds 0      # the real-text proxy (Flickr8k, 1000 images)
+    python benchmarks/leaderboard.py --benchmark generated proxy --proxy-seeds 0   # both; the proxy at seed 0 only
     python benchmarks/leaderboard.py --jobs 4                         # 4 runs at once (one per GPU where several)
     python benchmarks/leaderboard.py --sgraf ncr vsepp                # also SGR and SAF models, averaged ("SGRAF")
     python benchmarks/leaderboard.py --quick                          # checks the script in about a minute
