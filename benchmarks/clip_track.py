@@ -275,9 +275,8 @@ def plan(args: argparse.Namespace, data_dir: Path, pretrained: bool) -> tuple[li
     runs = []
     skipped: dict[str, str] = {}
     pairs = training_pairs(data_dir)
-    ratios = {"ncr-caption": args.ncr_ratios, "decl-image": args.decl_ratios}
     batch = args.batch_size or DEFAULT_BATCH
-    columns = [[(protocol, ratio) for ratio in ratios[protocol]] for protocol in args.protocols]
+    columns = [[(protocol, ratio) for ratio in ratios] for protocol, ratios in leaderboard.protocol_ratios(args).items()]
     cells = [key for row in itertools.zip_longest(*columns) for key in row if key]  # the protocols in turn
     for (protocol, ratio), seed in itertools.product(cells, args.seeds):
         data = DataArguments(data_dir=str(data_dir), noise_ratio=ratio, noise_seed=seed,

@@ -155,10 +155,15 @@ def head_row(method: str, head: str) -> str:
     return f"{method} [{head}]"
 
 
+def protocol_ratios(args: argparse.Namespace) -> dict[str, list[float]]:
+    """The noise ratios of each protocol of the call (``--ncr-ratios``, ``--decl-ratios``), in its order."""
+    return {protocol: args.ncr_ratios if protocol == "ncr-caption" else args.decl_ratios for protocol in args.protocols}
+
+
 def protocol_args(args: argparse.Namespace, protocol: str, own: list[str] | None = None) -> argparse.Namespace:
     """``args`` as ``accuracy.jobs`` reads them for one protocol: its ratios, no half-data control, and an oracle of
     their own for the methods ``own``."""
-    ratios = args.ncr_ratios if protocol == "ncr-caption" else args.decl_ratios
+    ratios = protocol_ratios(args)[protocol]
     oracles = args.oracle_method + [method for method in own or [] if method not in args.oracle_method]
     return argparse.Namespace(**{**vars(args), "ratios": ratios, "no_half_data": True, "references_only": False,
                                  "oracle_method": oracles})
@@ -710,7 +715,7 @@ def measurement_notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None
 
 def table_columns(args: argparse.Namespace) -> list[tuple[str, float]]:
     """The (protocol, ratio) columns of a call's tables, in its order."""
-    return [(p, r) for p in args.protocols for r in (args.ncr_ratios if p == "ncr-caption" else args.decl_ratios)]
+    return [(protocol, ratio) for protocol, ratios in protocol_ratios(args).items() for ratio in ratios]
 
 
 README_MARKERS = ("<!-- leaderboard:start -->", "<!-- leaderboard:end -->")
@@ -801,16 +806,17 @@ def recipe_protocol(recipe: str, by_noise: dict[float | None, float]) -> str:
     return protocol_names()["image" if re.search(r"""["']noise_kind["']\s*:\s*["']image["']""", text) else "caption"]
 
 
-def plot(rows: list[dict[str, Any]], protocols: list[str], path: Path) -> Path | None:
-    """rSum against noise ratio per method and mode (mean over seeds, bars: sd), a panel per protocol."""
+def plot(rows: list[dict[str, Any]], planned: dict[str, list[float]], path: Path) -> Path | None:
+    """rSum against noise ratio per method and mode (mean over seeds, bars: sd), a panel per protocol of ``planned``
+    spanning its planned ratios, so that a table not finished shows where its runs are still to come."""
     plt = pyplot()
     if plt is None:
         return None
-    figure, axes = plt.subplots(1, len(protocols), figsize=(5.2 * len(protocols) + 2.2, 4.6), squeeze=False,
+    figure, axes = plt.subplots(1, len(planned), figsize=(5.2 * len(planned) + 2.2, 4.6), squeeze=False,
                                 layout="constrained")
     labels = sorted({(r["method"], r["mode"]) for r in rows})
     colors = {label: plt.cm.tab20(index % 20) for index, label in enumerate(sorted({m for m, _ in labels}))}
-    for axis, protocol in zip(axes[0], protocols, strict=True):
+    for axis, (protocol, planned_ratios) in zip(axes[0], planned.items(), strict=True):
         for method, mode in labels:
             group = [r for r in rows if r["protocol"] == protocol and (r["method"], r["mode"]) == (method, mode)]
             ratios = sorted({r["noise_ratio"] for r in group})
@@ -823,6 +829,11 @@ def plot(rows: list[dict[str, Any]], protocols: list[str], path: Path) -> Path |
             name = method if style == "-" or is_reference(method) else f"{method} ({'A' if mode == NETWORK_A else 'SGRAF'})"
             axis.errorbar([100 * x for x in ratios], means, yerr=errors, fmt=style, marker="o", markersize=3,
                           color=colors[method], label=name, capsize=2)
+        ticks = [100 * x for x in planned_ratios]
+        axis.set_xticks(ticks)
+        axis.set_xlim(min(ticks) - 5, max(ticks) + 5)
+        if not any(r["protocol"] == protocol for r in rows):
+            axis.text(0.5, 0.5, "no finished run yet", transform=axis.transAxes, ha="center", color="gray")
         axis.set_title(f"protocol {protocol}", fontsize=10)
         axis.set_xlabel("noise ratio (%)")
         axis.set_ylabel("test rSum")
@@ -874,8 +885,7 @@ def report(args: argparse.Namespace, results: dict[str, Any], wall: float) -> st
             parts += ["", f"## {benchmark}: {result['skipped']}"]
             continue
         rows = result["rows"]
-        for protocol in args.protocols:
-            ratios = args.ncr_ratios if protocol == "ncr-caption" else args.decl_ratios
+        for protocol, ratios in protocol_ratios(args).items():
             seeds = ", ".join(map(str, result["seeds"]))
             parts += ["", f"## Measured: {result['description']}, seeds {seeds}, protocol `{protocol}`", ""]
             parts += protocol_table([r for r in rows if r["protocol"] == protocol], protocol, ratios, result["oracles"])
@@ -1007,7 +1017,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, result in results.items():
         if "rows" in result:
             suffix = "" if len(results) == 1 or name == "generated" else f"_{name}"
-            plot(result["rows"], args.protocols, prefix.with_name(prefix.name + suffix + ".png"))
+            plot(result["rows"], protocol_ratios(args), prefix.with_name(prefix.name + suffix + ".png"))
     if args.readme and "rows" in results.get(args.readme_benchmark, {}):
         shown = results[args.readme_benchmark]
         excerpt = readme_excerpt(shown, table_columns(args), shown["seeds"])
