@@ -96,6 +96,15 @@ def test_a_method_trained_by_another_rule_than_the_oracles_has_its_own_oracle(le
     oracles = leaderboard.own_oracles(args)
     assert oracles == {"vsepp": "oracle", "ncr": "oracle", "tcvse": "oracle (tcvse)", "decl": "oracle (decl)",
                        "ugncl": "oracle (ugncl)", "coteaching": "oracle"}
+    # --own-oracles: a method of the oracle method's rule whose loss learns better than it gets its own too
+    named = leaderboard.parse_args(["--methods", "vsepp", "ncr", "rcl", "--own-oracles", "rcl", "--seeds", "0"])
+    assert leaderboard.own_oracles(named) == {"vsepp": "oracle", "ncr": "oracle", "rcl": "oracle (rcl)"}
+    every = leaderboard.parse_args(["--methods", "vsepp", "ncr", "--own-oracles", "all", "--seeds", "0"])
+    assert leaderboard.own_oracles(every) == {"vsepp": "oracle", "ncr": "oracle (ncr)"}
+    planned = leaderboard.parse_args(["--methods", "vsepp", "rcl", "--own-oracles", "rcl", "--seeds", "0", "--protocols",
+                                      "ncr-caption", "--ncr-ratios", "0.2"])
+    _, references = leaderboard.plan(planned, generate_precomp(tmp_path / "micro", MICRO_DATA))
+    assert {r.job.row: r.job.run.plugin for r in references} == {"oracle": "vsepp", "oracle (rcl)": "rcl"}
     rule = leaderboard.training_rule(leaderboard.method_runs(["tcvse"], 0.2)[0])
     assert rule == {"optimizer": "adamw", "learning_rate": 5e-4, "weight_decay": 1e-4, "lr_decay_factor": 0.9,
                     "image_pooling": "max", "text_pooling": "max"}
@@ -412,7 +421,8 @@ def test_reported_numbers_keep_their_source_and_protocol(leaderboard):
 
 
 def test_bad_arguments_are_refused(leaderboard, capsys):
-    for argv, message in ((["--jobs", "0"], "--jobs and --threads must be >= 1"), (["--decl-ratios", "1.0"], "--decl-ratios must lie in")):
+    for argv, message in ((["--jobs", "0"], "--jobs and --threads must be >= 1"), (["--decl-ratios", "1.0"], "--decl-ratios must lie in"),
+                          (["--methods", "ncr", "--own-oracles", "rcl"], "--own-oracles: rcl not among the methods this call trains")):
         with pytest.raises(SystemExit):
             leaderboard.parse_args(argv)
         assert message in capsys.readouterr().err
