@@ -85,6 +85,7 @@ import re
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -373,16 +374,14 @@ def train_run(run: Run, root: Path, quick: bool, model: dict[str, Any] | None, r
     return row
 
 
-def run_all(runs: list[Run], args: argparse.Namespace, root: Path, rows: list[dict[str, Any]]) -> None:
-    """Train ``runs`` (references get their convergence schedule from ``rows`` first) in ``--jobs`` processes,
-    appending each finished row to ``rows``; a failed run is reported and the others go on."""
-    bounded = [
-        dataclasses.replace(run, job=bounded_job(run.job, [r for r in rows if r["protocol"] == run.protocol], args))
-        for run in runs
-    ]
+def run_groups(ordered: list[list[Run]], args: argparse.Namespace, root: Path, rows: list[dict[str, Any]]) -> None:
+    """Train the runs of ``ordered`` (:func:`groups`) in their order, in ``--jobs`` processes (:func:`schedule`),
+    appending each finished row to ``rows``; a reference gets its convergence schedule from the rows of its cell's
+    methods when it starts. A failed run is reported and the others go on."""
     if args.jobs == 1 or args.report_only:
         torch.set_num_threads(args.threads)
-        for run in bounded:
+        for run in (run for group in ordered for run in group):
+            run = _bounded(run, rows, args)
             _collect(run, lambda r=run: train_run(r, root, args.quick, args.model, args.report_only), rows)
         return
     gpus = torch.cuda.device_count()
@@ -394,9 +393,38 @@ def run_all(runs: list[Run], args: argparse.Namespace, root: Path, rows: list[di
             devices.put(index % gpus)
     with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=context, initializer=_worker_setup,
                                                 initargs=(devices, args.threads)) as pool:
-        futures = {pool.submit(train_run, run, root, args.quick, args.model, False): run for run in bounded}
-        for future in concurrent.futures.as_completed(futures):
-            _collect(futures[future], future.result, rows)
+        schedule(ordered, args.jobs, lambda run: pool.submit(train_run, run, root, args.quick, args.model, False),
+                 lambda run: _bounded(run, rows, args), rows)
+
+
+def _bounded(run: Run, rows: list[dict[str, Any]], args: argparse.Namespace) -> Run:
+    """``run`` with a reference's convergence schedule from the finished rows of its protocol (:func:`bounded_job`)."""
+    return dataclasses.replace(run, job=bounded_job(run.job, [r for r in rows if r["protocol"] == run.protocol], args))
+
+
+def schedule(ordered: list[list[Run]], jobs: int, submit: Callable[[Run], concurrent.futures.Future],
+             prepare: Callable[[Run], Run], rows: list[dict[str, Any]]) -> None:
+    """Keep ``jobs`` runs in flight, taken in the groups' order; a group waits only for the earlier groups of its cell
+    (protocol and ratio: a cell's references read its methods' rows), so a worker that is free while a cell's last
+    method trains takes the next cell's runs. ``prepare`` readies a run as it starts, ``submit`` starts it."""
+    cells = [(group[0].protocol, group[0].job.run.noise_ratio) for group in ordered]
+    needs = [[earlier for earlier in range(index) if cells[earlier] == cell] for index, cell in enumerate(cells)]
+    left = [len(group) for group in ordered]
+    queue = [(index, run) for index, group in enumerate(ordered) for run in group]
+    in_flight: dict[concurrent.futures.Future, tuple[int, Run]] = {}
+    while queue or in_flight:
+        for item in list(queue):
+            if len(in_flight) >= jobs:
+                break
+            if not any(left[earlier] for earlier in needs[item[0]]):
+                queue.remove(item)
+                run = prepare(item[1])
+                in_flight[submit(run)] = (item[0], run)
+        done, _ = concurrent.futures.wait(in_flight, return_when=concurrent.futures.FIRST_COMPLETED)
+        for future in done:
+            index, run = in_flight.pop(future)
+            _collect(run, future.result, rows)
+            left[index] -= 1
 
 
 def _collect(run: Run, result: Any, rows: list[dict[str, Any]]) -> None:
@@ -1010,8 +1038,7 @@ def main(argv: list[str] | None = None) -> int:
         methods, references = plan(benchmark_args, data_dir)
         rows: list[dict[str, Any]] = []
         began = time.perf_counter()
-        for group in groups(methods, references):
-            run_all(group, args, root, rows)
+        run_groups(groups(methods, references), args, root, rows)
         labelled = mode_rows(rows, root, data_dir)
         planned = len(methods) + len(references)
         cost = cost_line(rows, time.perf_counter() - began)

@@ -3,11 +3,13 @@ end-to-end call (resumed: finished runs are reused)."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import math
 import statistics
 import subprocess
 import sys
+import threading
 from importlib.metadata import entry_points
 
 import numpy as np
@@ -428,12 +430,36 @@ def test_bad_arguments_are_refused(leaderboard, capsys):
         assert message in capsys.readouterr().err
 
 
+def test_a_free_worker_takes_the_next_cells_runs_while_a_cells_references_wait_for_its_methods(leaderboard, tmp_path):
+    data_dir = generate_precomp(tmp_path / "data", MICRO_DATA)
+    args = leaderboard.parse_args(["--methods", "vsepp", "ncr", "--seeds", "0", "--protocols", "ncr-caption",
+                                   "--ncr-ratios", "0.2", "0.5"])
+    ordered = leaderboard.groups(*leaderboard.plan(args, data_dir))
+    assert [[run.job.row for run in group] for group in ordered] == [["vsepp", "ncr"], ["oracle"]] * 2
+    started, order = threading.Event(), []
+
+    def train(run):  # NCR at 20% trains until the next cell's first run has started
+        order.append(run.key)
+        if "noise50" in run.key:
+            started.set()
+        if run.key.startswith("ncr-caption/ncr_noise20") and not started.wait(timeout=10):
+            raise AssertionError("the next cell waited for this cell's last method")
+        return {"protocol": run.protocol, "test": {"rsum": 1.0}, "epochs": 1, "seconds": 0.0}
+
+    rows: list = []
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        leaderboard.schedule(ordered, 2, lambda run: pool.submit(train, run), lambda run: run, rows)
+    assert len(rows) == 6 and order.index("ncr-caption/oracle_noise20_seed0") > order.index("ncr-caption/vsepp_noise50_seed0")
+    # a cell's references start only once its methods have all finished
+    assert order.index("ncr-caption/oracle_noise50_seed0") > max(order.index(f"ncr-caption/{m}_noise50_seed0") for m in ("ncr", "vsepp"))
+
+
 def test_the_proxy_trains_its_own_seeds(leaderboard, tmp_path, monkeypatch):
     data_dir = generate_precomp(tmp_path / "data", MICRO_DATA)
     monkeypatch.setattr(leaderboard, "prepare_benchmark", lambda name, *rest: (data_dir, f"the {name} data"))
     planned: dict[str, set[int]] = {}
-    monkeypatch.setattr(leaderboard, "run_all", lambda group, args, root, rows: planned.setdefault(root.name, set()).update(
-        run.job.seed for run in group))
+    monkeypatch.setattr(leaderboard, "run_groups", lambda ordered, args, root, rows: planned.setdefault(root.name, set()).update(
+        run.job.seed for group in ordered for run in group))
     argv = ["--benchmark", "generated", "proxy", "--methods", "vsepp", "--no-references", "--protocols", "ncr-caption",
             "--ncr-ratios", "0.2", "--seeds", "0", "1", "--output-dir", str(tmp_path / "runs"), "--report", str(tmp_path / "lb")]
     assert leaderboard.parse_args(argv).proxy_seeds == [0, 1]  # by default the --seeds
