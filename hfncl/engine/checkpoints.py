@@ -60,8 +60,9 @@ class TrainerState:
     epoch_loss_counts: dict[str, int] = field(default_factory=dict)
     epoch_steps: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
-    # the wall and CPU (all threads) seconds of the epochs trained, each timed from its last start, over every process
-    # that trained them; ``timed_epochs`` of them (fewer than ``epoch``: resumed from a checkpoint that kept no time)
+    # the wall and CPU seconds (all threads of the process that saves the state) of the epochs trained, each timed
+    # from its last start, over every process that trained them in turn; ``timed_epochs`` of them (fewer than
+    # ``epoch``: resumed from a checkpoint that kept no time)
     train_seconds: float = 0.0
     train_cpu_seconds: float = 0.0
     timed_epochs: int = 0
