@@ -237,12 +237,17 @@ def declared_options(plugin: str) -> frozenset[str]:
     return frozenset(resolve_options(build_plugin_manager([plugin]).hook, [plugin], {}))
 
 
+def method_plugins(args: argparse.Namespace) -> set[str]:
+    """The plugins of the methods this call trains on the generated benchmark and the proxy (``--methods``)."""
+    return {run.plugin for run in method_runs(args.methods, 0.0)}
+
+
 def planned_plugins(args: argparse.Namespace) -> set[str]:
     """The plugins this call trains: on the generated benchmark and the proxy its methods' and oracle methods', on
     the CLIP track its methods' (:func:`clip_track.plugin_of`)."""
     plugins: set[str] = set()
     if set(args.benchmark) - {"clip"}:
-        plugins |= {run.plugin for run in method_runs(args.methods, 0.0)} | set(args.oracle_method)
+        plugins |= method_plugins(args) | set(args.oracle_method)
     if "clip" in args.benchmark:
         plugins |= {clip_track.plugin_of(method) for method in args.clip_methods}
     return plugins
@@ -717,10 +722,13 @@ def measurement_notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None
     out = []
     rsums = oracle_rsums(rows)
     above = []
-    first: dict[tuple[str, str, float], dict[str, Any]] = {}
+    first: dict[tuple[str, str, float], dict[str, Any]] = {}  # a cell's first row (its oracle) and rSum by seed
+    cells: dict[tuple[str, str, float], dict[int, float]] = {}
     for r in ranked_rows(rows):
-        first.setdefault((r["protocol"], r["method"], r["noise_ratio"]), r)
-    for (protocol, method, ratio), by_seed in sorted(seed_cells(rows).items()):
+        cell = (r["protocol"], r["method"], r["noise_ratio"])
+        first.setdefault(cell, r)
+        cells.setdefault(cell, {})[r["seed"]] = r["test"]["rsum"]
+    for (protocol, method, ratio), by_seed in sorted(cells.items()):
         oracle = oracle_of(first[protocol, method, ratio], oracles or {})
         bound = {seed: rsums[oracle, protocol, ratio, seed] for seed in by_seed
                  if (oracle, protocol, ratio, seed) in rsums}
@@ -1003,8 +1011,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.options is not None and not (isinstance(args.options, dict) and all(
             isinstance(key, str) and "." in key.strip(".") for key in args.options)):
         parser.error(f"--options: expected a JSON object of 'plugin.option' keys, got {json.dumps(args.options)}")
-    if args.own_oracles and (unknown := set(args.own_oracles) - {"all"} - {
-            run.plugin for run in method_runs(args.methods, 0.0)}):
+    if args.own_oracles and (unknown := set(args.own_oracles) - {"all"} - method_plugins(args)):
         parser.error(f"--own-oracles: {', '.join(sorted(unknown))} not among the methods this call trains")
     if args.options and (unclaimed := unclaimed_options(args)):
         parser.error(f"--options: {', '.join(unclaimed)} declared by no plugin this call trains "
