@@ -562,19 +562,52 @@ BENCHMARK_WORDS = {"generated": "generated benchmark", "proxy": "proxy", "clip":
 """What a cause section's heading names for the causes it measured on each benchmark."""
 
 
-def cause_page(method: str, docs: Path = METHOD_DOCS, against: str | None = None,
-               benchmark: str | None = None) -> str | None:
-    """Where the cause of ``method``'s place on the leaderboard is measured: its ``docs/methods`` page and the first
-    section whose heading starts with :data:`CAUSE_SECTION` (and, for its place below method ``against``, names
-    that method as a word; for a place on ``benchmark``, names it as :data:`BENCHMARK_WORDS` does), when the page
-    has one."""
-    page = docs / f"{method}.md"
-    headings = [line.strip() for line in page.read_text().splitlines()] if page.is_file() else []
+def cell_name(protocol: str, ratio: float) -> str:
+    """How a cause section names a cell it measured: the protocol in backticks and the ratio, e.g. ``"`ncr-caption` 20%"``."""
+    return f"`{protocol}` {ratio:.0%}"
+
+
+def cause_sections(page: Path) -> list[tuple[str, str]]:
+    """The sections of a ``docs/methods`` page whose heading starts with :data:`CAUSE_SECTION`: (heading, body), a
+    body running to the next heading outside a fenced code block."""
+    sections: list[tuple[str, list[str]]] = []
+    fenced = False
+    for line in page.read_text().splitlines() if page.is_file() else []:
+        fenced ^= line.startswith("```")
+        if not fenced and re.match(r"#{1,6} ", line):
+            sections.append((line.strip(), []))
+        elif sections:
+            sections[-1][1].append(line)
+    return [(heading, "\n".join(body)) for heading, body in sections if heading.startswith(CAUSE_SECTION)]
+
+
+def cause_page(method: str, docs: Path = METHOD_DOCS, against: str | None = None, benchmark: str | None = None,
+               cell: tuple[str, float] | None = None) -> tuple[str, bool] | None:
+    """Where the cause of ``method``'s place on the leaderboard is measured: its ``docs/methods`` page's first section
+    whose heading starts with :data:`CAUSE_SECTION` (and, for its place below method ``against``, names that method as
+    a word; for a place on ``benchmark``, names it as :data:`BENCHMARK_WORDS` does), and whether it measured ``cell``
+    (protocol, ratio): its text names the cell as :func:`cell_name` does. The first section that names the cell is
+    preferred; ``None`` where the page has no such section."""
     words = [w for w in (against, BENCHMARK_WORDS.get(benchmark or "", benchmark)) if w]
     named = [re.compile(rf"(?<!\w){re.escape(word)}(?!\w)", re.IGNORECASE) for word in words]
-    heading = next((line for line in headings if line.startswith(CAUSE_SECTION)
-                    and all(pattern.search(line) for pattern in named)), None)
-    return f"docs/methods/{method}.md, \"{heading.lstrip('# ')}\"" if heading else None
+    found = [(heading, cell is None or cell_name(*cell) in body) for heading, body in cause_sections(docs / f"{method}.md")
+             if all(pattern.search(heading) for pattern in named)]
+    if not found:
+        return None
+    heading, here = max(found, key=lambda section: section[1])  # the first that names the cell, else the first
+    return f"docs/methods/{method}.md, \"{heading.lstrip('# ')}\"", here
+
+
+def cause_answer(found: tuple[str, bool] | None, spread: str | None = None) -> str:
+    """A note's answer for its place: the cause section of :func:`cause_page` where it measured the note's cell, else
+    the seeds' verdict (:func:`seed_spread`), else a section that measured other cells only, else none."""
+    if found is not None and found[1]:
+        return f"the cause, measured: {found[0]}"
+    if spread:
+        return spread
+    if found is not None:
+        return f"the cause is measured at other cells ({found[0]}), not at this one yet"
+    return "the cause is not measured yet"
 
 
 def comparison_tables(path: Path = PAPERS_COMPARISONS) -> list[dict[str, Any]]:
@@ -684,9 +717,9 @@ def notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, doc
     trained) and where its cause is measured (:func:`cause_page`, a section naming VSE++); where two methods'
     measured order inverts a paper's own table at that protocol and ratio (:func:`paper_orderings` of ``papers``),
     and where the cause of that is measured: a section that names the other method, or, for a method below VSE++
-    there and the other not, the cause of that; a section counts for ``benchmark`` only where its heading names it.
-    A place with no such section that the seeds leave unresolved (:func:`seed_spread`) says so. Then
-    :func:`measurement_notes`."""
+    there and the other not, the cause of that; a section counts for ``benchmark`` only where its heading names it,
+    and as measured at a cell only where its text names the cell (:func:`cause_answer`). A place with no section
+    measured there that the seeds leave unresolved (:func:`seed_spread`) says so. Then :func:`measurement_notes`."""
     out = []
     cells = seed_cells(rows)
     mean = {key: statistics.mean(by_seed.values()) for key, by_seed in cells.items()}
@@ -696,22 +729,23 @@ def notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, doc
         if method != "vsepp" and vsepp is not None and value < vsepp:
             found = quality.get((protocol, method, ratio))
             seen = f"; its division (network A, last epoch): {found}" if found is not None else ""
-            page = cause_page(method, docs, VSEPP, benchmark)
+            page = cause_page(method, docs, VSEPP, benchmark, (protocol, ratio))
             spread = seed_spread(cells[protocol, method, ratio], cells[protocol, "vsepp", ratio])
             out.append(f"{method} is below VSE++ under {protocol} at {ratio:.0%} ({value:.1f} vs {vsepp:.1f}){seen}; "
-                       + (f"the cause, measured: {page}" if page else spread or "the cause is not measured yet"))
+                       + cause_answer(page, spread))
     for (protocol, ratio, above, below), sources in sorted(paper_orderings(comparison_tables(papers)).items()):
         a, b = mean.get((protocol, above, ratio)), mean.get((protocol, below, ratio))
         if a is not None and b is not None and a < b:
             vsepp = mean.get((protocol, "vsepp", ratio))
-            page = cause_page(above, docs, VSEPP, benchmark)
-            against = cause_page(above, docs, below, benchmark)
+            under = cause_page(above, docs, VSEPP, benchmark, (protocol, ratio))
+            against = cause_page(above, docs, below, benchmark, (protocol, ratio))
             spread = seed_spread(cells[protocol, above, ratio], cells[protocol, below, ratio])
-            cause = (f"below VSE++ there, the cause measured: {page}" if vsepp is not None and a < vsepp <= b and page
-                     else f"the cause, measured: {against}" if against else spread or "the cause is not measured yet")
+            cause = (f"below VSE++ there, {cause_answer(under)}" if vsepp is not None and a < vsepp <= b and under
+                     else cause_answer(against, spread))
             out.append(f"{above} below {below} under {protocol} at {ratio:.0%} ({a:.1f} vs {b:.1f}), against "
                        f"{' and '.join(sources)}; {cause}")
     return out + measurement_notes(rows, oracles)
+
 
 
 def measurement_notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None) -> list[str]:

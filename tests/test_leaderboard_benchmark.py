@@ -213,11 +213,23 @@ def test_notes_flag_a_method_below_vsepp_and_runs_still_improving(leaderboard, t
     assert leaderboard.notes(rows, docs=docs)[0].endswith("; the cause is not measured yet")
     (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard\n\nWhy.\n")  # a section on no place
     assert leaderboard.notes(rows, docs=docs)[0].endswith("; the cause is not measured yet")
-    (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard: below NCR\n\n## On the leaderboard: below VSE++\n")
+    (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard: below NCR\n\nAt `ncr-caption` 50%.\n\n"
+                                 "## On the leaderboard: below VSE++\n\nAt `ncr-caption` 50%.\n")
     assert leaderboard.notes(rows, docs=docs)[0].endswith(
         '; the cause, measured: docs/methods/gsc.md, "On the leaderboard: below VSE++"')
-    (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard: why GSC falls below VSE++\n")
+    (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard: why GSC falls below VSE++\n\n| `ncr-caption` 50% |\n")
     assert leaderboard.notes(rows, docs=docs)[0].endswith('docs/methods/gsc.md, "On the leaderboard: why GSC falls below VSE++"')
+    # a section that measured other cells only (its text names the cell as `protocol` R%) does not answer this one
+    elsewhere = "## On the leaderboard: below VSE++ (i)\n\nAt `ncr-caption` 20% and `decl-image` 50%.\n"
+    (docs / "gsc.md").write_text("# GSC\n\n" + elsewhere)
+    assert leaderboard.notes(rows, docs=docs)[0].endswith(
+        '; the cause is measured at other cells (docs/methods/gsc.md, "On the leaderboard: below VSE++ (i)"), '
+        "not at this one yet")
+    # the section that names the cell answers it, wherever it stands; a heading in a code block starts no section
+    (docs / "gsc.md").write_text("# GSC\n\n" + elsewhere + "\n## On the leaderboard: below VSE++ (ii)\n\n```\n"
+                                 "# a comment\n```\nAt `ncr-caption` 50%.\n")
+    assert leaderboard.notes(rows, docs=docs)[0].endswith(
+        '; the cause, measured: docs/methods/gsc.md, "On the leaderboard: below VSE++ (ii)"')
 
 
 def test_seed_spread_is_a_paired_t_test_over_the_seeds_both_ran(leaderboard):
@@ -247,8 +259,11 @@ def test_notes_say_where_the_seeds_leave_a_place_unresolved(leaderboard, tmp_pat
         f"gsc is below VSE++ under ncr-caption at 50% (296.7 vs 303.3); {spread}",
         f"gsc below ncr under ncr-caption at 50% (296.7 vs 304.3), against GSC Table 1, Flickr30K (480.0 vs 470.0); "
         f"{versus_ncr}"]
-    # a measured cause is named first, the seeds' verdict where there is none
-    (tmp_path / "gsc.md").write_text("# GSC\n\n## On the leaderboard: below NCR\n")
+    # the seeds' verdict before a cause measured at other cells only
+    (tmp_path / "gsc.md").write_text("# GSC\n\n## On the leaderboard: below NCR\n\nAt `ncr-caption` 20%.\n")
+    assert leaderboard.notes(rows, docs=tmp_path, papers=papers)[1].endswith(versus_ncr)
+    # a cause measured at the cell is named first, the seeds' verdict where there is none
+    (tmp_path / "gsc.md").write_text("# GSC\n\n## On the leaderboard: below NCR\n\nAt `ncr-caption` 50%.\n")
     assert leaderboard.notes(rows, docs=tmp_path, papers=papers) == [
         f"gsc is below VSE++ under ncr-caption at 50% (296.7 vs 303.3); {spread}",
         "gsc below ncr under ncr-caption at 50% (296.7 vs 304.3), against GSC Table 1, Flickr30K (480.0 vs 470.0); "
@@ -277,19 +292,20 @@ def test_notes_name_a_measured_order_that_inverts_a_papers_table(leaderboard, tm
     assert leaderboard.notes(rows, docs=docs, papers=papers) == [
         "gsc below ncr under ncr-caption at 50% (290.0 vs 310.0), against GSC Table 1, Flickr30K (480.0 vs 470.0); "
         "the cause is not measured yet"]
-    (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard: below VSE++\n")  # a section on another place
+    cell = "\n\nAt `ncr-caption` 50%.\n\n"
+    (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard: below VSE++" + cell)  # a section on another place
     assert leaderboard.notes(rows, docs=docs, papers=papers)[0].endswith("; the cause is not measured yet")
-    (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard: below VSE++\n\n## On the leaderboard: below NCR\n")
+    (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard: below VSE++" + cell + "## On the leaderboard: below NCR" + cell)
     assert leaderboard.notes(rows, docs=docs, papers=papers)[0].endswith(
         '; the cause, measured: docs/methods/gsc.md, "On the leaderboard: below NCR"')
     # below VSE++ there, with that cause measured, and the other method not: that cause
     under = rows + [_row("vsepp", "ncr-caption", 0.5, 0, 300.0, "one network")]
     assert leaderboard.notes(under, docs=docs, papers=papers)[1] == (
         "gsc below ncr under ncr-caption at 50% (290.0 vs 310.0), against GSC Table 1, Flickr30K (480.0 vs 470.0); "
-        'below VSE++ there, the cause measured: docs/methods/gsc.md, "On the leaderboard: below VSE++"')
+        'below VSE++ there, the cause, measured: docs/methods/gsc.md, "On the leaderboard: below VSE++"')
     # a section measured on another benchmark than the note's does not count for it
     assert leaderboard.notes(rows, docs=docs, papers=papers, benchmark="proxy")[0].endswith("not measured yet")
-    (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard: below NCR on the real-text proxy\n")
+    (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard: below NCR on the real-text proxy" + cell)
     assert leaderboard.notes(rows, docs=docs, papers=papers, benchmark="proxy")[0].endswith(
         '; the cause, measured: docs/methods/gsc.md, "On the leaderboard: below NCR on the real-text proxy"')
     assert leaderboard.notes(rows, docs=docs, papers=papers, benchmark="generated")[0].endswith("not measured yet")
