@@ -25,18 +25,18 @@ import sys
 from pathlib import Path
 
 import torch
-
 from common import machine, quiet, write_report
+
+from hfncl.config import TrainConfig
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.engine.encoding import evaluate_retrieval
 from hfncl.engine.trainer import Trainer
-from hfncl.plugin_setup import run_plugins
-from hfncl.config import TrainConfig
 from hfncl.experiment import DataArguments, ModelArguments
-from hfncl.tasks.pairs import DEMO_MODEL, PAIRS, model_fields
-from hfncl.tasks.pair_data import prepare_data
 from hfncl.models import NCLConfig
+from hfncl.plugin_setup import run_plugins
 from hfncl.profiling import HookTimer
+from hfncl.tasks.pair_data import prepare_data
+from hfncl.tasks.pairs import DEMO_MODEL, PAIRS, model_fields
 
 QUICK_DATA = SyntheticConfig(num_train=160, num_dev=40, num_test=40, num_concepts=16, feature_dim=16, seed=1)
 QUICK_MODEL = ModelArguments(embed_dim=32, word_dim=16)

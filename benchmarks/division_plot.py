@@ -20,16 +20,17 @@ import sys
 from pathlib import Path
 
 from common import quiet
+
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.demo import DemoRun, demo_runs, demo_train_config, shortened_settings
 from hfncl.engine.trainer import Trainer
-from hfncl.plugin_setup import run_plugins
 from hfncl.evaluation import division_quality
 from hfncl.experiment import DataArguments, ModelArguments
-from hfncl.tasks.pairs import DEMO_MODEL, PAIRS, model_fields
-from hfncl.tasks.pair_data import prepare_data
 from hfncl.models import NCLConfig
 from hfncl.plots import plot_division
+from hfncl.plugin_setup import run_plugins
+from hfncl.tasks.pair_data import prepare_data
+from hfncl.tasks.pairs import DEMO_MODEL, PAIRS, model_fields
 
 QUICK_DATA = SyntheticConfig(num_train=200, num_dev=40, num_test=40, num_concepts=16, feature_dim=16)
 QUICK_MODEL = ModelArguments(embed_dim=32, word_dim=16)

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from common import machine, quiet, write_report
+
 from hfncl.data.synthetic import SyntheticConfig
 from hfncl.demo import DemoRun, demo_runs, run_demo
 

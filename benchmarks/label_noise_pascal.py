@@ -24,9 +24,9 @@ from pathlib import Path
 
 from common import SHARED_DATA, machine, quiet, write_report
 
+from hfncl.config import TrainConfig
 from hfncl.experiment import run_experiment
 from hfncl.tasks.labels import CategoryModelArguments, LabelDataArguments
-from hfncl.config import TrainConfig
 from hfncl_plugins.dmcm import paper_training
 
 DATA = SHARED_DATA / "pascal_sentence"

@@ -93,7 +93,6 @@ from typing import Any
 import clip_track
 import torch
 import yaml
-from scipy import stats
 from accuracy import (
     ORACLE,
     PROXY,
@@ -112,10 +111,11 @@ from accuracy import (
 )
 from common import DEFAULT_CAPTIONS, machine, mean_spread, method_runs, pyplot, quiet, write_report
 from reproduce import DOC, REPO, paper_numbers
+from scipy import stats
 
 from hfncl.data.noise import protocol_names
-from hfncl.engine.fingerprint import training_defaults
 from hfncl.demo import DEMO_SIZES, DemoRun, demo_train_config
+from hfncl.engine.fingerprint import training_defaults
 from hfncl.plots import save_png
 
 PROTOCOL_KINDS = {protocol: kind for kind, protocol in protocol_names().items()}

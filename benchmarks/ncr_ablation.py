@@ -85,7 +85,7 @@ def markdown(rows: list[dict], header: str) -> str:
     for row in rows:
         division = row["division"]
 
-        def cell(key: str) -> str:
+        def cell(key: str, division: dict[str, float] = division) -> str:
             value = division.get(f"division/net0/{key}")
             return "-" if value is None or math.isnan(value) else f"{value:.3f}"
 

@@ -25,9 +25,9 @@ for options in ({}, {"npc.weighting": "batch_mean", "npc.bank_loss": False}):
     bank = trainer.divisions[0].clean.numpy()
     print(
         options or "defaults",
-        "| weight clean %.3f noisy %.3f" % (np.nanmean(w[clean]), np.nanmean(w[~clean])),
-        "| share w<1: clean %.2f noisy %.2f" % (np.nanmean(w[clean] < 1), np.nanmean(w[~clean] < 1)),
-        "| bank size %d purity %.3f" % (bank.sum(), clean[bank].mean()),
+        f"| weight clean {np.nanmean(w[clean]):.3f} noisy {np.nanmean(w[~clean]):.3f}",
+        f"| share w<1: clean {np.nanmean(w[clean] < 1):.2f} noisy {np.nanmean(w[~clean] < 1):.2f}",
+        f"| bank size {bank.sum():d} purity {clean[bank].mean():.3f}",
         "| val rsum",
         [round(h.get("val/rsum", float("nan")), 1) for h in summary["history"]],
         flush=True,

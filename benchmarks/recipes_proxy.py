@@ -283,7 +283,7 @@ def plot_curves(rows: list[dict[str, Any]], path: Path) -> Path | None:
         for axis, key in ((left, "val_rsum_by_epoch"), (right, "auc_by_epoch")):
             points = [(e + 1, v) for e, v in enumerate(row[key]) if v is not None and v == v]
             if points:
-                axis.plot(*zip(*points), marker="o", markersize=3, label=row["recipes"][0])
+                axis.plot(*zip(*points, strict=True), marker="o", markersize=3, label=row["recipes"][0])
     left.set_title("validation rSum", fontsize=10)
     right.set_title("division AUC (network A)", fontsize=10)
     for axis in (left, right):

@@ -39,8 +39,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from common import machine, quiet, write_report
+
 from hfncl.data import NoisyPairDataset, Vocabulary, caption_level_noise, caption_pairing, load_precomp_split
 from hfncl.data.synthetic import SyntheticConfig, _World
 
@@ -116,8 +116,8 @@ def measure(args: argparse.Namespace, size: int) -> dict:
     """Train on the size's data in this process; steps, times and memory (run only in a fresh process)."""
     from hfncl.config import TrainConfig
     from hfncl.engine.trainer import Trainer
-    from hfncl.plugin_setup import run_plugins
     from hfncl.models import NCLConfig
+    from hfncl.plugin_setup import run_plugins
     from hfncl.plugins import build_plugin_manager
     from hfncl.profiling import HookLimitReached, HookTimer
     from hfncl.tasks import PAIRS

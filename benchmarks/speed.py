@@ -44,19 +44,19 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
+from common import machine, method_runs, quiet, write_report
 from torch.utils.data import Subset
 
-from common import machine, method_runs, quiet, write_report
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.demo import DemoRun, demo_train_config, shortened_settings
 from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
 from hfncl.engine.trainer import Trainer
-from hfncl.plugin_setup import run_plugins
 from hfncl.experiment import DataArguments, ModelArguments
-from hfncl.tasks.pairs import DEMO_MODEL, PAIRS, model_fields
-from hfncl.tasks.pair_data import prepare_data
 from hfncl.models import NCLConfig
+from hfncl.plugin_setup import run_plugins
 from hfncl.profiling import HookTimer
+from hfncl.tasks.pair_data import prepare_data
+from hfncl.tasks.pairs import DEMO_MODEL, PAIRS, model_fields
 
 NOISE_RATIO = 0.5
 DIVISION_LIMIT = 0.15

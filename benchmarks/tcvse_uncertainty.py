@@ -30,7 +30,6 @@ import datasets
 import numpy as np
 import torch
 import transformers
-
 from common import with_option
 
 from hfncl.data import collate_captions, collate_images
@@ -39,10 +38,10 @@ from hfncl.demo import DemoRun, demo_runs, demo_train_config
 from hfncl.engine.encoding import RetrievalSplit
 from hfncl.evaluation.recall import retrieval_metrics_from_matrix
 from hfncl.experiment import DataArguments, run_experiment
-from hfncl.tasks.pairs import DEMO_MODEL
-from hfncl.tasks.pair_data import prepare_data
 from hfncl.models import NCLModel
 from hfncl.plugins import build_plugin_manager
+from hfncl.tasks.pair_data import prepare_data
+from hfncl.tasks.pairs import DEMO_MODEL
 from hfncl_plugins.tcvse import BRANCHES, DIRECTIONS, perturb_words
 
 
