@@ -93,11 +93,16 @@ PLATEAU_EXTRA_EPOCHS = 60
 
 
 def commit() -> str:
-    """The checked-out commit of the code that trains (``+`` when the working tree differs), for the rows' provenance."""
+    """The checked-out commit of the code that trains (``+`` when the working tree differs), for the rows'
+    provenance."""
     here = Path(__file__).resolve().parent
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here, capture_output=True, text=True)
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True, check=True
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=here, capture_output=True, text=True
+        )
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return head.stdout.strip() + ("+" if dirty.stdout.strip() else "")
@@ -145,7 +150,8 @@ class Job:
 
 
 def oracle_row(method: str, first: str) -> str:
-    """The table row of the oracle trained with ``method``: ``oracle`` for the first oracle method, ``oracle (M)`` else."""
+    """The table row of the oracle trained with ``method``: ``oracle`` for the first oracle method, ``oracle (M)``
+    else."""
     return ORACLE if method == first else f"{ORACLE} ({method})"
 
 
@@ -253,7 +259,9 @@ def bounded_job(job: Job, rows: list[dict[str, Any]], args: argparse.Namespace) 
         return job
     data_dir, ratio = job.data.data_dir, job.run.noise_ratio
     pairs = split_pairs(data_dir, "train")
-    finished = [r for r in rows if r["noise_ratio"] == ratio and r["seed"] == job.seed and not is_reference(r["method"])]
+    finished = [
+        r for r in rows if r["noise_ratio"] == ratio and r["seed"] == job.seed and not is_reference(r["method"])
+    ]
     steps = [method_steps(r, pairs) for r in finished]
     done = {r["method"] for r in finished}
     steps += [method_steps({"epochs": int(run.settings.get("epochs", 10))}, pairs)
@@ -261,8 +269,8 @@ def bounded_job(job: Job, rows: list[dict[str, Any]], args: argparse.Namespace) 
     batch = int(job.run.settings.get("batch_size", 128))
     per_batch = steps_per_batch(job.run.plugin, finished, pairs)
     settings = converged_settings(job.run.settings, max(steps, default=0.0),
-                                  round(split_pairs(data_dir, job.data.train_split) // batch * per_batch), args.oracle_patience,
-                                  plateau_rule(args))
+                                  round(split_pairs(data_dir, job.data.train_split) // batch * per_batch),
+                                  args.oracle_patience, plateau_rule(args))
     return dataclasses.replace(job, run=DemoRun(job.run.plugin, ratio, settings))
 
 
@@ -289,7 +297,9 @@ def train(
     config = train_config(job, run_dir, quick, progress)
     if resume and (run_dir / "checkpoints" / LATEST).exists():  # killed part way: continue, do not start again
         config.overwrite_output_dir, config.resume_from_checkpoint = False, LATEST
-    result = run_experiment(job.data, config, dataclasses.replace(QUICK_MODEL if quick else DEMO_MODEL, **(model or {})))
+    result = run_experiment(
+        job.data, config, dataclasses.replace(QUICK_MODEL if quick else DEMO_MODEL, **(model or {}))
+    )
     runtime = result["runtime"]
     row = {
         "method": job.row,
@@ -327,7 +337,11 @@ def train_config(job: Job, run_dir: Path, quick: bool, progress: bool = False) -
 def _epoch_record(record: dict[str, Any]) -> dict[str, Any]:
     """An epoch's validation rSum and network A's division quality (AUC, precision, recall), where recorded."""
     division = _division_of_network_a({k: v for k, v in record.items() if k.startswith("division")})
-    out = {"epoch": record["epoch"], "val_rsum": record.get("val/rsum"), "steps_per_network": record.get("steps_per_network")}
+    out = {
+        "epoch": record["epoch"],
+        "val_rsum": record.get("val/rsum"),
+        "steps_per_network": record.get("steps_per_network"),
+    }
     out.update({key: division[key] for key in ("auc", "precision", "recall") if key in division})
     return out
 
@@ -335,7 +349,9 @@ def _epoch_record(record: dict[str, Any]) -> dict[str, Any]:
 def oracle_shares(rows: list[dict[str, Any]]) -> dict[tuple[str, float], list[float]]:
     """Per method and ratio, each seed's test rSum over the oracle's at the same ratio and seed: the best of the
     ``oracle`` row and, where one was trained, the method's own (``oracle (M)``)."""
-    oracles = {(r["method"], r["noise_ratio"], r["seed"]): r["test"]["rsum"] for r in rows if r["method"].startswith(ORACLE)}
+    oracles = {
+        (r["method"], r["noise_ratio"], r["seed"]): r["test"]["rsum"] for r in rows if r["method"].startswith(ORACLE)
+    }
     shares: dict[tuple[str, float], list[float]] = {}
     for row in rows:
         key = (row["noise_ratio"], row["seed"])
@@ -355,8 +371,8 @@ def unconverged_oracle_warnings(shares: dict[tuple[str, float], list[float]]) ->
         spread = statistics.stdev(values) if len(values) > 1 else 0.0
         if statistics.mean(values) > 1.0 + spread:
             lines.append(
-                f"warning: {method} at {ratio:.0%} noise reaches {100 * statistics.mean(values):.1f}% of the oracle, above "
-                f"100% by more than the seeds' spread ({100 * spread:.1f}): the oracle did not converge"
+                f"warning: {method} at {ratio:.0%} noise reaches {100 * statistics.mean(values):.1f}% of the oracle, "
+                f"above 100% by more than the seeds' spread ({100 * spread:.1f}): the oracle did not converge"
             )
     return lines
 
@@ -376,17 +392,24 @@ def markdown(rows: list[dict[str, Any]], header: str) -> str:
     for (method, ratio), group in groups.items():
         metrics = " | ".join(mean_spread([r["test"][key] for r in group]) for _, key in COLUMNS)
         share = mean_spread([100 * s for s in shares.get((method, ratio), [])])
-        division = " | ".join(mean_spread([r["division"].get(key) for r in group], 3) for key in ("auc", "precision", "recall"))
+        division = " | ".join(
+            mean_spread([r["division"].get(key) for r in group], 3) for key in ("auc", "precision", "recall")
+        )
         seconds = sum(r["seconds"] for r in group) / len(group)
         share_cell = f"{share}%" if share != "-" else share
-        epochs = mean_spread([r["epochs"] for r in group], 0) if len({r["epochs"] for r in group}) > 1 else str(group[0]["epochs"])
+        epochs = (
+            mean_spread([r["epochs"] for r in group], 0)
+            if len({r["epochs"] for r in group}) > 1
+            else str(group[0]["epochs"])
+        )
         lines.append(f"| {method} | {ratio:.0%} | {epochs} | {metrics} | {share_cell} | {division} | {seconds:.0f}s |")
     warnings = unconverged_oracle_warnings(shares)
     return "\n".join(lines + ([""] + [f"- {line}" for line in warnings] if warnings else []))
 
 
 def plot_curves(rows: list[dict[str, Any]], path: Path) -> Path | None:
-    """Validation rSum and network A's division AUC by epoch, a column per noise ratio (seed means); ``None`` without matplotlib."""
+    """Validation rSum and network A's division AUC by epoch, a column per noise ratio (seed means); ``None``
+    without matplotlib."""
     plt = pyplot()
     if plt is None:
         return None
@@ -434,7 +457,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "of the --methods, e.g. for a method that declares none; their schedule (all but "
                         "warmup_epochs and options) also trains the oracle and the half-data control.")
     parser.add_argument("--model", type=json.loads, default=None,
-                        help='JSON of ModelArguments fields replacing the demo model\'s, e.g. \'{"similarity": "sgr", "head_options": {"sgr.sim_dim": 32}}\'.')
+                        help='JSON of ModelArguments fields replacing the demo model\'s, e.g. '
+                        '\'{"similarity": "sgr", "head_options": {"sgr.sim_dim": 32}}\'.')
     parser.add_argument("--ratios", type=float, nargs="+", default=[0.0, 0.2, 0.5, 0.7], help="Noise ratios.")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="Seeds of noise and training.")
     parser.add_argument("--captions-file", default=str(DEFAULT_CAPTIONS), help="Flickr8k captions.txt for the proxy.")
@@ -443,21 +467,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"Tiny data and model, {QUICK_EPOCHS} epochs, ratios 0 and 0.5, seeds 0 and 1.")
     parser.add_argument("--progress", action="store_true", help="Show the epochs' progress bars.")
     parser.add_argument("--oracle-method", nargs="+", default=["vsepp"],
-                        help="The methods the oracle trains with on the clean pairs (default vsepp: the plain triplet); "
-                        "the first also trains the half-data control, each other one adds a row 'oracle (M)' that "
-                        "bounds method M with the first.")
+                        help="The methods the oracle trains with on the clean pairs (default vsepp: the plain "
+                        "triplet); the first also trains the half-data control, each other one adds a row "
+                        "'oracle (M)' that bounds method M with the first.")
     parser.add_argument("--oracle-patience", type=int, default=2,
                         help="Train the references to convergence: at least the methods' optimiser steps, then until "
-                        "the validation rSum has not improved for this many epochs (0: the oracle method's demo schedule).")
+                        "the validation rSum has not improved for this many epochs (0: the oracle method's demo "
+                        "schedule).")
     parser.add_argument("--no-references", action="store_true", help="Leave out the oracle and half-data rows.")
     parser.add_argument("--no-half-data", action="store_true", help="Leave out the half-data control.")
     parser.add_argument("--references-only", action="store_true",
-                        help="Train only the oracle and half-data rows (their steps bound the methods' planned schedules).")
+                        help="Train only the oracle and half-data rows (their steps bound the methods' planned "
+                        "schedules).")
     parser.add_argument("--report-only", action="store_true",
-                        help="Train nothing: the tables of the runs that finished (their row.json), the others left out.")
+                        help="Train nothing: the tables of the runs that finished (their row.json), the others "
+                        "left out.")
     parser.add_argument("--resume", action="store_true",
-                        help="Reuse the row.json of runs that finished before (the table then mixes commits: each row records "
-                             "its own) and continue runs killed part way from their latest checkpoint.")
+                        help="Reuse the row.json of runs that finished before (the table then mixes commits: each row "
+                             "records its own) and continue runs killed part way from their latest checkpoint.")
     args = parser.parse_args(argv)
     if args.benchmark is None:
         args.benchmark = ["generated", "proxy"] if args.quick else ["generated"]
@@ -489,8 +516,8 @@ def main(argv: list[str] | None = None) -> int:
         planned = jobs(args, data_dir)
         rows: list[dict[str, Any]] = []
         for job in planned:
-            row = train(bounded_job(job, rows, args), output_dir / name, args.quick, args.progress, args.resume, args.report_only,
-                        args.model)
+            row = train(bounded_job(job, rows, args), output_dir / name, args.quick, args.progress, args.resume,
+                        args.report_only, args.model)
             if row:
                 rows.append(row)
         if not rows:
@@ -500,8 +527,13 @@ def main(argv: list[str] | None = None) -> int:
         header = (
             f"Accuracy on the {description}; test metrics, mean ± std over seeds {args.seeds}; share of oracle: "
             f"test rSum over the {ORACLE}'s ({args.oracle_method[0]} on exactly the clean pairs"
-            + (f", trained to convergence with patience {args.oracle_patience}" if args.oracle_patience else ", demo schedule")
-            + f") at the same ratio and seed; {HALF_DATA}: {args.oracle_method[0]} on all pairs of the first (1 - ratio) of the images; division "
+            + (
+                f", trained to convergence with patience {args.oracle_patience}"
+                if args.oracle_patience
+                else ", demo schedule"
+            )
+            + f") at the same ratio and seed; {HALF_DATA}: {args.oracle_method[0]} on all pairs of the first "
+            f"(1 - ratio) of the images; division "
             f"of network A, last epoch; {minutes:.1f} min of training in all "
             f"({(time.perf_counter() - started) / 60:.1f} in this call); {report['machine']}"
         )

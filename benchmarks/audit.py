@@ -158,15 +158,17 @@ def cross_fitted_row(
     rest of the table; saves the p-values beside the hidden mask."""
     started = time.perf_counter()
     parts = image_folds(trained.data.split.num_images, folds, seed)
-    held_out, _ = held_out_p_values(trained.data, parts, lambda part, _: train_method(part, config, model), fold_p_values)
+    held_out, _ = held_out_p_values(
+        trained.data, parts, lambda part, _: train_method(part, config, model), fold_p_values
+    )
     training = time.perf_counter() - started
     table = pair_table(trained, pair_scores, Rescored.cross_fitted(held_out))
     rank = np.asarray(table["rank"])
     np.savez_compressed(run_dir / f"cross_fitted_{folds}_p_values.npz", p_image=held_out.image,
                         p_caption=held_out.caption, wrong=wrong)
-    return {"row": f"audit ({'+'.join(config.plugins)}, {folds} folds)", "estimate": estimated_noise_rate(table).rate, "train_s": training,
-            "score_s_per_10k": None, **scores(int(np.count_nonzero(table["flagged"])), np.argsort(rank), wrong,
-                                              -rank.astype(float))}
+    return {"row": f"audit ({'+'.join(config.plugins)}, {folds} folds)", "estimate": estimated_noise_rate(table).rate,
+            "train_s": training, "score_s_per_10k": None,
+            **scores(int(np.count_nonzero(table["flagged"])), np.argsort(rank), wrong, -rank.astype(float))}
 
 
 def refit_row(
@@ -284,8 +286,9 @@ def oracle_rows(oracle_dir: Path, data_dir: Path, copy: Path, ratio: float, seed
         table = pair_table(trained, trained_scores(trained))
         scoring = time.perf_counter() - started
         rank = np.asarray(table["rank"])
-        rows.append({"row": f"oracle ({method[1] if method else BASELINE})", "estimate": estimated_noise_rate(table).rate,
-                     "train_s": None, "score_s_per_10k": scoring / len(rank) * 1e4,
+        rows.append({"row": f"oracle ({method[1] if method else BASELINE})",
+                     "estimate": estimated_noise_rate(table).rate, "train_s": None,
+                     "score_s_per_10k": scoring / len(rank) * 1e4,
                      **scores(int(np.count_nonzero(table["flagged"])), np.argsort(rank), wrong, -rank.astype(float))})
     return rows
 

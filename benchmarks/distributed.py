@@ -66,7 +66,9 @@ def worker(args: argparse.Namespace) -> None:
         **model_fields(config.plugins, QUICK_MODEL if args.quick else DEMO_MODEL),
     )
     timer = HookTimer(["epoch_start", "epoch_end"])
-    trainer = Trainer(config, model_config, data.train, data.val, task=PAIRS, callbacks=[timer], plugins=run_plugins(config))
+    trainer = Trainer(
+        config, model_config, data.train, data.val, task=PAIRS, callbacks=[timer], plugins=run_plugins(config)
+    )
     summary = trainer.train()
     test = evaluate_retrieval(trainer.model, data.test, batch_size=config.eval_batch_size, hook=trainer.hook)
     if trainer.accelerator.is_main_process:
@@ -125,13 +127,15 @@ def markdown(one: dict, two: dict, diff: dict, header: str) -> str:
         auc = result["history"][-1].get("division/net0/auc", result["history"][-1].get("division/auc", float("nan")))
         times = " / ".join(f"{s:.1f}" for s in result["epoch_s"])
         lines.append(
-            f"| {result['processes']} | {times} | {result['pairs_per_s']:.0f} | {result['test']['rsum']:.2f} | {auc:.4f} |"
+            f"| {result['processes']} | {times} | {result['pairs_per_s']:.0f} | {result['test']['rsum']:.2f} | "
+            f"{auc:.4f} |"
         )
     lines += [
         "",
         f"Largest difference, 1 vs 2 processes: clean probability {diff['clean_prob']:.2e} "
         f"({diff['clean_set_differs']} pairs change sets), division quality and validation metrics "
-        f"{diff['division_and_validation']:.2e}, test metrics {diff['test']:.2e}, mean training losses {diff['train_loss']:.2e}.",
+        f"{diff['division_and_validation']:.2e}, test metrics {diff['test']:.2e}, mean training losses "
+        f"{diff['train_loss']:.2e}.",
     ]
     return "\n".join(lines)
 

@@ -9,8 +9,8 @@ when the first epoch after warmup starts, and draws each network's division with
 :func:`hfncl.plots.plot_division`: the histogram of the per-sample statistic (NCR: the
 peer's L_w) for truly clean and truly noisy pairs (the hidden mask, which the method never
 sees), the fitted mixture's density where the division carries ``extras["mixture"]``, and below,
-the histogram of the clean probability the method assigned. Writes ``division_<method>_net<K>.png`` and prints the division's
-ROC-AUC, precision and recall against the hidden mask.
+the histogram of the clean probability the method assigned. Writes ``division_<method>_net<K>.png`` and prints the
+division's ROC-AUC, precision and recall against the hidden mask.
 """
 
 from __future__ import annotations

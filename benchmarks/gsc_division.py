@@ -44,7 +44,11 @@ def first_epoch_reaching(values: list[float], level: float) -> int | None:
 def markdown(rows: list[dict], header: str, every: int = 4) -> str:
     epochs = len(rows[0]["accuracy"])
     shown = [e for e in range(every, epochs + 1, every)] or [epochs]
-    lines = [header, "", "| noise | measure | " + " | ".join(f"epoch {e}" for e in shown) + " | first epoch >= 0.9 | test rSum |"]
+    lines = [
+        header,
+        "",
+        "| noise | measure | " + " | ".join(f"epoch {e}" for e in shown) + " | first epoch >= 0.9 | test rSum |",
+    ]
     lines.append("|---|---|" + "---|" * len(shown) + "---|---|")
     for row in rows:
         for measure in ("accuracy", "auc"):

@@ -3,13 +3,13 @@
     python benchmarks/hardest_negatives.py RUN_DIR                       # RUN_DIR/best, 20 batches of 128
     python benchmarks/hardest_negatives.py RUN_DIR --checkpoint RUN_DIR/checkpoints/step-...-epoch-0010
 
-For NCR's co-training collapse on the real-text proxy (``docs/methods/ncr.md``, "The wrong positives, not the same-image negatives"):
-the clean part trains the hardest negative of the batch with soft margins (NCR Eq. 6), so two candidates could
-feed it bad gradients, and this script measures both on the model the co-training starts from. A *same-image
-negative* is another caption of the row's image in the batch (a proxy of 4 captions per image holds one for about
-a tenth of the rows); a *wrong positive* is a pair the noise re-paired. Per row i of a batch of training pairs
-(image shown with caption i, against every caption of the batch): whether a same-image caption is among its
-negatives, whether it is the hardest one, and the hinge [margin - S_ii + max_j S_ij]_+, for right and wrong pairs.
+For NCR's co-training collapse on the real-text proxy (``docs/methods/ncr.md``, "The wrong positives, not the same-image
+negatives"): the clean part trains the hardest negative of the batch with soft margins (NCR Eq. 6), so two candidates
+could feed it bad gradients, and this script measures both on the model the co-training starts from. A *same-image
+negative* is another caption of the row's image in the batch (a proxy of 4 captions per image holds one for about a
+tenth of the rows); a *wrong positive* is a pair the noise re-paired. Per row i of a batch of training pairs (image
+shown with caption i, against every caption of the batch): whether a same-image caption is among its negatives, whether
+it is the hardest one, and the hinge [margin - S_ii + max_j S_ij]_+, for right and wrong pairs.
 
 Reads the run's ``run_config.yaml`` (data folder, training split) and ``noise_index.npy`` (the image each caption
 was shown with); the similarity is the checkpoint's inference similarity (both networks' mean for two networks).

@@ -45,7 +45,9 @@ def imported(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(anchor + ([base] if base else []))
-            targets.update(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names)
+            targets.update(
+                f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names
+            )
     return {target for target in targets if target in modules and target != name}
 
 
@@ -71,7 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(found))
     else:
-        print(f"{len(found)} import circle(s) in {args.package}; the largest has {len(found[0]) if found else 0} modules")
+        print(
+            f"{len(found)} import circle(s) in {args.package}; the largest has {len(found[0]) if found else 0} modules"
+        )
         for group in found:
             print(f"  {len(group)}: " + ", ".join(group))
     return 0

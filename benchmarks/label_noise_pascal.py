@@ -75,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--hidden-dim", type=int, default=512)
     parser.add_argument("--quick", action="store_true", help="noise 0.4 and 0.8, 10 epochs")
-    parser.add_argument("--report", type=Path, default=None, help="Table to write (default: OUTPUT_DIR/label_noise_pascal.md).")
+    parser.add_argument(
+        "--report", type=Path, default=None, help="Table to write (default: OUTPUT_DIR/label_noise_pascal.md)."
+    )
     args = parser.parse_args(argv)
     missing = [name for name in FILES if not (args.data_dir / name).is_file()]
     if missing:

@@ -226,7 +226,9 @@ def with_batch(job: Job, batch_size: int | None) -> Job:
     """``job`` with the batch size ``batch_size`` (``None``: its own)."""
     if batch_size is None:
         return job
-    return dataclasses.replace(job, run=DemoRun(job.run.plugin, job.run.noise_ratio, {**job.run.settings, "batch_size": batch_size}))
+    return dataclasses.replace(
+        job, run=DemoRun(job.run.plugin, job.run.noise_ratio, {**job.run.settings, "batch_size": batch_size})
+    )
 
 
 @functools.cache
@@ -336,7 +338,11 @@ def stale_fields(run: Run, root: Path, quick: bool, model: dict[str, Any]) -> li
     if saved is None:
         return []
     config = train_config(run.job, run_dir, quick)
-    planned = {**{field: getattr(config, field) for field in TRAINING_FIELDS}, "train_split": run.job.data.train_split, **model}
+    planned = {
+        **{field: getattr(config, field) for field in TRAINING_FIELDS},
+        "train_split": run.job.data.train_split,
+        **model,
+    }
     defaults = training_defaults()  # of a field added since the run was trained
     was = {field: saved.get(field, defaults.get(f"training.{field}")) for field in planned}
     stale = [f"{field} was {was[field]!r}, plan {value!r}" for field, value in planned.items() if was[field] != value]
@@ -356,7 +362,9 @@ def stale_model_defaults(run: Run, run_dir: Path, saved: dict[str, Any]) -> list
             for field, value in asked.items() if saved.get(field) is None and field in built and built[field] != value]
 
 
-def train_run(run: Run, root: Path, quick: bool, model: dict[str, Any] | None, report_only: bool) -> dict[str, Any] | None:
+def train_run(
+    run: Run, root: Path, quick: bool, model: dict[str, Any] | None, report_only: bool
+) -> dict[str, Any] | None:
     """Train ``run`` (or read its finished ``row.json``); the row, with its protocol, threads and device.
 
     A run trained otherwise than planned now (:func:`stale_fields`) trains again from the start; with
@@ -441,7 +449,8 @@ def _collect(run: Run, result: Any, rows: list[dict[str, Any]]) -> None:
         return
     if row is not None:
         rows.append(row)
-        print(f"{run.key}: rSum {row['test']['rsum']:.1f} after {row['epochs']} epochs ({row['seconds']:.0f}s)", flush=True)
+        print(f"{run.key}: rSum {row['test']['rsum']:.1f} after {row['epochs']} epochs ({row['seconds']:.0f}s)",
+              flush=True)
 
 
 # --- evaluation modes -----------------------------------------------------------------------------------------------
@@ -479,12 +488,15 @@ def mode_rows(rows: list[dict[str, Any]], root: Path, data_dir: Path) -> list[di
             test = _cached(best.parent / "modes.json", NETWORK_A,
                            lambda b=best: evaluate_checkpoints([b], data_dir, "test", network=0))
             out.append({**row, "mode": NETWORK_A, "test": test})
-        pair = [by_key.get((row["protocol"], head_row(row["method"], h), row["noise_ratio"], row["seed"])) for h in HEADS]
+        pair = [
+            by_key.get((row["protocol"], head_row(row["method"], h), row["noise_ratio"], row["seed"])) for h in HEADS
+        ]
         if all(pair):
             dirs = [root / row["protocol"] / _run_name(p) / "best" for p in pair if p]
             test = _cached(best.parent / "modes.json", SGRAF, lambda d=dirs: evaluate_checkpoints(d, data_dir, "test"))
             seconds = sum(p["seconds"] for p in pair if p)
-            out.append({**row, "mode": SGRAF, "test": test, "seconds": seconds, "epochs": pair[0]["epochs"] if pair[0] else 0})
+            out.append({**row, "mode": SGRAF, "test": test, "seconds": seconds,
+                        "epochs": pair[0]["epochs"] if pair[0] else 0})
     return out
 
 
@@ -563,7 +575,8 @@ BENCHMARK_WORDS = {"generated": "generated benchmark", "proxy": "proxy", "clip":
 
 
 def cell_name(protocol: str, ratio: float) -> str:
-    """How a cause section names a cell it measured: the protocol in backticks and the ratio, e.g. ``"`ncr-caption` 20%"``."""
+    """How a cause section names a cell it measured: the protocol in backticks and the ratio, e.g.
+    ``"`ncr-caption` 20%"``."""
     return f"`{protocol}` {ratio:.0%}"
 
 
@@ -590,7 +603,8 @@ def cause_page(method: str, docs: Path = METHOD_DOCS, against: str | None = None
     preferred; ``None`` where the page has no such section."""
     words = [w for w in (against, BENCHMARK_WORDS.get(benchmark or "", benchmark)) if w]
     named = [re.compile(rf"(?<!\w){re.escape(word)}(?!\w)", re.IGNORECASE) for word in words]
-    found = [(heading, cell is None or cell_name(*cell) in body) for heading, body in cause_sections(docs / f"{method}.md")
+    found = [(heading, cell is None or cell_name(*cell) in body)
+             for heading, body in cause_sections(docs / f"{method}.md")
              if all(pattern.search(heading) for pattern in named)]
     if not found:
         return None
@@ -858,7 +872,10 @@ def reported_table(doc: Path = DOC) -> list[str]:
         if not by_noise or dataset is None:
             continue
         cells = ", ".join(f"{'real' if r is None else f'{r:.0%}'}: {v}" for r, v in by_noise.items())
-        lines.append(f"| {recipe} | {dataset} | {recipe_protocol(recipe, by_noise)} | {cells} | {sources.get(recipe, '-').rstrip(',:')} |")
+        lines.append(
+            f"| {recipe} | {dataset} | {recipe_protocol(recipe, by_noise)} | {cells} | "
+            f"{sources.get(recipe, '-').rstrip(',:')} |"
+        )
     return lines
 
 
@@ -900,7 +917,8 @@ def plot(rows: list[dict[str, Any]], planned: dict[str, list[float]], path: Path
             means = [statistics.mean(v) for v in values]
             errors = [statistics.stdev(v) if len(v) > 1 else 0.0 for v in values]
             style = "--" if is_reference(method) else (":" if mode in (NETWORK_A, SGRAF) else "-")
-            name = method if style == "-" or is_reference(method) else f"{method} ({'A' if mode == NETWORK_A else 'SGRAF'})"
+            name = (method if style == "-" or is_reference(method)
+                    else f"{method} ({'A' if mode == NETWORK_A else 'SGRAF'})")
             axis.errorbar([100 * x for x in ratios], means, yerr=errors, fmt=style, marker="o", markersize=3,
                           color=colors[method], label=name, capsize=2)
         ticks = [100 * x for x in planned_ratios]
@@ -911,7 +929,9 @@ def plot(rows: list[dict[str, Any]], planned: dict[str, list[float]], path: Path
         axis.set_title(f"protocol {protocol}", fontsize=10)
         axis.set_xlabel("noise ratio (%)")
         axis.set_ylabel("test rSum")
-    handles = {label: handle for axis in axes[0] for handle, label in zip(*axis.get_legend_handles_labels(), strict=True)}
+    handles = {
+        label: handle for axis in axes[0] for handle, label in zip(*axis.get_legend_handles_labels(), strict=True)
+    }
     if handles:  # one legend for both panels, beside them
         figure.legend(list(handles.values()), list(handles), loc="outside right center", fontsize=7)
     return save_png(figure, path)
@@ -947,8 +967,8 @@ def report(args: argparse.Namespace, results: dict[str, Any], wall: float) -> st
         + ("each run at its learning rate until its validation rSum stalls, then at a tenth until it stalls again"
            if plateau_rule(args) else "each run's demo epochs, then a tenth of its learning rate")
         + f" (patience {args.patience}); test rSum of the best-validation "
-        f"checkpoint, mean ± sd over each benchmark's seeds; share of oracle: over the row's oracle at the same ratio and "
-        "seed, trained to convergence on exactly the clean pairs: "
+        f"checkpoint, mean ± sd over each benchmark's seeds; share of oracle: over the row's oracle at the same ratio "
+        "and seed, trained to convergence on exactly the clean pairs: "
         + (f"{ORACLE} ({args.oracle_method[0]}), or, for a method whose optimiser, learning rate, weight decay or "
            f"model fields differ from {args.oracle_method[0]}'s (or that `--own-oracles` names), `{ORACLE} (method)`, "
            "that method itself."
@@ -979,7 +999,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--benchmark", nargs="+", choices=("generated", "proxy", "clip"), default=None,
                         help="Benchmarks (default: generated; with --quick: generated and proxy; clip: the CLIP track "
                         "of benchmarks/clip_track.py).")
-    parser.add_argument("--methods", nargs="+", default=None, help="Methods (default: every installed pair method with demo settings).")
+    parser.add_argument("--methods", nargs="+", default=None,
+                        help="Methods (default: every installed pair method with demo settings).")
     parser.add_argument("--protocols", nargs="+", choices=tuple(DEFAULT_RATIOS), default=list(DEFAULT_RATIOS))
     parser.add_argument("--ncr-ratios", type=float, nargs="+", default=DEFAULT_RATIOS["ncr-caption"])
     parser.add_argument("--decl-ratios", type=float, nargs="+", default=DEFAULT_RATIOS["decl-image"])
@@ -992,15 +1013,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "test); runs of another size than tiny go to OUTPUT_DIR/generated_<size>.")
     parser.add_argument("--jobs", type=int, default=1, help="Runs trained at once, each in its own process.")
     parser.add_argument("--threads", type=int, default=1,
-                        help="CPU threads per run (default 1: on a loaded machine a second thread waits for a core at "
-                        "every parallel operation; a run of the tiny benchmark took 220 s per epoch with 2, 3 s with 1).")
+                        help="CPU threads per run (default 1: on a loaded machine a second thread waits for a core "
+                        "at every parallel operation; a run of the tiny benchmark took 220 s per epoch with 2, 3 s "
+                        "with 1).")
     parser.add_argument("--batch-size", type=int, default=None,
                         help="Batch size of every run (default: the demo's 128; a small benchmark needs more steps).")
     parser.add_argument("--patience", type=int, default=3,
-                        help="Epochs without a better validation rSum that decay the rate, then end the run (0: demo schedule).")
+                        help="Epochs without a better validation rSum that decay the rate, then end the run (0: demo "
+                        "schedule).")
     parser.add_argument("--schedule", choices=("plateau", "fixed"), default="plateau",
-                        help="plateau: a run's rate decays when its validation rSum stalls, past its demo epochs; fixed: "
-                        "at its demo epochs (the rule of the tables before plateau decay).")
+                        help="plateau: a run's rate decays when its validation rSum stalls, past its demo epochs; "
+                        "fixed: at its demo epochs (the rule of the tables before plateau decay).")
     parser.add_argument("--oracle-method", nargs="+", default=["vsepp"])
     parser.add_argument("--oracle-patience", type=int, default=3)
     parser.add_argument("--own-oracles", nargs="+", default=None, metavar="METHOD",
@@ -1009,7 +1032,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-references", action="store_true", help="Leave out the oracle.")
     parser.add_argument("--sgraf", nargs="*", default=None,
                         help="Also train the methods named (none named: all) with the SGR and the SAF head; row SGRAF.")
-    parser.add_argument("--model", type=json.loads, default=None, help="JSON of ModelArguments fields over the demo model's.")
+    parser.add_argument("--model", type=json.loads, default=None,
+                        help="JSON of ModelArguments fields over the demo model's.")
     parser.add_argument("--options", type=json.loads, default=None,
                         help='JSON of plugin options over the demo settings\', each set in the runs of the plugin that '
                         'declares it (its own oracle\'s included), e.g. \'{"npc.temperature": 0.1}\'; a key no '
@@ -1020,14 +1044,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="Training images of the real-text proxy (its 500 dev and 1000 test images besides).")
     parser.add_argument("--output-dir", default="runs/leaderboard", help="Where data and runs go.")
     parser.add_argument("--report", default=None,
-                        help="Path prefix of the .md / .png / .json (default benchmarks/leaderboard; --quick: OUTPUT_DIR/leaderboard; "
-                        "_clip added for --benchmark clip alone).")
+                        help="Path prefix of the .md / .png / .json (default benchmarks/leaderboard; --quick: "
+                        "OUTPUT_DIR/leaderboard; _clip added for --benchmark clip alone).")
     parser.add_argument("--readme", default=None,
                         help="Also write the short table of --readme-benchmark between the leaderboard markers of this "
                         "file (README.md).")
     parser.add_argument("--readme-benchmark", choices=("generated", "proxy"), default="generated")
     parser.add_argument("--report-only", action="store_true", help="Train nothing: the tables of the finished runs.")
-    parser.add_argument("--quick", action="store_true", help="Tiny data and model, 2 epochs, one ratio per protocol, seed 0.")
+    parser.add_argument("--quick", action="store_true",
+                        help="Tiny data and model, 2 epochs, one ratio per protocol, seed 0.")
     clip_track.add_arguments(parser)
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
@@ -1053,7 +1078,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.patience < 0 or args.oracle_patience < 0:
         parser.error("--patience and --oracle-patience must be >= 0")
     if args.report is None:
-        args.report = str(Path(args.output_dir) / "leaderboard") if args.quick else str(REPO / "benchmarks" / "leaderboard")
+        args.report = (
+            str(Path(args.output_dir) / "leaderboard") if args.quick else str(REPO / "benchmarks" / "leaderboard")
+        )
         args.report += "_clip" if args.benchmark == ["clip"] else ""  # the CLIP track alone: its own report
     return args
 

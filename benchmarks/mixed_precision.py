@@ -102,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         f"noise, {args.warmup_epochs} warmup + {args.epochs - args.warmup_epochs} epochs, batch {args.batch_size}, "
         f"Adam {args.learning_rate:g}, seed {args.seed}, {torch.get_num_threads()} torch thread(s); {machine()}",
         "",
-        "| training precision | test rSum | division AUC (last epoch, net A) | training CPU s | validation rSum by epoch |",
+        "| training precision | test rSum | division AUC (last epoch, net A) | training CPU s | "
+        "validation rSum by epoch |",
         "|---|---|---|---|---|",
     ]
     for row in rows:

@@ -110,7 +110,8 @@ def _peak_mib(device: str) -> float:
 
 
 def caption_lengths(count: int):
-    """Flickr30K-like token counts from torch's global generator: about 12 words plus the start and end tokens, 8 to 32."""
+    """Flickr30K-like token counts from torch's global generator: about 12 words plus the start and end tokens,
+    8 to 32."""
     import torch
 
     words = torch.distributions.Gamma(torch.tensor(9.0), torch.tensor(0.75)).sample((count,))
@@ -294,7 +295,9 @@ def write_epoch_data(directory: Path, images: int, seed: int = 2) -> Path:
         np.save(directory / f"{split}_ims.npy", torch.randn(count, REGIONS, IMAGE_DIM).numpy())
         lengths = caption_lengths(count * CAPTIONS_PER_IMAGE) - 2  # the start and end tokens are added when read
         words = [torch.randint(0, VOCAB - 4, (int(n),)).tolist() for n in lengths]
-        (directory / f"{split}_caps.txt").write_text("".join(" ".join(f"w{w}" for w in caption) + "\n" for caption in words))
+        (directory / f"{split}_caps.txt").write_text(
+            "".join(" ".join(f"w{w}" for w in caption) + "\n" for caption in words)
+        )
     return directory
 
 
@@ -479,8 +482,8 @@ def _run_child(args: argparse.Namespace, kind: str, program: str, head: str, dim
         env["CUDA_VISIBLE_DEVICES"] = ""  # the official code moves itself to any GPU it sees
     command = [
         sys.executable, __file__, "--peer-dir", args.peer_dir, "--threads", str(args.threads),
-        "--scoring-images", str(args.scoring_images), "--child", kind, "--program", program, "--head", head, "--dims", dims,
-        "--work-dir", args.work_dir, "--epoch-images", str(args.epoch_images), "--device", args.device,
+        "--scoring-images", str(args.scoring_images), "--child", kind, "--program", program, "--head", head,
+        "--dims", dims, "--work-dir", args.work_dir, "--epoch-images", str(args.epoch_images), "--device", args.device,
         *(["--block-mib", str(args.block_mib)] if args.block_mib is not None else []),
         *(["--no-scoring-flops"] if args.no_scoring_flops else []),
     ]
@@ -657,7 +660,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                              f"{EPOCH_IMAGE_MULTIPLE} (its clean set is then whole batches in both programs).")
     parser.add_argument("--epoch-repeats", type=int, default=1, help="Interleaved runs of the NCR epoch (0: none).")
     parser.add_argument("--mixed-precision", nargs="+", choices=("no", "bf16"), default=["no"],
-                        help="hfncl's precisions (TrainConfig.mixed_precision), a row each; the official code runs in fp32.")
+                        help="hfncl's precisions (TrainConfig.mixed_precision), a row each; the official code runs "
+                        "in fp32.")
     parser.add_argument("--work-dir", default="runs/peer_speed", help="Generated data and the hfncl runs' outputs.")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="Where both programs run; on CUDA steps are timed in synchronized wall seconds.")

@@ -155,7 +155,8 @@ def plan(settings: dict[str, dict[str, Any]], args: argparse.Namespace, text_tow
         groups.setdefault(key, []).append(name)
         configs[key] = config
     return [
-        RecipeRun(tuple(sorted(names, key=lambda name: "f30k" not in name)), configs[key]) for key, names in groups.items()
+        RecipeRun(tuple(sorted(names, key=lambda name: "f30k" not in name)), configs[key])
+        for key, names in groups.items()
     ]
 
 
@@ -216,7 +217,9 @@ def loss_phases(history: list[dict[str, Any]]) -> str:
             series.setdefault(name, []).append(value)
     cells = []
     for name, values in series.items():
-        cells.append(f"{name} {values[0]:.3g} (1 ep)" if len(values) == 1 else f"{name} {values[0]:.3g} → {values[-1]:.3g}")
+        cells.append(
+            f"{name} {values[0]:.3g} (1 ep)" if len(values) == 1 else f"{name} {values[0]:.3g} → {values[-1]:.3g}"
+        )
     return "; ".join(cells) or "-"
 
 
@@ -347,7 +350,11 @@ def main(argv: list[str] | None = None) -> int:
     ]
     reference = next((o["results"]["test"]["rsum"] for run, o in outcomes if REFERENCE in run.recipes), None)
     rows = [row_of(run, outcome, reference) for run, outcome in outcomes]
-    width = "the recipes' widths" if args.paper_width else ", ".join(f"{k} {v}" for k, v in (QUICK_WIDTH if args.quick else REDUCED_WIDTH).items())
+    width = (
+        "the recipes' widths"
+        if args.paper_width
+        else ", ".join(f"{k} {v}" for k, v in (QUICK_WIDTH if args.quick else REDUCED_WIDTH).items())
+    )
     header = (
         f"Recipes on the real-text proxy ({config.max_images - config.num_test - config.num_dev} training images x 4 "
         f"captions, {config.num_dev} dev, {config.num_test} test images), {args.noise_ratio:.0%} noise, seed "
@@ -359,7 +366,9 @@ def main(argv: list[str] | None = None) -> int:
         header += f"; {len(runs) - len(rows)} of the {len(runs)} runs not finished (not shown)"
     write_report(output_dir / "recipes_proxy.md", markdown(rows, header))
     plot_curves(rows, output_dir / "recipes_proxy_curves.png")
-    (output_dir / "recipes_proxy.json").write_text(json.dumps({"machine": machine(), "rows": rows}, indent=1, default=float))
+    (output_dir / "recipes_proxy.json").write_text(
+        json.dumps({"machine": machine(), "rows": rows}, indent=1, default=float)
+    )
     return 0
 
 

@@ -140,7 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     rsum = json.loads((output_dir / "results.json").read_text())["test"]["rsum"]
     difference = f"{rsum - paper:+.1f}" if paper is not None else "-"
     print("| recipe | noise | paper rSum | hfncl rSum | difference |\n|---|---|---|---|---|")
-    print(f"| {args.recipe} | {'default' if wanted is None else _noise_label(wanted)} | {paper if paper is not None else '-'} | {rsum:.1f} | {difference} |")
+    print(
+        f"| {args.recipe} | {'default' if wanted is None else _noise_label(wanted)} | "
+        f"{paper if paper is not None else '-'} | {rsum:.1f} | {difference} |"
+    )
     record = Path(args.output_dir) / "reproduction.json"
     rows = json.loads(record.read_text()) if record.is_file() else []
     rows.append(

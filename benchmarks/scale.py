@@ -185,14 +185,15 @@ def markdown(rows: list[dict], header: str) -> str:
     for r in rows:
         measured = " / ".join(f"{s:.0f}" for s in r.get("epoch_s_measured", [])) or "-"
         lines.append(
-            f"| {r['pairs']} | {r['images']} | {r['steps_run']} | {r['step_s']:.3f} | {r['epoch_s_extrapolated']:.0f} | "
-            f"{measured} | {r['peak_rss_mib']:.0f} | {r['peak_anon_mib']:.0f} | {r['peak_file_mib']:.0f} |"
+            f"| {r['pairs']} | {r['images']} | {r['steps_run']} | {r['step_s']:.3f} | {r['epoch_s_extrapolated']:.0f} "
+            f"| {measured} | {r['peak_rss_mib']:.0f} | {r['peak_anon_mib']:.0f} | {r['peak_file_mib']:.0f} |"
         )
     if len(rows) > 1:
         first, last = rows[0], rows[-1]
         lines += [
             "",
-            f"From {first['pairs']} to {last['pairs']} pairs: peak RSS {last['peak_rss_mib'] / first['peak_rss_mib'] - 1:+.1%}, "
+            f"From {first['pairs']} to {last['pairs']} pairs: "
+            f"peak RSS {last['peak_rss_mib'] / first['peak_rss_mib'] - 1:+.1%}, "
             f"peak anonymous RSS {last['peak_anon_mib'] / first['peak_anon_mib'] - 1:+.1%} (target: under +20%); "
             f"step time {last['step_s'] / first['step_s'] - 1:+.1%} (constant step time = linear epoch time).",
         ]
@@ -202,7 +203,9 @@ def markdown(rows: list[dict], header: str) -> str:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", required=True, help="Where the generated data goes (1M pairs: ~60 GB).")
-    parser.add_argument("--sizes", type=int, nargs="+", default=None, help="Training pairs (default 10000 100000 1000000).")
+    parser.add_argument(
+        "--sizes", type=int, nargs="+", default=None, help="Training pairs (default 10000 100000 1000000)."
+    )
     parser.add_argument("--method", default="ncr", help="The method trained (default ncr).")
     parser.add_argument("--steps", type=int, default=60, help="Optimiser steps trained per size.")
     parser.add_argument("--full-epoch-max", type=int, default=0, help="Sizes up to this also train two whole epochs.")
@@ -232,7 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for size in sorted(args.sizes):
         directory = generate_streaming(Path(args.data_dir) / f"pairs-{size}", size, config, args.chunk)
-        load_precomp_split(directory, "train", feature_dtype="float16", cache_dir=directory / "arrow", chunk_size=args.chunk)
+        load_precomp_split(
+            directory, "train", feature_dtype="float16", cache_dir=directory / "arrow", chunk_size=args.chunk
+        )
         result = Path(args.output_dir) / f"scale-{size}.json"
         result.parent.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:])]

@@ -134,11 +134,19 @@ def measure_evaluation(args: argparse.Namespace, head: str) -> dict[str, float]:
     captions = EVAL_IMAGES * EVAL_CAPTIONS_PER_IMAGE
     generator = torch.Generator().manual_seed(3)
     if head == "cosine":
-        image_embeds = torch.nn.functional.normalize(torch.randn(1, EVAL_IMAGES, args.embed_dim, generator=generator), dim=-1)
-        text_embeds = torch.nn.functional.normalize(torch.randn(1, captions, args.embed_dim, generator=generator), dim=-1)
+        image_embeds = torch.nn.functional.normalize(
+            torch.randn(1, EVAL_IMAGES, args.embed_dim, generator=generator), dim=-1
+        )
+        text_embeds = torch.nn.functional.normalize(
+            torch.randn(1, captions, args.embed_dim, generator=generator), dim=-1
+        )
     else:
-        image_embeds = pack_local(torch.randn(EVAL_IMAGES, args.regions, args.embed_dim, generator=generator), None)[None]
-        text_embeds = pack_local(torch.randn(captions, args.caption_length, args.embed_dim, generator=generator), None)[None]
+        image_embeds = pack_local(
+            torch.randn(EVAL_IMAGES, args.regions, args.embed_dim, generator=generator), None
+        )[None]
+        text_embeds = pack_local(
+            torch.randn(captions, args.caption_length, args.embed_dim, generator=generator), None
+        )[None]
     image_embeds, text_embeds = image_embeds.to(args.device), text_embeds.to(args.device)
     embeddings_mib = (image_embeds.numel() + text_embeds.numel()) * 4 / 2**20
     baseline = _baseline_mib(args.device)
@@ -205,9 +213,9 @@ def table(args: argparse.Namespace, results: dict[str, dict[str, dict[str, float
             f"{evaluation['rows']} image rows x 25000 captions in {evaluation['seconds']:.1f} s, one pass"
         )
         lines.append(
-            f"| {head} | {train['seconds']:.3f} | {train['peak_mib']:.0f} (+{train['increase_mib']:.0f}) | {eval_time} | "
-            f"{evaluation['peak_mib']:.0f} (+{evaluation['increase_mib']:.0f}) | {evaluation['embeddings_mib']:.0f} | "
-            f"{measured} |"
+            f"| {head} | {train['seconds']:.3f} | {train['peak_mib']:.0f} (+{train['increase_mib']:.0f}) | "
+            f"{eval_time} | {evaluation['peak_mib']:.0f} (+{evaluation['increase_mib']:.0f}) | "
+            f"{evaluation['embeddings_mib']:.0f} | {measured} |"
             + (f" {train['first_seconds']:.1f} | {train['new_length_seconds']:.1f} |" if args.compile else "")
         )
     lines += [
@@ -233,8 +241,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="Timed training steps (after one untimed).")
     parser.add_argument("--eval-rows", type=int, default=2, help="Image rows SGR / SAF score against all captions.")
     parser.add_argument("--block-mb", type=int, default=256, help="Memory budget of an SGR / SAF pair block.")
-    parser.add_argument("--heads", nargs="+", choices=HEADS, default=list(HEADS), help="Heads to measure (default: all).")
-    parser.add_argument("--compile", action="store_true", help="Train through torch.compile (inductor); eval stays eager.")
+    parser.add_argument(
+        "--heads", nargs="+", choices=HEADS, default=list(HEADS), help="Heads to measure (default: all)."
+    )
+    parser.add_argument(
+        "--compile", action="store_true", help="Train through torch.compile (inductor); eval stays eager."
+    )
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="Where the heads run.")
     parser.add_argument("--child", choices=("train", "eval"), help=argparse.SUPPRESS)
     parser.add_argument("--child-head", choices=HEADS, help=argparse.SUPPRESS)

@@ -84,7 +84,8 @@ def first_images(split: RetrievalSplit, count: int) -> RetrievalSplit:
 
 
 def parse_options(pairs: list[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` strings as plugin options; a value is read as JSON where it parses (numbers, booleans), else kept as text."""
+    """``KEY=VALUE`` strings as plugin options; a value is read as JSON where it parses (numbers, booleans), else
+    kept as text."""
     options = {}
     for pair in pairs:
         key, separator, value = pair.partition("=")
@@ -116,13 +117,16 @@ def run_label(plugin: str, options: dict[str, Any]) -> str:
 
 
 def measure(
-    run: DemoRun, data_dir: Path, output_dir: Path, device: str, eval_sizes: list[int], shape: str, options: dict[str, Any]
+    run: DemoRun, data_dir: Path, output_dir: Path, device: str, eval_sizes: list[int], shape: str,
+    options: dict[str, Any],
 ) -> dict:
     """Train ``run`` with ``options`` for warmup + 2 epochs on ``device`` and time its last epoch and its evaluation."""
     warmup = 1 if run.settings.get("warmup_epochs", 0) > 0 else 0
     run = with_options(run, options)
     settings = dict(shortened_settings(run.settings, warmup + 2), warmup_epochs=warmup)
-    config = demo_train_config(DemoRun(run.plugin, run.noise_ratio, settings), output_dir / run_label(run.plugin, options), 0, False)
+    config = demo_train_config(
+        DemoRun(run.plugin, run.noise_ratio, settings), output_dir / run_label(run.plugin, options), 0, False
+    )
     config.plot_divisions = False
     data = prepare_data(DataArguments(data_dir=str(data_dir), noise_ratio=run.noise_ratio), config.output_dir)
     model_args = SHAPES[shape][1]
@@ -171,18 +175,22 @@ def measure(
 
 
 def markdown(rows: list[dict], eval_sizes: list[int], header: str) -> str:
-    evals = " | ".join(f"eval {size // 1000 if size >= 1000 else size}{'K' if size >= 1000 else ''} (s)" for size in eval_sizes)
+    evals = " | ".join(
+        f"eval {size // 1000 if size >= 1000 else size}{'K' if size >= 1000 else ''} (s)" for size in eval_sizes
+    )
     lines = [
         header,
         "",
-        f"| device | method | pairs | networks x passes | steps | epoch (s) | pairs/s | division (s) | division share | {evals} |",
+        "| device | method | pairs | networks x passes | steps | epoch (s) | pairs/s | division (s) | division share | "
+        f"{evals} |",
         "|---|---|---|---|---|---|---|---|---|" + "---|" * len(eval_sizes),
     ]
     for r in rows:
         times = " | ".join(f"{r[f'eval_{size}_s']:.2f}" for size in eval_sizes)
         lines.append(
             f"| {r['device']} | {r['method']} | {r['pairs']} | {r['networks']} x {r['passes']} | {r['steps']} | "
-            f"{r['epoch_s']:.1f} | {r['pairs_per_s']:.0f} | {r['division_s']:.2f} | {r['division_share']:.1%} | {times} |"
+            f"{r['epoch_s']:.1f} | {r['pairs_per_s']:.0f} | {r['division_s']:.2f} | {r['division_share']:.1%} | "
+            f"{times} |"
         )
     return "\n".join(lines)
 
@@ -193,8 +201,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--methods", nargs="+", default=None, help="Methods to time (default: the demo's).")
     parser.add_argument("--device", choices=("cpu", "cuda"), nargs="+", default=None,
                         help="Devices (default: cpu, and cuda when torch.cuda.is_available()).")
-    parser.add_argument("--eval-sizes", type=int, nargs="+", default=None, help="Test images to evaluate (default 1000 5000).")
-    parser.add_argument("--shape", choices=sorted(SHAPES), default="demo", help="Benchmark and model sizes (see above).")
+    parser.add_argument("--eval-sizes", type=int, nargs="+", default=None,
+                        help="Test images to evaluate (default 1000 5000).")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="demo",
+                        help="Benchmark and model sizes (see above).")
     parser.add_argument("--quick", action="store_true", help="Same as --shape quick: checks the script in seconds.")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="A plugin option for every timed method (repeatable), e.g. ncr.division_statistics=pass.")
@@ -233,7 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     rows, machines = [], []
     for device in args.device:
         child = output_dir / f"speed-{device}-{args.shape}.json"
-        command = [sys.executable, __file__, "--output-dir", str(output_dir), "--device", device, "--results-json", str(child)]
+        command = [
+            sys.executable, __file__, "--output-dir", str(output_dir), "--device", device, "--results-json", str(child)
+        ]
         command += ["--eval-sizes", *map(str, args.eval_sizes)] + (["--methods", *args.methods] if args.methods else [])
         command += [f"--option={pair}" for pair in args.option]
         subprocess.run(command + ["--shape", args.shape], check=True)
@@ -249,7 +261,10 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         if r["division_share"] > 0.001:
             verdict = "meets" if r["division_share"] < DIVISION_LIMIT else "DOES NOT meet"
-            text += f"\n\n{r['method']} ({r['device']}): division {r['division_share']:.1%} of the epoch, {verdict} the < {DIVISION_LIMIT:.0%} target."
+            text += (
+                f"\n\n{r['method']} ({r['device']}): division {r['division_share']:.1%} of the epoch, {verdict} the < "
+                f"{DIVISION_LIMIT:.0%} target."
+            )
     name = f"speed-{args.shape}" + (f"-{options_label(options, '-')}" if options else "")
     write_report(output_dir / f"{name}.md", text)
     (output_dir / f"{name}.json").write_text(json.dumps(rows, indent=1))
