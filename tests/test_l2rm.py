@@ -133,3 +133,18 @@ def test_rematch_weight_zero_leaves_the_noisy_pairs_out_of_the_pass(weight, part
     plan = l2rm.batch_plan(trainer, [0])
     assert list(plan.parts) == parts
     assert torch.equal(plan.parts["clean"], clean)
+
+
+def test_every_pair_clean_without_warmup_trains_exactly_as_vsepp(tiny_data_dir, tmp_path):
+    """With ``l2rm.threshold`` 0 (every pair clean) and no warmup, L2RM's pass is VSE++'s: the max-violation triplet
+    on the same batches, so the same seed gives the same validation rSum every epoch and the same test metrics (the
+    control of ``docs/methods/l2rm.md``'s proxy table)."""
+    data = DataArguments(data_dir=str(tiny_data_dir), noise_ratio=0.4)
+    runs = {
+        plugins[0]: run_experiment(data, tiny_config(tmp_path / plugins[0], plugins, epochs=2, warmup_epochs=0,
+                                                     options=options))
+        for plugins, options in ((["vsepp"], {}), (["l2rm"], {"l2rm.threshold": 0.0}))
+    }
+    assert [h["val/rsum"] for h in runs["l2rm"]["history"]] == [h["val/rsum"] for h in runs["vsepp"]["history"]]
+    assert runs["l2rm"]["test"] == runs["vsepp"]["test"]
+    assert all(h["division/predicted_clean_ratio"] == 1.0 for h in runs["l2rm"]["history"])
