@@ -45,9 +45,9 @@ DECL's 5e-4, UGNCL's two image views) has an oracle of its own, ``oracle (M)``: 
 itself on exactly the clean pairs under the same converged rule (``--own-oracles M``: also for a
 method of the oracle's rule, e.g. a loss that learns better than the triplet; ``all``: every
 method); the table names each row's oracle. Where a method falls below VSE++, the notes point to
-its ``docs/methods`` page's section "On the leaderboard", where the cause is measured; so do
-they where two methods' measured order inverts a paper's own comparison table at that protocol
-and ratio (``papers_comparisons.yaml``).
+its ``docs/methods`` page's section "On the leaderboard", where the cause is measured at the cells
+the section names (e.g. ``"`decl-image` 40%"``); so do they where two methods' measured order
+inverts a paper's own comparison table at that protocol and ratio (``papers_comparisons.yaml``).
 With two seeds or more, a place that the seeds do not resolve (a paired t-test over the seeds both
 ran, two-sided p >= 0.05, :func:`seed_spread`) is noted as within the seed spread, with the
 difference and its sd: no order is measured there to explain.
