@@ -594,8 +594,8 @@ def cause_sections(page: Path) -> list[tuple[str, str]]:
     return [(heading, "\n".join(body)) for heading, body in sections if heading.startswith(CAUSE_SECTION)]
 
 
-def cause_page(method: str, docs: Path = METHOD_DOCS, against: str | None = None, benchmark: str | None = None,
-               cell: tuple[str, float] | None = None) -> tuple[str, bool] | None:
+def cause_page(method: str, cell: tuple[str, float], docs: Path = METHOD_DOCS, against: str | None = None,
+               benchmark: str | None = None) -> tuple[str, bool] | None:
     """Where the cause of ``method``'s place on the leaderboard is measured: its ``docs/methods`` page's first section
     whose heading starts with :data:`CAUSE_SECTION` (and, for its place below method ``against``, names that method as
     a word; for a place on ``benchmark``, names it as :data:`BENCHMARK_WORDS` does), and whether it measured ``cell``
@@ -603,7 +603,7 @@ def cause_page(method: str, docs: Path = METHOD_DOCS, against: str | None = None
     preferred; ``None`` where the page has no such section."""
     words = [w for w in (against, BENCHMARK_WORDS.get(benchmark or "", benchmark)) if w]
     named = [re.compile(rf"(?<!\w){re.escape(word)}(?!\w)", re.IGNORECASE) for word in words]
-    found = [(heading, cell is None or cell_name(*cell) in body)
+    found = [(heading, cell_name(*cell) in body)
              for heading, body in cause_sections(docs / f"{method}.md")
              if all(pattern.search(heading) for pattern in named)]
     if not found:
@@ -743,7 +743,7 @@ def notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, doc
         if method != "vsepp" and vsepp is not None and value < vsepp:
             found = quality.get((protocol, method, ratio))
             seen = f"; its division (network A, last epoch): {found}" if found is not None else ""
-            page = cause_page(method, docs, VSEPP, benchmark, (protocol, ratio))
+            page = cause_page(method, (protocol, ratio), docs, VSEPP, benchmark)
             spread = seed_spread(cells[protocol, method, ratio], cells[protocol, "vsepp", ratio])
             out.append(f"{method} is below VSE++ under {protocol} at {ratio:.0%} ({value:.1f} vs {vsepp:.1f}){seen}; "
                        + cause_answer(page, spread))
@@ -751,11 +751,11 @@ def notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, doc
         a, b = mean.get((protocol, above, ratio)), mean.get((protocol, below, ratio))
         if a is not None and b is not None and a < b:
             vsepp = mean.get((protocol, "vsepp", ratio))
-            under = cause_page(above, docs, VSEPP, benchmark, (protocol, ratio))
-            against = cause_page(above, docs, below, benchmark, (protocol, ratio))
+            under = cause_page(above, (protocol, ratio), docs, VSEPP, benchmark)
+            against = cause_page(above, (protocol, ratio), docs, below, benchmark)
             spread = seed_spread(cells[protocol, above, ratio], cells[protocol, below, ratio])
-            cause = (f"below VSE++ there, {cause_answer(under)}" if vsepp is not None and a < vsepp <= b and under
-                     else cause_answer(against, spread))
+            measured_under = vsepp is not None and a < vsepp <= b and under is not None and under[1]
+            cause = f"below VSE++ there, {cause_answer(under)}" if measured_under else cause_answer(against, spread)
             out.append(f"{above} below {below} under {protocol} at {ratio:.0%} ({a:.1f} vs {b:.1f}), against "
                        f"{' and '.join(sources)}; {cause}")
     return out + measurement_notes(rows, oracles)

@@ -295,7 +295,8 @@ def test_notes_name_a_measured_order_that_inverts_a_papers_table(leaderboard, tm
     cell = "\n\nAt `ncr-caption` 50%.\n\n"
     (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard: below VSE++" + cell)  # a section on another place
     assert leaderboard.notes(rows, docs=docs, papers=papers)[0].endswith("; the cause is not measured yet")
-    (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard: below VSE++" + cell + "## On the leaderboard: below NCR" + cell)
+    (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard: below VSE++" + cell
+                                 + "## On the leaderboard: below NCR" + cell)
     assert leaderboard.notes(rows, docs=docs, papers=papers)[0].endswith(
         '; the cause, measured: docs/methods/gsc.md, "On the leaderboard: below NCR"')
     # below VSE++ there, with that cause measured, and the other method not: that cause
@@ -303,6 +304,11 @@ def test_notes_name_a_measured_order_that_inverts_a_papers_table(leaderboard, tm
     assert leaderboard.notes(under, docs=docs, papers=papers)[1] == (
         "gsc below ncr under ncr-caption at 50% (290.0 vs 310.0), against GSC Table 1, Flickr30K (480.0 vs 470.0); "
         'below VSE++ there, the cause, measured: docs/methods/gsc.md, "On the leaderboard: below VSE++"')
+    # ... measured at this cell: a below-VSE++ section of other cells gives way to the one on the other method here
+    (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard: below VSE++\n\nAt `ncr-caption` 20%.\n\n"
+                                 "## On the leaderboard: below NCR" + cell)
+    assert leaderboard.notes(under, docs=docs, papers=papers)[1].endswith(
+        '; the cause, measured: docs/methods/gsc.md, "On the leaderboard: below NCR"')
     # a section measured on another benchmark than the note's does not count for it
     assert leaderboard.notes(rows, docs=docs, papers=papers, benchmark="proxy")[0].endswith("not measured yet")
     (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard: below NCR on the real-text proxy" + cell)
