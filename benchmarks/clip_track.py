@@ -276,10 +276,7 @@ def plan(args: argparse.Namespace, data_dir: Path, pretrained: bool) -> tuple[li
     skipped: dict[str, str] = {}
     pairs = training_pairs(data_dir)
     batch = args.batch_size or DEFAULT_BATCH
-    columns = [
-        [(protocol, ratio) for ratio in ratios] for protocol, ratios in leaderboard.protocol_ratios(args).items()
-    ]
-    cells = [key for row in itertools.zip_longest(*columns) for key in row if key]  # the protocols in turn
+    cells = leaderboard.cells_in_turn(leaderboard.protocol_ratios(args))
     for (protocol, ratio), seed in itertools.product(cells, args.seeds):
         data = DataArguments(data_dir=str(data_dir), noise_ratio=ratio, noise_seed=seed,
                              noise_kind=leaderboard.PROTOCOL_KINDS[protocol])

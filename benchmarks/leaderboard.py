@@ -293,6 +293,14 @@ def plan(args: argparse.Namespace, data_dir: Path) -> tuple[list[Run], list[Run]
     return methods, references
 
 
+def cells_in_turn(ratios: dict[str, list[float]]) -> list[tuple[str, float]]:
+    """The (protocol, ratio) cells of ``ratios`` (per protocol, its ratios in order), the protocols taking turns: the
+    first ratio of each, then the second of each, so that a call stopped early leaves whole columns of every
+    protocol."""
+    columns = [[(protocol, ratio) for ratio in its_ratios] for protocol, its_ratios in ratios.items()]
+    return [cell for row in itertools.zip_longest(*columns) for cell in row if cell]
+
+
 def groups(methods: list[Run], references: list[Run]) -> list[list[Run]]:
     """The runs in the order they train: per protocol and ratio, its methods, then its references (whose schedule
     reads the methods' steps), the protocols taking turns, so that a call stopped early leaves whole columns of
@@ -301,10 +309,8 @@ def groups(methods: list[Run], references: list[Run]) -> list[list[Run]]:
     for run in methods + references:
         ratios = by_protocol.setdefault(run.protocol, [])
         ratios += [] if run.job.run.noise_ratio in ratios else [run.job.run.noise_ratio]
-    columns = [[(protocol, ratio) for ratio in ratios] for protocol, ratios in by_protocol.items()]
-    keys = [key for row in itertools.zip_longest(*columns) for key in row if key]  # the protocols in turn
     out = []
-    for key in keys:
+    for key in cells_in_turn(by_protocol):
         for phase in (methods, references):
             out.append([run for run in phase if (run.protocol, run.job.run.noise_ratio) == key])
     return [group for group in out if group]
