@@ -586,9 +586,9 @@ def cell_name(protocol: str, ratio: float) -> str:
     return f"`{protocol}` {ratio:.0%}"
 
 
-def cause_sections(page: Path) -> list[tuple[str, str]]:
-    """The sections of a ``docs/methods`` page whose heading starts with :data:`CAUSE_SECTION`: (heading, body), a
-    body running to the next heading outside a fenced code block."""
+def page_sections(page: Path) -> list[tuple[str, str]]:
+    """The sections of a markdown page: (heading, body), a body running to the next heading outside a fenced code
+    block; none where ``page`` is not a file."""
     sections: list[tuple[str, list[str]]] = []
     fenced = False
     for line in page.read_text().splitlines() if page.is_file() else []:
@@ -597,7 +597,26 @@ def cause_sections(page: Path) -> list[tuple[str, str]]:
             sections.append((line.strip(), []))
         elif sections:
             sections[-1][1].append(line)
-    return [(heading, "\n".join(body)) for heading, body in sections if heading.startswith(CAUSE_SECTION)]
+    return [(heading, "\n".join(body)) for heading, body in sections]
+
+
+def cause_sections(page: Path) -> list[tuple[str, str]]:
+    """The sections (:func:`page_sections`) of a ``docs/methods`` page whose heading starts with
+    :data:`CAUSE_SECTION`."""
+    return [(heading, body) for heading, body in page_sections(page) if heading.startswith(CAUSE_SECTION)]
+
+
+def own_oracle_page(method: str, cell: tuple[str, float], benchmark: str, page: Path) -> str | None:
+    """Where ``method``, above its oracle at ``cell`` (protocol, ratio) on ``benchmark``, was trained on exactly the
+    clean pairs itself: the first section of ``page`` (``docs/leaderboard.md``) whose heading names the benchmark as
+    :data:`BENCHMARK_WORDS` does and that has a table row whose first cell is the cell (:func:`cell_name`) and whose
+    second starts with the method's name; ``None`` where there is none."""
+    word = re.compile(rf"(?<!\w){re.escape(BENCHMARK_WORDS.get(benchmark, benchmark))}(?!\w)", re.IGNORECASE)
+    row = re.compile(rf"^\|\s*{re.escape(cell_name(*cell))}\s*\|\s*{re.escape(method)}(?!\w)", re.MULTILINE)
+    for heading, body in page_sections(page):
+        if word.search(heading) and row.search(body):
+            return f"docs/{page.name}, \"{heading.lstrip('# ')}\""
+    return None
 
 
 def cause_page(method: str, cell: tuple[str, float], docs: Path = METHOD_DOCS, against: str | None = None,
@@ -764,15 +783,17 @@ def notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, doc
             cause = f"below VSE++ there, {cause_answer(under)}" if measured_under else cause_answer(against, spread)
             out.append(f"{above} below {below} under {protocol} at {ratio:.0%} ({a:.1f} vs {b:.1f}), against "
                        f"{' and '.join(sources)}; {cause}")
-    return out + measurement_notes(rows, oracles)
+    return out + measurement_notes(rows, oracles, benchmark, docs.parent / "leaderboard.md")
 
 
 
-def measurement_notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None) -> list[str]:
+def measurement_notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, benchmark: str | None = None,
+                      own_oracles_page: Path | None = None) -> list[str]:
     """What every benchmark's table notes of its runs: a method whose mean is above its own oracle's over the seeds
-    the oracle ran (a defect of the measurement until shown otherwise; the difference's mean ± sd), runs trained
-    otherwise than the plan (``stale``, with ``--report-only``), and the runs that stopped at their last planned epoch
-    (not converged by the rule)."""
+    the oracle ran (a defect of the measurement until shown otherwise; the difference's mean ± sd; with
+    ``benchmark``, where ``own_oracles_page`` has the method trained on the cell's clean pairs:
+    :func:`own_oracle_page`), runs trained otherwise than the plan (``stale``, with ``--report-only``), and the runs
+    that stopped at their last planned epoch (not converged by the rule)."""
     out = []
     rsums = oracle_rsums(rows)
     above = []
@@ -789,8 +810,11 @@ def measurement_notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None
         if bound and statistics.mean(by_seed[s] for s in bound) > statistics.mean(bound.values()):
             differences = [by_seed[s] - bound[s] for s in sorted(bound)]
             spread = f" ± {statistics.stdev(differences):.1f}" if len(differences) > 1 else ""
+            own = (own_oracle_page(method, (protocol, ratio), benchmark, own_oracles_page)
+                   if benchmark and own_oracles_page else None)
+            measured = f"; its own oracle, measured: {own}" if own else ""
             above.append(f"{method} over {oracle} ({protocol} {ratio:.0%}: {statistics.mean(differences):+.1f}{spread} "
-                         f"over seed{'s' * (len(bound) > 1)} {', '.join(map(str, sorted(bound)))})")
+                         f"over seed{'s' * (len(bound) > 1)} {', '.join(map(str, sorted(bound)))}{measured})")
     if above:
         out.append("above its oracle, a defect of the measurement until shown otherwise (test rSum minus the oracle's, "
                    "mean ± sd over the seeds): " + ", ".join(above))

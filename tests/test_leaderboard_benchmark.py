@@ -143,6 +143,32 @@ def test_a_method_trained_by_another_rule_than_the_oracles_has_its_own_oracle(le
     assert not [n for n in leaderboard.notes(seeds, {"tcvse": "oracle (tcvse)"}) if "above its oracle" in n]
 
 
+def test_a_flag_above_the_oracle_names_where_the_method_was_trained_on_the_clean_pairs_itself(leaderboard, tmp_path):
+    rows = [_row("gsc", "ncr-caption", 0.2, 0, 260.0, "mean of 2 networks"),
+            _row("oracle", "ncr-caption", 0.2, 0, 240.0, "one network", plugin="vsepp")]
+    (tmp_path / "methods").mkdir()
+    (tmp_path / "leaderboard.md").write_text(
+        "# How\n\n## The real-text proxy\n\n| cell | method | under noise | own oracle |\n|---|---|---|---|\n"
+        "| `decl-image` 40% | gsc (mean of 2 networks) | 226.7 | 240.9 |\n"
+        "| `ncr-caption` 20% | gsc (mean of 2 networks) | 260.0 | 270.0 |\n\n## Changing one thing\n\n"
+        "| `ncr-caption` 20% | gsc | 1 | 2 |\n")
+
+    def flag(benchmark, method="gsc", ratio=0.2):
+        cell = [{**r, "method": method if r["method"] == "gsc" else r["method"], "noise_ratio": ratio} for r in rows]
+        return [n for n in leaderboard.notes(cell, docs=tmp_path / "methods", benchmark=benchmark)
+                if n.startswith("above its oracle")]
+
+    measured = f"; its own oracle, measured: docs/leaderboard.md, \"The real-text proxy\")"
+    assert flag("proxy")[0].endswith(f"{method_cell('gsc', '20%')}{measured}")
+    assert flag("generated")[0].endswith(method_cell("gsc", "20%") + ")")  # the section names another benchmark
+    assert flag("proxy", ratio=0.5)[0].endswith(method_cell("gsc", "50%") + ")")  # no row for the cell
+    assert flag("proxy", method="gsc_intra")[0].endswith(method_cell("gsc_intra", "20%") + ")")  # another method
+
+
+def method_cell(method, ratio):
+    return f"{method} over oracle (ncr-caption {ratio}: +20.0 over seed 0"
+
+
 def test_a_run_trained_otherwise_than_the_plan_is_named_and_trained_again(leaderboard, tmp_path, monkeypatch):
     data_dir = generate_precomp(tmp_path / "data", MICRO_DATA)
     args = leaderboard.parse_args(["--methods", "ncr", "--seeds", "0", "--protocols", "decl-image", "--decl-ratios", "0.4",
