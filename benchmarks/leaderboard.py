@@ -790,10 +790,11 @@ def notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, doc
 def measurement_notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, benchmark: str | None = None,
                       own_oracles_page: Path | None = None) -> list[str]:
     """What every benchmark's table notes of its runs: a method whose mean is above its own oracle's over the seeds
-    the oracle ran (a defect of the measurement until shown otherwise; the difference's mean ± sd; with
-    ``benchmark``, where ``own_oracles_page`` has the method trained on the cell's clean pairs:
-    :func:`own_oracle_page`), runs trained otherwise than the plan (``stale``, with ``--report-only``), and the runs
-    that stopped at their last planned epoch (not converged by the rule)."""
+    the oracle ran (a defect of the measurement until shown otherwise; the difference's mean ± sd, or the seeds'
+    verdict where they leave it unresolved, :func:`seed_spread`; with ``benchmark``, where ``own_oracles_page`` has
+    the method trained on the cell's clean pairs: :func:`own_oracle_page`), runs trained otherwise than the plan
+    (``stale``, with ``--report-only``), and the runs that stopped at their last planned epoch (not converged by the
+    rule)."""
     out = []
     rsums = oracle_rsums(rows)
     above = []
@@ -809,12 +810,13 @@ def measurement_notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None
                  if (oracle, protocol, ratio, seed) in rsums}
         if bound and statistics.mean(by_seed[s] for s in bound) > statistics.mean(bound.values()):
             differences = [by_seed[s] - bound[s] for s in sorted(bound)]
-            spread = f" ± {statistics.stdev(differences):.1f}" if len(differences) > 1 else ""
+            sd = f" ± {statistics.stdev(differences):.1f}" if len(differences) > 1 else ""
+            difference = (seed_spread(by_seed, bound) or f"{statistics.mean(differences):+.1f}{sd} over "
+                          f"seed{'s' * (len(bound) > 1)} {', '.join(map(str, sorted(bound)))}")
             own = (own_oracle_page(method, (protocol, ratio), benchmark, own_oracles_page)
                    if benchmark and own_oracles_page else None)
             measured = f"; its own oracle, measured: {own}" if own else ""
-            above.append(f"{method} over {oracle} ({protocol} {ratio:.0%}: {statistics.mean(differences):+.1f}{spread} "
-                         f"over seed{'s' * (len(bound) > 1)} {', '.join(map(str, sorted(bound)))}{measured})")
+            above.append(f"{method} over {oracle} ({protocol} {ratio:.0%}: {difference}{measured})")
     if above:
         out.append("above its oracle, a defect of the measurement until shown otherwise (test rSum minus the oracle's, "
                    "mean ± sd over the seeds): " + ", ".join(above))
