@@ -43,7 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import leaderboard  # its members read at call time: leaderboard imports this module
+import leaderboard_notes
+import leaderboard_runs
 import numpy as np
 import torch
 from accuracy import Job, plateau_rule
@@ -268,7 +269,9 @@ def converged(settings: dict[str, Any], method: str, pairs: int, patience: int, 
     return settings
 
 
-def plan(args: argparse.Namespace, data_dir: Path, pretrained: bool) -> tuple[list[leaderboard.Run], dict[str, str]]:
+def plan(
+    args: argparse.Namespace, data_dir: Path, pretrained: bool
+) -> tuple[list[leaderboard_runs.Run], dict[str, str]]:
     """Every run of the track: per protocol and ratio (the protocols taking turns, so that a call stopped early
     leaves whole columns of both) and seed, each method, then the oracle; and the methods that cannot be planned
     (e.g. no demo settings, or not a pair method), each with its reason."""
@@ -276,10 +279,10 @@ def plan(args: argparse.Namespace, data_dir: Path, pretrained: bool) -> tuple[li
     skipped: dict[str, str] = {}
     pairs = training_pairs(data_dir)
     batch = args.batch_size or DEFAULT_BATCH
-    cells = leaderboard.cells_in_turn(leaderboard.protocol_ratios(args))
+    cells = leaderboard_runs.cells_in_turn(leaderboard_runs.protocol_ratios(args))
     for (protocol, ratio), seed in itertools.product(cells, args.seeds):
         data = DataArguments(data_dir=str(data_dir), noise_ratio=ratio, noise_seed=seed,
-                             noise_kind=leaderboard.PROTOCOL_KINDS[protocol])
+                             noise_kind=leaderboard_runs.PROTOCOL_KINDS[protocol])
         for method in args.clip_methods:
             try:
                 plugin, settings = method_settings(method, args.quick, pretrained)
@@ -288,8 +291,8 @@ def plan(args: argparse.Namespace, data_dir: Path, pretrained: bool) -> tuple[li
                 continue
             patience = 0 if args.quick else args.patience
             settings = converged({**settings, "batch_size": batch}, method, pairs, patience, plateau_rule(args))
-            job = leaderboard.with_options(Job(method, DemoRun(plugin, ratio, settings), seed, data), args.options)
-            runs.append(leaderboard.Run(protocol, job))
+            job = leaderboard_runs.with_options(Job(method, DemoRun(plugin, ratio, settings), seed, data), args.options)
+            runs.append(leaderboard_runs.Run(protocol, job))
         if not args.no_references:
             runs += [oracle_run(args, data_dir, protocol, ratio, seed, pretrained, method)
                      for method in args.clip_methods if method not in skipped]
@@ -330,13 +333,13 @@ def oracle_folder(data_dir: Path, ratio: float, seed: int, kind: str) -> Path:
 
 
 def oracle_run(args: argparse.Namespace, data_dir: Path, protocol: str, ratio: float, seed: int,
-               pretrained: bool, method: str = BASELINE) -> leaderboard.Run:
+               pretrained: bool, method: str = BASELINE) -> leaderboard_runs.Run:
     """The oracle of ``method``: the method (by default the baseline) trained on exactly the clean pairs, with its
     settings at ``ratio``, to convergence after at least as many optimiser steps as its demo epochs over every pair
     (:func:`accuracy.converged_settings`)."""
     from accuracy import converged_settings, oracle_row
 
-    kind = leaderboard.PROTOCOL_KINDS[protocol]
+    kind = leaderboard_runs.PROTOCOL_KINDS[protocol]
     clean_dir = oracle_folder(data_dir, ratio, seed, kind)
     batch = args.batch_size or DEFAULT_BATCH
     plugin, settings = method_settings(method, args.quick, pretrained)
@@ -349,25 +352,25 @@ def oracle_run(args: argparse.Namespace, data_dir: Path, protocol: str, ratio: f
         settings["warmup_epochs"] = int(settings["epochs"])
     data = DataArguments(data_dir=str(clean_dir), noise_seed=seed)
     job = Job(oracle_row(method, BASELINE), DemoRun(plugin, ratio, settings), seed, data)
-    return leaderboard.Run(protocol, leaderboard.with_options(job, args.options))
+    return leaderboard_runs.Run(protocol, leaderboard_runs.with_options(job, args.options))
 
 
-def attempt(run: leaderboard.Run, root: Path, model: dict[str, Any], report_only: bool) -> dict[str, Any] | None:
-    """:func:`leaderboard.train_run` of ``run``; a run that fails gives ``{"failed": <one line>}``."""
+def attempt(run: leaderboard_runs.Run, root: Path, model: dict[str, Any], report_only: bool) -> dict[str, Any] | None:
+    """:func:`leaderboard_runs.train_run` of ``run``; a run that fails gives ``{"failed": <one line>}``."""
     try:
-        return leaderboard.train_run(run, root, False, model, report_only)
+        return leaderboard_runs.train_run(run, root, False, model, report_only)
     except Exception as error:  # noqa: BLE001 - a method that cannot train on pixel towers is reported, not fatal
         return {"failed": f"{type(error).__name__}: {one_line(str(error))}"}
 
 
 def run_runs(
-    runs: list[leaderboard.Run], args: argparse.Namespace, root: Path, model: dict[str, Any]
+    runs: list[leaderboard_runs.Run], args: argparse.Namespace, root: Path, model: dict[str, Any]
 ) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """Train ``runs`` in ``--jobs`` processes: the finished rows, and each failed method's first error."""
     rows: list[dict[str, Any]] = []
     failed: dict[str, str] = {}
 
-    def collect(run: leaderboard.Run, row: dict[str, Any] | None) -> None:
+    def collect(run: leaderboard_runs.Run, row: dict[str, Any] | None) -> None:
         if row is None:
             return
         if "failed" in row:
@@ -384,7 +387,8 @@ def run_runs(
             collect(run, attempt(run, root, model, args.report_only))
         return rows, failed
     context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=context, initializer=leaderboard._worker_setup,
+    setup = leaderboard_runs.worker_setup
+    with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=context, initializer=setup,
                                                 initargs=(None, args.threads)) as pool:
         futures = {pool.submit(attempt, run, root, model, False): run for run in runs}
         for future in concurrent.futures.as_completed(futures):
@@ -396,17 +400,17 @@ def baseline_notes(rows: list[dict[str, Any]], failed: dict[str, str]) -> list[s
     """The methods whose runs failed (e.g. one that cannot train on pixel towers: its first error), and where a
     method's mean rSum falls below the baseline's, with its division's quality against the hidden noise (network
     A, last epoch: NPC's memory bank, Co-teaching's kept pairs) where it has one, and whether the seeds resolve
-    that place (:func:`leaderboard.seed_spread`)."""
+    that place (:func:`leaderboard_notes.seed_spread`)."""
     out = [f"{method} not shown: its runs failed on this track ({error})" for method, error in sorted(failed.items())]
-    cells = leaderboard.seed_cells(rows)
-    divisions = leaderboard.division_quality(rows, digits=3)
+    cells = leaderboard_notes.seed_cells(rows)
+    divisions = leaderboard_notes.division_quality(rows, digits=3)
     for (protocol, method, ratio), by_seed in sorted(cells.items()):
         base = cells.get((protocol, BASELINE, ratio))
         value = statistics.mean(by_seed.values())
         if method == BASELINE or base is None or value >= statistics.mean(base.values()):
             continue
         quality = divisions.get((protocol, method, ratio))
-        spread = leaderboard.seed_spread(by_seed, base)
+        spread = leaderboard_notes.seed_spread(by_seed, base)
         out.append(f"{method} is below the baseline ({BASELINE}) under {protocol} at {ratio:.0%} ({value:.1f} vs "
                    f"{statistics.mean(base.values()):.1f})" + (f"; its division (network A, last epoch): {quality}"
                                                                if quality else "") + (f"; {spread}" if spread else ""))
@@ -431,7 +435,7 @@ def twin_notes(rows: list[dict[str, Any]], root: Path) -> list[str]:
     one network selecting for itself."""
     runs: dict[str, list[bool]] = {}
     for row in rows:
-        best = root / row["protocol"] / leaderboard._run_name(row) / "best"
+        best = root / row["protocol"] / leaderboard_runs.run_name(row) / "best"
         if row["mode"].startswith("mean of") and (best / "model.safetensors").is_file():
             runs.setdefault(row["method"], []).append(identical_networks(best))
     return [f"{method}: its networks are identical in all {len(same)} runs (the same pretrained towers and CLIP "
@@ -468,8 +472,8 @@ def run_track(args: argparse.Namespace, output_dir: Path) -> dict[str, Any]:
     began = time.perf_counter()
     rows, failed = run_runs(runs, args, root, model)
     failed.update(skipped)
-    labelled = leaderboard.mode_rows(rows, root, data_dir)
-    cost = leaderboard.cost_line(rows, time.perf_counter() - began)
+    labelled = leaderboard_runs.mode_rows(rows, root, data_dir)
+    cost = leaderboard_notes.cost_line(rows, time.perf_counter() - began)
     unfinished = len(runs) - len(rows) - sum(1 for r in runs if r.job.row in failed)
     if unfinished > 0:
         cost += f"; {unfinished} of {len(runs)} planned runs not finished (not shown)"
@@ -480,6 +484,6 @@ def run_track(args: argparse.Namespace, output_dir: Path) -> dict[str, Any]:
                    "oracle (M): method M itself on them")
     oracles = {method: row for method, row in track_oracles(args).items() if method not in failed}
     notes = (baseline_notes(labelled, failed) + twin_notes(labelled, root)
-             + leaderboard.measurement_notes(labelled, oracles))
+             + leaderboard_notes.measurement_notes(labelled, oracles))
     return {"description": description, "seeds": args.seeds, "rows": labelled, "notes": notes, "cost": cost,
             "oracles": oracles, "data_dir": str(data_dir)}

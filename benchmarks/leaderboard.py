@@ -77,11 +77,8 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import dataclasses
-import functools
-import itertools
 import json
 import multiprocessing
-import os
 import re
 import statistics
 import sys
@@ -92,7 +89,6 @@ from typing import Any
 
 import clip_track
 import torch
-import yaml
 from accuracy import (
     ORACLE,
     PROXY,
@@ -106,61 +102,38 @@ from accuracy import (
     plateau_rule,
     prepare_benchmark,
     split_pairs,
-    train,
-    train_config,
 )
 from common import DEFAULT_CAPTIONS, machine, mean_spread, method_runs, pyplot, quiet, write_report
+from leaderboard_notes import cost_line, notes, oracle_of, oracle_rsums, share_of_oracle
+from leaderboard_runs import (
+    HEADS,
+    NETWORK_A,
+    ONE_NETWORK,
+    PROTOCOL_KINDS,
+    SGRAF,
+    Run,
+    asked_model_fields,
+    cells_in_turn,
+    declared_options,
+    head_row,
+    mode_rows,
+    protocol_ratios,
+    train_run,
+    with_options,
+    worker_setup,
+)
 from reproduce import DOC, REPO, paper_numbers
-from scipy import stats
 
 from hfncl.data.noise import protocol_names
 from hfncl.demo import DEMO_SIZES, DemoRun, demo_train_config
-from hfncl.engine.fingerprint import training_defaults
 from hfncl.plots import save_png
 
-PROTOCOL_KINDS = {protocol: kind for kind, protocol in protocol_names().items()}
 DEFAULT_RATIOS = {"ncr-caption": [0.2, 0.5], "decl-image": [0.4, 0.8]}
-HEADS = ("sgr", "saf")
-SGRAF = "SGRAF: mean of an SGR and a SAF model"
-NETWORK_A = "network A alone"
-ONE_NETWORK = "one network"
 REPORTED_DATASETS = {"f30k": "Flickr30K", "coco": "MS-COCO 1K", "cc152k": "CC152K"}
 RULE_FIELDS = ("optimizer", "learning_rate", "weight_decay", "lr_decay_factor")
-TRAINING_FIELDS = ("plugins", "options", "epochs", "warmup_epochs", "batch_size", "learning_rate", "optimizer",
-                   "weight_decay", "lr_decay_epochs", "lr_decay_factor", "lr_decay_patience", "early_stopping_patience",
-                   "early_stopping_min_epochs", "seed")
-METHOD_DOCS = REPO / "docs" / "methods"
-CAUSE_SECTION = "## On the leaderboard"
-PAPERS_COMPARISONS = REPO / "benchmarks" / "papers_comparisons.yaml"
 
 
 # --- planning -------------------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Run:
-    """One training run of the leaderboard: an :class:`accuracy.Job` under a protocol, with a model override."""
-
-    protocol: str
-    job: Job
-    model: dict[str, Any] | None = None
-
-    def directory(self, root: Path) -> Path:
-        return root / self.protocol
-
-    @property
-    def key(self) -> str:
-        return f"{self.protocol}/{self.job.name}"
-
-
-def head_row(method: str, head: str) -> str:
-    """The row name of ``method`` trained with similarity head ``head`` (one half of its SGRAF pair)."""
-    return f"{method} [{head}]"
-
-
-def protocol_ratios(args: argparse.Namespace) -> dict[str, list[float]]:
-    """The noise ratios of each protocol of the call (``--ncr-ratios``, ``--decl-ratios``), in its order."""
-    return {protocol: args.ncr_ratios if protocol == "ncr-caption" else args.decl_ratios for protocol in args.protocols}
 
 
 def protocol_args(args: argparse.Namespace, protocol: str, own: list[str] | None = None) -> argparse.Namespace:
@@ -186,14 +159,6 @@ def training_rule(run: DemoRun) -> dict[str, Any]:
     unused = NCLConfig(**asked).unused_fields()
     return {**{field: getattr(config, field) for field in RULE_FIELDS},
             **{field: value for field, value in asked.items() if field not in unused}}
-
-
-def asked_model_fields(plugins: list[str]) -> dict[str, Any]:
-    """The model fields the plugins ask for now (their ``model_defaults``, the first named winning)."""
-    from hfncl.plugin_setup import plugin_model_defaults
-    from hfncl.plugins import build_plugin_manager
-
-    return plugin_model_defaults(build_plugin_manager(plugins).hook)
 
 
 def own_oracles(args: argparse.Namespace) -> dict[str, str]:
@@ -231,14 +196,6 @@ def with_batch(job: Job, batch_size: int | None) -> Job:
     )
 
 
-@functools.cache
-def declared_options(plugin: str) -> frozenset[str]:
-    """The option names ``plugin`` declares (:func:`hfncl.plugins.resolve_options` with none set)."""
-    from hfncl.plugins import build_plugin_manager, resolve_options
-
-    return frozenset(resolve_options(build_plugin_manager([plugin]).hook, [plugin], {}))
-
-
 def method_plugins(args: argparse.Namespace) -> set[str]:
     """The plugins of the methods this call trains on the generated benchmark and the proxy (``--methods``)."""
     return {run.plugin for run in method_runs(args.methods, 0.0)}
@@ -262,17 +219,6 @@ def unclaimed_options(args: argparse.Namespace) -> list[str]:
     return sorted(set(args.options or {}) - declared)
 
 
-def with_options(job: Job, options: dict[str, Any] | None) -> Job:
-    """``job`` with those of ``options`` (``--options``) that its plugin declares (:func:`declared_options`) over its
-    settings' options: ``{"npc.temperature": 0.1}`` sets NPC's temperature in NPC's runs and its own oracle's, and in
-    no other run."""
-    own = {key: value for key, value in (options or {}).items() if key in declared_options(job.run.plugin)}
-    if not own:
-        return job
-    settings = {**job.run.settings, "options": {**job.run.settings.get("options", {}), **own}}
-    return dataclasses.replace(job, run=DemoRun(job.run.plugin, job.run.noise_ratio, settings))
-
-
 def plan(args: argparse.Namespace, data_dir: Path) -> tuple[list[Run], list[Run]]:
     """The method runs (first phase) and the reference runs (second phase: their schedules read the methods' steps)
     of every protocol."""
@@ -293,14 +239,6 @@ def plan(args: argparse.Namespace, data_dir: Path) -> tuple[list[Run], list[Run]
     return methods, references
 
 
-def cells_in_turn(ratios: dict[str, list[float]]) -> list[tuple[str, float]]:
-    """The (protocol, ratio) cells of ``ratios`` (per protocol, its ratios in order), the protocols taking turns: the
-    first ratio of each, then the second of each, so that a call stopped early leaves whole columns of every
-    protocol."""
-    columns = [[(protocol, ratio) for ratio in its_ratios] for protocol, its_ratios in ratios.items()]
-    return [cell for row in itertools.zip_longest(*columns) for cell in row if cell]
-
-
 def groups(methods: list[Run], references: list[Run]) -> list[list[Run]]:
     """The runs in the order they train: per protocol and ratio, its methods, then its references (whose schedule
     reads the methods' steps), the protocols taking turns, so that a call stopped early leaves whole columns of
@@ -317,81 +255,6 @@ def groups(methods: list[Run], references: list[Run]) -> list[list[Run]]:
 
 
 # --- running --------------------------------------------------------------------------------------------------------
-
-
-def _worker_setup(devices: Any, threads: int) -> None:
-    """A worker process: its own GPU where there are several (taken from the ``devices`` queue), and ``threads``
-    CPU threads."""
-    if devices is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = str(devices.get())
-    torch.set_num_threads(threads)
-    quiet()
-
-
-def saved_config(run_dir: Path) -> dict[str, Any] | None:
-    """The configuration a run in ``run_dir`` started with (its ``run_config.yaml``), ``None`` for a run not started."""
-    path = run_dir / "run_config.yaml"
-    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else None
-
-
-def stale_fields(run: Run, root: Path, quick: bool, model: dict[str, Any]) -> list[str]:
-    """How the run already in ``run``'s directory (its ``run_config.yaml``) was trained otherwise than planned now:
-    ``field was X, plan Y`` for each training field (:data:`TRAINING_FIELDS`, the training split, the model fields of
-    ``model``) that differs, e.g. a method whose demo settings changed since, or an oracle whose convergence schedule
-    grew with a method's steps; empty for a run not started."""
-    run_dir = run.directory(root) / run.job.name
-    saved = saved_config(run_dir)
-    if saved is None:
-        return []
-    config = train_config(run.job, run_dir, quick)
-    planned = {
-        **{field: getattr(config, field) for field in TRAINING_FIELDS},
-        "train_split": run.job.data.train_split,
-        **model,
-    }
-    defaults = training_defaults()  # of a field added since the run was trained
-    was = {field: saved.get(field, defaults.get(f"training.{field}")) for field in planned}
-    stale = [f"{field} was {was[field]!r}, plan {value!r}" for field, value in planned.items() if was[field] != value]
-    return stale + stale_model_defaults(run, run_dir, saved)
-
-
-def stale_model_defaults(run: Run, run_dir: Path, saved: dict[str, Any]) -> list[str]:
-    """The model fields the run's plugin asks for now (``model_defaults``) that its saved model (``best/config.json``,
-    the resolved configuration) was built otherwise, where the run's configuration left the field to the plugin
-    (``null``), e.g. Co-teaching's fresh heads asked for after its runs were trained; empty before a best model."""
-    model_file = run_dir / "best" / "config.json"
-    if not model_file.is_file():
-        return []
-    built = json.loads(model_file.read_text())
-    asked = asked_model_fields(list(saved.get("plugins") or [run.job.run.plugin]))
-    return [f"{field} (the plugin's model default) was {built.get(field)!r}, plan {value!r}"
-            for field, value in asked.items() if saved.get(field) is None and field in built and built[field] != value]
-
-
-def train_run(
-    run: Run, root: Path, quick: bool, model: dict[str, Any] | None, report_only: bool
-) -> dict[str, Any] | None:
-    """Train ``run`` (or read its finished ``row.json``); the row, with its protocol, threads and device.
-
-    A run trained otherwise than planned now (:func:`stale_fields`) trains again from the start; with
-    ``report_only`` its row is kept, its differences under ``stale`` (the notes name it)."""
-    directory = run.directory(root)
-    overrides = {**(model or {}), **(run.model or {})}
-    stale = stale_fields(run, root, quick, overrides)
-    if stale and not report_only:  # its results go first: a retraining killed part way resumes as a run of the plan
-        for name in ("row.json", "modes.json"):
-            (directory / run.job.name / name).unlink(missing_ok=True)
-    row = train(run.job, directory, quick, False, not stale, report_only, overrides)
-    if row is not None and "batch_size" not in row:  # a row recorded before rows kept it: its steps per batch need it
-        row["batch_size"] = (saved_config(directory / run.job.name) or {}).get("batch_size", 128)
-    if row is not None and stale and report_only:
-        return {**row, "stale": stale}
-    if row is None or "protocol" in row:
-        return row
-    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-    row.update(protocol=run.protocol, threads=torch.get_num_threads(), device=device, model=run.model)
-    (directory / run.job.name / "row.json").write_text(json.dumps(row, indent=1, default=float))
-    return row
 
 
 def run_groups(ordered: list[list[Run]], args: argparse.Namespace, root: Path, rows: list[dict[str, Any]]) -> None:
@@ -411,7 +274,7 @@ def run_groups(ordered: list[list[Run]], args: argparse.Namespace, root: Path, r
         devices = context.Queue()
         for index in range(args.jobs):
             devices.put(index % gpus)
-    with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=context, initializer=_worker_setup,
+    with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=context, initializer=worker_setup,
                                                 initargs=(devices, args.threads)) as pool:
         schedule(ordered, args.jobs, lambda run: pool.submit(train_run, run, root, args.quick, args.model, False),
                  lambda run: _bounded(run, rows, args), rows)
@@ -459,89 +322,7 @@ def _collect(run: Run, result: Any, rows: list[dict[str, Any]]) -> None:
               flush=True)
 
 
-# --- evaluation modes -----------------------------------------------------------------------------------------------
-
-
-def model_mode(best: Path) -> tuple[str, int]:
-    """How the model in ``best`` ranks when tested, and its number of networks."""
-    from hfncl.plugins import build_plugin_manager
-
-    config = json.loads((best / "config.json").read_text())
-    networks = int(config.get("num_networks", 1))
-    plugins = config.get("plugins") or []
-    if plugins and build_plugin_manager(plugins).hook.inference_similarity.get_hookimpls():
-        return f"{'+'.join(plugins)}'s own ranking ({networks} network{'s' * (networks > 1)})", networks
-    return (ONE_NETWORK if networks == 1 else f"mean of {networks} networks"), networks
-
-
-def mode_rows(rows: list[dict[str, Any]], root: Path, data_dir: Path) -> list[dict[str, Any]]:
-    """Every measured row labelled with its evaluation mode, plus the ``network A`` row of each co-trained run and
-    the SGRAF row of each method trained with both heads (scored once, cached in the run's ``modes.json``)."""
-    from hfncl.tasks.checkpoints import evaluate_checkpoints
-
-    out = []
-    by_key = {(r["protocol"], r["method"], r["noise_ratio"], r["seed"]): r for r in rows}
-    for row in rows:
-        best = root / row["protocol"] / _run_name(row) / "best"
-        if is_reference(row["method"]) or not best.is_dir():
-            out.append({**row, "mode": ONE_NETWORK})
-            continue
-        if row["method"].endswith(tuple(f" [{head}]" for head in HEADS)):
-            continue
-        mode, networks = model_mode(best)
-        out.append({**row, "mode": mode})
-        if networks > 1:
-            test = _cached(best.parent / "modes.json", NETWORK_A,
-                           lambda b=best: evaluate_checkpoints([b], data_dir, "test", network=0))
-            out.append({**row, "mode": NETWORK_A, "test": test})
-        pair = [
-            by_key.get((row["protocol"], head_row(row["method"], h), row["noise_ratio"], row["seed"])) for h in HEADS
-        ]
-        if all(pair):
-            dirs = [root / row["protocol"] / _run_name(p) / "best" for p in pair if p]
-            test = _cached(best.parent / "modes.json", SGRAF, lambda d=dirs: evaluate_checkpoints(d, data_dir, "test"))
-            seconds = sum(p["seconds"] for p in pair if p)
-            out.append({**row, "mode": SGRAF, "test": test, "seconds": seconds,
-                        "epochs": pair[0]["epochs"] if pair[0] else 0})
-    return out
-
-
-def _run_name(row: dict[str, Any]) -> str:
-    return f"{row['method'].replace(' ', '_')}_noise{round(row['noise_ratio'] * 100)}_seed{row['seed']}"
-
-
-def _cached(path: Path, mode: str, compute: Any) -> dict[str, float]:
-    saved = json.loads(path.read_text()) if path.is_file() else {}
-    if mode not in saved:
-        saved[mode] = compute()
-        path.write_text(json.dumps(saved, indent=1, default=float))
-    return saved[mode]
-
-
 # --- tables ---------------------------------------------------------------------------------------------------------
-
-
-def oracle_of(row: dict[str, Any], oracles: dict[str, str]) -> str:
-    """The oracle row whose rSum a row's share is over: its method's own (``oracles`` by the row's method, else by its
-    plugin, :func:`own_oracles`), else ``oracle``; an oracle row is over itself."""
-    method = str(row["method"])
-    if is_reference(method):
-        return method
-    return oracles.get(method, oracles.get(row.get("plugin", method), ORACLE))
-
-
-def oracle_rsums(rows: list[dict[str, Any]]) -> dict[tuple[str, str, float, int], float]:
-    """Each oracle row's test rSum by (oracle row, protocol, ratio, seed)."""
-    return {(r["method"], r["protocol"], r["noise_ratio"], r["seed"]): r["test"]["rsum"]
-            for r in rows if is_reference(r["method"])}
-
-
-def share_of_oracle(row: dict[str, Any], rsums: dict[tuple[str, str, float, int], float],
-                    oracles: dict[str, str]) -> float | None:
-    """A row's test rSum in percent of its oracle's (:func:`oracle_of`) at its protocol, ratio and seed; ``None``
-    where that oracle has not run."""
-    rsum = rsums.get((oracle_of(row, oracles), row["protocol"], row["noise_ratio"], row["seed"]))
-    return 100 * row["test"]["rsum"] / rsum if rsum else None
 
 
 def protocol_table(rows: list[dict[str, Any]], protocol: str, ratios: list[float],
@@ -572,265 +353,6 @@ def protocol_table(rows: list[dict[str, Any]], protocol: str, ratios: list[float
 def _count(values: list[int]) -> str:
     """A count of epochs: the value where the runs agree, mean ± sd where they differ."""
     return str(values[0]) if len(set(values)) == 1 else mean_spread(values, 0)
-
-
-VSEPP = "VSE++"
-"""How a cause section's heading names VSE++, the baseline a method's place below is measured against."""
-BENCHMARK_WORDS = {"generated": "generated benchmark", "proxy": "proxy", "clip": "CLIP track"}
-"""What a cause section's heading names for the causes it measured on each benchmark."""
-
-
-def cell_name(protocol: str, ratio: float) -> str:
-    """How a cause section names a cell it measured: the protocol in backticks and the ratio, e.g.
-    ``"`ncr-caption` 20%"``."""
-    return f"`{protocol}` {ratio:.0%}"
-
-
-def page_sections(page: Path) -> list[tuple[str, str]]:
-    """The sections of a markdown page: (heading, body), a body running to the next heading outside a fenced code
-    block; none where ``page`` is not a file."""
-    sections: list[tuple[str, list[str]]] = []
-    fenced = False
-    for line in page.read_text().splitlines() if page.is_file() else []:
-        fenced ^= line.startswith("```")
-        if not fenced and re.match(r"#{1,6} ", line):
-            sections.append((line.strip(), []))
-        elif sections:
-            sections[-1][1].append(line)
-    return [(heading, "\n".join(body)) for heading, body in sections]
-
-
-def cause_sections(page: Path) -> list[tuple[str, str]]:
-    """The sections (:func:`page_sections`) of a ``docs/methods`` page whose heading starts with
-    :data:`CAUSE_SECTION`."""
-    return [(heading, body) for heading, body in page_sections(page) if heading.startswith(CAUSE_SECTION)]
-
-
-def own_oracle_page(method: str, cell: tuple[str, float], benchmark: str, page: Path) -> str | None:
-    """Where ``method``, above its oracle at ``cell`` (protocol, ratio) on ``benchmark``, was trained on exactly the
-    clean pairs itself: the first section of ``page`` (``docs/leaderboard.md``) whose heading names the benchmark as
-    :data:`BENCHMARK_WORDS` does and that has a table row whose first cell is the cell (:func:`cell_name`) and whose
-    second starts with the method's name; ``None`` where there is none."""
-    word = re.compile(rf"(?<!\w){re.escape(BENCHMARK_WORDS.get(benchmark, benchmark))}(?!\w)", re.IGNORECASE)
-    row = re.compile(rf"^\|\s*{re.escape(cell_name(*cell))}\s*\|\s*{re.escape(method)}(?!\w)", re.MULTILINE)
-    for heading, body in page_sections(page):
-        if word.search(heading) and row.search(body):
-            return f"docs/{page.name}, \"{heading.lstrip('# ')}\""
-    return None
-
-
-def cause_page(method: str, cell: tuple[str, float], docs: Path = METHOD_DOCS, against: str | None = None,
-               benchmark: str | None = None) -> tuple[str, bool] | None:
-    """Where the cause of ``method``'s place on the leaderboard is measured: its ``docs/methods`` page's first section
-    whose heading starts with :data:`CAUSE_SECTION` (and, for its place below method ``against``, names that method as
-    a word; for a place on ``benchmark``, names it as :data:`BENCHMARK_WORDS` does), and whether it measured ``cell``
-    (protocol, ratio): its text names the cell as :func:`cell_name` does. The first section that names the cell is
-    preferred; ``None`` where the page has no such section."""
-    words = [w for w in (against, BENCHMARK_WORDS.get(benchmark or "", benchmark)) if w]
-    named = [re.compile(rf"(?<!\w){re.escape(word)}(?!\w)", re.IGNORECASE) for word in words]
-    found = [(heading, cell_name(*cell) in body)
-             for heading, body in cause_sections(docs / f"{method}.md")
-             if all(pattern.search(heading) for pattern in named)]
-    if not found:
-        return None
-    heading, here = max(found, key=lambda section: section[1])  # the first that names the cell, else the first
-    return f"docs/methods/{method}.md, \"{heading.lstrip('# ')}\"", here
-
-
-def cause_answer(found: tuple[str, bool] | None, spread: str | None = None) -> str:
-    """A note's answer for its place: the cause section of :func:`cause_page` where it measured the note's cell, else
-    the seeds' verdict (:func:`seed_spread`), else a section that measured other cells only, else none."""
-    if found is not None and found[1]:
-        return f"the cause, measured: {found[0]}"
-    if spread:
-        return spread
-    if found is not None:
-        return f"the cause is measured at other cells ({found[0]}), not at this one yet"
-    return "the cause is not measured yet"
-
-
-def comparison_tables(path: Path = PAPERS_COMPARISONS) -> list[dict[str, Any]]:
-    """The papers' comparison tables of ``path`` (``benchmarks/papers_comparisons.yaml``), each with its ``source``,
-    ``paper``, ``protocol``, ``ratios`` and ``rows`` (per method, the ``rsum`` at each ratio; ``other_rows``: the
-    same methods' variants, not compared).
-
-    Raises:
-        ValueError: naming the file, the table and the field, for a table unlike that.
-    """
-    tables = (yaml.safe_load(path.read_text()) or {}).get("tables")
-    if not isinstance(tables, list):
-        raise ValueError(f"{path}: expected a list 'tables'")
-    protocols = set(protocol_names().values())
-    for index, table in enumerate(tables):
-        where = f"{path}: tables[{index}]" + (f" ({table.get('source')})" if isinstance(table, dict) else "")
-        if not isinstance(table, dict) or not all(isinstance(table.get(k), str) for k in ("source", "paper")):
-            raise ValueError(f"{where}: expected a mapping with the strings 'source' and 'paper'")
-        if table.get("protocol") not in protocols:
-            raise ValueError(f"{where}: field 'protocol': expected one of {sorted(protocols)}, "
-                             f"got {table.get('protocol')!r}")
-        ratios = table.get("ratios")
-        if not isinstance(ratios, list) or not ratios or not all(isinstance(r, float) and 0 <= r < 1 for r in ratios):
-            raise ValueError(f"{where}: field 'ratios': expected a list of noise ratios in [0, 1), got {ratios!r}")
-        rows = table.get("rows")
-        named = [(f"rows.{m}", r) for m, r in rows.items()] if isinstance(rows, dict) and rows else []
-        named += [(f"other_rows[{i}]", r) for i, r in enumerate(table.get("other_rows") or [])]
-        if not named:
-            raise ValueError(f"{where}: field 'rows': expected a mapping of methods to rows")
-        for field, row in named:
-            rsum = row.get("rsum") if isinstance(row, dict) else None
-            if not isinstance(rsum, list) or len(rsum) != len(ratios) or not all(isinstance(v, float) for v in rsum):
-                raise ValueError(f"{where}: field '{field}.rsum': expected {len(ratios)} rSum values, one per ratio, "
-                                 f"got {rsum!r}")
-    return tables
-
-
-def paper_orderings(tables: list[dict[str, Any]]) -> dict[tuple[str, float, str, str], list[str]]:
-    """Per (protocol, ratio, A, B) where a paper's table ranks method A's row above B's: the tables, each as
-    ``"source (rSum A vs rSum B)"``. A paper whose own tables rank a pair both ways at one protocol and ratio (its
-    Flickr30K one way, its MS-COCO the other) claims no order for that pair there."""
-    claims: dict[tuple[str, float, str, str], list[tuple[str, str]]] = {}
-    for table in tables:
-        for index, ratio in enumerate(table["ratios"]):
-            for (a, row_a), (b, row_b) in itertools.permutations(table["rows"].items(), 2):
-                if row_a["rsum"][index] > row_b["rsum"][index]:
-                    claims.setdefault((table["protocol"], ratio, a, b), []).append(
-                        (table["paper"], f"{table['source']} ({row_a['rsum'][index]} vs {row_b['rsum'][index]})"))
-    orderings = {}
-    for (protocol, ratio, a, b), found in claims.items():
-        reversed_by = {paper for paper, _ in claims.get((protocol, ratio, b, a), [])}
-        if kept := [text for paper, text in found if paper not in reversed_by]:
-            orderings[(protocol, ratio, a, b)] = kept
-    return orderings
-
-
-def ranked_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The method rows in the evaluation mode each method ranks by (not network A alone, not SGRAF, no oracle)."""
-    return [r for r in rows if r["mode"] != NETWORK_A and r["mode"] != SGRAF and not is_reference(r["method"])]
-
-
-SEED_SPREAD_P = 0.05
-"""The two-sided p of a paired t-test over seeds at and above which a measured difference is within the seed spread."""
-
-
-def seed_cells(rows: list[dict[str, Any]]) -> dict[tuple[str, str, float], dict[int, float]]:
-    """Per (protocol, method, ratio), the test rSum of each seed, of the rows a method ranks by
-    (:func:`ranked_rows`)."""
-    cells: dict[tuple[str, str, float], dict[int, float]] = {}
-    for r in ranked_rows(rows):
-        cells.setdefault((r["protocol"], r["method"], r["noise_ratio"]), {})[r["seed"]] = r["test"]["rsum"]
-    return cells
-
-
-def division_quality(rows: list[dict[str, Any]], digits: int = 2) -> dict[tuple[str, str, float], str]:
-    """Per (protocol, method, ratio) of the rows a method ranks by, its division's quality against the hidden noise
-    (network A, last epoch) where recorded: the mean AUC, precision and recall over its seeds."""
-    found: dict[tuple[str, str, float], list[dict[str, float]]] = {}
-    for r in ranked_rows(rows):
-        if r.get("division", {}).get("auc") is not None:
-            found.setdefault((r["protocol"], r["method"], r["noise_ratio"]), []).append(r["division"])
-    return {cell: ", ".join(f"{key} {statistics.mean(d[key] for d in divisions):.{digits}f}"
-                            for key in ("auc", "precision", "recall") if all(d.get(key) is not None for d in divisions))
-            for cell, divisions in found.items()}
-
-
-def seed_spread(lower: dict[int, float], upper: dict[int, float]) -> str | None:
-    """Whether the seeds leave ``lower``'s mean place below ``upper``'s unresolved: over the seeds both ran (two or
-    more), the paired differences' mean ± sd and the two-sided p of a paired t-test (``scipy.stats.ttest_rel``) at
-    least :data:`SEED_SPREAD_P`; ``None`` where the difference is resolved or one seed cannot tell."""
-    seeds = sorted(lower.keys() & upper.keys())
-    if len(seeds) < 2:
-        return None
-    differences = [lower[s] - upper[s] for s in seeds]
-    if statistics.stdev(differences) == 0:
-        return None
-    p = float(stats.ttest_rel([lower[s] for s in seeds], [upper[s] for s in seeds]).pvalue)
-    if p < SEED_SPREAD_P:
-        return None
-    return (f"within the seed spread, no difference measured: {statistics.mean(differences):+.1f} ± "
-            f"{statistics.stdev(differences):.1f} over seeds {', '.join(map(str, seeds))} (paired t-test p = {p:.2f})")
-
-
-def notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, docs: Path = METHOD_DOCS,
-          papers: Path = PAPERS_COMPARISONS, benchmark: str | None = None) -> list[str]:
-    """Where a method's mean rSum falls below VSE++'s at a protocol and ratio (same evaluation mode of the method as
-    trained) and where its cause is measured (:func:`cause_page`, a section naming VSE++); where two methods'
-    measured order inverts a paper's own table at that protocol and ratio (:func:`paper_orderings` of ``papers``),
-    and where the cause of that is measured: a section that names the other method, or, for a method below VSE++
-    there and the other not, the cause of that; a section counts for ``benchmark`` only where its heading names it,
-    and as measured at a cell only where its text names the cell (:func:`cause_answer`). A place with no section
-    measured there that the seeds leave unresolved (:func:`seed_spread`) says so. Then :func:`measurement_notes`."""
-    out = []
-    cells = seed_cells(rows)
-    mean = {key: statistics.mean(by_seed.values()) for key, by_seed in cells.items()}
-    quality = division_quality(rows)
-    for (protocol, method, ratio), value in sorted(mean.items()):
-        vsepp = mean.get((protocol, "vsepp", ratio))
-        if method != "vsepp" and vsepp is not None and value < vsepp:
-            found = quality.get((protocol, method, ratio))
-            seen = f"; its division (network A, last epoch): {found}" if found is not None else ""
-            page = cause_page(method, (protocol, ratio), docs, VSEPP, benchmark)
-            spread = seed_spread(cells[protocol, method, ratio], cells[protocol, "vsepp", ratio])
-            out.append(f"{method} is below VSE++ under {protocol} at {ratio:.0%} ({value:.1f} vs {vsepp:.1f}){seen}; "
-                       + cause_answer(page, spread))
-    for (protocol, ratio, above, below), sources in sorted(paper_orderings(comparison_tables(papers)).items()):
-        a, b = mean.get((protocol, above, ratio)), mean.get((protocol, below, ratio))
-        if a is not None and b is not None and a < b:
-            vsepp = mean.get((protocol, "vsepp", ratio))
-            under = cause_page(above, (protocol, ratio), docs, VSEPP, benchmark)
-            against = cause_page(above, (protocol, ratio), docs, below, benchmark)
-            spread = seed_spread(cells[protocol, above, ratio], cells[protocol, below, ratio])
-            measured_under = vsepp is not None and a < vsepp <= b and under is not None and under[1]
-            cause = f"below VSE++ there, {cause_answer(under)}" if measured_under else cause_answer(against, spread)
-            out.append(f"{above} below {below} under {protocol} at {ratio:.0%} ({a:.1f} vs {b:.1f}), against "
-                       f"{' and '.join(sources)}; {cause}")
-    return out + measurement_notes(rows, oracles, benchmark, docs.parent / "leaderboard.md")
-
-
-
-def measurement_notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, benchmark: str | None = None,
-                      own_oracles_page: Path | None = None) -> list[str]:
-    """What every benchmark's table notes of its runs: a method whose mean is above its own oracle's over the seeds
-    the oracle ran (a defect of the measurement until shown otherwise; the difference's mean ± sd, or the seeds'
-    verdict where they leave it unresolved, :func:`seed_spread`; with ``benchmark``, where ``own_oracles_page`` has
-    the method trained on the cell's clean pairs: :func:`own_oracle_page`), runs trained otherwise than the plan
-    (``stale``, with ``--report-only``), and the runs that stopped at their last planned epoch (not converged by the
-    rule)."""
-    out = []
-    rsums = oracle_rsums(rows)
-    above = []
-    first: dict[tuple[str, str, float], dict[str, Any]] = {}  # a cell's first row (its oracle) and rSum by seed
-    cells: dict[tuple[str, str, float], dict[int, float]] = {}
-    for r in ranked_rows(rows):
-        cell = (r["protocol"], r["method"], r["noise_ratio"])
-        first.setdefault(cell, r)
-        cells.setdefault(cell, {})[r["seed"]] = r["test"]["rsum"]
-    for (protocol, method, ratio), by_seed in sorted(cells.items()):
-        oracle = oracle_of(first[protocol, method, ratio], oracles or {})
-        bound = {seed: rsums[oracle, protocol, ratio, seed] for seed in by_seed
-                 if (oracle, protocol, ratio, seed) in rsums}
-        if bound and statistics.mean(by_seed[s] for s in bound) > statistics.mean(bound.values()):
-            differences = [by_seed[s] - bound[s] for s in sorted(bound)]
-            sd = f" ± {statistics.stdev(differences):.1f}" if len(differences) > 1 else ""
-            difference = (seed_spread(by_seed, bound) or f"{statistics.mean(differences):+.1f}{sd} over "
-                          f"seed{'s' * (len(bound) > 1)} {', '.join(map(str, sorted(bound)))}")
-            own = (own_oracle_page(method, (protocol, ratio), benchmark, own_oracles_page)
-                   if benchmark and own_oracles_page else None)
-            measured = f"; its own oracle, measured: {own}" if own else ""
-            above.append(f"{method} over {oracle} ({protocol} {ratio:.0%}: {difference}{measured})")
-    if above:
-        out.append("above its oracle, a defect of the measurement until shown otherwise (test rSum minus the oracle's, "
-                   "mean ± sd over the seeds): " + ", ".join(above))
-    stale = sorted({f"{r['method']} ({r['protocol']} {r['noise_ratio']:.0%} seed {r['seed']}: {'; '.join(r['stale'])})"
-                    for r in rows if r.get("stale")})
-    if stale:
-        out.append("trained otherwise than the plan, shown until trained again (a call without --report-only): "
-                   + ", ".join(stale))
-    stopped = sorted({f"{r['method']} ({r['protocol']} {r['noise_ratio']:.0%} seed {r['seed']})" for r in rows
-                      if r["mode"] != NETWORK_A and r.get("planned_epochs") and r["epochs"] >= r["planned_epochs"]
-                      and r.get("best_epoch") == r["epochs"]})
-    if stopped:
-        out.append("still improving at the last planned epoch (not converged by the rule): " + ", ".join(stopped))
-    return out
 
 
 def table_columns(args: argparse.Namespace) -> list[tuple[str, float]]:
@@ -970,22 +492,6 @@ def plot(rows: list[dict[str, Any]], planned: dict[str, list[float]], path: Path
 
 
 # --- the script -----------------------------------------------------------------------------------------------------
-
-
-def cost_line(rows: list[dict[str, Any]], wall: float) -> str:
-    """Runs per core-hour (core-seconds: the CPU time of a run's epochs, all threads, over every process that trained
-    them; a GPU run's device named), the runs' own wall time and this call's; and how many runs' time lacks epochs
-    (``untimed_epochs``: resumed from a checkpoint that kept no time; a row without the field: recorded before rows
-    kept it, its time the last process's)."""
-    core_hours = sum(r.get("cpu_seconds", r["seconds"] * r.get("threads", 1)) for r in rows) / 3600
-    run_wall = sum(r["seconds"] for r in rows) / 3600
-    devices = sorted({r.get("device", "cpu") for r in rows})
-    rate = f"{len(rows) / core_hours:.1f}" if core_hours else "-"
-    untimed = sum(1 for r in rows if r.get("untimed_epochs", 1))
-    return (f"cost: {len(rows)} runs in {core_hours:.3f} core-hours of training ({rate} runs per core-hour; devices: "
-            f"{', '.join(devices)}); {run_wall:.2f} h of wall time in all, this call's {wall / 60:.1f} min"
-            + (f"; {untimed} of the runs may lack an earlier process's time (resumed from a checkpoint that kept "
-               "none, or recorded before rows kept it): the rate is an upper bound" if untimed else ""))
 
 
 def report(args: argparse.Namespace, results: dict[str, Any], wall: float) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -17,6 +18,12 @@ from hfncl.data.noise import make_noise
 @pytest.fixture(scope="module")
 def leaderboard():
     return benchmark_module("leaderboard")
+
+
+@pytest.fixture(scope="module")
+def board_notes(leaderboard):
+    """``benchmarks/leaderboard_notes.py``, the module the leaderboard imports."""
+    return sys.modules["leaderboard_notes"]
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +129,7 @@ def test_the_oracle_folder_holds_exactly_the_pairs_the_noise_leaves_clean(track,
     assert len(kept) == int((pairing == np.arange(len(pairing)) // 5).sum()) < len(train) * 5
 
 
-def test_the_notes_name_a_failed_method_one_below_the_baseline_and_one_above_the_oracle(track, leaderboard):
+def test_the_notes_name_a_failed_method_one_below_the_baseline_and_one_above_the_oracle(board_notes, track, leaderboard):
     def row(method, rsum, seed, **extra):
         return {"protocol": "ncr-caption", "method": method, "noise_ratio": 0.2, "seed": seed, "mode": "one network",
                 "test": {"rsum": rsum}, **extra}
@@ -139,17 +146,17 @@ def test_the_notes_name_a_failed_method_one_below_the_baseline_and_one_above_the
     shares = [{**r, "planned_epochs": 10, "epochs": 8, "best_epoch": 6} for r in rows]  # the track's notes of its runs
     head = ("above its oracle, a defect of the measurement until shown otherwise (test rSum minus the oracle's, mean ± "
             "sd over the seeds): ")
-    assert leaderboard.measurement_notes(shares) == [
+    assert board_notes.measurement_notes(shares) == [
         head + "infonce over oracle (ncr-caption 20%: +100.0 over seed 0), npc over oracle (ncr-caption 20%: +90.0 over "
         "seed 0), rcl over oracle (ncr-caption 20%: +120.0 over seed 0)"]
     # each method over its own oracle; the baseline, whose plugin is NPC's, over the baseline's
     own = shares + [{**row("oracle (rcl)", 440.0, 0), "plugin": "rcl"}, {**row("oracle (npc)", 380.0, 0), "plugin": "npc"}]
     oracles = {"infonce": "oracle", "npc": "oracle (npc)", "rcl": "oracle (rcl)"}
     base = {**row("infonce", 400.0, 0), "plugin": "npc"}
-    assert [leaderboard.oracle_of(r, oracles) for r in (base, own[2], own[-1], own[5])] == [
+    assert [board_notes.oracle_of(r, oracles) for r in (base, own[2], own[-1], own[5])] == [
         "oracle", "oracle (npc)", "oracle (npc)", "oracle"]
-    assert leaderboard.share_of_oracle(own[4], leaderboard.oracle_rsums(own), oracles) == 100 * 420.0 / 440.0
-    assert leaderboard.measurement_notes(own, oracles) == [
+    assert board_notes.share_of_oracle(own[4], board_notes.oracle_rsums(own), oracles) == 100 * 420.0 / 440.0
+    assert board_notes.measurement_notes(own, oracles) == [
         head + "infonce over oracle (ncr-caption 20%: +100.0 over seed 0), npc over oracle (npc) (ncr-caption 20%: "
         "+10.0 over seed 0)"]
 

@@ -28,6 +28,18 @@ def leaderboard():
     return benchmark_module("leaderboard")
 
 
+@pytest.fixture(scope="module")
+def runs(leaderboard):
+    """``benchmarks/leaderboard_runs.py``, the module the leaderboard imports."""
+    return sys.modules["leaderboard_runs"]
+
+
+@pytest.fixture(scope="module")
+def board_notes(leaderboard):
+    """``benchmarks/leaderboard_notes.py``, the module the leaderboard imports."""
+    return sys.modules["leaderboard_notes"]
+
+
 def _row(method, protocol, ratio, seed, rsum, mode=None, **extra):
     row = {"method": method, "plugin": method, "protocol": protocol, "noise_ratio": ratio, "seed": seed,
            "test": {"rsum": rsum}, "epochs": 12, "planned_epochs": 20, "best_epoch": 10, "seconds": 60.0}
@@ -78,10 +90,10 @@ def test_a_method_trains_on_the_converged_oracles_rule(leaderboard, tmp_path):
     assert leaderboard.plan(plain, data_dir)[0][0].job.run.settings["epochs"] == 10
 
 
-def test_tables_name_protocol_and_mode_and_share_of_the_oracle(leaderboard):
+def test_tables_name_protocol_and_mode_and_share_of_the_oracle(leaderboard, runs):
     rows = [
         _row("ncr", "decl-image", 0.4, 0, 300.0, "mean of 2 networks"), _row("ncr", "decl-image", 0.4, 1, 320.0, "mean of 2 networks"),
-        _row("ncr", "decl-image", 0.4, 0, 290.0, leaderboard.NETWORK_A), _row("ncr", "decl-image", 0.4, 1, 300.0, leaderboard.NETWORK_A),
+        _row("ncr", "decl-image", 0.4, 0, 290.0, runs.NETWORK_A), _row("ncr", "decl-image", 0.4, 1, 300.0, runs.NETWORK_A),
         _row("oracle", "decl-image", 0.4, 0, 400.0, "one network"), _row("oracle", "decl-image", 0.4, 1, 400.0, "one network"),
     ]
     lines = leaderboard.protocol_table(rows, "decl-image", [0.4])
@@ -91,7 +103,7 @@ def test_tables_name_protocol_and_mode_and_share_of_the_oracle(leaderboard):
     assert lines[-1] == "| oracle | one network | oracle | 400.0 ± 0.0 | 100.0 ± 0.0% | 10 / 12 |"
 
 
-def test_a_method_trained_by_another_rule_than_the_oracles_has_its_own_oracle(leaderboard, tmp_path):
+def test_a_method_trained_by_another_rule_than_the_oracles_has_its_own_oracle(leaderboard, board_notes, tmp_path):
     # TcVSE trains with AdamW at 5e-4 and max pooling, UGNCL with two image views, DECL at 5e-4: each its own oracle
     # Co-teaching's fresh heads for pretrained towers leave region features and a biGRU as they are: VSE++'s oracle
     args = leaderboard.parse_args(["--methods", "vsepp", "ncr", "tcvse", "decl", "ugncl", "coteaching", "--seeds", "0"])
@@ -128,27 +140,27 @@ def test_a_method_trained_by_another_rule_than_the_oracles_has_its_own_oracle(le
     assert lines[-2:] == ["| oracle | one network | oracle | 350.0 | 100.0% | 10 / 12 |",
                           "| oracle (tcvse) | one network | oracle (tcvse) | 520.0 | 100.0% | 10 / 12 |"]
     # above the VSE++ oracle is no note, above its own is one
-    assert not [n for n in leaderboard.notes(rows, {"tcvse": "oracle (tcvse)"}) if "above its oracle" in n]
+    assert not [n for n in board_notes.notes(rows, {"tcvse": "oracle (tcvse)"}) if "above its oracle" in n]
     above = [{**rows[0], "test": {"rsum": 530.0}}] + rows[1:]
     head = "above its oracle, a defect of the measurement until shown otherwise (test rSum minus the oracle's, mean ± sd " \
            "over the seeds): "
-    assert head + "tcvse over oracle (tcvse) (ncr-caption 20%: +10.0 over seed 0)" in leaderboard.notes(
+    assert head + "tcvse over oracle (tcvse) (ncr-caption 20%: +10.0 over seed 0)" in board_notes.notes(
         above, {"tcvse": "oracle (tcvse)"})
     # over seeds: the mean difference and its sd, over the seeds the oracle ran; below it on average, no note
     seeds = above + [_row("tcvse", "ncr-caption", 0.2, 1, 490.0, "one network"), _row("tcvse", "ncr-caption", 0.2, 2, 1.0,
                      "one network"), _row("oracle (tcvse)", "ncr-caption", 0.2, 1, 470.0, "one network", plugin="tcvse")]
     assert head + ("tcvse over oracle (tcvse) (ncr-caption 20%: within the seed spread, no difference measured: +15.0 ± "
-                   "7.1 over seeds 0, 1 (paired t-test p = 0.20))") in leaderboard.notes(seeds, {"tcvse": "oracle (tcvse)"})
+                   "7.1 over seeds 0, 1 (paired t-test p = 0.20))") in board_notes.notes(seeds, {"tcvse": "oracle (tcvse)"})
     resolved = [r for r in seeds[:-1] if r["seed"] != 2] + [_row("oracle (tcvse)", "ncr-caption", 0.2, 1, 479.0, "one network", plugin="tcvse"),
                              _row("tcvse", "ncr-caption", 0.2, 2, 540.0, "one network"),
                              _row("oracle (tcvse)", "ncr-caption", 0.2, 2, 529.5, "one network", plugin="tcvse")]
-    assert head + "tcvse over oracle (tcvse) (ncr-caption 20%: +10.5 ± 0.5 over seeds 0, 1, 2)" in leaderboard.notes(
+    assert head + "tcvse over oracle (tcvse) (ncr-caption 20%: +10.5 ± 0.5 over seeds 0, 1, 2)" in board_notes.notes(
         resolved, {"tcvse": "oracle (tcvse)"})
     seeds[-1] = _row("oracle (tcvse)", "ncr-caption", 0.2, 1, 510.0, "one network", plugin="tcvse")
-    assert not [n for n in leaderboard.notes(seeds, {"tcvse": "oracle (tcvse)"}) if "above its oracle" in n]
+    assert not [n for n in board_notes.notes(seeds, {"tcvse": "oracle (tcvse)"}) if "above its oracle" in n]
 
 
-def test_a_flag_above_the_oracle_names_where_the_method_was_trained_on_the_clean_pairs_itself(leaderboard, tmp_path):
+def test_a_flag_above_the_oracle_names_where_the_method_was_trained_on_the_clean_pairs_itself(leaderboard, board_notes, tmp_path):
     rows = [_row("gsc", "ncr-caption", 0.2, 0, 260.0, "mean of 2 networks"),
             _row("oracle", "ncr-caption", 0.2, 0, 240.0, "one network", plugin="vsepp")]
     (tmp_path / "methods").mkdir()
@@ -160,10 +172,10 @@ def test_a_flag_above_the_oracle_names_where_the_method_was_trained_on_the_clean
 
     def flag(benchmark, method="gsc", ratio=0.2):
         cell = [{**r, "method": method if r["method"] == "gsc" else r["method"], "noise_ratio": ratio} for r in rows]
-        return [n for n in leaderboard.notes(cell, docs=tmp_path / "methods", benchmark=benchmark)
+        return [n for n in board_notes.notes(cell, docs=tmp_path / "methods", benchmark=benchmark)
                 if n.startswith("above its oracle")]
 
-    measured = f"; its own oracle, measured: docs/leaderboard.md, \"The real-text proxy\")"
+    measured = "; its own oracle, measured: docs/leaderboard.md, \"The real-text proxy\")"
     assert flag("proxy")[0].endswith(f"{method_cell('gsc', '20%')}{measured}")
     assert flag("generated")[0].endswith(method_cell("gsc", "20%") + ")")  # the section names another benchmark
     assert flag("proxy", ratio=0.5)[0].endswith(method_cell("gsc", "50%") + ")")  # no row for the cell
@@ -174,37 +186,37 @@ def method_cell(method, ratio):
     return f"{method} over oracle (ncr-caption {ratio}: +20.0 over seed 0"
 
 
-def test_a_run_trained_otherwise_than_the_plan_is_named_and_trained_again(leaderboard, tmp_path, monkeypatch):
+def test_a_run_trained_otherwise_than_the_plan_is_named_and_trained_again(leaderboard, board_notes, runs, tmp_path, monkeypatch):
     data_dir = generate_precomp(tmp_path / "data", MICRO_DATA)
     args = leaderboard.parse_args(["--methods", "ncr", "--seeds", "0", "--protocols", "decl-image", "--decl-ratios", "0.4",
                                    "--batch-size", "16"])
     (run,), _ = leaderboard.plan(args, data_dir)
     root = tmp_path / "runs"
-    assert leaderboard.stale_fields(run, root, False, {}) == []  # not started
+    assert runs.stale_fields(run, root, False, {}) == []  # not started
     run_dir = run.directory(root) / run.job.name
     run_dir.mkdir(parents=True)
-    config = leaderboard.train_config(run.job, run_dir, False)
-    saved = {field: getattr(config, field) for field in leaderboard.TRAINING_FIELDS}
+    config = runs.train_config(run.job, run_dir, False)
+    saved = {field: getattr(config, field) for field in runs.TRAINING_FIELDS}
     saved.update(options=dict(config.options), train_split="train", embed_dim=256)
-    (run_dir / "run_config.yaml").write_text(leaderboard.yaml.safe_dump(saved))
-    assert leaderboard.stale_fields(run, root, False, {}) == []
-    assert leaderboard.stale_fields(run, root, False, {"embed_dim": 64}) == ["embed_dim was 256, plan 64"]
-    (run_dir / "run_config.yaml").write_text(leaderboard.yaml.safe_dump({**saved, "warmup_epochs": 2, "options": {}}))
-    stale = leaderboard.stale_fields(run, root, False, {})
+    (run_dir / "run_config.yaml").write_text(runs.yaml.safe_dump(saved))
+    assert runs.stale_fields(run, root, False, {}) == []
+    assert runs.stale_fields(run, root, False, {"embed_dim": 64}) == ["embed_dim was 256, plan 64"]
+    (run_dir / "run_config.yaml").write_text(runs.yaml.safe_dump({**saved, "warmup_epochs": 2, "options": {}}))
+    stale = runs.stale_fields(run, root, False, {})
     assert stale == ["options was {}, plan {'ncr.noisy_batch': 'split'}", "warmup_epochs was 2, plan 4"]
     # its finished row: shown with --report-only (the notes name it), trained again from the start otherwise
     (run_dir / "row.json").write_text(json.dumps(_row("ncr", "decl-image", 0.4, 0, 100.0)))
     (run_dir / "modes.json").write_text("{}")
-    shown = leaderboard.train_run(run, root, False, None, True)
+    shown = runs.train_run(run, root, False, None, True)
     assert shown["stale"] == stale and shown["batch_size"] == 16  # a row without its batch size: the run's config's
-    note = [n for n in leaderboard.notes([{**shown, "mode": "one network"}]) if n.startswith("trained otherwise")]
+    note = [n for n in board_notes.notes([{**shown, "mode": "one network"}]) if n.startswith("trained otherwise")]
     assert note == ["trained otherwise than the plan, shown until trained again (a call without --report-only): "
                     "ncr (decl-image 40% seed 0: options was {}, plan {'ncr.noisy_batch': 'split'}; warmup_epochs was 2, "
                     "plan 4)"]
     calls = []
-    monkeypatch.setattr(leaderboard, "train", lambda job, directory, quick, progress, resume, report_only, model:
+    monkeypatch.setattr(runs, "train", lambda job, directory, quick, progress, resume, report_only, model:
                         calls.append((resume, (directory / job.name / "row.json").exists())))
-    leaderboard.train_run(run, root, False, None, False)
+    runs.train_run(run, root, False, None, False)
     assert calls == [(False, False)] and not (run_dir / "modes.json").exists()  # no resume; the old results gone
 
 
@@ -229,11 +241,11 @@ def test_options_reach_the_runs_of_the_plugin_they_name_and_bad_ones_are_refused
         assert f"--options: {key} declared by no plugin this call trains (npc, rcl, vsepp)" in capsys.readouterr().err
 
 
-def test_notes_flag_a_method_below_vsepp_and_runs_still_improving(leaderboard, tmp_path):
+def test_notes_flag_a_method_below_vsepp_and_runs_still_improving(leaderboard, board_notes, tmp_path):
     rows = [_row("vsepp", "ncr-caption", 0.5, 0, 300.0, "one network"), _row("gsc", "ncr-caption", 0.5, 0, 280.0, "mean of 2 networks",
                  division={"auc": 0.55, "precision": 0.5, "recall": 0.1}),
             _row("ncr", "ncr-caption", 0.5, 0, 310.0, "mean of 2 networks", epochs=20, best_epoch=20)]
-    notes = leaderboard.notes(rows)
+    notes = board_notes.notes(rows)
     assert notes[0].startswith("gsc is below VSE++ under ncr-caption at 50% (280.0 vs 300.0); its division (network A, "
                                "last epoch): auc 0.55, precision 0.50, recall 0.10;")
     assert notes[1].endswith("ncr (ncr-caption 50% seed 0)") and len(notes) == 2
@@ -241,61 +253,61 @@ def test_notes_flag_a_method_below_vsepp_and_runs_still_improving(leaderboard, t
     docs = tmp_path / "methods"
     docs.mkdir()
     (docs / "gsc.md").write_text("# GSC\n\n## Measurements\n")
-    assert leaderboard.notes(rows, docs=docs)[0].endswith("; the cause is not measured yet")
+    assert board_notes.notes(rows, docs=docs)[0].endswith("; the cause is not measured yet")
     (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard\n\nWhy.\n")  # a section on no place
-    assert leaderboard.notes(rows, docs=docs)[0].endswith("; the cause is not measured yet")
+    assert board_notes.notes(rows, docs=docs)[0].endswith("; the cause is not measured yet")
     (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard: below NCR\n\nAt `ncr-caption` 50%.\n\n"
                                  "## On the leaderboard: below VSE++\n\nAt `ncr-caption` 50%.\n")
-    assert leaderboard.notes(rows, docs=docs)[0].endswith(
+    assert board_notes.notes(rows, docs=docs)[0].endswith(
         '; the cause, measured: docs/methods/gsc.md, "On the leaderboard: below VSE++"')
     (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard: why GSC falls below VSE++\n\n| `ncr-caption` 50% |\n")
-    assert leaderboard.notes(rows, docs=docs)[0].endswith('docs/methods/gsc.md, "On the leaderboard: why GSC falls below VSE++"')
+    assert board_notes.notes(rows, docs=docs)[0].endswith('docs/methods/gsc.md, "On the leaderboard: why GSC falls below VSE++"')
     # a section that measured other cells only (its text names the cell as `protocol` R%) does not answer this one
     elsewhere = "## On the leaderboard: below VSE++ (i)\n\nAt `ncr-caption` 20% and `decl-image` 50%.\n"
     (docs / "gsc.md").write_text("# GSC\n\n" + elsewhere)
-    assert leaderboard.notes(rows, docs=docs)[0].endswith(
+    assert board_notes.notes(rows, docs=docs)[0].endswith(
         '; the cause is measured at other cells (docs/methods/gsc.md, "On the leaderboard: below VSE++ (i)"), '
         "not at this one yet")
     # the section that names the cell answers it, wherever it stands; a heading in a code block starts no section
     (docs / "gsc.md").write_text("# GSC\n\n" + elsewhere + "\n## On the leaderboard: below VSE++ (ii)\n\n```\n"
                                  "# a comment\n```\nAt `ncr-caption` 50%.\n")
-    assert leaderboard.notes(rows, docs=docs)[0].endswith(
+    assert board_notes.notes(rows, docs=docs)[0].endswith(
         '; the cause, measured: docs/methods/gsc.md, "On the leaderboard: below VSE++ (ii)"')
 
 
-def test_seed_spread_is_a_paired_t_test_over_the_seeds_both_ran(leaderboard):
+def test_seed_spread_is_a_paired_t_test_over_the_seeds_both_ran(leaderboard, board_notes):
     lower, upper = {0: 280.0, 1: 300.0, 2: 310.0, 5: 1.0}, {0: 300.0, 1: 290.0, 2: 320.0}
     differences = [-20.0, 10.0, -10.0]
     sd = statistics.stdev(differences)
     t = statistics.mean(differences) / (sd / math.sqrt(3))
     p = 2 * scipy.stats.t.sf(abs(t), df=2)  # the paired t-test's two-sided p, written out
-    assert leaderboard.seed_spread(lower, upper) == (
+    assert board_notes.seed_spread(lower, upper) == (
         f"within the seed spread, no difference measured: -6.7 ± {sd:.1f} over seeds 0, 1, 2 (paired t-test p = {p:.2f})")
-    assert leaderboard.seed_spread({0: 280.0, 1: 290.0, 2: 301.0}, {0: 300.0, 1: 310.0, 2: 320.0}) is None  # resolved
-    assert leaderboard.seed_spread({0: 280.0}, {0: 300.0}) is None  # one seed cannot tell
-    assert leaderboard.seed_spread({0: 280.0, 1: 290.0}, {0: 300.0, 1: 310.0}) is None  # no spread at all
+    assert board_notes.seed_spread({0: 280.0, 1: 290.0, 2: 301.0}, {0: 300.0, 1: 310.0, 2: 320.0}) is None  # resolved
+    assert board_notes.seed_spread({0: 280.0}, {0: 300.0}) is None  # one seed cannot tell
+    assert board_notes.seed_spread({0: 280.0, 1: 290.0}, {0: 300.0, 1: 310.0}) is None  # no spread at all
 
 
-def test_notes_say_where_the_seeds_leave_a_place_unresolved(leaderboard, tmp_path):
+def test_notes_say_where_the_seeds_leave_a_place_unresolved(leaderboard, board_notes, tmp_path):
     papers = _papers(tmp_path / "papers.yaml", _table("GSC Table 1, Flickr30K", "ncr-caption", [0.5],
                                                       {"gsc": [480.0], "ncr": [470.0]}))
     rows = [_row(m, "ncr-caption", 0.5, seed, rsum, "one network")
             for m, values in (("vsepp", (300.0, 290.0, 320.0)), ("gsc", (280.0, 300.0, 310.0)),
                               ("ncr", (301.0, 301.0, 311.0)))
             for seed, rsum in enumerate(values)]
-    spread = leaderboard.seed_spread({0: 280.0, 1: 300.0, 2: 310.0}, {0: 300.0, 1: 290.0, 2: 320.0})
-    versus_ncr = leaderboard.seed_spread({0: 280.0, 1: 300.0, 2: 310.0}, {0: 301.0, 1: 301.0, 2: 311.0})
+    spread = board_notes.seed_spread({0: 280.0, 1: 300.0, 2: 310.0}, {0: 300.0, 1: 290.0, 2: 320.0})
+    versus_ncr = board_notes.seed_spread({0: 280.0, 1: 300.0, 2: 310.0}, {0: 301.0, 1: 301.0, 2: 311.0})
     assert spread and versus_ncr
-    assert leaderboard.notes(rows, docs=tmp_path, papers=papers) == [
+    assert board_notes.notes(rows, docs=tmp_path, papers=papers) == [
         f"gsc is below VSE++ under ncr-caption at 50% (296.7 vs 303.3); {spread}",
         f"gsc below ncr under ncr-caption at 50% (296.7 vs 304.3), against GSC Table 1, Flickr30K (480.0 vs 470.0); "
         f"{versus_ncr}"]
     # the seeds' verdict before a cause measured at other cells only
     (tmp_path / "gsc.md").write_text("# GSC\n\n## On the leaderboard: below NCR\n\nAt `ncr-caption` 20%.\n")
-    assert leaderboard.notes(rows, docs=tmp_path, papers=papers)[1].endswith(versus_ncr)
+    assert board_notes.notes(rows, docs=tmp_path, papers=papers)[1].endswith(versus_ncr)
     # a cause measured at the cell is named first, the seeds' verdict where there is none
     (tmp_path / "gsc.md").write_text("# GSC\n\n## On the leaderboard: below NCR\n\nAt `ncr-caption` 50%.\n")
-    assert leaderboard.notes(rows, docs=tmp_path, papers=papers) == [
+    assert board_notes.notes(rows, docs=tmp_path, papers=papers) == [
         f"gsc is below VSE++ under ncr-caption at 50% (296.7 vs 303.3); {spread}",
         "gsc below ncr under ncr-caption at 50% (296.7 vs 304.3), against GSC Table 1, Flickr30K (480.0 vs 470.0); "
         'the cause, measured: docs/methods/gsc.md, "On the leaderboard: below NCR"']
@@ -311,83 +323,83 @@ def _papers(path, *tables):
     return path
 
 
-def test_notes_name_a_measured_order_that_inverts_a_papers_table(leaderboard, tmp_path):
+def test_notes_name_a_measured_order_that_inverts_a_papers_table(leaderboard, board_notes, runs, tmp_path):
     papers = _papers(tmp_path / "papers.yaml", _table("GSC Table 1, Flickr30K", "ncr-caption", [0.2, 0.5],
                                                       {"gsc": [505.8, 480.0], "ncr": [491.1, 470.0]}))
     docs = tmp_path / "methods"
     docs.mkdir()
     rows = [_row("gsc", "ncr-caption", 0.5, 0, 280.0, "mean of 2 networks"),
             _row("gsc", "ncr-caption", 0.5, 1, 300.0, "mean of 2 networks"),
-            _row("gsc", "ncr-caption", 0.5, 0, 330.0, leaderboard.NETWORK_A),  # not the mode GSC ranks by
+            _row("gsc", "ncr-caption", 0.5, 0, 330.0, runs.NETWORK_A),  # not the mode GSC ranks by
             _row("ncr", "ncr-caption", 0.5, 0, 310.0, "mean of 2 networks")]
-    assert leaderboard.notes(rows, docs=docs, papers=papers) == [
+    assert board_notes.notes(rows, docs=docs, papers=papers) == [
         "gsc below ncr under ncr-caption at 50% (290.0 vs 310.0), against GSC Table 1, Flickr30K (480.0 vs 470.0); "
         "the cause is not measured yet"]
     cell = "\n\nAt `ncr-caption` 50%.\n\n"
     (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard: below VSE++" + cell)  # a section on another place
-    assert leaderboard.notes(rows, docs=docs, papers=papers)[0].endswith("; the cause is not measured yet")
+    assert board_notes.notes(rows, docs=docs, papers=papers)[0].endswith("; the cause is not measured yet")
     (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard: below VSE++" + cell
                                  + "## On the leaderboard: below NCR" + cell)
-    assert leaderboard.notes(rows, docs=docs, papers=papers)[0].endswith(
+    assert board_notes.notes(rows, docs=docs, papers=papers)[0].endswith(
         '; the cause, measured: docs/methods/gsc.md, "On the leaderboard: below NCR"')
     # below VSE++ there, with that cause measured, and the other method not: that cause
     under = rows + [_row("vsepp", "ncr-caption", 0.5, 0, 300.0, "one network")]
-    assert leaderboard.notes(under, docs=docs, papers=papers)[1] == (
+    assert board_notes.notes(under, docs=docs, papers=papers)[1] == (
         "gsc below ncr under ncr-caption at 50% (290.0 vs 310.0), against GSC Table 1, Flickr30K (480.0 vs 470.0); "
         'below VSE++ there, the cause, measured: docs/methods/gsc.md, "On the leaderboard: below VSE++"')
     # ... measured at this cell: a below-VSE++ section of other cells gives way to the one on the other method here
     (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard: below VSE++\n\nAt `ncr-caption` 20%.\n\n"
                                  "## On the leaderboard: below NCR" + cell)
-    assert leaderboard.notes(under, docs=docs, papers=papers)[1].endswith(
+    assert board_notes.notes(under, docs=docs, papers=papers)[1].endswith(
         '; the cause, measured: docs/methods/gsc.md, "On the leaderboard: below NCR"')
     # a section measured on another benchmark than the note's does not count for it
-    assert leaderboard.notes(rows, docs=docs, papers=papers, benchmark="proxy")[0].endswith("not measured yet")
+    assert board_notes.notes(rows, docs=docs, papers=papers, benchmark="proxy")[0].endswith("not measured yet")
     (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard: below NCR on the real-text proxy" + cell)
-    assert leaderboard.notes(rows, docs=docs, papers=papers, benchmark="proxy")[0].endswith(
+    assert board_notes.notes(rows, docs=docs, papers=papers, benchmark="proxy")[0].endswith(
         '; the cause, measured: docs/methods/gsc.md, "On the leaderboard: below NCR on the real-text proxy"')
-    assert leaderboard.notes(rows, docs=docs, papers=papers, benchmark="generated")[0].endswith("not measured yet")
+    assert board_notes.notes(rows, docs=docs, papers=papers, benchmark="generated")[0].endswith("not measured yet")
     # the paper's order measured: no note
     same = [_row("gsc", "ncr-caption", 0.5, 0, 320.0, "mean of 2 networks"),
             _row("ncr", "ncr-caption", 0.5, 0, 310.0, "mean of 2 networks")]
-    assert leaderboard.notes(same, docs=docs, papers=papers) == []
+    assert board_notes.notes(same, docs=docs, papers=papers) == []
     # a table at another ratio, or under the other protocol, says nothing of this cell
     elsewhere = _papers(tmp_path / "elsewhere.yaml",
                         _table("T1, Flickr30K", "ncr-caption", [0.2], {"gsc": [505.8], "ncr": [491.1]}),
                         _table("T2, Flickr30K", "decl-image", [0.5], {"gsc": [505.8], "ncr": [491.1]}))
-    assert leaderboard.notes(rows, docs=docs, papers=elsewhere) == []
+    assert board_notes.notes(rows, docs=docs, papers=elsewhere) == []
     # several tables ranking the pair so: one note naming them all
     two = _papers(tmp_path / "two.yaml",
                   _table("GSC Table 1, Flickr30K", "ncr-caption", [0.5], {"gsc": [480.0], "ncr": [470.0]}),
                   _table("GSC Table 1, MS-COCO 1K", "ncr-caption", [0.5], {"gsc": [510.0], "ncr": [500.0]}))
-    assert leaderboard.notes(rows, docs=docs, papers=two) == [
+    assert board_notes.notes(rows, docs=docs, papers=two) == [
         "gsc below ncr under ncr-caption at 50% (290.0 vs 310.0), against GSC Table 1, Flickr30K (480.0 vs 470.0) and "
         'GSC Table 1, MS-COCO 1K (510.0 vs 500.0); the cause, measured: docs/methods/gsc.md, "On the leaderboard: '
         'below NCR on the real-text proxy"']
 
 
-def test_a_paper_ranking_a_pair_both_ways_claims_no_order_for_it(leaderboard, tmp_path):
+def test_a_paper_ranking_a_pair_both_ways_claims_no_order_for_it(leaderboard, board_notes, tmp_path):
     flickr = _table("UGNCL Table 1, Flickr30K", "ncr-caption", [0.5], {"bicro": [481.9], "ncr": [482.8]}, "ugncl")
     coco = _table("UGNCL Table 1, MS-COCO 1K", "ncr-caption", [0.5], {"bicro": [516.5], "ncr": [508.5]}, "ugncl")
-    assert leaderboard.paper_orderings([flickr, coco]) == {}
+    assert board_notes.paper_orderings([flickr, coco]) == {}
     other = _table("X Table 2, Flickr30K", "ncr-caption", [0.5], {"bicro": [490.0], "ncr": [480.0], "gsc": [480.0]},
                    "x")
-    assert leaderboard.paper_orderings([flickr, coco, other]) == {  # ties claim nothing
+    assert board_notes.paper_orderings([flickr, coco, other]) == {  # ties claim nothing
         ("ncr-caption", 0.5, "bicro", "ncr"): ["X Table 2, Flickr30K (490.0 vs 480.0)"],
         ("ncr-caption", 0.5, "bicro", "gsc"): ["X Table 2, Flickr30K (490.0 vs 480.0)"]}
 
 
-def test_a_damaged_papers_table_is_refused_naming_the_field(leaderboard, tmp_path):
+def test_a_damaged_papers_table_is_refused_naming_the_field(leaderboard, board_notes, tmp_path):
     path = _papers(tmp_path / "papers.yaml", _table("T1, Flickr30K", "ncr-caption", [0.2, 0.5], {"gsc": [505.8]}))
     with pytest.raises(ValueError, match=r"papers.yaml: tables\[0\] \(T1, Flickr30K\): field 'rows.gsc.rsum': "
                                          r"expected 2 rSum values, one per ratio, got \[505.8\]"):
-        leaderboard.comparison_tables(path)
+        board_notes.comparison_tables(path)
     _papers(path, _table("T1, Flickr30K", "caption", [0.2], {"gsc": [505.8]}))
     with pytest.raises(ValueError, match=r"tables\[0\] \(T1, Flickr30K\): field 'protocol': expected one of"):
-        leaderboard.comparison_tables(path)
+        board_notes.comparison_tables(path)
 
 
-def test_the_papers_tables_name_installed_methods_and_agree_with_each_other_and_the_reproduction_page(leaderboard):
-    tables = leaderboard.comparison_tables()
+def test_the_papers_tables_name_installed_methods_and_agree_with_each_other_and_the_reproduction_page(leaderboard, board_notes):
+    tables = board_notes.comparison_tables()
     by_source = {table["source"]: table for table in tables}
     assert len(by_source) == len(tables)
     named = {m for t in tables for m in [t["paper"], *t["rows"], *(r["method"] for r in t.get("other_rows", []))]}
@@ -454,16 +466,16 @@ def test_the_readmes_table_is_the_committed_leaderboards(leaderboard):
         "python benchmarks/leaderboard.py --report-only --readme README.md ..."
 
 
-def test_cost_counts_cpu_time_of_every_run(leaderboard):
+def test_cost_counts_cpu_time_of_every_run(leaderboard, board_notes):
     rows = [_row("a", "ncr-caption", 0.5, 0, 1.0, cpu_seconds=1800.0, untimed_epochs=0),
             _row("b", "ncr-caption", 0.5, 0, 1.0, cpu_seconds=1800.0, untimed_epochs=0)]
-    line = leaderboard.cost_line(rows, 120.0)
+    line = board_notes.cost_line(rows, 120.0)
     assert line.startswith("cost: 2 runs in 1.000 core-hours of training (2.0 runs per core-hour; devices: cpu)")
     assert line.endswith("0.03 h of wall time in all, this call's 2.0 min")
     # a run resumed from a checkpoint without its time, or a row from before rows kept it: the rate is a bound
     rows[0]["untimed_epochs"] = 3
     del rows[1]["untimed_epochs"]
-    assert leaderboard.cost_line(rows, 120.0).endswith(
+    assert board_notes.cost_line(rows, 120.0).endswith(
         "this call's 2.0 min; 2 of the runs may lack an earlier process's time (resumed from a checkpoint that kept "
         "none, or recorded before rows kept it): the rate is an upper bound")
 
@@ -539,7 +551,7 @@ def test_quick_run_writes_the_tables_and_reuses_finished_runs(tmp_path):
     assert "cost: 6 runs" in again and (tmp_path / "generated" / "decl-image" / "ncr_noise40_seed0" / "row.json").is_file()
 
 
-def test_a_run_built_otherwise_than_its_plugins_model_defaults_is_stale(leaderboard, tmp_path):
+def test_a_run_built_otherwise_than_its_plugins_model_defaults_is_stale(leaderboard, runs, tmp_path):
     """A plugin's ``model_defaults`` changed after its run was trained (the run's config left the field to it, null):
     the resolved model the run saved tells, so the run trains again; an explicit field in the run's config wins."""
     data_dir = generate_precomp(tmp_path / "data", MICRO_DATA)
@@ -549,16 +561,16 @@ def test_a_run_built_otherwise_than_its_plugins_model_defaults_is_stale(leaderbo
     root = tmp_path / "runs"
     run_dir = run.directory(root) / run.job.name
     (run_dir / "best").mkdir(parents=True)
-    config = leaderboard.train_config(run.job, run_dir, False)
-    saved = {field: getattr(config, field) for field in leaderboard.TRAINING_FIELDS}
+    config = runs.train_config(run.job, run_dir, False)
+    saved = {field: getattr(config, field) for field in runs.TRAINING_FIELDS}
     saved.update(options=dict(config.options), train_split="train", pretrained_heads=None)
-    (run_dir / "run_config.yaml").write_text(leaderboard.yaml.safe_dump(saved))
-    assert leaderboard.stale_fields(run, root, False, {}) == []  # no best model yet
+    (run_dir / "run_config.yaml").write_text(runs.yaml.safe_dump(saved))
+    assert runs.stale_fields(run, root, False, {}) == []  # no best model yet
     (run_dir / "best" / "config.json").write_text(json.dumps({"pretrained_heads": True, "embed_dim": 256}))
-    assert leaderboard.stale_fields(run, root, False, {}) == [
+    assert runs.stale_fields(run, root, False, {}) == [
         "pretrained_heads (the plugin's model default) was True, plan False"]
     (run_dir / "best" / "config.json").write_text(json.dumps({"pretrained_heads": False}))
-    assert leaderboard.stale_fields(run, root, False, {}) == []
-    (run_dir / "run_config.yaml").write_text(leaderboard.yaml.safe_dump({**saved, "pretrained_heads": True}))
+    assert runs.stale_fields(run, root, False, {}) == []
+    (run_dir / "run_config.yaml").write_text(runs.yaml.safe_dump({**saved, "pretrained_heads": True}))
     (run_dir / "best" / "config.json").write_text(json.dumps({"pretrained_heads": True}))
-    assert leaderboard.stale_fields(run, root, False, {}) == []  # asked for by the run itself
+    assert runs.stale_fields(run, root, False, {}) == []  # asked for by the run itself
