@@ -25,7 +25,7 @@ PAPERS_COMPARISONS = REPO / "benchmarks" / "papers_comparisons.yaml"
 
 def oracle_of(row: dict[str, Any], oracles: dict[str, str]) -> str:
     """The oracle row whose rSum a row's share is over: its method's own (``oracles`` by the row's method, else by its
-    plugin, :func:`own_oracles`), else ``oracle``; an oracle row is over itself."""
+    plugin, :func:`leaderboard.own_oracles`), else ``oracle``; an oracle row is over itself."""
     method = str(row["method"])
     if is_reference(method):
         return method
