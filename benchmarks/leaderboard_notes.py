@@ -72,21 +72,26 @@ def page_sections(page: Path) -> list[tuple[str, str]]:
     return [(heading, "\n".join(body)) for heading, body in sections]
 
 
+def names_word(text: str, word: str) -> bool:
+    """Whether ``text`` names ``word`` as a word of its own, whatever its case."""
+    return re.search(rf"(?<!\w){re.escape(word)}(?!\w)", text, re.IGNORECASE) is not None
+
+
 def cause_sections(page: Path) -> list[tuple[str, str]]:
     """The sections (:func:`page_sections`) of a ``docs/methods`` page whose heading starts with
     :data:`CAUSE_SECTION`."""
     return [(heading, body) for heading, body in page_sections(page) if heading.startswith(CAUSE_SECTION)]
 
 
-def own_oracle_page(method: str, cell: tuple[str, float], benchmark: str, page: Path) -> str | None:
+def own_oracle_page(method: str, cell: tuple[str, float], benchmark: str, page: Path,
+                    sections: list[tuple[str, str]]) -> str | None:
     """Where ``method``, above its oracle at ``cell`` (protocol, ratio) on ``benchmark``, was trained on exactly the
-    clean pairs itself: the first section of ``page`` (``docs/leaderboard.md``) whose heading names the benchmark as
-    :data:`BENCHMARK_WORDS` does and that has a table row whose first cell is the cell (:func:`cell_name`) and whose
-    second starts with the method's name; ``None`` where there is none."""
-    word = re.compile(rf"(?<!\w){re.escape(BENCHMARK_WORDS.get(benchmark, benchmark))}(?!\w)", re.IGNORECASE)
+    clean pairs itself: the first of ``page``'s ``sections`` (``docs/leaderboard.md``, :func:`page_sections`) whose
+    heading names the benchmark as :data:`BENCHMARK_WORDS` does and that has a table row whose first cell is the cell
+    (:func:`cell_name`) and whose second starts with the method's name; ``None`` where there is none."""
     row = re.compile(rf"^\|\s*{re.escape(cell_name(*cell))}\s*\|\s*{re.escape(method)}(?!\w)", re.MULTILINE)
-    for heading, body in page_sections(page):
-        if word.search(heading) and row.search(body):
+    for heading, body in sections:
+        if names_word(heading, BENCHMARK_WORDS.get(benchmark, benchmark)) and row.search(body):
             return f"docs/{page.name}, \"{heading.lstrip('# ')}\""
     return None
 
@@ -99,10 +104,9 @@ def cause_page(method: str, cell: tuple[str, float], docs: Path = METHOD_DOCS, a
     (protocol, ratio): its text names the cell as :func:`cell_name` does. The first section that names the cell is
     preferred; ``None`` where the page has no such section."""
     words = [w for w in (against, BENCHMARK_WORDS.get(benchmark or "", benchmark)) if w]
-    named = [re.compile(rf"(?<!\w){re.escape(word)}(?!\w)", re.IGNORECASE) for word in words]
     found = [(heading, cell_name(*cell) in body)
              for heading, body in cause_sections(docs / f"{method}.md")
-             if all(pattern.search(heading) for pattern in named)]
+             if all(names_word(heading, word) for word in words)]
     if not found:
         return None
     heading, here = max(found, key=lambda section: section[1])  # the first that names the cell, else the first
@@ -205,6 +209,12 @@ def division_quality(rows: list[dict[str, Any]], digits: int = 2) -> dict[tuple[
             for cell, divisions in found.items()}
 
 
+def paired_difference(differences: list[float], seeds: list[int]) -> str:
+    """Paired differences over ``seeds`` as the notes give them: their mean, ± their sd over two seeds or more."""
+    sd = f" ± {statistics.stdev(differences):.1f}" if len(differences) > 1 else ""
+    return f"{statistics.mean(differences):+.1f}{sd} over seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}"
+
+
 def seed_spread(lower: dict[int, float], upper: dict[int, float]) -> str | None:
     """Whether the seeds leave ``lower``'s mean place below ``upper``'s unresolved: over the seeds both ran (two or
     more), the paired differences' mean ± sd and the two-sided p of a paired t-test (``scipy.stats.ttest_rel``) at
@@ -218,8 +228,8 @@ def seed_spread(lower: dict[int, float], upper: dict[int, float]) -> str | None:
     p = float(stats.ttest_rel([lower[s] for s in seeds], [upper[s] for s in seeds]).pvalue)
     if p < SEED_SPREAD_P:
         return None
-    return (f"within the seed spread, no difference measured: {statistics.mean(differences):+.1f} ± "
-            f"{statistics.stdev(differences):.1f} over seeds {', '.join(map(str, seeds))} (paired t-test p = {p:.2f})")
+    return (f"within the seed spread, no difference measured: {paired_difference(differences, seeds)} "
+            f"(paired t-test p = {p:.2f})")
 
 
 def notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None = None, docs: Path = METHOD_DOCS,
@@ -269,22 +279,18 @@ def measurement_notes(rows: list[dict[str, Any]], oracles: dict[str, str] | None
     out = []
     rsums = oracle_rsums(rows)
     above = []
-    first: dict[tuple[str, str, float], dict[str, Any]] = {}  # a cell's first row (its oracle) and rSum by seed
-    cells: dict[tuple[str, str, float], dict[int, float]] = {}
+    first: dict[tuple[str, str, float], dict[str, Any]] = {}  # a cell's first row: its oracle
     for r in ranked_rows(rows):
-        cell = (r["protocol"], r["method"], r["noise_ratio"])
-        first.setdefault(cell, r)
-        cells.setdefault(cell, {})[r["seed"]] = r["test"]["rsum"]
-    for (protocol, method, ratio), by_seed in sorted(cells.items()):
+        first.setdefault((r["protocol"], r["method"], r["noise_ratio"]), r)
+    sections = page_sections(own_oracles_page) if benchmark and own_oracles_page else []
+    for (protocol, method, ratio), by_seed in sorted(seed_cells(rows).items()):
         oracle = oracle_of(first[protocol, method, ratio], oracles or {})
         bound = {seed: rsums[oracle, protocol, ratio, seed] for seed in by_seed
                  if (oracle, protocol, ratio, seed) in rsums}
         if bound and statistics.mean(by_seed[s] for s in bound) > statistics.mean(bound.values()):
             differences = [by_seed[s] - bound[s] for s in sorted(bound)]
-            sd = f" ± {statistics.stdev(differences):.1f}" if len(differences) > 1 else ""
-            difference = (seed_spread(by_seed, bound) or f"{statistics.mean(differences):+.1f}{sd} over "
-                          f"seed{'s' * (len(bound) > 1)} {', '.join(map(str, sorted(bound)))}")
-            own = (own_oracle_page(method, (protocol, ratio), benchmark, own_oracles_page)
+            difference = seed_spread(by_seed, bound) or paired_difference(differences, sorted(bound))
+            own = (own_oracle_page(method, (protocol, ratio), benchmark, own_oracles_page, sections)
                    if benchmark and own_oracles_page else None)
             measured = f"; its own oracle, measured: {own}" if own else ""
             above.append(f"{method} over {oracle} ({protocol} {ratio:.0%}: {difference}{measured})")
