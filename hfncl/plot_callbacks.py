@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from hfncl.engine.callbacks import TrainerCallback
+from hfncl.engine.callbacks import CallbackTrainer, TrainerCallback
 from hfncl.plots import plot_division, plot_training_curves
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from hfncl.engine.trainer import Trainer
     from hfncl.types import Division
 
 CURVES_FILE = "training_curves.png"
@@ -29,7 +28,7 @@ def training_figures() -> list[TrainerCallback]:
     return [DivisionPlots(), TrainingCurves()]
 
 
-def _draws(trainer: Trainer) -> bool:
+def _draws(trainer: CallbackTrainer) -> bool:
     return trainer.config.plot_divisions and trainer.accelerator.is_main_process
 
 
@@ -37,7 +36,7 @@ class DivisionPlots(TrainerCallback):
     """Save ``OUTPUT_DIR/divisions/epoch-EEE-net-K.png`` for each new division that carries ``extras["statistic"]``."""
 
     def on_division(
-        self, trainer: Trainer, epoch: int, divisions: list[Division | None], true_clean: np.ndarray
+        self, trainer: CallbackTrainer, epoch: int, divisions: list[Division | None], true_clean: np.ndarray
     ) -> None:
         if not _draws(trainer):
             return
@@ -60,7 +59,7 @@ class DivisionPlots(TrainerCallback):
 class TrainingCurves(TrainerCallback):
     """Redraw ``OUTPUT_DIR/training_curves.png`` from the history after every epoch."""
 
-    def on_epoch_end(self, trainer: Trainer, record: dict[str, Any], seconds: float) -> None:
+    def on_epoch_end(self, trainer: CallbackTrainer, record: dict[str, Any], seconds: float) -> None:
         if not _draws(trainer):
             return
         try:

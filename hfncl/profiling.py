@@ -19,12 +19,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
 
-from hfncl.engine.callbacks import TRAINING_HOOKS, TrainerCallback
-
-if TYPE_CHECKING:
-    from hfncl.engine.trainer import Trainer
+from hfncl.engine.callbacks import TRAINING_HOOKS, CallbackTrainer, TrainerCallback
 
 
 class HookLimitReached(RuntimeError):
@@ -49,7 +45,7 @@ class HookTimer(TrainerCallback):
         if unknown:
             raise ValueError(f"HookTimer: limits name hooks that are not timed: {unknown}")
 
-    def on_hook_begin(self, trainer: Trainer, name: str) -> None:
+    def on_hook_begin(self, trainer: CallbackTrainer, name: str) -> None:
         if name not in self.calls:
             return
         limit = self.limits.get(name)
@@ -57,7 +53,7 @@ class HookTimer(TrainerCallback):
             raise HookLimitReached(f"hook {name!r} called more than its limit of {limit} times")
         self._open[name].append(time.perf_counter())
 
-    def on_hook_end(self, trainer: Trainer, name: str) -> None:
+    def on_hook_end(self, trainer: CallbackTrainer, name: str) -> None:
         if name in self.calls:
             self.calls[name].append((self._open[name].pop(), time.perf_counter()))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from conftest import noisy_trainer, tiny_config
 
-from hfncl.engine.callbacks import TRAINING_HOOKS, TrainerCallback
+from hfncl.engine.callbacks import TRAINING_HOOKS, CallbackTrainer, TrainerCallback
 from hfncl.plot_callbacks import CURVES_FILE, DIVISIONS_DIR, training_figures
 
 BATCHES = 800 // 32  # the tiny benchmark's pairs / batch size
@@ -62,6 +62,14 @@ def test_a_callback_receives_the_events_of_a_run_in_order(tiny_data_dir, tmp_pat
     expected = [("train_begin",), *epoch(0, warmup=True), *epoch(1, warmup=False), ("train_end", 2)]
     assert recorder.events == expected
     assert {name for event, *names in recorder.events if event == "begin" for name in names} == set(TRAINING_HOOKS)
+
+
+def test_the_trainer_has_every_member_the_callbacks_protocol_declares(tiny_data_dir, tmp_path):
+    trainer = noisy_trainer(tiny_data_dir, tiny_config(tmp_path, ["ncr"], epochs=1))
+    members = {name for name, value in vars(CallbackTrainer).items() if isinstance(value, property)}
+    assert {"config", "accelerator", "state", "output_dir", "divisions"} <= members
+    assert [name for name in sorted(members) if not hasattr(trainer, name)] == []
+    assert trainer.output_dir == tmp_path and len(trainer.divisions) == 2
 
 
 def test_the_figure_callbacks_draw_where_the_trainer_did_and_honour_plot_divisions(tiny_data_dir, tmp_path):

@@ -10,11 +10,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hfncl.audit.data import AuditError
-from hfncl.engine.callbacks import TrainerCallback
+from hfncl.engine.callbacks import CallbackTrainer, TrainerCallback
 
 if TYPE_CHECKING:
     from hfncl.audit.calibration import PairPValues
-    from hfncl.engine.trainer import Trainer
     from hfncl.types import Division
 
 
@@ -30,7 +29,7 @@ class FiniteTraining(TrainerCallback):
     clean probabilities are not finite."""
 
     def on_division(
-        self, trainer: Trainer, epoch: int, divisions: list[Division | None], true_clean: np.ndarray
+        self, trainer: CallbackTrainer, epoch: int, divisions: list[Division | None], true_clean: np.ndarray
     ) -> None:
         for net, division in enumerate(divisions):
             if division is None:
@@ -42,7 +41,7 @@ class FiniteTraining(TrainerCallback):
                     f"{int(np.flatnonzero(~np.isfinite(probs))[0])}: {ADVICE}"
                 )
 
-    def on_epoch_end(self, trainer: Trainer, record: dict[str, Any], seconds: float) -> None:
+    def on_epoch_end(self, trainer: CallbackTrainer, record: dict[str, Any], seconds: float) -> None:
         for name, value in record.items():
             if name.startswith("train/") and isinstance(value, float | int) and not math.isfinite(value):
                 raise DivergedError(f"epoch {record.get('epoch')}: the training loss {name} is {value}: {ADVICE}")

@@ -11,20 +11,56 @@ from __future__ import annotations
 
 import math
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tqdm.auto import tqdm
 
 if TYPE_CHECKING:
-    import numpy as np
+    from pathlib import Path
 
-    from hfncl.engine.trainer import Trainer
+    import numpy as np
+    from accelerate import Accelerator
+
+    from hfncl.config import TrainConfig
+    from hfncl.engine.checkpoints import TrainerState
+    from hfncl.engine.tasks import Task
     from hfncl.types import Division
 
 TRAINING_HOOKS = (
     "epoch_start", "divide", "batch_plan", "rectify", "warmup_loss", "loss", "train_step", "pass_end", "epoch_end"
 )
 """The plugin hooks whose calls in training the trainer reports with ``on_hook_begin`` / ``on_hook_end``."""
+
+
+class CallbackTrainer(Protocol):
+    """What a callback reads of the :class:`hfncl.engine.trainer.Trainer` that calls it (the trainer passes
+    itself): its settings, accelerator, progress, output directory, task, networks, plugins' hook and the
+    epoch's divisions. Declared here, below the trainer, so that the trainer imports its callbacks and never
+    the other way round."""
+
+    @property
+    def config(self) -> TrainConfig: ...
+
+    @property
+    def accelerator(self) -> Accelerator: ...
+
+    @property
+    def state(self) -> TrainerState: ...
+
+    @property
+    def output_dir(self) -> Path: ...
+
+    @property
+    def task(self) -> Task: ...
+
+    @property
+    def model(self) -> Any: ...
+
+    @property
+    def hook(self) -> Any: ...
+
+    @property
+    def divisions(self) -> list[Division | None]: ...
 
 
 class TrainerCallback:
@@ -40,30 +76,30 @@ class TrainerCallback:
     before the hook runs).
     """
 
-    def on_train_begin(self, trainer: Trainer) -> None:
+    def on_train_begin(self, trainer: CallbackTrainer) -> None:
         """Before the first epoch of this call of ``train``, after a resume loaded its checkpoint."""
 
-    def on_epoch_begin(self, trainer: Trainer, epoch: int) -> None:
+    def on_epoch_begin(self, trainer: CallbackTrainer, epoch: int) -> None:
         """When an epoch starts, or resumes in its middle (then its ``epoch_start`` and ``divide`` are not called)."""
 
-    def on_hook_begin(self, trainer: Trainer, name: str) -> None:
+    def on_hook_begin(self, trainer: CallbackTrainer, name: str) -> None:
         """Before the trainer calls the plugins' hook ``name`` (one of :data:`TRAINING_HOOKS`)."""
 
-    def on_hook_end(self, trainer: Trainer, name: str) -> None:
+    def on_hook_end(self, trainer: CallbackTrainer, name: str) -> None:
         """After the call of hook ``name`` returned or raised."""
 
     def on_division(
-        self, trainer: Trainer, epoch: int, divisions: list[Division | None], true_clean: np.ndarray
+        self, trainer: CallbackTrainer, epoch: int, divisions: list[Division | None], true_clean: np.ndarray
     ) -> None:
         """After an epoch's divisions were made (one per network, ``None`` where a network has none), before its
         first step. ``true_clean`` is the hidden clean mask of the division's units, for diagnostics only."""
 
-    def on_epoch_end(self, trainer: Trainer, record: dict[str, Any], seconds: float) -> None:
+    def on_epoch_end(self, trainer: CallbackTrainer, record: dict[str, Any], seconds: float) -> None:
         """After an epoch's validation and history ``record`` (``epoch``, counted from 1 as in every file and on the
         console, where the events' ``epoch`` argument is the index from 0; ``train/TERM``, ``val/METRIC``,
         ``division/...`` or ``division/netK/...``), before its checkpoint; ``seconds`` since ``on_epoch_begin``."""
 
-    def on_train_end(self, trainer: Trainer, summary: dict[str, Any]) -> None:
+    def on_train_end(self, trainer: CallbackTrainer, summary: dict[str, Any]) -> None:
         """After the last epoch, with the summary ``train`` returns."""
 
 
@@ -78,13 +114,13 @@ class EpochLine(TrainerCallback):
     :func:`format_epoch_line`), and append the detailed line (:func:`format_epoch_details`) to
     ``OUTPUT_DIR/epochs.log``; say where a resumed run continues from. The trackers get every number."""
 
-    def on_train_begin(self, trainer: Trainer) -> None:
+    def on_train_begin(self, trainer: CallbackTrainer) -> None:
         state = trainer.state
         if trainer.accelerator.is_main_process and state.global_step > 0:
             within = f", batch {state.batch_in_pass} of its pass {state.pass_index + 1}" if state.batch_in_pass else ""
             tqdm.write(f"resumed at step {state.global_step}: epoch {state.epoch + 1}/{trainer.config.epochs}{within}")
 
-    def on_epoch_end(self, trainer: Trainer, record: dict[str, Any], seconds: float) -> None:
+    def on_epoch_end(self, trainer: CallbackTrainer, record: dict[str, Any], seconds: float) -> None:
         if trainer.accelerator.is_main_process:
             tqdm.write(format_epoch_line(record, trainer.config.epochs, seconds))
             with (trainer.output_dir / EPOCH_LOG).open("a", encoding="utf-8") as log:
