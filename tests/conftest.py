@@ -1,8 +1,10 @@
-"""Fixtures shared by the end-to-end tests: a tiny generated benchmark and fast settings."""
+"""Fixtures shared by the end-to-end tests: a tiny generated benchmark and fast settings, a noisy copy of it, an
+imagefolder of generated PNGs, a tiny CLIP (with an image processor), and the Hub offline."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -10,12 +12,15 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import huggingface_hub.constants
+import numpy as np
 import pytest
 import torch
-from transformers import CLIPImageProcessor
+from PIL import Image
+from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel
 
 from hfncl.config import TrainConfig
-from hfncl.data import Vocabulary
+from hfncl.data import Vocabulary, caption_level_noise, read_captions
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.engine.callbacks import TrainerCallback
 from hfncl.engine.trainer import Trainer
@@ -38,6 +43,13 @@ MICRO_LOCAL_MODELS = {
     name: ModelArguments(embed_dim=8, word_dim=8, similarity=name, head_options=options)
     for name, options in MICRO_HEAD_OPTIONS.items()
 }
+AUDIT_NOISE = 0.3
+"""The share of the tiny training split's captions that ``noisy_data`` re-pairs."""
+IMAGEFOLDER_SIZES = {"train": 7, "validation": 11, "test": 11}  # 11: the fewest images a split is scored on
+TINY_CLIP_TEXT = dict(hidden_size=16, intermediate_size=24, num_hidden_layers=1, num_attention_heads=2, vocab_size=64)
+TINY_CLIP_VISION = dict(
+    hidden_size=16, intermediate_size=24, num_hidden_layers=1, num_attention_heads=2, image_size=16, patch_size=8
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -65,6 +77,71 @@ def micro_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """16/11/11 images x 5 captions with 6 x 8 region features: a method on an SGR / SAF head trains an epoch in seconds
     (11: the fewest images a split is scored on, more than R@10's K)."""
     return generate_precomp(tmp_path_factory.mktemp("micro_precomp"), MICRO_DATA)
+
+
+@pytest.fixture(scope="module")
+def noisy_data(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, np.ndarray]:
+    """A user's data: the tiny training split alone, its captions re-paired for 30% of the lines (the NCR protocol's
+    caption-level index, written into the file), and the hidden mask of the wrong pairs, by line."""
+    directory = tmp_path_factory.mktemp("user_data")
+    shutil.copy(tiny_data_dir / "train_ims.npy", directory / "train_ims.npy")
+    captions = list(read_captions(tiny_data_dir / "train_caps.txt"))
+    k = len(captions) // TINY_DATA.num_train
+    index = caption_level_noise(TINY_DATA.num_train, k, AUDIT_NOISE, seed=0)  # index[c]: the image caption c is shown with
+    lines = np.argsort(index, kind="stable")  # line p of the file: a caption whose image index[...] is p // k
+    (directory / "train_caps.txt").write_text("".join(captions[c] + "\n" for c in lines), encoding="utf-8")
+    return directory, lines // k != np.arange(len(lines)) // k
+
+
+def save_processor(directory: Path) -> None:
+    CLIPImageProcessor(size={"shortest_edge": 16}, crop_size={"height": 16, "width": 16}).save_pretrained(directory)
+
+
+def write_imagefolder(root: Path, sizes: dict[str, int] = IMAGEFOLDER_SIZES, captions_per_image: int = 2) -> Path:
+    """Split folders of generated PNGs (sizes vary) with a metadata.jsonl of k captions per image."""
+    rng = np.random.default_rng(0)
+    for split, count in sizes.items():
+        folder = root / split
+        folder.mkdir(parents=True)
+        rows = []
+        for i in range(count):
+            pixels = rng.integers(0, 256, (20 + i, 24, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(folder / f"{i:03d}.png")
+            rows.append({"file_name": f"{i:03d}.png", "captions": [f"{split} image {i} view {j}" for j in range(captions_per_image)]})
+        (folder / "metadata.jsonl").write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def raw_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """train / validation / test folders of 7 / 11 / 11 generated PNGs (sizes vary), 2 captions each."""
+    return write_imagefolder(tmp_path_factory.mktemp("raw"))
+
+
+@pytest.fixture(scope="module")
+def clip_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny dual CLIP checkpoint (CLIPModel: text_config + vision_config), saved."""
+    directory = tmp_path_factory.mktemp("tiny_clip")
+    torch.manual_seed(0)
+    config = CLIPConfig(text_config=TINY_CLIP_TEXT, vision_config=TINY_CLIP_VISION, projection_dim=8)
+    CLIPModel(config).save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def tower_dir(tmp_path_factory: pytest.TempPathFactory, clip_dir: Path) -> Path:
+    """The tiny dual CLIP of ``clip_dir`` with a 16 px image processor."""
+    directory = shutil.copytree(clip_dir, tmp_path_factory.mktemp("clip_pixels") / "clip")
+    save_processor(directory)
+    return directory
+
+
+@pytest.fixture
+def offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HF_HUB_OFFLINE=1: any HTTP request huggingface_hub would make raises instead."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # huggingface_hub reads the variable once, at import.
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
 
 
 def pip_installed(package: Path, directory: Path) -> dict[str, str]:

@@ -21,31 +21,16 @@ from hfncl.audit.calibration import LAMBDA, storey_noise_rate
 from hfncl.audit.report import audit_page
 from hfncl.audit.scoring import score_pairs
 from hfncl.audit.training import default_plugins
-from hfncl.data import DataFormatError, caption_level_noise, load_precomp_split, read_captions
+from hfncl.data import DataFormatError, load_precomp_split, read_captions
 from hfncl.models import NCLConfig, NCLModel
 from hfncl.plugins import PluginError
 from hfncl.retrieval import Retriever
 
-NOISE = 0.3
 AUDIT_TRAINING = {
     "batch_size": 32, "eval_batch_size": 64, "warmup_epochs": 4, "lr_decay_epochs": [], "learning_rate": 2e-3
 }
 """The tiny model's settings (tests/conftest.py) with a tenfold learning rate: 4 warmup epochs and 2 divided ones."""
 EPOCHS = 6
-
-
-@pytest.fixture(scope="module")
-def noisy_data(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, np.ndarray]:
-    """A user's data: the tiny training split alone, its captions re-paired for 30% of the lines (the NCR protocol's
-    caption-level index, written into the file), and the hidden mask of the wrong pairs, by line."""
-    directory = tmp_path_factory.mktemp("user_data")
-    shutil.copy(tiny_data_dir / "train_ims.npy", directory / "train_ims.npy")
-    captions = list(read_captions(tiny_data_dir / "train_caps.txt"))
-    k = len(captions) // TINY_DATA.num_train
-    index = caption_level_noise(TINY_DATA.num_train, k, NOISE, seed=0)  # index[c]: the image caption c is shown with
-    lines = np.argsort(index, kind="stable")  # line p of the file: a caption whose image index[...] is p // k
-    (directory / "train_caps.txt").write_text("".join(captions[c] + "\n" for c in lines), encoding="utf-8")
-    return directory, lines // k != np.arange(len(lines)) // k
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import TINY_MODEL
-from test_audit import AUDIT_TRAINING, EPOCHS, noisy_data  # noqa: F401 (a fixture)
+from test_audit import AUDIT_TRAINING, EPOCHS
 
 from hfncl import cli
 from hfncl.audit import AuditError, audit, estimated_noise_rate

@@ -22,8 +22,6 @@ import pytest
 from conftest import TINY_DATA, tiny_config, untrained_model
 from PIL import Image
 from test_extension_points import PACKAGE, npz_benchmark
-from test_pixels import raw_dir, tower_dir  # noqa: F401 (fixtures: an imagefolder, a tiny CLIP with its processor)
-from test_towers import clip_dir, offline  # noqa: F401 (fixtures)
 
 from hfncl import cli, registry
 from hfncl.audit import AuditError, run_audit, write_clean_split
@@ -218,7 +216,7 @@ def test_ncr_audits_a_tsv_split_and_its_cleaned_tsv_split_trains(tsv_dir, tmp_pa
 
 @pytest.mark.slow
 def test_ncr_audits_raw_images_through_a_clip_tower_and_its_cleaned_imagefolder_trains(
-    raw_dir, tower_dir, tmp_path, offline  # noqa: F811
+    raw_dir, tower_dir, tmp_path, offline
 ):
     model_args = ModelArguments(embed_dim=8, word_dim=8, image_tower=str(tower_dir), image_pooling="pooler")
     training = NCR_TRAINING | {"batch_size": 4}

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import TINY_MODEL
-from test_audit import AUDIT_TRAINING, EPOCHS, noisy_data  # noqa: F401 (a fixture)
+from test_audit import AUDIT_TRAINING, EPOCHS
 from test_audit_cross_fitting import FakeSplit
 
 import hfncl.audit.refit as refit_module

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 from conftest import benchmark_module
-from test_towers import offline  # noqa: F401 (fixture)
 
 from hfncl.data.noise import make_noise
 
@@ -87,7 +86,7 @@ def test_options_reach_the_track_runs_of_the_plugin_they_name(leaderboard, track
     assert "--options: rcl.tau declared by no plugin this call trains (npc)" in capsys.readouterr().err
 
 
-def test_the_quick_track_trains_the_baseline_offline_and_writes_its_row(leaderboard, tmp_path, offline):  # noqa: F811
+def test_the_quick_track_trains_the_baseline_offline_and_writes_its_row(leaderboard, tmp_path, offline):
     out = tmp_path / "runs"
     argv = ["--benchmark", "clip", "--quick", "--clip-methods", "infonce", "--protocols", "ncr-caption",
             "--output-dir", str(out), "--report", str(out / "board")]
@@ -107,7 +106,7 @@ def test_the_quick_track_trains_the_baseline_offline_and_writes_its_row(leaderbo
     assert leaderboard.main(argv + ["--report-only"]) == 0  # the row is read back, nothing trains
 
 
-def test_a_clip_model_that_cannot_be_read_offline_fails_in_one_line(leaderboard, tmp_path, offline):  # noqa: F811
+def test_a_clip_model_that_cannot_be_read_offline_fails_in_one_line(leaderboard, tmp_path, offline):
     argv = ["--benchmark", "clip", "--quick", "--clip-model", "nobody/no-such-clip", "--output-dir", str(tmp_path)]
     with pytest.raises(SystemExit, match=r"^--clip-model 'nobody/no-such-clip': .*HF_HUB_OFFLINE") as error:
         leaderboard.main(argv)

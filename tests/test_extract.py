@@ -11,7 +11,7 @@ import torch
 from PIL import Image
 from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPVisionConfig, CLIPVisionModel
 
-from conftest import tiny_config
+from conftest import save_processor, tiny_config, write_imagefolder
 from hfncl import cli
 from hfncl.data import DataFormatError, load_precomp_split
 from hfncl.data.extract import extract_features
@@ -19,11 +19,6 @@ from hfncl.data.extractors import ImageFeatureExtractor
 from hfncl.experiment import DataArguments, ModelArguments, run_experiment
 
 VISION = dict(hidden_size=16, intermediate_size=24, num_hidden_layers=1, num_attention_heads=2, image_size=16, patch_size=8)
-SIZES = {"train": 7, "validation": 11, "test": 11}  # 11: the fewest images a split is scored on
-
-
-def save_processor(directory: Path) -> None:
-    CLIPImageProcessor(size={"shortest_edge": 16}, crop_size={"height": 16, "width": 16}).save_pretrained(directory)
 
 
 @pytest.fixture(scope="module")
@@ -34,26 +29,6 @@ def vision_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     CLIPVisionModel(CLIPVisionConfig(**VISION)).save_pretrained(directory)
     save_processor(directory)
     return directory
-
-
-def write_imagefolder(root: Path, sizes: dict[str, int] = SIZES, captions_per_image: int = 2) -> Path:
-    """Split folders of generated PNGs (sizes vary) with a metadata.jsonl of k captions per image."""
-    rng = np.random.default_rng(0)
-    for split, count in sizes.items():
-        folder = root / split
-        folder.mkdir(parents=True)
-        rows = []
-        for i in range(count):
-            pixels = rng.integers(0, 256, (20 + i, 24, 3), dtype=np.uint8)
-            Image.fromarray(pixels).save(folder / f"{i:03d}.png")
-            rows.append({"file_name": f"{i:03d}.png", "captions": [f"{split} image {i} view {j}" for j in range(captions_per_image)]})
-        (folder / "metadata.jsonl").write_text("\n".join(json.dumps(row) for row in rows) + "\n")
-    return root
-
-
-@pytest.fixture(scope="module")
-def raw_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_imagefolder(tmp_path_factory.mktemp("raw"))
 
 
 def reference_features(model_dir: Path, image_path: Path, feature: str) -> np.ndarray:

@@ -21,10 +21,10 @@ from transformers import (
 )
 
 from hfncl import cli
+from conftest import write_imagefolder
 from hfncl.data import load_precomp_split
 from hfncl.data.extract import extract_features
 from hfncl.data.extractors import RegionFeatureExtractor
-from test_extract import write_imagefolder
 
 QUERIES, CHANNELS = 8, 32
 

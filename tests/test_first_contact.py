@@ -14,8 +14,8 @@ import pytest
 import torch
 from huggingface_hub import HfApi
 from huggingface_hub.errors import RevisionResolutionError
-from test_extract import write_imagefolder
-from test_hub import REPO_ID, FakeHub, make_checkpoint, offline  # noqa: F401 (offline: a fixture)
+from conftest import write_imagefolder
+from test_hub import REPO_ID, FakeHub, make_checkpoint
 from transformers import DetrConfig, DetrImageProcessor, PreTrainedModel
 
 from hfncl import cli
@@ -108,7 +108,7 @@ def test_push_without_a_token_is_one_error_and_changes_nothing(tmp_path, monkeyp
 
 
 def test_a_failed_push_leaves_the_card_as_it_was_and_a_pushed_one_names_the_repository(
-    tmp_path, monkeypatch, offline, capsys  # noqa: F811
+    tmp_path, monkeypatch, offline, capsys
 ):
     """A failed ``hfncl push`` rewrote best/README.md to point at a repository it never created."""
     make_checkpoint(tmp_path)

@@ -9,7 +9,6 @@ import re
 from importlib.metadata import version
 from pathlib import Path
 
-import huggingface_hub.constants
 import pytest
 import torch
 from huggingface_hub import CommitInfo, HfApi, ModelCard, RepoUrl
@@ -125,14 +124,6 @@ def batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     captions = torch.randint(4, 4 + len(WORDS), (B, L), generator=generator)
     captions[torch.arange(L)[None, :] >= lengths[:, None]] = 0
     return images, captions, lengths
-
-
-@pytest.fixture
-def offline(monkeypatch: pytest.MonkeyPatch) -> None:
-    """HF_HUB_OFFLINE=1: any HTTP request huggingface_hub would make raises instead."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    # huggingface_hub reads the variable once, at import.
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
 
 
 def assert_same_similarities(loaded: NCLModel, original: NCLModel, batch) -> None:

@@ -9,8 +9,6 @@ import shutil
 import pytest
 import torch
 from conftest import noisy_trainer, tiny_config
-from test_pixels import raw_dir, tower_dir  # noqa: F401 (fixtures)
-from test_towers import clip_dir, offline  # noqa: F401 (fixtures)
 
 from hfncl.experiment import DataArguments, ModelArguments, run_experiment
 from hfncl_plugins.npc import (
@@ -131,7 +129,7 @@ def test_npc_trains_region_features_and_stays_finite(micro_data_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_the_clip_recipe_trains_npc_end_to_end_on_a_tiny_clip_offline(raw_dir, tower_dir, tmp_path, offline):  # noqa: F811
+def test_the_clip_recipe_trains_npc_end_to_end_on_a_tiny_clip_offline(raw_dir, tower_dir, tmp_path, offline):
     """recipes/npc_f30k_clip.py's settings (both CLIP towers, AdamW, no warmup epoch) on a tiny CLIP over raw images."""
     source = shutil.copytree(tower_dir, tmp_path / "source")
     config = tiny_config(

@@ -2,7 +2,7 @@
 image processor saved with the checkpoint, and errors when the data do not fit the image tower.
 
 Every model is a tiny random CLIP (hidden size 16, one layer, 16 px images, 8 px patches)
-from ``tests/test_towers.py``; the images are the generated PNGs of ``tests/test_extract.py``.
+(``clip_dir`` / ``tower_dir`` of ``tests/conftest.py``); the images are its generated PNGs (``raw_dir``).
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import tiny_config, write_imagefolder
 from PIL import Image
-from test_extract import save_processor, write_imagefolder
-from test_towers import assert_round_trip, clip_dir, offline, text_batch  # noqa: F401 (fixtures)
+from test_towers import assert_round_trip, text_batch
 from transformers import CLIPImageProcessor, CLIPVisionModel, HfArgumentParser
 
 from hfncl.data import (
@@ -40,20 +39,6 @@ from hfncl.models import NCLConfig, NCLModel
 from hfncl.retrieval import Retriever
 
 SPLITS = ["train", "dev", "test"]
-
-
-@pytest.fixture(scope="module")
-def raw_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """train / validation / test folders of 7 / 11 / 11 generated PNGs (sizes vary), 2 captions each."""
-    return write_imagefolder(tmp_path_factory.mktemp("raw"))
-
-
-@pytest.fixture(scope="module")
-def tower_dir(tmp_path_factory: pytest.TempPathFactory, clip_dir: Path) -> Path:  # noqa: F811
-    """The tiny dual CLIP of test_towers with a 16 px image processor."""
-    directory = shutil.copytree(clip_dir, tmp_path_factory.mktemp("clip_pixels") / "clip")
-    save_processor(directory)
-    return directory
 
 
 def direct_pixels(tower_dir: Path, paths: list[Path]) -> np.ndarray:
@@ -174,7 +159,7 @@ def vision_weights(model: NCLModel) -> dict[str, torch.Tensor]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("lora_rank", [0, 2])
-def test_a_method_trains_on_raw_images_with_a_clip_vision_tower(lora_rank, raw_dir, tower_dir, tmp_path, offline, capsys):  # noqa: F811
+def test_a_method_trains_on_raw_images_with_a_clip_vision_tower(lora_rank, raw_dir, tower_dir, tmp_path, offline, capsys):
     source = shutil.copytree(tower_dir, tmp_path / "source")
     config = tiny_config(tmp_path / "run", ["vsepp"], epochs=2, warmup_epochs=0, batch_size=4, lr_decay_epochs=[])
     model_args = ModelArguments(embed_dim=8, word_dim=8, image_tower=str(source), image_pooling="pooler", lora_rank=lora_rank)

@@ -19,7 +19,6 @@ from transformers import (
     BertConfig,
     BertModel,
     BertTokenizer,
-    CLIPConfig,
     CLIPModel,
     CLIPTextModel,
     CLIPVisionModel,
@@ -37,10 +36,6 @@ from hfncl.retrieval import Retriever
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 TINY_BERT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37)
-TINY_CLIP_TEXT = dict(hidden_size=16, intermediate_size=24, num_hidden_layers=1, num_attention_heads=2, vocab_size=64)
-TINY_CLIP_VISION = dict(
-    hidden_size=16, intermediate_size=24, num_hidden_layers=1, num_attention_heads=2, image_size=16, patch_size=8
-)
 
 
 def save_tiny_bert(directory: Path, words: list[str], seed: int = 0) -> Path:
@@ -56,22 +51,6 @@ def save_tiny_bert(directory: Path, words: list[str], seed: int = 0) -> Path:
 def bert_dir(tmp_path_factory: pytest.TempPathFactory, tiny_data_dir: Path) -> Path:
     words = sorted({w for split in ("train", "dev", "test") for c in read_captions(tiny_data_dir / f"{split}_caps.txt") for w in c.split()})
     return save_tiny_bert(tmp_path_factory.mktemp("tiny_bert"), words)
-
-
-@pytest.fixture(scope="module")
-def clip_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny dual CLIP checkpoint (CLIPModel: text_config + vision_config), saved."""
-    directory = tmp_path_factory.mktemp("tiny_clip")
-    torch.manual_seed(0)
-    config = CLIPConfig(text_config=TINY_CLIP_TEXT, vision_config=TINY_CLIP_VISION, projection_dim=8)
-    CLIPModel(config).save_pretrained(directory)
-    return directory
-
-
-@pytest.fixture
-def offline(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
 
 
 def text_batch(vocab_size: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
