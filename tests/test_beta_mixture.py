@@ -43,7 +43,7 @@ def test_posteriors_match_scipy_beta_pdf():
     mixture = BetaMixture(np.array([1.5, 6.0]), np.array([5.0, 2.5]), np.array([0.6, 0.4]))
     x = np.linspace(0.01, 0.99, 37)
     joint = np.stack(
-        [w * stats.beta.pdf(x, a, b) for a, b, w in zip(mixture.alphas, mixture.betas, mixture.weights)], 1
+        [w * stats.beta.pdf(x, a, b) for a, b, w in zip(mixture.alphas, mixture.betas, mixture.weights, strict=True)], 1
     )
     expected = joint / joint.sum(axis=1, keepdims=True)
     np.testing.assert_allclose(mixture.posterior(x), expected, rtol=1e-10)
@@ -55,7 +55,7 @@ def test_fitted_clean_probability_matches_scipy_and_separates_the_components():
     x, low = _samples(4000, seed=1)
     mixture = BetaMixture.fit(x)
     k = mixture.low_component
-    joint = [w * stats.beta.pdf(x, a, b) for a, b, w in zip(mixture.alphas, mixture.betas, mixture.weights)]
+    joint = [w * stats.beta.pdf(x, a, b) for a, b, w in zip(mixture.alphas, mixture.betas, mixture.weights, strict=True)]
     np.testing.assert_allclose(mixture.clean_probability(x), joint[k] / (joint[0] + joint[1]), rtol=1e-8)
     # Bayes-optimal accuracy of the true mixture on these samples is about 99.5%.
     assert ((mixture.clean_probability(x) > 0.5) == low).mean() > 0.98

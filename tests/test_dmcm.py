@@ -124,8 +124,8 @@ def test_per_sample_losses_are_ngce_plus_mae_by_hand():
 def _ngce_and_mae_by_hand(p: list[float], y: list[float], rho: float) -> tuple[float, float]:
     """Eq. 3's summands for one sample, written from the printed formula (soft targets allowed)."""
     generalized = [(1 - pk**rho) / rho for pk in p]
-    ngce = sum(yk * gk for yk, gk in zip(y, generalized)) / (sum(y) * sum(generalized))
-    return ngce, sum(abs(pk - yk) for pk, yk in zip(p, y))
+    ngce = sum(yk * gk for yk, gk in zip(y, generalized, strict=True)) / (sum(y) * sum(generalized))
+    return ngce, sum(abs(pk - yk) for pk, yk in zip(p, y, strict=True))
 
 
 @pytest.mark.parametrize(("terms", "keep"), [("ngce+mae", (1, 1)), ("ngce", (1, 0)), ("mae", (0, 1))])
@@ -140,7 +140,7 @@ def test_table3_ablations_remove_exactly_one_term_of_eq3(terms, keep):
     rho = 0.5
     ngce_total = mae_total = 0.0
     for modality in ("image", "text"):
-        for z, y in zip(embeds[modality], targets[modality]):
+        for z, y in zip(embeds[modality], targets[modality], strict=True):
             p = [math.exp(z[0]) / (math.exp(z[0]) + math.exp(z[1])), math.exp(z[1]) / (math.exp(z[0]) + math.exp(z[1]))]
             ngce, mae = _ngce_and_mae_by_hand(p, y, rho)
             ngce_total, mae_total = ngce_total + ngce / 2, mae_total + mae / 2  # mean over the 2 samples

@@ -16,7 +16,7 @@ from hfncl.equations.losses import triplet_hardest_negative
 def test_processes_see_the_single_process_batches():
     single = list(GlobalBatchSampler(50, 8, seed=3, drop_last=True))
     halves = [list(GlobalBatchSampler(50, 8, seed=3, drop_last=True, rank=r, world_size=2)) for r in range(2)]
-    assert [a + b for a, b in zip(*halves)] == single
+    assert [a + b for a, b in zip(*halves, strict=True)] == single
     assert len(single) == 6 and all(len(b) == 8 for b in single)
 
 

@@ -85,7 +85,7 @@ def test_region_features_are_padded_to_r_with_the_count_recorded(raw_dir, detect
     assert counts.shape == (5,) and counts.dtype == np.int64
     assert ((counts >= 1) & (counts <= min(num_regions, QUERIES))).all()
     assert counts.max() > 1, "the boxes differ"
-    for features, count in zip(regions, counts):
+    for features, count in zip(regions, counts, strict=True):
         assert not features[count:].any() and features[:count].any(axis=1).all()
         boxes, area = features[:count, -5:-1], features[:count, -1]
         assert ((boxes >= 0) & (boxes <= 1)).all() and (boxes[:, 2:] >= boxes[:, :2]).all()

@@ -125,7 +125,7 @@ def test_structure_of_packed_local_features_is_the_cosine_of_their_masked_unit_m
     mask = torch.arange(4)[None, :] < torch.tensor(lengths)[:, None]
     packed = pack_local(states, mask)
     means = []
-    for item, length in zip(states.numpy(), lengths):
+    for item, length in zip(states.numpy(), lengths, strict=True):
         rows = item[:length] / np.linalg.norm(item[:length], axis=1, keepdims=True)
         means.append(rows.mean(axis=0))
     means = np.stack(means)

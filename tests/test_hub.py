@@ -397,7 +397,7 @@ def test_push_to_hub_without_a_companion_file_says_how_to_supply_it_and_sends_no
     message = str(raised.value)
     assert message.startswith(f"Nothing was uploaded: NCLModel.push_to_hub('{REPO_ID}') publishes a complete")
     listed = [line for line in message.splitlines() if line.startswith("  - ")]
-    assert len(listed) == len(missing) and all(re.match(pattern, line) for pattern, line in zip(missing, listed))
+    assert len(listed) == len(missing) and all(re.match(pattern, line) for pattern, line in zip(missing, listed, strict=True))
     assert where in message and f"`hfncl push CHECKPOINT {REPO_ID}`" in message
     assert hub.repos == [] and hub.commits == []
 

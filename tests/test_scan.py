@@ -30,7 +30,7 @@ def _reference(image_embeds, text_embeds, smooth, pooling, lse_lambda, slope):
                 norms = [torch.stack([line[j] for line in clipped]).norm() for j in range(len(regions))]  # sub-gradient 0 at 0
                 logits = [smooth * clipped[i][j] / norms[j].clamp_min(1e-8) for j in range(len(regions))]  # 0 / 0 = 0
                 total = sum(torch.exp(x) for x in logits)
-                attended = sum(torch.exp(x) / total * v for x, v in zip(logits, regions))
+                attended = sum(torch.exp(x) / total * v for x, v in zip(logits, regions, strict=True))
                 relevances.append(torch.dot(t, attended) / (t.norm() * attended.norm()))
             if pooling == "avg":
                 row.append(sum(relevances) / len(relevances))

@@ -112,7 +112,7 @@ def _pool(pool, vectors: list[torch.Tensor]) -> torch.Tensor:
     ]
     top = max(logits)
     weights = [math.exp(z - top) for z in logits]
-    return _unit(sum(w / sum(weights) * v for w, v in zip(weights, vectors)))
+    return _unit(sum(w / sum(weights) * v for w, v in zip(weights, vectors, strict=True)))
 
 
 def _leaky(c: float, slope: float) -> float:
@@ -132,7 +132,7 @@ def _reference_pair(head, image: torch.Tensor, caption: torch.Tensor, words: int
             logits.append(head.smooth * (_leaky(float(x @ y), head.negative_slope) / norm if norm > 0 else 0.0))
         top = max(logits)
         alpha = [math.exp(z - top) for z in logits]
-        attended = _unit(sum(a / sum(alpha) * x for a, x in zip(alpha, regions)))
+        attended = _unit(sum(a / sum(alpha) * x for a, x in zip(alpha, regions, strict=True)))
         nodes.append(_unit(_linear(head.local_sim.transform, (attended - y) ** 2)))
     if isinstance(head, SGRHead):
         for step in head.steps:
@@ -141,7 +141,7 @@ def _reference_pair(head, image: torch.Tensor, caption: torch.Tensor, words: int
                 scores = [float(_linear(step.query, p) @ _linear(step.key, q)) for q in nodes]
                 top = max(scores)
                 edges = [math.exp(s - top) for s in scores]
-                mixed = sum(e / sum(edges) * q for e, q in zip(edges, nodes))
+                mixed = sum(e / sum(edges) * q for e, q in zip(edges, nodes, strict=True))
                 updated.append(torch.relu(_linear(step.update, mixed)))
             nodes = updated
         return float(torch.sigmoid(_linear(head.output, nodes[0])))
@@ -151,7 +151,7 @@ def _reference_pair(head, image: torch.Tensor, caption: torch.Tensor, words: int
         t = float(_linear(head.attention, s))
         normed = (t - float(bn.running_mean)) / math.sqrt(float(bn.running_var) + bn.eps) * float(bn.weight) + float(bn.bias)
         gates.append(1.0 / (1.0 + math.exp(-normed)))
-    filtered = _unit(sum(g / sum(gates) * s for g, s in zip(gates, nodes)))
+    filtered = _unit(sum(g / sum(gates) * s for g, s in zip(gates, nodes, strict=True)))
     return float(torch.sigmoid(_linear(head.output, filtered)))
 
 
@@ -220,7 +220,7 @@ def _pool_t(pool, vectors: list[torch.Tensor], stats: tuple | None, masks: tuple
     if masks is not None:
         gate, hidden = gate * masks[1], [h * masks[0][r] for r, h in enumerate(hidden)]
     logits = torch.stack([_linear(pool.score, h * gate)[0] for h in hidden])
-    return _unit_t(sum(w * v for w, v in zip(torch.softmax(logits, dim=0), vectors)))
+    return _unit_t(sum(w * v for w, v in zip(torch.softmax(logits, dim=0), vectors, strict=True)))
 
 
 def _reference_nodes(head, image: torch.Tensor, caption: torch.Tensor, words: int, pools: tuple) -> list[torch.Tensor]:
@@ -237,7 +237,7 @@ def _reference_nodes(head, image: torch.Tensor, caption: torch.Tensor, words: in
             norm = torch.linalg.vector_norm(torch.stack([torch.nn.functional.leaky_relu(x @ w, slope) for w in tokens]))
             logits.append(head.smooth * torch.nn.functional.leaky_relu(x @ y, slope) / norm.clamp_min(1e-8))
         alpha = torch.softmax(torch.stack(logits), dim=0)
-        attended = _unit_t(sum(a * x for a, x in zip(alpha, regions)))
+        attended = _unit_t(sum(a * x for a, x in zip(alpha, regions, strict=True)))
         nodes.append(_unit_t(_linear(head.local_sim.transform, (attended - y) ** 2)))
     return nodes
 
@@ -247,7 +247,7 @@ def _reference_sgr(head, nodes: list[torch.Tensor]) -> torch.Tensor:
         updated = []
         for p in nodes:
             edges = torch.softmax(torch.stack([_linear(step.query, p) @ _linear(step.key, q) for q in nodes]), dim=0)
-            updated.append(torch.relu(_linear(step.update, sum(e * q for e, q in zip(edges, nodes)))))
+            updated.append(torch.relu(_linear(step.update, sum(e * q for e, q in zip(edges, nodes, strict=True)))))
         nodes = updated
     return torch.sigmoid(_linear(head.output, nodes[0]))[0]
 
@@ -262,11 +262,11 @@ def _reference_saf_matrix(head, all_nodes: list[list[list[torch.Tensor]]], train
         values = torch.stack([t for row in raw for t in row[j]])
         stats.append((values.mean(), values.var(unbiased=False)) if training else (bn.running_mean[0], bn.running_var[0]))
     rows = []
-    for row_raw, row_nodes in zip(raw, all_nodes):
+    for row_raw, row_nodes in zip(raw, all_nodes, strict=True):
         scores = []
-        for (mean, var), pair_raw, nodes in zip(stats, row_raw, row_nodes):
+        for (mean, var), pair_raw, nodes in zip(stats, row_raw, row_nodes, strict=True):
             gates = [torch.sigmoid((t - mean) / torch.sqrt(var + bn.eps) * bn.weight[0] + bn.bias[0]) for t in pair_raw]
-            filtered = _unit_t(sum(g / sum(gates) * node for g, node in zip(gates, nodes)))
+            filtered = _unit_t(sum(g / sum(gates) * node for g, node in zip(gates, nodes, strict=True)))
             scores.append(torch.sigmoid(_linear(head.output, filtered))[0])
         rows.append(torch.stack(scores))
     return torch.stack(rows)
@@ -324,7 +324,7 @@ def test_similarity_and_gradients_match_a_per_pair_loop_reference(similarity, tr
             torch.testing.assert_close(getattr(head.norm, name), getattr(saf_norm, name), rtol=1e-9, atol=1e-12)
     expected_grads = torch.autograd.grad((expected * weights).sum(), inputs, allow_unused=True, materialize_grads=True)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-7)
-    for name, g, e in zip(["images", "texts", *(n for n, _ in head.named_parameters())], got_grads, expected_grads):
+    for name, g, e in zip(["images", "texts", *(n for n, _ in head.named_parameters())], got_grads, expected_grads, strict=True):
         torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-7, msg=lambda m, name=name: f"{name}: {m}")
 
 
@@ -503,7 +503,7 @@ def test_local_nodes_match_the_plain_expression_in_values_and_gradients():
     got, plain = local_nodes_of_regions(*inputs), _plain_local_nodes(*inputs)
     torch.testing.assert_close(got, plain)
     upstream = torch.randn(got.shape, generator=generator, dtype=torch.float64)
-    for g, e in zip(torch.autograd.grad((got * upstream).sum(), inputs), torch.autograd.grad((plain * upstream).sum(), inputs)):
+    for g, e in zip(torch.autograd.grad((got * upstream).sum(), inputs), torch.autograd.grad((plain * upstream).sum(), inputs), strict=True):
         torch.testing.assert_close(g, e)
 
 
