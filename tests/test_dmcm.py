@@ -62,8 +62,8 @@ def test_contrastive_loss_eq7_against_the_written_sums():
     total = 0.0
     for i in range(2):
         for j in range(3):
-            numerator = sum(math.exp(zs[l][j] @ zs[i][j] / tau2) for l in range(2))
-            denominator = sum(math.exp(zs[l][t] @ zs[i][j] / tau2) for l in range(2) for t in range(3))
+            numerator = sum(math.exp(zs[m][j] @ zs[i][j] / tau2) for m in range(2))
+            denominator = sum(math.exp(zs[m][t] @ zs[i][j] / tau2) for m in range(2) for t in range(3))
             total += math.log(numerator / denominator)
     expected = -total / 3
     got = multimodal_contrastive_loss([torch.tensor(z) for z in zs], tau2=tau2).item()

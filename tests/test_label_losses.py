@@ -136,8 +136,8 @@ def test_multimodal_contrastive_loss_matches_the_sum_of_eq7_term_by_term():
     total = 0.0
     for i in range(3):
         for j in range(5):
-            positive = sum(math.exp(float(z[l][j] @ z[i][j]) / tau2) for l in range(3))
-            candidates = sum(math.exp(float(z[l][t] @ z[i][j]) / tau2) for l in range(3) for t in range(5))
+            positive = sum(math.exp(float(z[m][j] @ z[i][j]) / tau2) for m in range(3))
+            candidates = sum(math.exp(float(z[m][t] @ z[i][j]) / tau2) for m in range(3) for t in range(5))
             total -= math.log(positive / candidates)
     assert multimodal_contrastive_loss(z, tau2).item() == pytest.approx(total / 5, rel=1e-5)
     with pytest.raises(ValueError, match="one shape"):

@@ -129,7 +129,7 @@ def test_the_view_reads_every_member_of_the_contract_through_and_nothing_else(ti
     assert view.config is trainer.config and view.ledger is trainer.ledger and view.divisions is trainer.divisions
     assert view.num_train == trainer.num_train and view.noise_rate == trainer.noise_rate
     with pytest.raises(AttributeError, match=r"trainer\.optimizer is not part .*did you mean optimize"):
-        view.optimizer
+        _ = view.optimizer
     with pytest.raises(AttributeError, match="trainer._hidden_masks is not part of the plugin contract"):
-        view._hidden_masks
+        _ = view._hidden_masks
     assert sorted(dir(view)) == sorted(TRAINER_MEMBERS)
