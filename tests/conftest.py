@@ -24,12 +24,12 @@ from hfncl.data import Vocabulary, caption_level_noise, read_captions
 from hfncl.data.synthetic import SyntheticConfig, generate_precomp
 from hfncl.engine.callbacks import TrainerCallback
 from hfncl.engine.trainer import Trainer
-from hfncl.plugin_setup import run_plugins
 from hfncl.experiment import DataArguments, ModelArguments
 from hfncl.hub.checkpoint import save_image_processor
 from hfncl.models import NCLConfig, NCLModel
-from hfncl.tasks.pairs import PAIRS
+from hfncl.plugin_setup import run_plugins
 from hfncl.tasks.pair_data import prepare_data
+from hfncl.tasks.pairs import PAIRS
 
 TINY_DATA = SyntheticConfig(
     num_train=160, num_dev=40, num_test=40, num_concepts=16, num_regions=8, feature_dim=16, seed=1
@@ -87,7 +87,8 @@ def noisy_data(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     shutil.copy(tiny_data_dir / "train_ims.npy", directory / "train_ims.npy")
     captions = list(read_captions(tiny_data_dir / "train_caps.txt"))
     k = len(captions) // TINY_DATA.num_train
-    index = caption_level_noise(TINY_DATA.num_train, k, AUDIT_NOISE, seed=0)  # index[c]: the image caption c is shown with
+    # index[c]: the image caption c is shown with
+    index = caption_level_noise(TINY_DATA.num_train, k, AUDIT_NOISE, seed=0)
     lines = np.argsort(index, kind="stable")  # line p of the file: a caption whose image index[...] is p // k
     (directory / "train_caps.txt").write_text("".join(captions[c] + "\n" for c in lines), encoding="utf-8")
     return directory, lines // k != np.arange(len(lines)) // k
@@ -107,7 +108,12 @@ def write_imagefolder(root: Path, sizes: dict[str, int] = IMAGEFOLDER_SIZES, cap
         for i in range(count):
             pixels = rng.integers(0, 256, (20 + i, 24, 3), dtype=np.uint8)
             Image.fromarray(pixels).save(folder / f"{i:03d}.png")
-            rows.append({"file_name": f"{i:03d}.png", "captions": [f"{split} image {i} view {j}" for j in range(captions_per_image)]})
+            rows.append(
+                {
+                    "file_name": f"{i:03d}.png",
+                    "captions": [f"{split} image {i} view {j}" for j in range(captions_per_image)],
+                }
+            )
         (folder / "metadata.jsonl").write_text("\n".join(json.dumps(row) for row in rows) + "\n")
     return root
 
@@ -174,7 +180,9 @@ def noisy_trainer(data_dir: Path, config: TrainConfig, callbacks: list[TrainerCa
     """A trainer on ``data_dir`` with 40% caption noise and the tiny model (and ``callbacks``, if given)."""
     data = prepare_data(DataArguments(data_dir=str(data_dir), noise_ratio=0.4), config.output_dir)
     model_config = NCLConfig(image_dim=data.image_dim, vocab_size=len(data.vocab), embed_dim=32, word_dim=16)
-    return Trainer(config, model_config, data.train, data.val, task=PAIRS, callbacks=callbacks, plugins=run_plugins(config))
+    return Trainer(
+        config, model_config, data.train, data.val, task=PAIRS, callbacks=callbacks, plugins=run_plugins(config)
+    )
 
 
 class Interrupted(Exception):

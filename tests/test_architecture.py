@@ -23,7 +23,8 @@ def test_import_contracts_are_kept():
 
 
 def test_every_package_of_hfncl_is_installed():
-    """setuptools installs the packages pyproject.toml lists: a new subpackage left out would be missing from the wheel."""
+    """setuptools installs the packages pyproject.toml lists: a new subpackage left out would be missing from the
+    wheel."""
     import tomllib
 
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])

@@ -351,7 +351,9 @@ def test_a_killed_audit_resumes_from_its_last_checkpoint_and_finds_the_same_pair
     with pytest.raises(KeyboardInterrupt):
         run()
     assert trained_epochs == [0, 1, 2]
-    monkeypatch.setattr(Trainer, "_train_epoch", lambda trainer, epoch: trained_epochs.append(epoch) or train_epoch(trainer, epoch))
+    monkeypatch.setattr(
+        Trainer, "_train_epoch", lambda trainer, epoch: trained_epochs.append(epoch) or train_epoch(trainer, epoch)
+    )
     monkeypatch.setattr(audit_package, "save_trained", killed_before_saving)
     with pytest.raises(KeyboardInterrupt):  # killed after the last epoch: its checkpoint holds the last divisions
         run(resume=True)
@@ -397,7 +399,9 @@ def test_a_kill_while_the_checkpoints_are_removed_leaves_the_tables_and_a_resume
     monkeypatch.setattr(audit_package, "remove_training", remove_training)
     trained_epochs: list[int] = []
     train_epoch = Trainer._train_epoch
-    monkeypatch.setattr(Trainer, "_train_epoch", lambda trainer, epoch: trained_epochs.append(epoch) or train_epoch(trainer, epoch))
+    monkeypatch.setattr(
+        Trainer, "_train_epoch", lambda trainer, epoch: trained_epochs.append(epoch) or train_epoch(trainer, epoch)
+    )
     table = run(resume=True)  # its own cleaned split is replaced, not refused
     assert trained_epochs == []
     for column in ("p_image", "p_caption", "clean_prob", "flagged", "rank"):

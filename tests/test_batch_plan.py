@@ -64,7 +64,8 @@ BATCH, LEAD_BATCHES, ODD = 32, 400 // 32, 70
 
 
 def install(name, source, directory, monkeypatch):
-    """Install ``source`` as plugin ``name`` (module ``hfncl_test_NAME``) beside the built-in plugins; return the module."""
+    """Install ``source`` as plugin ``name`` (module ``hfncl_test_NAME``) beside the built-in plugins; return the
+    module."""
     module = f"hfncl_test_{name}"
     (directory / f"{module}.py").write_text(textwrap.dedent(source))
     monkeypatch.syspath_prepend(str(directory))
@@ -162,7 +163,9 @@ def test_the_pass_leads_with_each_sample_of_the_first_part_once_and_a_cycling_ba
     history = trainer.train()["history"]
     for epoch in (1, 2):
         seen = [(part, index) for e, _, part, index in planner.SEEN if e == epoch]
-        assert [part for part, _ in seen] == ["even", "odd"] * LEAD_BATCHES, "one batch of each part per step, lead first"
+        assert [part for part, _ in seen] == ["even", "odd"] * LEAD_BATCHES, (
+            "one batch of each part per step, lead first"
+        )
         lead = [i for part, index in seen if part == "even" for i in index]
         assert len(lead) == len(set(lead)) == LEAD_BATCHES * BATCH and all(i % 2 == 0 for i in lead)
         beside = [index for part, index in seen if part == "odd"]

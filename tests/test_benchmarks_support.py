@@ -253,7 +253,13 @@ def test_ncr_division_carries_the_gmm_it_fitted():
     from hfncl.equations.division import fit_loss_mixture
     from hfncl_plugins import ncr
 
-    options = {"ncr.alpha": 0.2, "ncr.division_statistics": "pass", "ncr.threshold": 0.5, "ncr.gmm_max_iter": 10, "ncr.gmm_reg_covar": 5e-4}
+    options = {
+        "ncr.alpha": 0.2,
+        "ncr.division_statistics": "pass",
+        "ncr.threshold": 0.5,
+        "ncr.gmm_max_iter": 10,
+        "ncr.gmm_reg_covar": 5e-4,
+    }
     losses = {"loss0": torch.linspace(0, 1, 50) ** 2, "loss1": torch.cat([torch.full((30,), 0.1), torch.ones(20)])}
     trainer = SimpleNamespace(
         options_of=lambda kind: kind.read(options),
@@ -362,7 +368,9 @@ def test_peer_speed_epoch_data_gives_both_programs_the_same_pairs_and_lengths(tm
         assert bool(((tokens > 0).sum(dim=1) == torch.tensor(lengths)).all())
         assert bool((tokens[:, 0] == 1).all()) and bool((tokens.max(dim=1).values < peer_speed.VOCAB).all())
     captions = (data_dir / "train_caps.txt").read_text().splitlines()
-    assert sorted(length for *_, lengths, _ in batches for length in lengths) == sorted(len(c.split()) + 2 for c in captions)
+    assert sorted(length for *_, lengths, _ in batches for length in lengths) == sorted(
+        len(c.split()) + 2 for c in captions
+    )
 
 
 def test_oracle_split_holds_exactly_the_clean_pairs_of_the_noise_index_training_uses(tmp_path):
@@ -394,7 +402,12 @@ def test_share_of_oracle_pairs_each_run_with_the_oracle_of_its_ratio_and_seed():
     def row(method, ratio, seed, rsum):
         return {"method": method, "noise_ratio": ratio, "seed": seed, "test": {"rsum": rsum}}
 
-    rows = [row("oracle", 0.5, 0, 200.0), row("oracle", 0.5, 1, 100.0), row("ncr", 0.5, 0, 150.0), row("ncr", 0.5, 1, 90.0)]
+    rows = [
+        row("oracle", 0.5, 0, 200.0),
+        row("oracle", 0.5, 1, 100.0),
+        row("ncr", 0.5, 0, 150.0),
+        row("ncr", 0.5, 1, 90.0),
+    ]
     rows.append(row("ncr", 0.0, 0, 300.0))
     shares = accuracy.oracle_shares(rows)
     assert shares[("ncr", 0.5)] == [0.75, 0.9] and shares[("oracle", 0.5)] == [1.0, 1.0]
@@ -456,7 +469,10 @@ def test_peer_speed_report_computes_ratios_and_leaves_measurements_not_made_blan
         "floors warmup_step=0.20 scoring=-",
         "ratios warmup_step=0.40 pair_epoch=0.50 scoring=0.50 rss=0.25 roofline=0.50",
     ]
-    assert "| SGR 1024/256 | fp32 | 10.00 [10.00, 10.00] | 4.00 [4.00, 4.00] | 0.40 | 0.40 / 0.20 | 0.40 / 0.50 |" in report
+    assert (
+        "| SGR 1024/256 | fp32 | 10.00 [10.00, 10.00] | 4.00 [4.00, 4.00] | 0.40 | 0.40 / 0.20 | 0.40 / 0.50 |"
+        in report
+    )
     made.clear()
     report, lines = peer_speed.measure(peer_speed.parse_args([*common, "--repeats", "0", "--scoring-repeats", "0"]))
     assert {kind for kind, _ in made} == {"matmul", "epoch"}
@@ -464,7 +480,9 @@ def test_peer_speed_report_computes_ratios_and_leaves_measurements_not_made_blan
         "floors warmup_step=- scoring=-",
         "ratios warmup_step=n/a pair_epoch=0.50 scoring=n/a rss=n/a roofline=n/a",
     ]
-    assert "| SGR 1024/256 | fp32 | - | - | - | - / - | - / - | - | - | - | - / - | - | 0.200 [0.200, 0.200] |" in report
+    assert (
+        "| SGR 1024/256 | fp32 | - | - | - | - / - | - / - | - | - | - | - / - | - | 0.200 [0.200, 0.200] |" in report
+    )
 
 
 def test_peer_speed_fixes_hfncl_s_clean_set_at_the_official_share_of_highest_clean_probability():
@@ -485,13 +503,17 @@ def test_the_converged_oracle_trains_at_least_the_methods_optimiser_steps_then_s
     settings = accuracy.converged_settings({"epochs": 10}, steps=1406, steps_per_epoch=70, patience=2)
     assert settings["lr_decay_epochs"] == [21] and 21 * 70 >= 1406 > 20 * 70
     assert settings["early_stopping_min_epochs"] == 23 and settings["epochs"] == 21 + accuracy.ORACLE_DECAYED_EPOCHS
-    assert accuracy.converged_settings({"epochs": 10}, steps=100, steps_per_epoch=70, patience=2)["lr_decay_epochs"] == [10]
+    assert accuracy.converged_settings(
+        {"epochs": 10}, steps=100, steps_per_epoch=70, patience=2
+    )["lr_decay_epochs"] == [10]
 
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     (data_dir / "train_caps.txt").write_text("a caption\n" * 1000)
     (data_dir / "train_oracle_50_seed0_caps.txt").write_text("a caption\n" * 500)
-    args = accuracy.parse_args(["--benchmark", "generated", "--methods", "ncr", "vsepp", "--ratios", "0.5", "--seeds", "0"])
+    args = accuracy.parse_args(
+        ["--benchmark", "generated", "--methods", "ncr", "vsepp", "--ratios", "0.5", "--seeds", "0"]
+    )
     oracle = accuracy.Job(accuracy.ORACLE, accuracy.reference_run(args, 0.5), 0, accuracy.DataArguments(
         data_dir=str(data_dir), train_split="train_oracle_50_seed0"))
     rows = [{"method": "ncr", "noise_ratio": 0.5, "seed": 0, "epochs": 10, "steps_per_network": 100.0},

@@ -55,7 +55,9 @@ def test_fitted_clean_probability_matches_scipy_and_separates_the_components():
     x, low = _samples(4000, seed=1)
     mixture = BetaMixture.fit(x)
     k = mixture.low_component
-    joint = [w * stats.beta.pdf(x, a, b) for a, b, w in zip(mixture.alphas, mixture.betas, mixture.weights, strict=True)]
+    joint = [
+        w * stats.beta.pdf(x, a, b) for a, b, w in zip(mixture.alphas, mixture.betas, mixture.weights, strict=True)
+    ]
     np.testing.assert_allclose(mixture.clean_probability(x), joint[k] / (joint[0] + joint[1]), rtol=1e-8)
     # Bayes-optimal accuracy of the true mixture on these samples is about 99.5%.
     assert ((mixture.clean_probability(x) > 0.5) == low).mean() > 0.98

@@ -38,7 +38,11 @@ def test_encoded_captions_store_ids_in_the_smallest_type_the_vocabulary_needs():
     encoded = EncodedCaptions(CaptionStore(["a dog runs", "a cat"]), small)
     assert encoded.tokens.dtype == np.uint16
     assert encoded[0].tolist() == small.encode("a dog runs") and encoded[1].tolist() == small.encode("a cat")
-    assert encoded.offsets.tolist() == [0, len(small.encode("a dog runs")), len(small.encode("a dog runs")) + len(small.encode("a cat"))]
+    assert encoded.offsets.tolist() == [
+        0,
+        len(small.encode("a dog runs")),
+        len(small.encode("a dog runs")) + len(small.encode("a cat")),
+    ]
     large = Vocabulary(f"w{i}" for i in range(70000))
     wide = EncodedCaptions(["w69999 w3"], large)
     assert wide.tokens.dtype == np.int32 and wide[0].tolist() == large.encode("w69999 w3")

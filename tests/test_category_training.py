@@ -7,19 +7,19 @@ import json
 import numpy as np
 import pytest
 import torch
+from conftest import Interrupted, tiny_config
 from safetensors.torch import load_file
 from transformers import AutoModel
 
-from conftest import Interrupted, tiny_config
-from hfncl.experiment import run_experiment
-from hfncl.tasks.labels import LABELS, CategoryModelArguments, LabelDataArguments, prepare_labelled_data
 from hfncl.data import load_labelled_dataset
 from hfncl.data.synthetic_labels import LabelledSyntheticConfig, generate_labelled, generate_labelled_arrays
 from hfncl.engine.trainer import Trainer
-from hfncl.plugin_setup import run_plugins
-from hfncl.models import CategoryConfig, CategoryModel
+from hfncl.experiment import run_experiment
 from hfncl.hub import checkpoint_files
+from hfncl.models import CategoryConfig, CategoryModel
+from hfncl.plugin_setup import run_plugins
 from hfncl.plugins import PluginError
+from hfncl.tasks.labels import LABELS, CategoryModelArguments, LabelDataArguments, prepare_labelled_data
 
 TINY = LabelledSyntheticConfig(train_per_class=12, valid_per_class=4, test_per_class=4, seed=2)
 TINY_MODEL = CategoryModelArguments(embed_dim=16, hidden_dim=32)
@@ -35,9 +35,12 @@ def _trainer(data_dir, config, ratio: float = 0.4) -> Trainer:
     data = prepare_labelled_data(arguments, config.output_dir)
     split = data.dataset.train
     model_config = CategoryConfig(
-        image_dim=split.feature_dim("image"), text_dim=split.feature_dim("text"), num_classes=10, embed_dim=16, hidden_dim=32
+        image_dim=split.feature_dim("image"), text_dim=split.feature_dim("text"), num_classes=10, embed_dim=16,
+        hidden_dim=32,
     )
-    return Trainer(config, model_config, data.train, data.val, task=LABELS.for_run(arguments, data), plugins=run_plugins(config))
+    return Trainer(
+        config, model_config, data.train, data.val, task=LABELS.for_run(arguments, data), plugins=run_plugins(config)
+    )
 
 
 def test_generated_benchmark_is_seeded_and_read_by_the_per_file_reader(tiny_labelled):

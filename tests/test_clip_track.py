@@ -128,7 +128,9 @@ def test_the_oracle_folder_holds_exactly_the_pairs_the_noise_leaves_clean(track,
     assert len(kept) == int((pairing == np.arange(len(pairing)) // 5).sum()) < len(train) * 5
 
 
-def test_the_notes_name_a_failed_method_one_below_the_baseline_and_one_above_the_oracle(board_notes, track, leaderboard):
+def test_the_notes_name_a_failed_method_one_below_the_baseline_and_one_above_the_oracle(
+    board_notes, track, leaderboard
+):
     def row(method, rsum, seed, **extra):
         return {"protocol": "ncr-caption", "method": method, "noise_ratio": 0.2, "seed": seed, "mode": "one network",
                 "test": {"rsum": rsum}, **extra}
@@ -146,10 +148,13 @@ def test_the_notes_name_a_failed_method_one_below_the_baseline_and_one_above_the
     head = ("above its oracle, a defect of the measurement until shown otherwise (test rSum minus the oracle's, mean ± "
             "sd over the seeds): ")
     assert board_notes.measurement_notes(shares) == [
-        head + "infonce over oracle (ncr-caption 20%: +100.0 over seed 0), npc over oracle (ncr-caption 20%: +90.0 over "
-        "seed 0), rcl over oracle (ncr-caption 20%: +120.0 over seed 0)"]
+        head + "infonce over oracle (ncr-caption 20%: +100.0 over seed 0), npc over oracle (ncr-caption 20%: "
+        "+90.0 over seed 0), rcl over oracle (ncr-caption 20%: +120.0 over seed 0)"]
     # each method over its own oracle; the baseline, whose plugin is NPC's, over the baseline's
-    own = shares + [{**row("oracle (rcl)", 440.0, 0), "plugin": "rcl"}, {**row("oracle (npc)", 380.0, 0), "plugin": "npc"}]
+    own = shares + [
+        {**row("oracle (rcl)", 440.0, 0), "plugin": "rcl"},
+        {**row("oracle (npc)", 380.0, 0), "plugin": "npc"},
+    ]
     oracles = {"infonce": "oracle", "npc": "oracle (npc)", "rcl": "oracle (rcl)"}
     base = {**row("infonce", 400.0, 0), "plugin": "npc"}
     assert [board_notes.oracle_of(r, oracles) for r in (base, own[2], own[-1], own[5])] == [

@@ -6,18 +6,18 @@ from importlib.metadata import EntryPoint
 
 import pytest
 import torch
+from conftest import tiny_config
 
 import hfncl.plugins as plugins
-from conftest import tiny_config
 from hfncl import registry
 from hfncl.engine.encoding import encode_split, evaluate_retrieval
 from hfncl.engine.trainer import Trainer
-from hfncl.plugin_setup import run_plugins
 from hfncl.evaluation import retrieval_metrics_from_matrix
 from hfncl.experiment import DataArguments, ModelArguments
-from hfncl.tasks.pairs import PAIRS, model_fields
-from hfncl.tasks.pair_data import prepare_data
 from hfncl.models import NCLConfig
+from hfncl.plugin_setup import run_plugins
+from hfncl.tasks.pair_data import prepare_data
+from hfncl.tasks.pairs import PAIRS, model_fields
 
 
 @pytest.fixture

@@ -42,7 +42,12 @@ def test_a_failing_method_becomes_a_row_and_the_others_still_train(tmp_path, cap
 
 def test_shortened_settings_keep_an_epoch_after_warmup_and_drop_late_decays():
     settings = {"epochs": 10, "warmup_epochs": 4, "lr_decay_epochs": [2, 8], "options": {"x": 1}}
-    assert shortened_settings(settings, 3) == {"epochs": 3, "warmup_epochs": 2, "lr_decay_epochs": [2], "options": {"x": 1}}
+    assert shortened_settings(settings, 3) == {
+        "epochs": 3,
+        "warmup_epochs": 2,
+        "lr_decay_epochs": [2],
+        "options": {"x": 1},
+    }
     assert shortened_settings(settings, 1)["warmup_epochs"] == 0
     assert shortened_settings({"epochs": 5}, 2) == {"epochs": 2}
 

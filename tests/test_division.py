@@ -41,7 +41,9 @@ def test_a_few_outlying_losses_break_the_plain_scaling_and_not_the_clipped_one()
     assert ((clipped.numpy() > 0.5) == truth).mean() == 1.0 and (plain == truth).mean() < 0.6
     # the mixture is reported on the plain min-max axis: the clean mode's mean near (1 - min) / (max - min)
     low, high = losses.min(), losses.max()
-    np.testing.assert_allclose(mixture[:, 1].numpy(), [(1.0 - low) / (high - low), (2.0 - low) / (high - low)], atol=2e-3)
+    np.testing.assert_allclose(
+        mixture[:, 1].numpy(), [(1.0 - low) / (high - low), (2.0 - low) / (high - low)], atol=2e-3
+    )
     np.testing.assert_allclose(mixture[:, 2].numpy(), [0.1 / (high - low)] * 2, rtol=0.15)
 
 

@@ -219,12 +219,18 @@ def test_the_split_fractions_of_an_unsplit_set_are_a_data_argument(tmp_path):
     rng = np.random.default_rng(0)
     labels = np.repeat(np.arange(20), 50)
     paths = {}
-    for name, values in (("image", rng.standard_normal((1000, 6))), ("text", rng.standard_normal((1000, 4))), ("labels", labels)):
+    for name, values in (
+        ("image", rng.standard_normal((1000, 6))),
+        ("text", rng.standard_normal((1000, 4))),
+        ("labels", labels),
+    ):
         paths[name] = tmp_path / f"{name}.npy"
         np.save(paths[name], values)
 
     def sizes(**fields) -> tuple[int, int, int]:
-        arguments = LabelDataArguments(image_features=str(paths["image"]), text_features=str(paths["text"]), labels=str(paths["labels"]), **fields)
+        arguments = LabelDataArguments(
+            image_features=str(paths["image"]), text_features=str(paths["text"]), labels=str(paths["labels"]), **fields
+        )
         dataset = load_labelled(arguments)
         return len(dataset.train.labels("image")), len(dataset.valid.labels("image")), len(dataset.test.labels("image"))
 

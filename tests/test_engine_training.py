@@ -8,17 +8,17 @@ import shutil
 
 import pytest
 import torch
+from conftest import TINY_MODEL, Interrupted, noisy_trainer, tiny_config
 from safetensors.torch import load_file
 
-from conftest import TINY_MODEL, Interrupted, noisy_trainer, tiny_config
 from hfncl.engine.trainer import Trainer
+from hfncl.experiment import DataArguments, run_experiment
+from hfncl.integrity import write_manifest
 from hfncl.models import NCLConfig
+from hfncl.plugin_setup import run_plugins
+from hfncl.plugins import PluginError
 from hfncl.tasks.pair_data import prepare_data
 from hfncl.tasks.pairs import PAIRS
-from hfncl.plugin_setup import run_plugins
-from hfncl.experiment import DataArguments, run_experiment
-from hfncl.plugins import PluginError
-from hfncl.integrity import write_manifest
 
 
 def test_killed_mid_epoch_resumes_to_the_same_result(tiny_data_dir, tmp_path, monkeypatch, capsys):
@@ -130,13 +130,17 @@ def test_text_tower_lr_scale_and_freeze_act_on_the_pretrained_text_encoder_only(
     from hfncl.data import read_captions
     from hfncl.engine.callbacks import TrainerCallback
     from hfncl.models import NCLConfig
-    from hfncl.tasks.pairs import PAIRS
     from hfncl.tasks.pair_data import prepare_data
+    from hfncl.tasks.pairs import PAIRS
 
-    words = sorted({w for s in ("train", "dev", "test") for c in read_captions(tiny_data_dir / f"{s}_caps.txt") for w in c.split()})
+    words = sorted(
+        {w for s in ("train", "dev", "test") for c in read_captions(tiny_data_dir / f"{s}_caps.txt") for w in c.split()}
+    )
     bert = save_tiny_bert(tmp_path / "bert", words)
     data = prepare_data(DataArguments(data_dir=str(tiny_data_dir)), tmp_path / "run", tokenizer=str(bert))
-    model_config = NCLConfig(image_dim=data.image_dim, embed_dim=16, text_tower="transformer", text_tower_name=str(bert))
+    model_config = NCLConfig(
+        image_dim=data.image_dim, embed_dim=16, text_tower="transformer", text_tower_name=str(bert)
+    )
     config = tiny_config(
         tmp_path / "run", ["vsepp"], epochs=3, warmup_epochs=0, learning_rate=1e-3, lr_decay_epochs=[2],
         text_tower_lr_scale=0.1, freeze_text_tower_epochs=1, plot_divisions=False,
@@ -167,13 +171,17 @@ def test_text_tower_lr_scale_and_freeze_act_on_the_pretrained_text_encoder_only(
             self.lrs.append([group["lr"] for group in trainer.optimizer.param_groups])
 
     snapshots = Snapshots()
-    trainer = Trainer(config, model_config, data.train, data.val, task=PAIRS, callbacks=[snapshots], plugins=run_plugins(config))
+    trainer = Trainer(
+        config, model_config, data.train, data.val, task=PAIRS, callbacks=[snapshots], plugins=run_plugins(config)
+    )
     encoder = trainer.model.networks[0].text_encoder.model
     groups = trainer.optimizer.param_groups
     assert [group["lr_scale"] for group in groups] == [1.0, 0.1]
     assert {id(p) for p in groups[1]["params"]} == {id(p) for p in encoder.parameters()}
     rest = {id(p) for p in groups[0]["params"]}
-    assert id(trainer.model.networks[0].text_encoder.proj_weight) in rest and not rest & {id(p) for p in encoder.parameters()}
+    assert id(trainer.model.networks[0].text_encoder.proj_weight) in rest and not rest & {
+        id(p) for p in encoder.parameters()
+    }
     assert len(rest) + len(groups[1]["params"]) == len(list(trainer.model.parameters()))
     trainer.train()
     # lr: 1e-3 and 1e-4 (BERT x0.1) in epochs 0 and 1, both x0.1 from epoch 2 on
@@ -195,7 +203,10 @@ def test_text_tower_lr_scale_and_freeze_act_on_the_pretrained_text_encoder_only(
 
 
 def test_text_tower_settings_without_a_pretrained_text_tower_are_refused(tiny_data_dir, tmp_path):
-    with pytest.raises(ValueError, match=r"text_tower_lr_scale \(0.1\) and freeze_text_tower_epochs \(0\) act on a pretrained text tower"):
+    with pytest.raises(
+        ValueError,
+        match=r"text_tower_lr_scale \(0.1\) and freeze_text_tower_epochs \(0\) act on a pretrained text tower",
+    ):
         noisy_trainer(tiny_data_dir, tiny_config(tmp_path, ["vsepp"], text_tower_lr_scale=0.1))
     with pytest.raises(ValueError, match="TrainConfig.text_tower_lr_scale must be a finite number > 0, got 0.0"):
         tiny_config(tmp_path, ["vsepp"], text_tower_lr_scale=0.0)
@@ -220,7 +231,9 @@ def test_early_stopping_ends_the_run_after_patience_epochs_without_a_better_vali
     summary = trainer.train()
     assert len(summary["history"]) == trained and summary["best_epoch"] == 2
     per_epoch = trainer.num_train // 16
-    assert [record["steps_per_network"] for record in summary["history"]] == [per_epoch * (e + 1) for e in range(trained)]
+    assert [record["steps_per_network"] for record in summary["history"]] == [
+        per_epoch * (e + 1) for e in range(trained)
+    ]
 
 
 @pytest.mark.parametrize(
@@ -271,13 +284,17 @@ def test_early_stopping_settings_are_checked():
         tiny_config("out", ["vsepp"], lr_decay_patience=-1)
 
 
-def test_epochs_count_from_1_on_the_console_and_in_the_results_checkpoints_card_and_plots(tiny_data_dir, tmp_path, capfd):
+def test_epochs_count_from_1_on_the_console_and_in_the_results_checkpoints_card_and_plots(
+    tiny_data_dir, tmp_path, capfd
+):
     """One convention: what a person reads of a run (epoch lines, results.json, the checkpoints' names, the card's
     "weights of epoch N", the run record and the division plots) counts epochs from 1."""
     from hfncl.hub.record import read_run_record
 
     result = run_experiment(
-        DataArguments(data_dir=str(tiny_data_dir), noise_ratio=0.4), tiny_config(tmp_path, ["ncr"], epochs=2), TINY_MODEL
+        DataArguments(data_dir=str(tiny_data_dir), noise_ratio=0.4),
+        tiny_config(tmp_path, ["ncr"], epochs=2),
+        TINY_MODEL,
     )
     lines = [line for line in capfd.readouterr().out.splitlines() if line.startswith("epoch ")]
     assert [line.split(" |")[0] for line in lines] == ["epoch 1/2 warmup", "epoch 2/2"]
@@ -285,8 +302,12 @@ def test_epochs_count_from_1_on_the_console_and_in_the_results_checkpoints_card_
     best = max(result["history"], key=lambda record: record["val/rsum"])
     assert result["best_epoch"] == best["epoch"] == read_run_record(tmp_path / "best").best_epoch
     assert f"weights of epoch {best['epoch']}," in (tmp_path / "best" / "README.md").read_text()
-    assert sorted(path.name.split("-epoch-")[1] for path in (tmp_path / "checkpoints").glob("step-*")) == ["0001", "0002"]
-    assert sorted(path.name for path in (tmp_path / "divisions").iterdir()) == ["epoch-002-net-0.png", "epoch-002-net-1.png"]
+    assert sorted(
+        path.name.split("-epoch-")[1] for path in (tmp_path / "checkpoints").glob("step-*")
+    ) == ["0001", "0002"]
+    assert sorted(
+        path.name for path in (tmp_path / "divisions").iterdir()
+    ) == ["epoch-002-net-0.png", "epoch-002-net-1.png"]
 
 
 def test_a_run_ends_with_one_line_saying_the_best_epoch_the_test_score_and_where_the_model_is():
@@ -294,12 +315,13 @@ def test_a_run_ends_with_one_line_saying_the_best_epoch_the_test_score_and_where
 
     result = {"history": [{}, {}, {}], "best_epoch": 2, "best_val_rsum": 412.34, "test": {"rsum": 398.06}}
     assert summary_line(result, "runs/x") == (
-        "done: best epoch 2/3 (validation rsum 412.3), test rsum 398.1; model in runs/x/best, results in runs/x/results.json"
+        "done: best epoch 2/3 (validation rsum 412.3), test rsum 398.1; model in runs/x/best, "
+        "results in runs/x/results.json"
     )
     labels = {"history": [{}, {}], "best_epoch": None, "best_val_mean_map": None, "test": {"mean_map": 0.7123}}
     assert summary_line(labels, "out") == (
-        "done: no validation split: the last epoch's model (2/2), test mean_map 0.712; its checkpoint in out/checkpoints, "
-        "results in out/results.json"
+        "done: no validation split: the last epoch's model (2/2), test mean_map 0.712; "
+        "its checkpoint in out/checkpoints, results in out/results.json"
     )
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import TINY_MODEL, tiny_config
+
 from hfncl.engine.trainer import Trainer
 from hfncl.experiment import DataArguments, run_experiment
 from hfncl.tasks.pair_data import effective_noise_ratio, prepare_data
@@ -51,7 +51,9 @@ def test_a_noise_file_s_measured_ratio_is_recorded_and_a_disagreeing_ratio_refus
     agreeing = DataArguments(data_dir=str(micro_data_dir), noise_file=noise_file, noise_ratio=round(measured, 2))
     assert effective_noise_ratio(agreeing, prepare_data(agreeing, tmp_path / "agree").train) == measured
     with pytest.raises(ValueError, match=r"noise_ratio 0\.2 disagrees with noise_file .*wrong pairs"):
-        prepare_data(DataArguments(data_dir=str(micro_data_dir), noise_file=noise_file, noise_ratio=0.2), tmp_path / "no")
+        prepare_data(
+            DataArguments(data_dir=str(micro_data_dir), noise_file=noise_file, noise_ratio=0.2), tmp_path / "no"
+        )
     generated = DataArguments(data_dir=str(micro_data_dir), noise_ratio=0.2)
     assert effective_noise_ratio(generated, prepare_data(generated, tmp_path / "gen").train) == 0.2
 

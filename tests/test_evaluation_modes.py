@@ -34,7 +34,9 @@ def runs(micro_data_dir, tmp_path_factory):
 def _matrix(checkpoint, data_dir, network=None):
     """The plain reference: the (N, N * k) test similarities of one checkpoint's networks (or of one network)."""
     model = NCLModel.from_pretrained(str(checkpoint)).eval()
-    split = RetrievalSplit.from_precomp(load_precomp_split(data_dir, "test"), load_text_vocabulary(str(checkpoint), model.config))
+    split = RetrievalSplit.from_precomp(
+        load_precomp_split(data_dir, "test"), load_text_vocabulary(str(checkpoint), model.config)
+    )
     images, texts = encode_split(model, split, batch_size=64)
     with torch.no_grad():
         each = model.network_similarities(images, texts)

@@ -81,7 +81,9 @@ def test_unknown_names_are_refused_in_one_line_listing_what_there_is() -> None:
     unknown_format = r"^DataArguments.data_format must be one of \('auto', 'imagefolder', 'precomp'\), got 'parquet' \("
     with pytest.raises(ValueError, match=unknown_format):
         check_format_name("parquet")
-    with pytest.raises(heads.UnknownHeadError, match=r"^NCLConfig.similarity must be one of \('cosine', 'saf', 'scan', 'sgr'"):
+    with pytest.raises(
+        heads.UnknownHeadError, match=r"^NCLConfig.similarity must be one of \('cosine', 'saf', 'scan', 'sgr'"
+    ):
         NCLConfig(similarity="bilinear")
     with pytest.raises(ValueError, match=r"^NCLConfig.text_tower must be one of \('gru', 'transformer'\), got 'bow' "):
         NCLConfig(text_tower="bow")
@@ -118,7 +120,9 @@ def test_a_registered_format_is_detected_and_read_and_a_registered_head_scores(
 ) -> None:
     data_dir = npz_benchmark(micro_data_dir, tmp_path / "npz")
     assert detect_format(data_dir, "train") == "npz_pairs" and detect_format(micro_data_dir, "train") == "precomp"
-    train = get_format("npz_pairs").load_split(data_dir, "train", feature_dtype="float32", image_processor=None, like=None)
+    train = get_format("npz_pairs").load_split(
+        data_dir, "train", feature_dtype="float32", image_processor=None, like=None
+    )
     assert train.num_images == 16 and train.captions_per_image == 5 and train.image_shape == (6, 8)
     precomp = get_format("precomp").load_split(
         micro_data_dir, "train", feature_dtype="float32", image_processor=None, like=None

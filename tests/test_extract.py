@@ -8,17 +8,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import save_processor, tiny_config, write_imagefolder
 from PIL import Image
 from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPVisionConfig, CLIPVisionModel
 
-from conftest import save_processor, tiny_config, write_imagefolder
 from hfncl import cli
 from hfncl.data import DataFormatError, load_precomp_split
 from hfncl.data.extract import extract_features
 from hfncl.data.extractors import ImageFeatureExtractor
 from hfncl.experiment import DataArguments, ModelArguments, run_experiment
 
-VISION = dict(hidden_size=16, intermediate_size=24, num_hidden_layers=1, num_attention_heads=2, image_size=16, patch_size=8)
+VISION = dict(
+    hidden_size=16, intermediate_size=24, num_hidden_layers=1, num_attention_heads=2, image_size=16, patch_size=8
+)
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +46,9 @@ def reference_features(model_dir: Path, image_path: Path, feature: str) -> np.nd
 @pytest.mark.parametrize(("feature", "regions"), [("pooled", 1), ("patches", 1 + (16 // 8) ** 2)])
 def test_extraction_writes_a_precomp_directory(raw_dir, vision_dir, tmp_path, feature, regions):
     out = tmp_path / "precomp"
-    shapes = extract_features(raw_dir, out, str(vision_dir), feature=feature, batch_size=3, num_shards=2, cache_dir=tmp_path / "cache")
+    shapes = extract_features(
+        raw_dir, out, str(vision_dir), feature=feature, batch_size=3, num_shards=2, cache_dir=tmp_path / "cache"
+    )
     assert shapes == {"train": (7, regions, 16), "dev": (11, regions, 16), "test": (11, regions, 16)}
     split = load_precomp_split(out, "train", cache_dir=tmp_path / "arrow")
     assert split.num_images == 7 and split.captions_per_image == 2 and split.region_shape == (regions, 16)
@@ -64,7 +68,9 @@ def test_pooled_features_of_a_dual_encoder_are_its_image_embeddings(raw_dir, tmp
     save_processor(directory)
     extractor = ImageFeatureExtractor(str(directory), "pooled")
     image = Image.open(raw_dir / "test" / "001.png")
-    pixels = CLIPImageProcessor.from_pretrained(directory)(images=[image.convert("RGB")], return_tensors="pt")["pixel_values"]
+    pixels = CLIPImageProcessor.from_pretrained(directory)(
+        images=[image.convert("RGB")], return_tensors="pt"
+    )["pixel_values"]
     with torch.no_grad():
         expected = model.visual_projection(model.vision_model(pixel_values=pixels).pooler_output)
     np.testing.assert_allclose(extractor([image]), expected[:, None].numpy(), rtol=0, atol=1e-5)
@@ -78,13 +84,17 @@ def test_a_killed_extraction_resumes_from_the_cached_shards(raw_dir, vision_dir,
     shard_files[0].unlink()  # as if the run had been killed while extracting shard 1 of train
     seen: list[int] = []
     original = ImageFeatureExtractor.__call__
-    monkeypatch.setattr(ImageFeatureExtractor, "__call__", lambda self, images: seen.append(len(images)) or original(self, images))
+    monkeypatch.setattr(
+        ImageFeatureExtractor, "__call__", lambda self, images: seen.append(len(images)) or original(self, images)
+    )
     second = extract_features(raw_dir, tmp_path / "b", str(vision_dir), batch_size=2, num_shards=3, cache_dir=cache)
     assert first == second
     # one probe image per split, then only the 2 images of train's shard 1 (7 images in 3 contiguous shards: 3, 2, 2)
     assert sum(seen) == 3 + 2
     for split in ("train", "dev", "test"):
-        np.testing.assert_array_equal(np.load(tmp_path / "a" / f"{split}_ims.npy"), np.load(tmp_path / "b" / f"{split}_ims.npy"))
+        np.testing.assert_array_equal(
+            np.load(tmp_path / "a" / f"{split}_ims.npy"), np.load(tmp_path / "b" / f"{split}_ims.npy")
+        )
 
 
 def test_unequal_caption_counts_name_the_split_and_row(vision_dir, tmp_path):
@@ -101,7 +111,8 @@ def test_unequal_caption_counts_name_the_split_and_row(vision_dir, tmp_path):
 
 def test_cli_extract(raw_dir, vision_dir, tmp_path, capsys):
     status = cli.main(
-        ["extract", str(raw_dir), str(tmp_path / "out"), "--model", str(vision_dir), "--cache-dir", str(tmp_path / "cache")]
+        ["extract", str(raw_dir), str(tmp_path / "out"), "--model", str(vision_dir),
+         "--cache-dir", str(tmp_path / "cache")]
     )
     assert status == 0
     assert "train: 7 images x 1 x 16 features" in capsys.readouterr().out
@@ -158,5 +169,7 @@ def test_an_unresolvable_hub_model_is_a_clear_error(monkeypatch):
         raise OSError("no cached revision")
 
     monkeypatch.setattr(HfApi, "resolve_revision", offline)
-    with pytest.raises(OSError, match=r"'user/absent': it is not a local directory, .* revision 'main' cannot be resolved"):
+    with pytest.raises(
+        OSError, match=r"'user/absent': it is not a local directory, .* revision 'main' cannot be resolved"
+    ):
         ImageFeatureExtractor("user/absent")

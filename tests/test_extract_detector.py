@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import write_imagefolder
 from PIL import Image
 from scipy.ndimage import map_coordinates
 from transformers import (
@@ -21,7 +22,6 @@ from transformers import (
 )
 
 from hfncl import cli
-from conftest import write_imagefolder
 from hfncl.data import load_precomp_split
 from hfncl.data.extract import extract_features
 from hfncl.data.extractors import RegionFeatureExtractor
@@ -34,10 +34,12 @@ def detector_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random DETR (ResNet backbone, C5 of 32 channels, 8 queries) and its image processor, saved."""
     directory = tmp_path_factory.mktemp("tiny_detr")
     torch.manual_seed(0)
-    backbone = ResNetConfig(embedding_size=8, hidden_sizes=[8, 16, 16, CHANNELS], depths=[1, 1, 1, 1], out_features=["stage4"])
+    backbone = ResNetConfig(
+        embedding_size=8, hidden_sizes=[8, 16, 16, CHANNELS], depths=[1, 1, 1, 1], out_features=["stage4"]
+    )
     config = DetrConfig(
-        backbone_config=backbone, d_model=16, encoder_layers=1, decoder_layers=1, encoder_ffn_dim=16, decoder_ffn_dim=16,
-        encoder_attention_heads=2, decoder_attention_heads=2, num_queries=QUERIES, num_labels=3,
+        backbone_config=backbone, d_model=16, encoder_layers=1, decoder_layers=1, encoder_ffn_dim=16,
+        decoder_ffn_dim=16, encoder_attention_heads=2, decoder_attention_heads=2, num_queries=QUERIES, num_labels=3,
     )
     model = DetrForObjectDetection(config)
     with torch.no_grad():  # at DETR's initialisation every query predicts the same central box: spread them
@@ -56,7 +58,10 @@ def rt_detr_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("tiny_rt_detr")
     torch.manual_seed(0)
     backbone = RTDetrResNetConfig(
-        embedding_size=8, hidden_sizes=[8, 16, 16, CHANNELS], depths=[1, 1, 1, 1], out_features=["stage2", "stage3", "stage4"]
+        embedding_size=8,
+        hidden_sizes=[8, 16, 16, CHANNELS],
+        depths=[1, 1, 1, 1],
+        out_features=["stage2", "stage3", "stage4"],
     )
     config = RTDetrConfig(
         backbone_config=backbone, encoder_in_channels=[16, 16, CHANNELS], encoder_hidden_dim=16, d_model=16,
@@ -96,7 +101,9 @@ def test_region_features_are_padded_to_r_with_the_count_recorded(raw_dir, detect
 
 @pytest.mark.parametrize("detector", ["detector_dir", "rt_detr_dir"])
 def test_each_region_is_the_mean_of_bilinear_samples_over_its_box(raw_dir, detector, request):
-    extractor = RegionFeatureExtractor(str(request.getfixturevalue(detector)), num_regions=4, box_geometry=True, pool_size=3)
+    extractor = RegionFeatureExtractor(
+        str(request.getfixturevalue(detector)), num_regions=4, box_geometry=True, pool_size=3
+    )
     images = [Image.open(raw_dir / "train" / f"{i:03d}.png") for i in (0, 4)]  # 20 and 24 rows: DETR pads the first
     regions, counts = extractor(images)
     assert counts.max() > 1, "the boxes differ"
@@ -117,7 +124,9 @@ def test_each_region_is_the_mean_of_bilinear_samples_over_its_box(raw_dir, detec
             np.testing.assert_allclose(region[:-5], expected, rtol=1e-4, atol=1e-5)
 
 
-def test_region_extraction_is_deterministic_and_resumes_after_a_killed_shard(raw_dir, detector_dir, tmp_path, monkeypatch):
+def test_region_extraction_is_deterministic_and_resumes_after_a_killed_shard(
+    raw_dir, detector_dir, tmp_path, monkeypatch
+):
     cache = tmp_path / "cache"
     options = dict(feature="regions", num_regions=4, batch_size=2, num_shards=3)
     extract_features(raw_dir, tmp_path / "a", str(detector_dir), cache_dir=cache, **options)
@@ -127,7 +136,9 @@ def test_region_extraction_is_deterministic_and_resumes_after_a_killed_shard(raw
     shard_files[0].unlink()  # as if the run had been killed while extracting shard 1 of train
     seen: list[int] = []
     original = RegionFeatureExtractor.__call__
-    monkeypatch.setattr(RegionFeatureExtractor, "__call__", lambda self, images: seen.append(len(images)) or original(self, images))
+    monkeypatch.setattr(
+        RegionFeatureExtractor, "__call__", lambda self, images: seen.append(len(images)) or original(self, images)
+    )
     extract_features(raw_dir, tmp_path / "b", str(detector_dir), cache_dir=cache, **options)
     assert sum(seen) == 2 + 2, "one probe image per split, then the 2 images of train's shard 1 (5 images: 2, 2, 1)"
     for name in ("train_ims.npy", "train_num_regions.npy", "test_ims.npy", "test_num_regions.npy"):

@@ -12,9 +12,9 @@ import httpx2
 import huggingface_hub
 import pytest
 import torch
+from conftest import write_imagefolder
 from huggingface_hub import HfApi
 from huggingface_hub.errors import RevisionResolutionError
-from conftest import write_imagefolder
 from test_hub import REPO_ID, FakeHub, make_checkpoint
 from transformers import DetrConfig, DetrImageProcessor, PreTrainedModel
 
@@ -190,8 +190,7 @@ def test_a_missing_config_file_is_one_line_naming_it(tmp_path, capsys):
 def test_accelerate_running_fewer_processes_than_launched_is_a_warning(tmp_path, monkeypatch):
     """``ACCELERATE_USE_CPU=true accelerate launch --num_processes 2`` without ``--multi_gpu`` silently ran one
     process: its simple launcher sets MASTER_ADDR / MASTER_PORT for two, and no WORLD_SIZE."""
-    from hfncl.engine.distributed import fewer_processes_warning
-    from hfncl.engine.distributed import run_accelerator
+    from hfncl.engine.distributed import fewer_processes_warning, run_accelerator
 
     for name in ("WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)
@@ -272,7 +271,10 @@ def test_train_help_names_the_installed_plugins_and_gives_examples_that_run(caps
         cli.main(["train", "--help"])
     assert exited.value.code == 0
     text = capsys.readouterr().out
-    assert "installed plugins: bicro, coteaching, crcl, decl, dmcm, gsc, gsc_intra, l2rm, ncr, npc, prototype_ce, rcl, tcvse, ugncl, vsepp" in text
+    assert (
+        "installed plugins: bicro, coteaching, crcl, decl, dmcm, gsc, gsc_intra, l2rm, ncr, npc, prototype_ce, rcl, "
+        "tcvse, ugncl, vsepp"
+    ) in text
     example = next(line for line in text.splitlines() if "--print-config" in line and line.startswith("  hfncl train"))
     arguments = shlex.split(example.replace("NAME.OPTION", "ncr.alpha").replace("NAME", "ncr"))[1:]
     assert cli.main(arguments) == 0

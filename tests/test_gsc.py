@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from conftest import MICRO_LOCAL_MODELS, TINY_MODEL, Interrupted, noisy_trainer, tiny_config
 from safetensors.torch import load_file
 from sklearn.mixture import GaussianMixture
 
-from conftest import MICRO_LOCAL_MODELS, TINY_MODEL, Interrupted, noisy_trainer, tiny_config
 from hfncl.data.synthetic import SyntheticConfig
 from hfncl.demo import demo_runs, run_demo
 from hfncl.engine.ledger import Ledger
@@ -277,14 +277,18 @@ def test_network_b_trains_in_epoch_t_on_network_a_s_estimate_of_epoch_t():
 
 
 @pytest.mark.parametrize("similarity", ["sgr", "saf"])
-def test_gsc_trains_an_epoch_on_sgr_and_saf_with_b_labelled_by_a_of_the_same_epoch(micro_data_dir, tmp_path, similarity):
+def test_gsc_trains_an_epoch_on_sgr_and_saf_with_b_labelled_by_a_of_the_same_epoch(
+    micro_data_dir, tmp_path, similarity
+):
     result = run_experiment(
         DataArguments(data_dir=str(micro_data_dir), noise_ratio=0.4),
         tiny_config(tmp_path, ["gsc"], epochs=1, warmup_epochs=0, lr_decay_epochs=[], batch_size=16),
         MICRO_LOCAL_MODELS[similarity],
     )
     [epoch] = result["history"]
-    assert all(math.isfinite(epoch[f"train/{term}/net{k}"]) for term in ("gsc_cross_modal", "gsc_intra_modal") for k in (0, 1))
+    assert all(
+        math.isfinite(epoch[f"train/{term}/net{k}"]) for term in ("gsc_cross_modal", "gsc_intra_modal") for k in (0, 1)
+    )
     # network 0 trained on y = 1 (no estimate yet); network 1 on network 0's estimate of this epoch
     assert epoch["division/net0/predicted_clean_ratio"] == 1.0 and epoch["division/net1/predicted_clean_ratio"] < 1.0
 
@@ -399,8 +403,14 @@ def test_the_head_reading_scores_each_modality_s_pairs_through_the_similarity_mo
     from hfncl.models.modeling import MatchingNetwork
 
     torch.manual_seed(0)
-    fields = {"sgr": {"similarity": "sgr", "sim_dim": 8}, "saf": {"similarity": "saf", "sim_dim": 8}, "scan": {"similarity": "scan"}}
-    network = MatchingNetwork(NCLConfig(image_dim=12, vocab_size=30, embed_dim=16, word_dim=8, image_regions=6, **fields[similarity]))
+    fields = {
+        "sgr": {"similarity": "sgr", "sim_dim": 8},
+        "saf": {"similarity": "saf", "sim_dim": 8},
+        "scan": {"similarity": "scan"},
+    }
+    network = MatchingNetwork(
+        NCLConfig(image_dim=12, vocab_size=30, embed_dim=16, word_dim=8, image_regions=6, **fields[similarity])
+    )
     network.eval()
     images = network.encode_image(torch.randn(5, 6, 12))
     texts = network.encode_text(torch.randint(1, 30, (5, 7)), torch.tensor([7, 5, 4, 6, 3]))
@@ -413,7 +423,9 @@ def test_the_head_reading_scores_each_modality_s_pairs_through_the_similarity_mo
         pair = network.within_similarity(embeds[[1, 3]], modality)
         torch.testing.assert_close(pair[0, 1], structure[1, 3])
         torch.testing.assert_close(pair[1, 0], structure[3, 1])
-    pooled_trainer = SimpleNamespace(options_of=lambda kind: kind.read({"gsc.structure": "pooled"}), model=trainer.model)
+    pooled_trainer = SimpleNamespace(
+        options_of=lambda kind: kind.read({"gsc.structure": "pooled"}), model=trainer.model
+    )
     assert gsc.GSCOptions().structure == "head"
     pooled = gsc.structures(pooled_trainer, outputs, 0)
     torch.testing.assert_close(pooled[0], intra_modal_similarity(images))
@@ -434,6 +446,9 @@ def test_with_a_cosine_head_both_readings_of_the_structure_are_the_cosine_of_the
     texts = network.encode_text(torch.randint(1, 30, (5, 7)), torch.tensor([7, 5, 4, 6, 3]))
     outputs = SimpleNamespace(image_embeds=images, text_embeds=texts)
     for structure in ("head", "pooled"):
-        trainer = SimpleNamespace(options_of=lambda kind, s=structure: kind.read({"gsc.structure": s}), model=SimpleNamespace(networks=[network]))
+        trainer = SimpleNamespace(
+            options_of=lambda kind, s=structure: kind.read({"gsc.structure": s}),
+            model=SimpleNamespace(networks=[network]),
+        )
         for got, embeds in zip(gsc.structures(trainer, outputs, 0), (images, texts), strict=True):
             torch.testing.assert_close(got, intra_modal_similarity(embeds))

@@ -12,8 +12,8 @@ import torch
 
 from hfncl import cli
 from hfncl.arguments import ModelArguments
-from hfncl.models import NCLConfig, NCLModel
 from hfncl.model_settings import FLAT_HEAD_FIELDS
+from hfncl.models import NCLConfig, NCLModel
 from hfncl.models.sgraf import SGRHead
 from hfncl.recipe import HelpFormatter, OneLineErrorParser
 

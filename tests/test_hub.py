@@ -11,17 +11,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import TINY_MODEL, tiny_config
 from huggingface_hub import CommitInfo, HfApi, ModelCard, RepoUrl
 from safetensors.torch import load as safetensors_load
 from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoModel, BertConfig, BertModel, BertTokenizer
 
-from conftest import TINY_MODEL, tiny_config
 from hfncl import cli
 from hfncl.config import TrainConfig
 from hfncl.data import TokenizerVocabulary, Vocabulary
 from hfncl.experiment import DataArguments, run_experiment
-from hfncl.tasks.pair_data import dataset_name_of
 from hfncl.hub import (
     RUN_RECORD,
     CheckpointError,
@@ -42,6 +41,7 @@ from hfncl.hub.card_tables import division_rows, eval_results, metric_label
 from hfncl.models import CategoryConfig, CategoryModel, NCLConfig, NCLModel
 from hfncl.models.provenance import CHECKPOINT_FORMAT, IncompatibleCheckpointError
 from hfncl.plugins import MissingPluginError, load_plugin, plugin_citations
+from hfncl.tasks.pair_data import dataset_name_of
 
 WORDS = ["a", "dog", "runs", "on", "the", "grass", "cat", "sits"]
 REPO = Path(__file__).resolve().parents[1]
@@ -397,7 +397,9 @@ def test_push_to_hub_without_a_companion_file_says_how_to_supply_it_and_sends_no
     message = str(raised.value)
     assert message.startswith(f"Nothing was uploaded: NCLModel.push_to_hub('{REPO_ID}') publishes a complete")
     listed = [line for line in message.splitlines() if line.startswith("  - ")]
-    assert len(listed) == len(missing) and all(re.match(pattern, line) for pattern, line in zip(missing, listed, strict=True))
+    assert len(listed) == len(missing) and all(
+        re.match(pattern, line) for pattern, line in zip(missing, listed, strict=True)
+    )
     assert where in message and f"`hfncl push CHECKPOINT {REPO_ID}`" in message
     assert hub.repos == [] and hub.commits == []
 
@@ -421,7 +423,8 @@ def tiny_category_model() -> CategoryModel:
             tiny_model,
             {"revision": "dev", "create_pr": True},
             TypeError,
-            r"unsupported argument\(s\) \['create_pr', 'revision'\]: .* takes only vocabulary, record, image_processor, commit_message",
+            r"unsupported argument\(s\) \['create_pr', 'revision'\]: .* takes only vocabulary, record, "
+            r"image_processor, commit_message",
         ),
         (
             tiny_category_model,
@@ -865,8 +868,11 @@ def test_a_checkpoint_whose_tensors_do_not_fit_its_model_is_refused_in_one_line_
 
 def test_half_precision_weights_load_and_the_loading_info_is_given_when_asked(tmp_path):
     checkpoint, weights = _small_checkpoint(tmp_path / "model")
-    save_file({k: t.half() if t.is_floating_point() else t for k, t in weights.items()}, checkpoint / "model.safetensors",
-              metadata={"format": "pt"})
+    save_file(
+        {k: t.half() if t.is_floating_point() else t for k, t in weights.items()},
+        checkpoint / "model.safetensors",
+        metadata={"format": "pt"},
+    )
     model, info = NCLModel.from_pretrained(checkpoint, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
     assert isinstance(model, NCLModel)

@@ -30,4 +30,6 @@ def test_circles_follow_absolute_relative_and_type_only_imports(tmp_path):
 
 def test_a_package_without_circles_has_none(tmp_path):
     circles = benchmark_module("import_circles").circles
-    assert circles(_package(tmp_path, {"__init__.py": "", "a.py": "from pkg import b\n", "b.py": "import json\n"})) == []
+    assert (
+        circles(_package(tmp_path, {"__init__.py": "", "a.py": "from pkg import b\n", "b.py": "import json\n"})) == []
+    )

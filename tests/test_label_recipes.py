@@ -8,12 +8,15 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from _shared_data import shared_data_dir
 
 REPO = Path(__file__).resolve().parents[1]
 # Each --help starts a Python with torch and transformers (seconds): one recipe in the fast suite.
-RECIPES = ("dmcm_wiki.py", pytest.param("dmcm_pascal.py", marks=pytest.mark.slow), pytest.param("dmcm_xmedianet.py", marks=pytest.mark.slow))
+RECIPES = (
+    "dmcm_wiki.py",
+    pytest.param("dmcm_pascal.py", marks=pytest.mark.slow),
+    pytest.param("dmcm_xmedianet.py", marks=pytest.mark.slow),
+)
 
 
 def _recipe(name: str, *args: str) -> subprocess.CompletedProcess:

@@ -75,7 +75,9 @@ def test_every_method_runs_under_both_protocols_with_the_noise_of_its_protocol(l
 
 def test_a_method_trains_on_the_converged_oracles_rule(leaderboard, tmp_path):
     data_dir = generate_precomp(tmp_path / "data", MICRO_DATA)  # 16 images x 5 captions: 80 pairs
-    args = leaderboard.parse_args(["--methods", "ncr", "--seeds", "0", "--protocols", "decl-image", "--decl-ratios", "0.4"])
+    args = leaderboard.parse_args(
+        ["--methods", "ncr", "--seeds", "0", "--protocols", "decl-image", "--decl-ratios", "0.4"]
+    )
     (run,), _ = leaderboard.plan(args, data_dir)
     settings = run.job.run.settings  # ncr's demo: 10 epochs at least; the rate decays when the validation stalls
     assert (settings["epochs"], settings["lr_decay_epochs"], settings["lr_decay_patience"]) == (70, [], 3)
@@ -92,9 +94,12 @@ def test_a_method_trains_on_the_converged_oracles_rule(leaderboard, tmp_path):
 
 def test_tables_name_protocol_and_mode_and_share_of_the_oracle(leaderboard, runs):
     rows = [
-        _row("ncr", "decl-image", 0.4, 0, 300.0, "mean of 2 networks"), _row("ncr", "decl-image", 0.4, 1, 320.0, "mean of 2 networks"),
-        _row("ncr", "decl-image", 0.4, 0, 290.0, runs.NETWORK_A), _row("ncr", "decl-image", 0.4, 1, 300.0, runs.NETWORK_A),
-        _row("oracle", "decl-image", 0.4, 0, 400.0, "one network"), _row("oracle", "decl-image", 0.4, 1, 400.0, "one network"),
+        _row("ncr", "decl-image", 0.4, 0, 300.0, "mean of 2 networks"),
+        _row("ncr", "decl-image", 0.4, 1, 320.0, "mean of 2 networks"),
+        _row("ncr", "decl-image", 0.4, 0, 290.0, runs.NETWORK_A),
+        _row("ncr", "decl-image", 0.4, 1, 300.0, runs.NETWORK_A),
+        _row("oracle", "decl-image", 0.4, 0, 400.0, "one network"),
+        _row("oracle", "decl-image", 0.4, 1, 400.0, "one network"),
     ]
     lines = leaderboard.protocol_table(rows, "decl-image", [0.4])
     assert lines[0] == "| method | evaluation | oracle | 40% rSum | 40% share of oracle | epochs (best / trained) |"
@@ -115,8 +120,10 @@ def test_a_method_trained_by_another_rule_than_the_oracles_has_its_own_oracle(le
     assert leaderboard.own_oracles(named) == {"vsepp": "oracle", "ncr": "oracle", "rcl": "oracle (rcl)"}
     every = leaderboard.parse_args(["--methods", "vsepp", "ncr", "--own-oracles", "all", "--seeds", "0"])
     assert leaderboard.own_oracles(every) == {"vsepp": "oracle", "ncr": "oracle (ncr)"}
-    planned = leaderboard.parse_args(["--methods", "vsepp", "rcl", "--own-oracles", "rcl", "--seeds", "0", "--protocols",
-                                      "ncr-caption", "--ncr-ratios", "0.2"])
+    planned = leaderboard.parse_args(
+        ["--methods", "vsepp", "rcl", "--own-oracles", "rcl", "--seeds", "0", "--protocols", "ncr-caption",
+         "--ncr-ratios", "0.2"]
+    )
     _, references = leaderboard.plan(planned, generate_precomp(tmp_path / "micro", MICRO_DATA))
     assert {r.job.row: r.job.run.plugin for r in references} == {"oracle": "vsepp", "oracle (rcl)": "rcl"}
     rule = leaderboard.training_rule(leaderboard.method_runs(["tcvse"], 0.2)[0])
@@ -131,9 +138,12 @@ def test_a_method_trained_by_another_rule_than_the_oracles_has_its_own_oracle(le
     assert by_row["oracle (tcvse)"].run.plugin == "tcvse" and by_row["oracle"].run.plugin == "vsepp"
     assert by_row["oracle (tcvse)"].data.train_split == by_row["oracle"].data.train_split == "train_oracle_20_seed0"
     # a method's share is over its own oracle, named in the table; VSE++'s oracle row stays
-    rows = [_row("tcvse", "ncr-caption", 0.2, 0, 500.0, "one network"), _row("vsepp", "ncr-caption", 0.2, 0, 250.0, "one network"),
-            _row("oracle", "ncr-caption", 0.2, 0, 350.0, "one network", plugin="vsepp"),
-            _row("oracle (tcvse)", "ncr-caption", 0.2, 0, 520.0, "one network", plugin="tcvse")]
+    rows = [
+        _row("tcvse", "ncr-caption", 0.2, 0, 500.0, "one network"),
+        _row("vsepp", "ncr-caption", 0.2, 0, 250.0, "one network"),
+        _row("oracle", "ncr-caption", 0.2, 0, 350.0, "one network", plugin="vsepp"),
+        _row("oracle (tcvse)", "ncr-caption", 0.2, 0, 520.0, "one network", plugin="tcvse"),
+    ]
     lines = leaderboard.protocol_table(rows, "ncr-caption", [0.2], {"tcvse": "oracle (tcvse)", "vsepp": "oracle"})
     assert "| tcvse | one network | oracle (tcvse) | 500.0 | 96.2% | 10 / 12 |" in lines
     assert "| vsepp | one network | oracle | 250.0 | 71.4% | 10 / 12 |" in lines
@@ -142,25 +152,36 @@ def test_a_method_trained_by_another_rule_than_the_oracles_has_its_own_oracle(le
     # above the VSE++ oracle is no note, above its own is one
     assert not [n for n in board_notes.notes(rows, {"tcvse": "oracle (tcvse)"}) if "above its oracle" in n]
     above = [{**rows[0], "test": {"rsum": 530.0}}] + rows[1:]
-    head = "above its oracle, a defect of the measurement until shown otherwise (test rSum minus the oracle's, mean ± sd " \
-           "over the seeds): "
+    head = (
+        "above its oracle, a defect of the measurement until shown otherwise (test rSum minus the oracle's, mean ± sd "
+        "over the seeds): "
+    )
     assert head + "tcvse over oracle (tcvse) (ncr-caption 20%: +10.0 over seed 0)" in board_notes.notes(
         above, {"tcvse": "oracle (tcvse)"})
     # over seeds: the mean difference and its sd, over the seeds the oracle ran; below it on average, no note
-    seeds = above + [_row("tcvse", "ncr-caption", 0.2, 1, 490.0, "one network"), _row("tcvse", "ncr-caption", 0.2, 2, 1.0,
-                     "one network"), _row("oracle (tcvse)", "ncr-caption", 0.2, 1, 470.0, "one network", plugin="tcvse")]
-    assert head + ("tcvse over oracle (tcvse) (ncr-caption 20%: within the seed spread, no difference measured: +15.0 ± "
-                   "7.1 over seeds 0, 1 (paired t-test p = 0.20))") in board_notes.notes(seeds, {"tcvse": "oracle (tcvse)"})
-    resolved = [r for r in seeds[:-1] if r["seed"] != 2] + [_row("oracle (tcvse)", "ncr-caption", 0.2, 1, 479.0, "one network", plugin="tcvse"),
-                             _row("tcvse", "ncr-caption", 0.2, 2, 540.0, "one network"),
-                             _row("oracle (tcvse)", "ncr-caption", 0.2, 2, 529.5, "one network", plugin="tcvse")]
+    seeds = above + [
+        _row("tcvse", "ncr-caption", 0.2, 1, 490.0, "one network"),
+        _row("tcvse", "ncr-caption", 0.2, 2, 1.0, "one network"),
+        _row("oracle (tcvse)", "ncr-caption", 0.2, 1, 470.0, "one network", plugin="tcvse"),
+    ]
+    assert head + (
+        "tcvse over oracle (tcvse) (ncr-caption 20%: within the seed spread, no difference measured: +15.0 ± "
+        "7.1 over seeds 0, 1 (paired t-test p = 0.20))"
+    ) in board_notes.notes(seeds, {"tcvse": "oracle (tcvse)"})
+    resolved = [r for r in seeds[:-1] if r["seed"] != 2] + [
+        _row("oracle (tcvse)", "ncr-caption", 0.2, 1, 479.0, "one network", plugin="tcvse"),
+        _row("tcvse", "ncr-caption", 0.2, 2, 540.0, "one network"),
+        _row("oracle (tcvse)", "ncr-caption", 0.2, 2, 529.5, "one network", plugin="tcvse"),
+    ]
     assert head + "tcvse over oracle (tcvse) (ncr-caption 20%: +10.5 ± 0.5 over seeds 0, 1, 2)" in board_notes.notes(
         resolved, {"tcvse": "oracle (tcvse)"})
     seeds[-1] = _row("oracle (tcvse)", "ncr-caption", 0.2, 1, 510.0, "one network", plugin="tcvse")
     assert not [n for n in board_notes.notes(seeds, {"tcvse": "oracle (tcvse)"}) if "above its oracle" in n]
 
 
-def test_a_flag_above_the_oracle_names_where_the_method_was_trained_on_the_clean_pairs_itself(leaderboard, board_notes, tmp_path):
+def test_a_flag_above_the_oracle_names_where_the_method_was_trained_on_the_clean_pairs_itself(
+    leaderboard, board_notes, tmp_path
+):
     rows = [_row("gsc", "ncr-caption", 0.2, 0, 260.0, "mean of 2 networks"),
             _row("oracle", "ncr-caption", 0.2, 0, 240.0, "one network", plugin="vsepp")]
     (tmp_path / "methods").mkdir()
@@ -186,10 +207,13 @@ def method_cell(method, ratio):
     return f"{method} over oracle (ncr-caption {ratio}: +20.0 over seed 0"
 
 
-def test_a_run_trained_otherwise_than_the_plan_is_named_and_trained_again(leaderboard, board_notes, runs, tmp_path, monkeypatch):
+def test_a_run_trained_otherwise_than_the_plan_is_named_and_trained_again(
+    leaderboard, board_notes, runs, tmp_path, monkeypatch
+):
     data_dir = generate_precomp(tmp_path / "data", MICRO_DATA)
-    args = leaderboard.parse_args(["--methods", "ncr", "--seeds", "0", "--protocols", "decl-image", "--decl-ratios", "0.4",
-                                   "--batch-size", "16"])
+    args = leaderboard.parse_args(
+        ["--methods", "ncr", "--seeds", "0", "--protocols", "decl-image", "--decl-ratios", "0.4", "--batch-size", "16"]
+    )
     (run,), _ = leaderboard.plan(args, data_dir)
     root = tmp_path / "runs"
     assert runs.stale_fields(run, root, False, {}) == []  # not started
@@ -210,9 +234,11 @@ def test_a_run_trained_otherwise_than_the_plan_is_named_and_trained_again(leader
     shown = runs.train_run(run, root, False, None, True)
     assert shown["stale"] == stale and shown["batch_size"] == 16  # a row without its batch size: the run's config's
     note = [n for n in board_notes.notes([{**shown, "mode": "one network"}]) if n.startswith("trained otherwise")]
-    assert note == ["trained otherwise than the plan, shown until trained again (a call without --report-only): "
-                    "ncr (decl-image 40% seed 0: options was {}, plan {'ncr.noisy_batch': 'split'}; warmup_epochs was 2, "
-                    "plan 4)"]
+    assert note == [
+        "trained otherwise than the plan, shown until trained again (a call without --report-only): "
+        "ncr (decl-image 40% seed 0: options was {}, plan {'ncr.noisy_batch': 'split'}; warmup_epochs was 2, "
+        "plan 4)"
+    ]
     calls = []
     monkeypatch.setattr(runs, "train", lambda job, directory, quick, progress, resume, report_only, model:
                         calls.append((resume, (directory / job.name / "row.json").exists())))
@@ -242,9 +268,12 @@ def test_options_reach_the_runs_of_the_plugin_they_name_and_bad_ones_are_refused
 
 
 def test_notes_flag_a_method_below_vsepp_and_runs_still_improving(leaderboard, board_notes, tmp_path):
-    rows = [_row("vsepp", "ncr-caption", 0.5, 0, 300.0, "one network"), _row("gsc", "ncr-caption", 0.5, 0, 280.0, "mean of 2 networks",
-                 division={"auc": 0.55, "precision": 0.5, "recall": 0.1}),
-            _row("ncr", "ncr-caption", 0.5, 0, 310.0, "mean of 2 networks", epochs=20, best_epoch=20)]
+    rows = [
+        _row("vsepp", "ncr-caption", 0.5, 0, 300.0, "one network"),
+        _row("gsc", "ncr-caption", 0.5, 0, 280.0, "mean of 2 networks",
+             division={"auc": 0.55, "precision": 0.5, "recall": 0.1}),
+        _row("ncr", "ncr-caption", 0.5, 0, 310.0, "mean of 2 networks", epochs=20, best_epoch=20),
+    ]
     notes = board_notes.notes(rows)
     assert notes[0].startswith("gsc is below VSE++ under ncr-caption at 50% (280.0 vs 300.0); its division (network A, "
                                "last epoch): auc 0.55, precision 0.50, recall 0.10;")
@@ -261,7 +290,9 @@ def test_notes_flag_a_method_below_vsepp_and_runs_still_improving(leaderboard, b
     assert board_notes.notes(rows, docs=docs)[0].endswith(
         '; the cause, measured: docs/methods/gsc.md, "On the leaderboard: below VSE++"')
     (docs / "gsc.md").write_text("# GSC\n\n## On the leaderboard: why GSC falls below VSE++\n\n| `ncr-caption` 50% |\n")
-    assert board_notes.notes(rows, docs=docs)[0].endswith('docs/methods/gsc.md, "On the leaderboard: why GSC falls below VSE++"')
+    assert board_notes.notes(rows, docs=docs)[0].endswith(
+        'docs/methods/gsc.md, "On the leaderboard: why GSC falls below VSE++"'
+    )
     # a section that measured other cells only (its text names the cell as `protocol` R%) does not answer this one
     elsewhere = "## On the leaderboard: below VSE++ (i)\n\nAt `ncr-caption` 20% and `decl-image` 50%.\n"
     (docs / "gsc.md").write_text("# GSC\n\n" + elsewhere)
@@ -282,7 +313,9 @@ def test_seed_spread_is_a_paired_t_test_over_the_seeds_both_ran(leaderboard, boa
     t = statistics.mean(differences) / (sd / math.sqrt(3))
     p = 2 * scipy.stats.t.sf(abs(t), df=2)  # the paired t-test's two-sided p, written out
     assert board_notes.seed_spread(lower, upper) == (
-        f"within the seed spread, no difference measured: -6.7 ± {sd:.1f} over seeds 0, 1, 2 (paired t-test p = {p:.2f})")
+        f"within the seed spread, no difference measured: -6.7 ± {sd:.1f} over seeds 0, 1, 2 "
+        f"(paired t-test p = {p:.2f})"
+    )
     assert board_notes.seed_spread({0: 280.0, 1: 290.0, 2: 301.0}, {0: 300.0, 1: 310.0, 2: 320.0}) is None  # resolved
     assert board_notes.seed_spread({0: 280.0}, {0: 300.0}) is None  # one seed cannot tell
     assert board_notes.seed_spread({0: 280.0, 1: 290.0}, {0: 300.0, 1: 310.0}) is None  # no spread at all
@@ -398,7 +431,9 @@ def test_a_damaged_papers_table_is_refused_naming_the_field(leaderboard, board_n
         board_notes.comparison_tables(path)
 
 
-def test_the_papers_tables_name_installed_methods_and_agree_with_each_other_and_the_reproduction_page(leaderboard, board_notes):
+def test_the_papers_tables_name_installed_methods_and_agree_with_each_other_and_the_reproduction_page(
+    leaderboard, board_notes
+):
     tables = board_notes.comparison_tables()
     by_source = {table["source"]: table for table in tables}
     assert len(by_source) == len(tables)
@@ -482,14 +517,19 @@ def test_cost_counts_cpu_time_of_every_run(leaderboard, board_notes):
 
 def test_reported_numbers_keep_their_source_and_protocol(leaderboard):
     lines = leaderboard.reported_table()
-    assert "| ncr_f30k | Flickr30K | ncr-caption | 0%: 502.7, 20%: 496.7, 50%: 482.8 | NCR Table 1, Flickr30K |" in lines
+    assert (
+        "| ncr_f30k | Flickr30K | ncr-caption | 0%: 502.7, 20%: 496.7, 50%: 482.8 | NCR Table 1, Flickr30K |" in lines
+    )
     assert "| gsc_cc152k | CC152K | real (CC152K) | real: 375.1 | GSC Table 3 (GSC-SGR), CC152K |" in lines
     assert all("dmcm" not in line for line in lines)  # mAP, not rSum
 
 
 def test_bad_arguments_are_refused(leaderboard, capsys):
-    for argv, message in ((["--jobs", "0"], "--jobs and --threads must be >= 1"), (["--decl-ratios", "1.0"], "--decl-ratios must lie in"),
-                          (["--methods", "ncr", "--own-oracles", "rcl"], "--own-oracles: rcl not among the methods this call trains")):
+    for argv, message in (
+        (["--jobs", "0"], "--jobs and --threads must be >= 1"),
+        (["--decl-ratios", "1.0"], "--decl-ratios must lie in"),
+        (["--methods", "ncr", "--own-oracles", "rcl"], "--own-oracles: rcl not among the methods this call trains"),
+    ):
         with pytest.raises(SystemExit):
             leaderboard.parse_args(argv)
         assert message in capsys.readouterr().err
@@ -514,19 +554,29 @@ def test_a_free_worker_takes_the_next_cells_runs_while_a_cells_references_wait_f
     rows: list = []
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         leaderboard.schedule(ordered, 2, lambda run: pool.submit(train, run), lambda run: run, rows)
-    assert len(rows) == 6 and order.index("ncr-caption/oracle_noise20_seed0") > order.index("ncr-caption/vsepp_noise50_seed0")
+    assert len(rows) == 6 and (
+        order.index("ncr-caption/oracle_noise20_seed0") > order.index("ncr-caption/vsepp_noise50_seed0")
+    )
     # a cell's references start only once its methods have all finished
-    assert order.index("ncr-caption/oracle_noise50_seed0") > max(order.index(f"ncr-caption/{m}_noise50_seed0") for m in ("ncr", "vsepp"))
+    assert order.index("ncr-caption/oracle_noise50_seed0") > max(
+        order.index(f"ncr-caption/{m}_noise50_seed0") for m in ("ncr", "vsepp")
+    )
 
 
 def test_the_proxy_trains_its_own_seeds(leaderboard, tmp_path, monkeypatch):
     data_dir = generate_precomp(tmp_path / "data", MICRO_DATA)
     monkeypatch.setattr(leaderboard, "prepare_benchmark", lambda name, *rest: (data_dir, f"the {name} data"))
     planned: dict[str, set[int]] = {}
-    monkeypatch.setattr(leaderboard, "run_groups", lambda ordered, args, root, rows: planned.setdefault(root.name, set()).update(
-        run.job.seed for group in ordered for run in group))
+    monkeypatch.setattr(
+        leaderboard,
+        "run_groups",
+        lambda ordered, args, root, rows: planned.setdefault(root.name, set()).update(
+            run.job.seed for group in ordered for run in group
+        ),
+    )
     argv = ["--benchmark", "generated", "proxy", "--methods", "vsepp", "--no-references", "--protocols", "ncr-caption",
-            "--ncr-ratios", "0.2", "--seeds", "0", "1", "--output-dir", str(tmp_path / "runs"), "--report", str(tmp_path / "lb")]
+            "--ncr-ratios", "0.2", "--seeds", "0", "1", "--output-dir", str(tmp_path / "runs"),
+            "--report", str(tmp_path / "lb")]
     assert leaderboard.parse_args(argv).proxy_seeds == [0, 1]  # by default the --seeds
     leaderboard.main(argv + ["--proxy-seeds", "0"])
     assert planned == {"generated": {0, 1}, "proxy": {0}}
@@ -542,13 +592,19 @@ def test_quick_run_writes_the_tables_and_reuses_finished_runs(tmp_path):
     subprocess.run(command, check=True, capture_output=True, text=True)
     text = (tmp_path / "leaderboard.md").read_text()
     assert "protocol `ncr-caption`" in text and "protocol `decl-image`" in text
-    assert "| ncr | mean of 2 networks |" in text and "| ncr | network A alone |" in text and "| vsepp | one network |" in text
+    assert (
+        "| ncr | mean of 2 networks |" in text
+        and "| ncr | network A alone |" in text
+        and "| vsepp | one network |" in text
+    )
     assert "## Reported by the papers (not measured here" in text and (tmp_path / "leaderboard.png").is_file()
     report = json.loads((tmp_path / "leaderboard.json").read_text())
     rows = report["benchmarks"]["generated"]["rows"]
     assert {(r["protocol"], r["method"]) for r in rows} >= {("decl-image", "ncr"), ("ncr-caption", "oracle")}
     again = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-    assert "cost: 6 runs" in again and (tmp_path / "generated" / "decl-image" / "ncr_noise40_seed0" / "row.json").is_file()
+    assert (
+        "cost: 6 runs" in again and (tmp_path / "generated" / "decl-image" / "ncr_noise40_seed0" / "row.json").is_file()
+    )
 
 
 def test_a_run_built_otherwise_than_its_plugins_model_defaults_is_stale(leaderboard, runs, tmp_path):

@@ -33,7 +33,8 @@ def test_margin_matrix_by_hand():
     # image 0: captions 1, 2 -> [0 - 0.5 + 0.6]+ = 0.1, [0.3 - 0.5 + 0.4]+ = 0.2 (a scalar 0.2 would pick caption 1)
     # image 1: [0.1 - 0.2 + 0.3]+ = 0.2, [0.2 - 0.2 + 0.5]+ = 0.5; image 2: [0.2 - 0.4 + 0.1]+ = 0, [0 - 0.4 + 0.3]+ = 0
     # caption 0: images 1, 2 -> [0.1 - 0.5 + 0.3]+ = 0, [0.2 - 0.5 + 0.1]+ = 0
-    # caption 1: [0 - 0.2 + 0.6]+ = 0.4, [0 - 0.2 + 0.3]+ = 0.1; caption 2: [0.3 - 0.4 + 0.4]+ = 0.3, [0.2 - 0.4 + 0.5]+ = 0.3
+    # caption 1: [0 - 0.2 + 0.6]+ = 0.4, [0 - 0.2 + 0.3]+ = 0.1;
+    # caption 2: [0.3 - 0.4 + 0.4]+ = 0.3, [0.2 - 0.4 + 0.5]+ = 0.3
     torch.testing.assert_close(triplet_hardest_negative(S, margins), torch.tensor([0.2, 0.9, 0.3]))
     with pytest.raises(ValueError, match=r"\(3, 3\) as the similarity, got \(2, 2\)"):
         triplet_hardest_negative(S, torch.zeros(2, 2))

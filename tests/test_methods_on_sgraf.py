@@ -11,8 +11,8 @@ import dataclasses
 import math
 
 import pytest
-
 from conftest import MICRO_LOCAL_MODELS, tiny_config
+
 from hfncl.experiment import DataArguments, run_experiment
 
 
@@ -21,7 +21,9 @@ from hfncl.experiment import DataArguments, run_experiment
     ("plugin", "views", "term"),
     [("ncr", None, "soft_margin_triplet/net0"), ("ugncl", 2, "evidential")],
 )
-def test_method_divides_and_trains_an_epoch_on_the_paper_head(micro_data_dir, tmp_path, plugin, views, term, similarity):
+def test_method_divides_and_trains_an_epoch_on_the_paper_head(
+    micro_data_dir, tmp_path, plugin, views, term, similarity
+):
     model = dataclasses.replace(MICRO_LOCAL_MODELS[similarity], image_views=views)
     result = run_experiment(
         DataArguments(data_dir=str(micro_data_dir), noise_ratio=0.4),

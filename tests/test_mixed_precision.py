@@ -9,8 +9,8 @@ import math
 
 import pytest
 import torch
-
 from conftest import MICRO_LOCAL_MODELS, local_nodes_of_regions, tiny_config
+
 from hfncl.cli import main as cli_main
 from hfncl.experiment import DataArguments, run_experiment
 from hfncl.models import NCLConfig, NCLModel
@@ -65,7 +65,9 @@ def _head_gradient(network, scores: torch.Tensor) -> torch.Tensor:
     """The gradient of the scores' sum over the head's parameters, flattened (unused ones count as zero)."""
     parameters = list(network.head.parameters())
     grads = torch.autograd.grad(scores.sum(), parameters, retain_graph=True, allow_unused=True)
-    return torch.cat([(torch.zeros_like(p) if g is None else g).flatten() for p, g in zip(parameters, grads, strict=True)])
+    return torch.cat(
+        [(torch.zeros_like(p) if g is None else g).flatten() for p, g in zip(parameters, grads, strict=True)]
+    )
 
 
 @pytest.mark.parametrize("similarity", ["sgr", "saf"])
@@ -118,7 +120,9 @@ def test_ncr_trains_and_evaluates_on_a_paper_head_in_bf16(micro_data_dir, tmp_pa
     assert any(key.startswith("division") and key.endswith("auc") for key in trained)
     assert 0.0 < result["test"]["rsum"] <= 600.0
     capsys.readouterr()
-    command = ["evaluate", str(output / "best"), "--data-dir", str(micro_data_dir), "--batch-size", "64", "--no-progress"]
+    command = [
+        "evaluate", str(output / "best"), "--data-dir", str(micro_data_dir), "--batch-size", "64", "--no-progress"
+    ]
     scored = {}
     for precision in ("no", "bf16"):
         assert cli_main([*command, "--mixed-precision", precision]) == 0

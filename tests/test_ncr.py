@@ -54,7 +54,13 @@ def test_soft_margin_loss_takes_hardest_negatives_within_the_clean_and_noisy_par
     clean = torch.tensor([True, True, False, False])
     w = torch.tensor([0.9, 0.7, 0.2, 0.1])
     peer = torch.tensor([0.8, 0.4, 0.6, 0.0])
-    options = {"ncr.alpha": 0.2, "ncr.division_statistics": "pass", "ncr.curve": 10.0, "ncr.top_fraction": 0.1, "ncr.co_rectify": True}
+    options = {
+        "ncr.alpha": 0.2,
+        "ncr.division_statistics": "pass",
+        "ncr.curve": 10.0,
+        "ncr.top_fraction": 0.1,
+        "ncr.co_rectify": True,
+    }
     trainer = SimpleNamespace(batch_part=None, options_of=lambda kind: kind.read(options))
     outputs = SimpleNamespace(similarity=similarity)
     targets = {"clean": clean, "clean_prob": w, "peer_prediction": peer}
@@ -82,7 +88,8 @@ def test_without_co_rectify_only_the_clean_part_trains_with_the_full_margin():
     similarity = torch.tensor(
         [[0.9, 0.8, 0.1, 0.7], [0.2, 0.6, 0.3, 0.1], [0.95, 0.1, 0.4, 0.2], [0.1, 0.3, 0.5, 0.3]]
     )
-    # by hand, clean pairs 0 and 2 (alpha 0.2): image 0: [0.2 - 0.9 + 0.1]_+ = 0, caption 0: [0.2 - 0.9 + 0.95]_+ = 0.25;
+    # by hand, clean pairs 0 and 2 (alpha 0.2):
+    # image 0: [0.2 - 0.9 + 0.1]_+ = 0, caption 0: [0.2 - 0.9 + 0.95]_+ = 0.25;
     # image 2: [0.2 - 0.4 + 0.95]_+ = 0.75, caption 2: [0.2 - 0.4 + 0.1]_+ = 0
     clean = torch.tensor([True, False, True, False])
     torch.testing.assert_close(co_divide_only_loss(similarity, clean, 0.2), torch.tensor(1.0))
@@ -94,7 +101,9 @@ def test_without_co_rectify_only_the_clean_part_trains_with_the_full_margin():
     term = loss(trainer=trainer, batch={}, outputs=outputs, targets=targets, net=0)["soft_margin_triplet"]
     torch.testing.assert_close(term, torch.tensor(1.0))
     lonely = co_divide_only_loss(similarity.requires_grad_(), torch.tensor([True, False, False, False]), 0.2)
-    assert lonely.item() == 0 and lonely.requires_grad, "a batch with one clean pair trains nothing but still backpropagates"
+    assert lonely.item() == 0 and lonely.requires_grad, (
+        "a batch with one clean pair trains nothing but still backpropagates"
+    )
 
 
 def test_a_batch_without_two_pairs_in_any_part_gives_a_zero_loss_that_still_backpropagates():
@@ -102,15 +111,32 @@ def test_a_batch_without_two_pairs_in_any_part_gives_a_zero_loss_that_still_back
 
     from hfncl_plugins.ncr import loss
 
-    options = {"ncr.alpha": 0.2, "ncr.division_statistics": "pass", "ncr.curve": 10.0, "ncr.top_fraction": 0.1, "ncr.co_rectify": True}
+    options = {
+        "ncr.alpha": 0.2,
+        "ncr.division_statistics": "pass",
+        "ncr.curve": 10.0,
+        "ncr.top_fraction": 0.1,
+        "ncr.co_rectify": True,
+    }
     similarity = torch.tensor([[0.9, 0.1], [0.2, 0.8]], requires_grad=True)
-    targets = {"clean": torch.tensor([True, False]), "clean_prob": torch.tensor([0.9, 0.1]), "peer_prediction": torch.zeros(2)}
-    term = loss(trainer=SimpleNamespace(batch_part=None, options_of=lambda kind: kind.read(options)), batch={}, outputs=SimpleNamespace(similarity=similarity), targets=targets, net=0)
+    targets = {
+        "clean": torch.tensor([True, False]),
+        "clean_prob": torch.tensor([0.9, 0.1]),
+        "peer_prediction": torch.zeros(2),
+    }
+    term = loss(
+        trainer=SimpleNamespace(batch_part=None, options_of=lambda kind: kind.read(options)),
+        batch={},
+        outputs=SimpleNamespace(similarity=similarity),
+        targets=targets,
+        net=0,
+    )
     assert term["soft_margin_triplet"].item() == 0 and term["soft_margin_triplet"].requires_grad
 
 
 def test_the_noisy_part_joins_the_loss_from_the_start_epoch_on():
-    """The authors' schedule (``ncr.noisy_part_start``): before it, only the clean part trains and no peer forward runs."""
+    """The authors' schedule (``ncr.noisy_part_start``): before it, only the clean part trains and no peer forward
+    runs."""
     from types import SimpleNamespace
 
     from hfncl.equations.losses import triplet_hardest_negative
@@ -119,39 +145,57 @@ def test_the_noisy_part_joins_the_loss_from_the_start_epoch_on():
     similarity = torch.tensor(
         [[0.9, 0.8, 0.1, 0.7], [0.2, 0.6, 0.3, 0.1], [0.95, 0.1, 0.4, 0.2], [0.1, 0.3, 0.5, 0.3]]
     )
-    options = {"ncr.alpha": 0.2, "ncr.division_statistics": "pass", "ncr.curve": 10.0, "ncr.top_fraction": 0.1, "ncr.co_rectify": True, "ncr.noisy_part_start": 0.5}
+    options = {
+        "ncr.alpha": 0.2,
+        "ncr.division_statistics": "pass",
+        "ncr.curve": 10.0,
+        "ncr.top_fraction": 0.1,
+        "ncr.co_rectify": True,
+        "ncr.noisy_part_start": 0.5,
+    }
 
     def peer_forward(net, batch, grad):
         raise AssertionError("no peer forward before the noisy part trains")
 
     def trainer_at(epoch):
         return SimpleNamespace(
-            batch_part=None, options_of=lambda kind: kind.read(options), epoch=epoch, config=SimpleNamespace(epochs=10, warmup_epochs=4), forward=peer_forward,
+            batch_part=None,
+            options_of=lambda kind: kind.read(options),
+            epoch=epoch,
+            config=SimpleNamespace(epochs=10, warmup_epochs=4),
+            forward=peer_forward,
             gather=lambda tensor: tensor,
         )
 
     # 6 epochs after a warmup of 4: the noisy part trains from the middle of them, epoch 4 + 3
     assert [noisy_part_trains(trainer_at(epoch)) for epoch in (4, 6, 7, 9)] == [False, False, True, True]
     division = SimpleNamespace(
-        clean=torch.tensor([True, False, True, True, False, False]), clean_prob=torch.tensor([0.9, 0.2, 0.6, 0.7, 0.1, 0.3]), extras={}
+        clean=torch.tensor([True, False, True, True, False, False]),
+        clean_prob=torch.tensor([0.9, 0.2, 0.6, 0.7, 0.1, 0.3]),
+        extras={},
     )
     batch = {"index": torch.tensor([0, 3, 1, 4])}  # dataset pairs of the batch: clean, clean, noisy, noisy
     targets = rectify(trainer=trainer_at(4), batch=batch, net=0, division=division)
     assert set(targets) == {"clean", "clean_prob"}
-    term = loss(trainer=trainer_at(4), batch=batch, outputs=SimpleNamespace(similarity=similarity), targets=targets, net=0)
+    term = loss(
+        trainer=trainer_at(4), batch=batch, outputs=SimpleNamespace(similarity=similarity), targets=targets, net=0
+    )
     # the clean part as in Eq. 4: own predictions 1.0 and 0.5 (see the test above), w = 0.9 and 0.7
     margins = soft_margin(torch.tensor([0.9 + 0.1 * 1.0, 0.7 + 0.3 * 0.5]), 0.2, 10.0)
     torch.testing.assert_close(term["soft_margin_triplet"], triplet_hardest_negative(similarity[:2, :2], margins).sum())
     with torch.no_grad():
         called = []
         later = trainer_at(7)
-        later.forward = lambda net, batch, grad: called.append(net) or SimpleNamespace(similarity=similarity, index=batch["index"])
+        later.forward = lambda net, batch, grad: (
+            called.append(net) or SimpleNamespace(similarity=similarity, index=batch["index"])
+        )
         targets = rectify(trainer=later, batch=batch, net=0, division=division)
     assert called == [1] and "peer_prediction" in targets
 
 
 def test_division_from_the_training_steps_uses_the_recorded_losses_and_runs_no_pass():
-    """``ncr.division_statistics = "steps"``: each network's steps record L_w (Eq. 2, mean over negatives); co-divide fits its peer's."""
+    """``ncr.division_statistics = "steps"``: each network's steps record L_w (Eq. 2, mean over negatives); co-divide
+    fits its peer's."""
     from types import SimpleNamespace
 
     from hfncl.engine.ledger import Ledger
@@ -160,7 +204,8 @@ def test_division_from_the_training_steps_uses_the_recorded_losses_and_runs_no_p
 
     options = {
         "ncr.alpha": 0.2, "ncr.division_statistics": "steps", "ncr.threshold": 0.5, "ncr.gmm_max_iter": 10,
-        "ncr.gmm_reg_covar": 5e-4, "ncr.noisy_part_start": 0.5, "ncr.noisy_batch": "split", "ncr.first_division": "steps",
+        "ncr.gmm_reg_covar": 5e-4, "ncr.noisy_part_start": 0.5, "ncr.noisy_batch": "split",
+        "ncr.first_division": "steps",
     }
     passes = []
     pass_losses = {"loss0": torch.rand(6), "loss1": torch.rand(6)}
@@ -225,7 +270,10 @@ def test_with_the_separate_noisy_batch_co_divide_runs_a_pass_after_every_co_trai
 
     pass_losses = {"loss0": torch.rand(6), "loss1": torch.rand(6)}
     first = ["epoch 4 co-divide"] if first_division == "pass" else []
-    for setting, expected in (("separate", first + ["epoch 5 co-divide", "epoch 6 co-divide"]), ("split", first + ["epoch 5 co-divide"])):
+    for setting, expected in (
+        ("separate", first + ["epoch 5 co-divide", "epoch 6 co-divide"]),
+        ("split", first + ["epoch 5 co-divide"]),
+    ):
         options = {
             "ncr.division_statistics": "steps", "ncr.noisy_batch": setting, "ncr.noisy_part_start": 0.0,
             "ncr.first_division": first_division,
@@ -273,10 +321,13 @@ def test_co_divide_s_pass_draws_shuffled_batches_of_the_training_batch_size(tiny
 
 
 def test_warmup_loss_has_the_authors_scale_each_pair_s_hinge_terms_averaged_over_the_batch_columns():
-    """Eq. 2 summed over the batch, each direction's hinge terms of a pair averaged over the b columns (the diagonal's 0 included).
+    """Eq. 2 summed over the batch, each direction's hinge terms of a pair averaged over the b columns (the diagonal's
+    0 included).
 
-    By hand for S above, alpha 0.2: image queries [0.2 - S_ii + S_ij]_+ : row 0: 0.3 + 0.1, row 1: 0.3 + 0.5, row 2: 0 + 0.1;
-    caption queries [0.2 - S_ii + S_ji]_+ : column 0: 0 + 0, column 1: 0.6 + 0.3, column 2: 0.2 + 0.3. Sum 2.7, over b = 3 columns: 0.9.
+    By hand for S above, alpha 0.2:
+    image queries [0.2 - S_ii + S_ij]_+ : row 0: 0.3 + 0.1, row 1: 0.3 + 0.5, row 2: 0 + 0.1;
+    caption queries [0.2 - S_ii + S_ji]_+ : column 0: 0 + 0, column 1: 0.6 + 0.3, column 2: 0.2 + 0.3.
+    Sum 2.7, over b = 3 columns: 0.9.
     """
     from types import SimpleNamespace
 
@@ -295,7 +346,9 @@ def test_warmup_loss_has_the_authors_scale_each_pair_s_hinge_terms_averaged_over
             if j != i:
                 reference += max(0.0, 0.2 - similarity[i, i] + similarity[i, j]) / 16
                 reference += max(0.0, 0.2 - similarity[j, j] + similarity[i, j]) / 16
-    term = warmup_loss(trainer=trainer, batch={}, outputs=SimpleNamespace(similarity=similarity, index=torch.arange(16)), net=0)
+    term = warmup_loss(
+        trainer=trainer, batch={}, outputs=SimpleNamespace(similarity=similarity, index=torch.arange(16)), net=0
+    )
     torch.testing.assert_close(term["warmup_lw"], torch.tensor(float(reference)))
 
 
@@ -304,7 +357,10 @@ def test_the_batch_plan_is_the_peer_division_s_clean_set_with_its_noisy_set_besi
 
     from hfncl_plugins.ncr import batch_plan
 
-    divisions = [SimpleNamespace(clean=torch.tensor([True, False, True])), SimpleNamespace(clean=torch.tensor([False, True, True]))]
+    divisions = [
+        SimpleNamespace(clean=torch.tensor([True, False, True])),
+        SimpleNamespace(clean=torch.tensor([False, True, True])),
+    ]
 
     def trainer(noisy_batch, in_warmup=False, epoch=8, co_rectify=True):
         options = {"ncr.noisy_batch": noisy_batch, "ncr.noisy_part_start": 0.5, "ncr.co_rectify": co_rectify}
@@ -317,7 +373,10 @@ def test_the_batch_plan_is_the_peer_division_s_clean_set_with_its_noisy_set_besi
     assert list(plan.parts) == ["clean", "noisy"] and plan.keep_last
     assert plan.parts["clean"].tolist() == [False, True, True] and plan.parts["noisy"].tolist() == [True, False, False]
     # warmup and the split batch: one shuffle of every pair; the authors' loaders keep each last partial batch
-    for whole in (batch_plan(trainer=trainer("split"), networks=[1]), batch_plan(trainer=trainer("separate", in_warmup=True), networks=[0])):
+    for whole in (
+        batch_plan(trainer=trainer("split"), networks=[1]),
+        batch_plan(trainer=trainer("separate", in_warmup=True), networks=[0]),
+    ):
         assert list(whole.parts) == ["all"] and whole.parts["all"].tolist() == [True] * 3 and whole.keep_last
     # no noisy batch while it would take no step: before its part trains (epoch 4 + 3 here), or without co-rectify
     for idle in (trainer("separate", epoch=6), trainer("separate", co_rectify=False)):
@@ -335,7 +394,10 @@ def test_ncr_trains_with_a_separate_noisy_batch_and_with_the_split_batch(tiny_da
         config = tiny_config(tmp_path / setting, ["ncr"], plot_divisions=False, options={"ncr.noisy_batch": setting})
         runs[setting] = noisy_trainer(tiny_data_dir, config).train()["history"]
     separate, split = runs["separate"], runs["split"]
-    assert "train/soft_margin_triplet/net0/noisy" not in separate[1] and separate[2]["train/soft_margin_triplet/net0/noisy"] > 0
+    assert (
+        "train/soft_margin_triplet/net0/noisy" not in separate[1]
+        and separate[2]["train/soft_margin_triplet/net0/noisy"] > 0
+    )
     assert not any(key.endswith("/noisy") for record in split for key in record)
     for history in (separate, split):
         assert all(math.isfinite(record["val/rsum"]) for record in history)
@@ -397,7 +459,9 @@ def test_own_prediction_in_eval_mode_is_the_authors_predict_and_is_what_the_loss
     from hfncl_plugins.ncr import NCROptions, _per_part, loss, rectify
 
     options = {"ncr.own_prediction": "eval"}
-    config = tiny_config(tmp_path, ["ncr"], epochs=2, warmup_epochs=0, lr_decay_epochs=[], batch_size=16, options=options)
+    config = tiny_config(
+        tmp_path, ["ncr"], epochs=2, warmup_epochs=0, lr_decay_epochs=[], batch_size=16, options=options
+    )
     data = prepare_data(DataArguments(data_dir=str(micro_data_dir), noise_ratio=0.4), config.output_dir)
     model_config = NCLConfig(
         image_dim=data.image_dim, image_regions=data.image_regions, vocab_size=len(data.vocab),
@@ -417,12 +481,17 @@ def test_own_prediction_in_eval_mode_is_the_authors_predict_and_is_what_the_loss
     for other in targets[1:]:
         torch.testing.assert_close(other["own_prediction"], targets[0]["own_prediction"], rtol=0, atol=0)
     for name, value in before.items():
-        torch.testing.assert_close(network.state_dict()[name], value, rtol=0, atol=0, msg=f"the prediction changed {name}")
+        torch.testing.assert_close(
+            network.state_dict()[name], value, rtol=0, atol=0, msg=f"the prediction changed {name}"
+        )
     assert network.training and all(module.training for module in network.modules())
     network.eval()
     with torch.no_grad():
-        expected = _per_part(trainer.task.outputs(network, trainer.task.encode(network, batch), batch["index"]).similarity,
-                             targets[0]["clean"], NCROptions.read(options))
+        expected = _per_part(
+            trainer.task.outputs(network, trainer.task.encode(network, batch), batch["index"]).similarity,
+            targets[0]["clean"],
+            NCROptions.read(options),
+        )
     network.train()
     torch.testing.assert_close(targets[0]["own_prediction"], expected)
 
@@ -477,12 +546,15 @@ def test_when_every_pair_looks_clean_the_hundredth_with_the_lowest_clean_probabi
     monkeypatch.setattr(ncr, "fit_loss_mixture", lambda losses, **gmm: (clean_prob, torch.zeros(2, 3)))
     options = {"ncr.division_statistics": "pass"}
     trainer = SimpleNamespace(
-        options_of=lambda kind: kind.read(options), config=SimpleNamespace(seed=0, epochs=10, warmup_epochs=4, batch_size=3),
+        options_of=lambda kind: kind.read(options),
+        config=SimpleNamespace(seed=0, epochs=10, warmup_epochs=4, batch_size=3),
         collect=lambda statistic, description, **loader: {"loss0": torch.rand(300), "loss1": torch.rand(300)},
     )
     for division in ncr.divide(trainer=trainer, epoch=5):
         noisy = (~division.clean).nonzero().squeeze(1)
-        assert sorted(noisy.tolist()) == sorted(clean_prob.argsort()[:4].tolist()), "300 // 100 + 1 pairs at or below rank 3"
+        assert sorted(noisy.tolist()) == sorted(clean_prob.argsort()[:4].tolist()), (
+            "300 // 100 + 1 pairs at or below rank 3"
+        )
     mixed = clean_prob.clone()
     mixed[:10] = 0.2
     monkeypatch.setattr(ncr, "fit_loss_mixture", lambda losses, **gmm: (mixed, torch.zeros(2, 3)))
@@ -497,10 +569,16 @@ def test_broadcast_labels_of_the_authors_code_by_hand():
     w, own, peer = torch.tensor([0.9, 0.6, 0.3]), torch.tensor([1.0, 0.5, 0.2]), torch.tensor([0.0, 0.0, 0.6])
     clean = torch.tensor([True, True, False])
     expected = torch.tensor(
-        [[0.9 + 0.1 * 1.0, 0.9 + 0.1 * 0.5, 0.9 + 0.1 * 0.2], [0.6 + 0.4 * 1.0, 0.6 + 0.4 * 0.5, 0.6 + 0.4 * 0.2], [0.4] * 3]
+        [
+            [0.9 + 0.1 * 1.0, 0.9 + 0.1 * 0.5, 0.9 + 0.1 * 0.2],
+            [0.6 + 0.4 * 1.0, 0.6 + 0.4 * 0.5, 0.6 + 0.4 * 0.2],
+            [0.4] * 3,
+        ]
     )
     torch.testing.assert_close(broadcast_labels(w, clean, own, peer), expected)
-    torch.testing.assert_close(broadcast_labels(w, clean, own, peer).diagonal()[:2], rectified_labels(w, clean, own, peer)[:2])
+    torch.testing.assert_close(
+        broadcast_labels(w, clean, own, peer).diagonal()[:2], rectified_labels(w, clean, own, peer)[:2]
+    )
 
 
 def _authors_batch_loss(similarity: torch.Tensor, labels: torch.Tensor, alpha: float = 0.2) -> torch.Tensor:
@@ -523,12 +601,18 @@ def test_the_broadcast_layout_gives_the_authors_loss_on_their_clean_and_noisy_ba
 
     generator = torch.Generator().manual_seed(3)
     similarity = torch.rand(6, 6, generator=generator)
-    w, own, peer = torch.rand(6, generator=generator), torch.rand(6, generator=generator), torch.rand(6, generator=generator)
+    w, own, peer = (
+        torch.rand(6, generator=generator),
+        torch.rand(6, generator=generator),
+        torch.rand(6, generator=generator),
+    )
 
     def ncr_loss(clean: torch.Tensor, layout: str, with_peer: bool = True) -> torch.Tensor:
         options = {"ncr.division_statistics": "pass", "ncr.label_layout": layout}
         trainer = SimpleNamespace(batch_part=None, options_of=lambda kind: kind.read(options))
-        targets = {"clean": clean, "clean_prob": w, "own_prediction": own} | ({"peer_prediction": peer} if with_peer else {})
+        targets = {"clean": clean, "clean_prob": w, "own_prediction": own} | (
+            {"peer_prediction": peer} if with_peer else {}
+        )
         return loss(trainer=trainer, batch={}, outputs=SimpleNamespace(similarity=similarity), targets=targets, net=0)[
             "soft_margin_triplet"
         ]
@@ -536,7 +620,9 @@ def test_the_broadcast_layout_gives_the_authors_loss_on_their_clean_and_noisy_ba
     # the authors' clean batch: prob (B, 1) * labels (B, 1) + (1 - prob (B, 1)) * P (B,)
     all_clean = torch.ones(6, dtype=torch.bool)
     clean_labels = w.view(6, 1) * torch.ones(6, 1) + (1 - w.view(6, 1)) * own
-    torch.testing.assert_close(ncr_loss(all_clean, "broadcast", with_peer=False), _authors_batch_loss(similarity, clean_labels))
+    torch.testing.assert_close(
+        ncr_loss(all_clean, "broadcast", with_peer=False), _authors_batch_loss(similarity, clean_labels)
+    )
     # their noisy batch: ((P^A + P^B) / 2).view(-1, 1)
     all_noisy = torch.zeros(6, dtype=torch.bool)
     noisy_labels = ((own + peer) / 2).view(-1, 1)
@@ -547,7 +633,9 @@ def test_the_broadcast_layout_gives_the_authors_loss_on_their_clean_and_noisy_ba
     expected = _authors_batch_loss(similarity[part, part], w[part].view(3, 1) + (1 - w[part].view(3, 1)) * own[part])
     expected = expected + _authors_batch_loss(similarity[rest, rest], ((own[rest] + peer[rest]) / 2).view(-1, 1))
     torch.testing.assert_close(ncr_loss(split, "broadcast"), expected)
-    assert not torch.isclose(ncr_loss(all_clean, "broadcast", with_peer=False), ncr_loss(all_clean, "pair", with_peer=False))
+    assert not torch.isclose(
+        ncr_loss(all_clean, "broadcast", with_peer=False), ncr_loss(all_clean, "pair", with_peer=False)
+    )
 
 
 def test_under_per_pair_margins_active_hinges_ignore_the_labels_and_under_broadcast_ones_they_do_not():

@@ -20,6 +20,7 @@ from PIL import Image
 from test_towers import assert_round_trip, text_batch
 from transformers import CLIPImageProcessor, CLIPVisionModel, HfArgumentParser
 
+from hfncl import cli
 from hfncl.data import (
     DataFormatError,
     ImageDataset,
@@ -29,14 +30,13 @@ from hfncl.data import (
     collate_pairs,
     load_pixel_splits,
 )
-from hfncl import cli
 from hfncl.engine.encoding import RetrievalSplit, evaluate_retrieval
 from hfncl.experiment import DataArguments, ModelArguments, run_experiment
-from hfncl.tasks.pair_data import prepare_data
 from hfncl.hub import CheckpointError, checkpoint_files
 from hfncl.hub.checkpoint import IMAGE_PROCESSOR_SUBFOLDER, load_image_processor
 from hfncl.models import NCLConfig, NCLModel
 from hfncl.retrieval import Retriever
+from hfncl.tasks.pair_data import prepare_data
 
 SPLITS = ["train", "dev", "test"]
 
@@ -94,22 +94,35 @@ def test_a_dev_folder_is_the_dev_split_and_a_missing_split_is_named(tmp_path, to
 
 
 def test_data_that_do_not_fit_the_image_tower_are_clear_errors(raw_dir, tower_dir, tiny_data_dir, tmp_path):
-    with pytest.raises(DataFormatError, match=rf"{re.escape(str(raw_dir))} is an imagefolder of raw images, .*NCLConfig.image_tower\) is 'regions'"):
+    with pytest.raises(
+        DataFormatError,
+        match=rf"{re.escape(str(raw_dir))} is an imagefolder of raw images, .*NCLConfig.image_tower\) is 'regions'",
+    ):
         prepare_data(DataArguments(data_dir=str(raw_dir)), tmp_path)
-    regions = rf"{re.escape(str(tiny_data_dir))} holds precomputed image features .* NCLConfig.image_tower 'transformer' \(image_tower_name"
+    regions = (
+        rf"{re.escape(str(tiny_data_dir))} holds precomputed image features .* "
+        r"NCLConfig.image_tower 'transformer' \(image_tower_name"
+    )
     with pytest.raises(DataFormatError, match=regions):
         prepare_data(DataArguments(data_dir=str(tiny_data_dir)), tmp_path, image_processor=str(tower_dir))
     with pytest.raises(DataFormatError, match=regions):  # the training entry point checks before it trains
         config = tiny_config(tmp_path / "run", ["vsepp"])
         run_experiment(DataArguments(data_dir=str(tiny_data_dir)), config, ModelArguments(image_tower=str(tower_dir)))
-    with pytest.raises(DataFormatError, match=rf"{re.escape(str(tiny_data_dir / 'train' / 'metadata.jsonl'))} does not exist"):
-        prepare_data(DataArguments(data_dir=str(tiny_data_dir), data_format="imagefolder"), tmp_path, image_processor=str(tower_dir))
+    with pytest.raises(
+        DataFormatError, match=rf"{re.escape(str(tiny_data_dir / 'train' / 'metadata.jsonl'))} does not exist"
+    ):
+        prepare_data(
+            DataArguments(data_dir=str(tiny_data_dir), data_format="imagefolder"),
+            tmp_path,
+            image_processor=str(tower_dir),
+        )
 
 
 def test_model_arguments_expose_the_image_tower():
     parser = HfArgumentParser((ModelArguments, DataArguments))
     model, data = parser.parse_args_into_dataclasses(
-        args=["--image-tower", "openai/clip-vit-base-patch32", "--lora-towers", "image", "--data-dir", "d", "--data-format", "imagefolder"]
+        args=["--image-tower", "openai/clip-vit-base-patch32", "--lora-towers", "image", "--data-dir", "d",
+              "--data-format", "imagefolder"]
     )
     assert model.explicit() == {
         "image_tower": "transformer",
@@ -123,7 +136,9 @@ def test_model_arguments_expose_the_image_tower():
 
 
 def test_a_pixel_model_with_lora_adapters_reloads_to_identical_similarities(tower_dir, tmp_path):
-    config = NCLConfig(embed_dim=8, vocab_size=64, image_tower="transformer", image_tower_name=str(tower_dir), lora_rank=2)
+    config = NCLConfig(
+        embed_dim=8, vocab_size=64, image_tower="transformer", image_tower_name=str(tower_dir), lora_rank=2
+    )
     model = NCLModel(config)
     with torch.no_grad():  # adapters that moved away from zero, so the round trip is not trivial
         for name, parameter in model.named_parameters():
@@ -136,7 +151,9 @@ def test_a_pixel_model_with_lora_adapters_reloads_to_identical_similarities(towe
 
 def test_the_retriever_reads_images_only_with_a_pixel_tower_and_its_processor(tower_dir, raw_dir, tmp_path):
     images = [Image.open(raw_dir / "test" / f"{i:03d}.png") for i in range(2)]
-    pixel_model = NCLModel(NCLConfig(embed_dim=8, vocab_size=64, image_tower="transformer", image_tower_name=str(tower_dir)))
+    pixel_model = NCLModel(
+        NCLConfig(embed_dim=8, vocab_size=64, image_tower="transformer", image_tower_name=str(tower_dir))
+    )
     with pytest.raises(ValueError, match="needs the image processor the model was trained with"):
         Retriever(pixel_model).encode_images(images)
     with pytest.raises(TypeError, match="expects a sequence of images, got one image"):
@@ -159,14 +176,20 @@ def vision_weights(model: NCLModel) -> dict[str, torch.Tensor]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("lora_rank", [0, 2])
-def test_a_method_trains_on_raw_images_with_a_clip_vision_tower(lora_rank, raw_dir, tower_dir, tmp_path, offline, capsys):
+def test_a_method_trains_on_raw_images_with_a_clip_vision_tower(
+    lora_rank, raw_dir, tower_dir, tmp_path, offline, capsys
+):
     source = shutil.copytree(tower_dir, tmp_path / "source")
     config = tiny_config(tmp_path / "run", ["vsepp"], epochs=2, warmup_epochs=0, batch_size=4, lr_decay_epochs=[])
-    model_args = ModelArguments(embed_dim=8, word_dim=8, image_tower=str(source), image_pooling="pooler", lora_rank=lora_rank)
+    model_args = ModelArguments(
+        embed_dim=8, word_dim=8, image_tower=str(source), image_pooling="pooler", lora_rank=lora_rank
+    )
     result = run_experiment(DataArguments(data_dir=str(raw_dir), noise_ratio=0.3), config, model_args)
     printed = capsys.readouterr().out
     # head 16 -> 8 (136) trainable, plus rank-2 adapters on q_proj and v_proj (2 x (2 x 16 + 16 x 2)) with LoRA
-    trainable = 136 + 128 if lora_rank else sum(p.numel() for p in CLIPVisionModel.from_pretrained(source).parameters()) + 136
+    trainable = (
+        136 + 128 if lora_rank else sum(p.numel() for p in CLIPVisionModel.from_pretrained(source).parameters()) + 136
+    )
     assert f"net0.image: {trainable:,} trainable of" in printed
     best = tmp_path / "run" / "best"
     assert (best / IMAGE_PROCESSOR_SUBFOLDER / "preprocessor_config.json").is_file()
@@ -185,7 +208,9 @@ def test_a_method_trains_on_raw_images_with_a_clip_vision_tower(lora_rank, raw_d
     assert evaluate_retrieval(trained, RetrievalSplit.from_precomp(test, vocab), batch_size=2) == result["test"]
     with torch.no_grad():
         image_embeds = trained.encode_image(torch.from_numpy(test.image_inputs(range(test.num_images))))
-        batch = collate_captions([{"caption": torch.tensor(vocab.encode(c)), "index": i} for i, c in enumerate(test.captions)])
+        batch = collate_captions(
+            [{"caption": torch.tensor(vocab.encode(c)), "index": i} for i, c in enumerate(test.captions)]
+        )
         text_embeds = trained.encode_text(batch["captions"], batch["lengths"])
     shutil.rmtree(source)  # the reload (offline) reads neither the tower's weights nor its processor from the source
     retriever = Retriever.from_pretrained(best)

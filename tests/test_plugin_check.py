@@ -39,7 +39,9 @@ def loss(trainer, outputs, epoch_of_the_moon):
 def test_a_built_in_method_passes_every_check_but_training_which_is_asked_for(capsys) -> None:
     assert cli.main(["check-plugin", "vsepp"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines == [f"ok    {name}" for name in ("import", "hooks", "trainer view", "options", "data kind", "settings")]
+    assert lines == [
+        f"ok    {name}" for name in ("import", "hooks", "trainer view", "options", "data kind", "settings")
+    ]
 
 
 def test_each_broken_part_is_named_and_a_failed_check_exits_with_1(tmp_path_factory, monkeypatch, capsys) -> None:

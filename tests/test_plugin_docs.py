@@ -118,7 +118,9 @@ def test_the_trainer_view_table_lists_every_member_and_the_trainer_has_them(micr
 
 
 def test_every_toolkit_function_is_documented():
-    functions = [name for name, f in inspect.getmembers(toolkit, inspect.isfunction) if f.__module__ == "hfncl.equations.toolkit"]
+    functions = [
+        name for name, f in inspect.getmembers(toolkit, inspect.isfunction) if f.__module__ == "hfncl.equations.toolkit"
+    ]
     assert functions and [name for name in functions if f"`{name}(" not in DOCS] == []
 
 
@@ -178,7 +180,9 @@ def test_the_hook_reference_is_generated_from_the_hook_specifications() -> None:
         import hook_reference
     finally:
         sys.path.pop(0)
-    assert hook_reference.updated(DOCS) == DOCS, "docs/plugins.md's hook reference is stale: python scripts/hook_reference.py"
+    assert hook_reference.updated(DOCS) == DOCS, (
+        "docs/plugins.md's hook reference is stale: python scripts/hook_reference.py"
+    )
     for name in plugins.hook_names():
         assert f"\n### {name}\n\n`{name}(" in DOCS, name
         assert "- **When:**" in DOCS.split(f"\n### {name}\n", 1)[1].split("\n### ", 1)[0], f"{name} says when it runs"

@@ -13,7 +13,9 @@ def test_each_row_depends_only_on_the_stream_and_the_sample_index():
     index = torch.tensor([7, 3, 11, 0])
     whole = per_sample_uniform(index, (2, 3), (1, 2))
     assert whole.shape == (4, 2, 3)
-    assert torch.equal(torch.cat([per_sample_uniform(index[:1], (2, 3), (1, 2)), per_sample_uniform(index[1:], (2, 3), (1, 2))]), whole)
+    assert torch.equal(
+        torch.cat([per_sample_uniform(index[:1], (2, 3), (1, 2)), per_sample_uniform(index[1:], (2, 3), (1, 2))]), whole
+    )
     order = torch.tensor([2, 0, 3, 1])
     assert torch.equal(per_sample_uniform(index[order], (2, 3), (1, 2)), whole[order])
     assert not torch.equal(per_sample_uniform(index, (2, 3), (1, 3)), whole), "another stream, other draws"

@@ -18,7 +18,9 @@ ACCELERATE += ["--mixed_precision", "no", "--dynamo_backend", "no"]
 # need `--multi_gpu` with ACCELERATE_USE_CPU=true (Accelerate then runs MULTI_CPU over gloo).
 CPU_ONLY = {"ACCELERATE_USE_CPU": "true"}
 TINY_ARGS = ["--epochs", "2", "--warmup-epochs", "1", "--batch-size", "32", "--eval-batch-size", "64"]
-TINY_ARGS += ["--embed-dim", "32", "--word-dim", "16", "--noise-ratio", "0.4", "--no-progress", "--similarity", "cosine"]
+TINY_ARGS += [
+    "--embed-dim", "32", "--word-dim", "16", "--noise-ratio", "0.4", "--no-progress", "--similarity", "cosine"
+]
 
 
 def _launch(processes: int, data_dir: Path, output_dir: Path, recipe: str = "ncr_f30k") -> dict:

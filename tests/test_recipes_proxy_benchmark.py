@@ -108,7 +108,9 @@ def test_report_only_trains_nothing_and_reads_finished_runs(recipes_proxy, tmp_p
     assert outcome == {"results": {"test": {"rsum": 80.0}, "history": []}, "seconds": 12.0}
 
 
-@pytest.mark.parametrize(("resume", "expected"), [(True, ["--resume_from_checkpoint", "latest"]), (False, ["--overwrite_output_dir"])])
+@pytest.mark.parametrize(
+    ("resume", "expected"), [(True, ["--resume_from_checkpoint", "latest"]), (False, ["--overwrite_output_dir"])]
+)
 def test_a_killed_run_continues_from_its_checkpoint_with_resume(recipes_proxy, tmp_path, monkeypatch, resume, expected):
     """A killed run resumes (``--resume``) or starts again; the flag goes on the command line, as a --config file
     may not carry it (it would repeat or delete the run whenever the file is reused)."""

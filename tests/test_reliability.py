@@ -16,16 +16,16 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
 from conftest import noisy_trainer, tiny_config
+
 from hfncl import registry
 from hfncl.cli import main
 from hfncl.config import TrainConfig
 from hfncl.engine import ownership
 from hfncl.integrity import DiskFullError, IntegrityError, verify_manifest, write_manifest
 from hfncl.models import NCLModel
-from hfncl.plugins import PluginError, _fits, build_plugin_manager
 from hfncl.plugin_setup import check_agreement, check_division_fields
+from hfncl.plugins import PluginError, _fits, build_plugin_manager
 
 
 def test_nan_weights_are_an_error_and_zero_weights_score_no_better_than_chance(tiny_data_dir, tmp_path):
@@ -63,7 +63,9 @@ def train_cli(capsys, *arguments: str) -> tuple[int, str]:
     ],
 )
 def test_configuration_errors_are_one_line(tiny_data_dir, tmp_path, capsys, arguments, message):
-    base = ["--plugins", "vsepp", "--data_dir", str(tiny_data_dir), "--output_dir", str(tmp_path), "--progress", "false"]
+    base = [
+        "--plugins", "vsepp", "--data_dir", str(tiny_data_dir), "--output_dir", str(tmp_path), "--progress", "false"
+    ]
     status, err = train_cli(capsys, *base, *arguments)
     assert status != 0
     assert err.count("\n") == 1 and message in err, err
@@ -72,7 +74,8 @@ def test_configuration_errors_are_one_line(tiny_data_dir, tmp_path, capsys, argu
 
 def test_cli_configuration_error_in_a_subprocess_is_one_line_without_traceback(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "hfncl.cli", "train", "--plugins", "vsepp", "--data_dir", str(tmp_path), "--epochs", "0"],
+        [sys.executable, "-m", "hfncl.cli", "train", "--plugins", "vsepp", "--data_dir", str(tmp_path),
+         "--epochs", "0"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -91,9 +94,12 @@ def test_option_types_follow_their_defaults():
 @pytest.mark.parametrize(
     ("names", "message"),
     [
-        (["ncr", "ugncl"], "ugncl's loss reads targets field(s) ['sets', 'soft_label', 'uncertainty'], which the active rectify (ncr's)"),
-        (["ugncl", "ncr"], "ncr's loss reads targets field(s) ['clean', 'clean_prob'], which the active rectify (ugncl's)"),
-        (["gsc", "ugncl"], "ugncl's rectify reads division field(s) ['sets', 'soft_label', 'uncertainty'], which the active divide (gsc's)"),
+        (["ncr", "ugncl"], "ugncl's loss reads targets field(s) ['sets', 'soft_label', 'uncertainty'], "
+                           "which the active rectify (ncr's)"),
+        (["ugncl", "ncr"], "ncr's loss reads targets field(s) ['clean', 'clean_prob'], "
+                           "which the active rectify (ugncl's)"),
+        (["gsc", "ugncl"], "ugncl's rectify reads division field(s) ['sets', 'soft_label', 'uncertainty'], "
+                           "which the active divide (gsc's)"),
     ],
 )
 def test_incompatible_plugin_combinations_are_refused_by_name(names, message):
@@ -120,7 +126,9 @@ def test_compatible_plugin_combinations_pass(names, options):
 @pytest.mark.parametrize("names", [["ncr", "tcvse"], ["tcvse", "ncr"], ["gsc", "tcvse"]])
 def test_plugins_that_train_networks_differently_are_refused_by_name(names):
     config = TrainConfig(plugins=names)
-    with pytest.raises(PluginError, match=re.escape(f"Plugins {' + '.join(names)} do not fit: they answer training_passes")):
+    with pytest.raises(
+        PluginError, match=re.escape(f"Plugins {' + '.join(names)} do not fit: they answer training_passes")
+    ):
         check_agreement(build_plugin_manager(names), names, "training_passes", config=config, num_networks=2)
 
 
@@ -149,7 +157,9 @@ def test_two_packages_registering_one_plugin_name_is_an_error_naming_both(monkey
 
     found = [point("plugins.vsepp", "hfncl"), point("evil.vsepp", "evil-vsepp")]
     monkeypatch.setattr(registry, "entry_points", lambda group: found)
-    with pytest.raises(PluginError, match=r"'vsepp' is registered by two packages, hfncl 1.0 \(plugins.vsepp\) and evil-vsepp 1.0"):
+    with pytest.raises(
+        PluginError, match=r"'vsepp' is registered by two packages, hfncl 1.0 \(plugins.vsepp\) and evil-vsepp 1.0"
+    ):
         registry.installed_entry_points()
     found[1] = point("plugins.vsepp", "hfncl")  # one package seen twice on the path is no conflict
     assert list(registry.installed_entry_points()) == ["vsepp"]
@@ -183,7 +193,10 @@ def test_another_run_s_results_are_refused_unless_overwritten_or_resumed(tmp_pat
     (tmp_path / "best").mkdir()
     (tmp_path / "results.json").write_text("{}")
     (tmp_path / "notes.txt").write_text("mine")
-    with pytest.raises(ownership.OutputDirError, match="holds another run's results \\(best, results.json\\): pass --overwrite_output_dir"):
+    with pytest.raises(
+        ownership.OutputDirError,
+        match="holds another run's results \\(best, results.json\\): pass --overwrite_output_dir",
+    ):
         with ownership.owned_output_dir(tmp_path):
             pass
     with ownership.owned_output_dir(tmp_path, resume=True):
@@ -196,7 +209,8 @@ def test_another_run_s_results_are_refused_unless_overwritten_or_resumed(tmp_pat
 def test_cli_refuses_a_directory_holding_another_run_before_writing(tiny_data_dir, tmp_path, capsys):
     (tmp_path / "results.json").write_text("{}")
     status, err = train_cli(
-        capsys, "--plugins", "vsepp", "--data_dir", str(tiny_data_dir), "--output_dir", str(tmp_path), "--noise_ratio", "0.2"
+        capsys, "--plugins", "vsepp", "--data_dir", str(tiny_data_dir), "--output_dir", str(tmp_path),
+        "--noise_ratio", "0.2"
     )
     assert status != 0 and err.count("\n") == 1 and "holds another run's results (results.json)" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]  # no noise index, no lock left
@@ -208,7 +222,9 @@ def test_latest_is_followed_only_inside_the_output_directory(tiny_data_dir, tmp_
     (tmp_path / "checkpoints").mkdir()
     for target in ("../outside", "", "step-00000001-epoch-0000"):  # escaping, empty, dangling
         (tmp_path / "checkpoints" / "latest").write_text(target)
-        with pytest.raises(IntegrityError, match=f"no complete checkpoint .* names '{re.escape(target)}', not a checkpoint"):
+        with pytest.raises(
+            IntegrityError, match=f"no complete checkpoint .* names '{re.escape(target)}', not a checkpoint"
+        ):
             trainer.resume()
     saved = trainer.save_checkpoint()
     (tmp_path / "checkpoints" / "latest").write_text("../outside")
@@ -232,11 +248,17 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(tiny_data_di
     data[-5] ^= 0xFF  # one flipped byte in the tensor data; the header still parses
     weights.write_bytes(bytes(data))
     resumed = noisy_trainer(tiny_data_dir, tiny_config(tmp_path, ["vsepp"], resume=True))
-    with pytest.warns(UserWarning, match=f"resuming from {re.escape(str(first))} instead: {re.escape(str(weights))} is damaged"):
+    with pytest.warns(
+        UserWarning, match=f"resuming from {re.escape(str(first))} instead: {re.escape(str(weights))} is damaged"
+    ):
         assert resumed.resume()
     assert resumed.state.global_step == 0
     (first / "trainer_state.json").write_text("")
-    with pytest.raises(IntegrityError, match="no complete checkpoint to resume from: .*model.safetensors is damaged: .*; .*trainer_state.json is damaged"):
+    with pytest.raises(
+        IntegrityError,
+        match="no complete checkpoint to resume from: .*model.safetensors is damaged: .*; "
+        ".*trainer_state.json is damaged",
+    ):
         resumed.resume()
 
 
@@ -260,7 +282,9 @@ def test_a_resume_checkpoint_whose_pickles_would_run_code_is_refused_without_run
         path.write_bytes(pickle.dumps(_RunsCode(marker)))
     write_manifest(latest)
     resumed = noisy_trainer(tiny_data_dir, tiny_config(tmp_path, ["vsepp"], resume=True))
-    with pytest.raises(IntegrityError, match=f"{re.escape(str(latest))}: accelerate's state files cannot be loaded safely"):
+    with pytest.raises(
+        IntegrityError, match=f"{re.escape(str(latest))}: accelerate's state files cannot be loaded safely"
+    ):
         resumed.resume()
     assert not marker.exists()
 
@@ -279,7 +303,9 @@ def test_only_the_latest_and_the_previous_checkpoint_are_kept_and_an_interrupted
     monkeypatch.setattr("hfncl.engine.checkpoints.save_file", full_disk)
     trainer.state.global_step = 11
     root = re.escape(str(tmp_path / "checkpoints"))
-    with pytest.raises(DiskFullError, match=f"^no space left on the disk of {root} while writing checkpoint step-00000011-epoch-0001: "):
+    with pytest.raises(
+        DiskFullError, match=f"^no space left on the disk of {root} while writing checkpoint step-00000011-epoch-0001: "
+    ):
         trainer.save_checkpoint()
     assert not list((tmp_path / "checkpoints").glob("step-00000011-*[!p]"))  # only the .tmp staging directory
     assert (tmp_path / "checkpoints" / "latest").read_text() == third.name
@@ -307,6 +333,7 @@ def test_loading_verifies_config_and_weights_and_names_a_missing_config(tiny_dat
 def micro_run(data_dir, output_dir, noise_ratio=0.4, **overrides):
     """``run_experiment`` of VSE++ on ``data_dir`` for one epoch (or ``overrides``) with the tiny model."""
     from conftest import TINY_MODEL
+
     from hfncl.experiment import DataArguments, run_experiment
 
     settings = dict(epochs=1, warmup_epochs=0, batch_size=16, lr_decay_epochs=[]) | overrides
@@ -317,20 +344,25 @@ def micro_run(data_dir, output_dir, noise_ratio=0.4, **overrides):
 def test_a_resume_with_other_noise_or_data_is_refused_in_one_line_before_the_data_are_read(
     micro_data_dir, tmp_path, tmp_path_factory
 ):
+    from conftest import MICRO_DATA
+
     from hfncl.data.synthetic import generate_precomp
     from hfncl.engine.fingerprint import FINGERPRINT_FILE, ResumeMismatchError
-    from conftest import MICRO_DATA
 
     micro_run(micro_data_dir, tmp_path)
     checkpoint = next((tmp_path / "checkpoints").glob("step-*"))
     assert json.loads((checkpoint / FINGERPRINT_FILE).read_text())["fields"]["data.noise_ratio"] == 0.4
     noise = (tmp_path / "noise_index.npy").read_bytes()
-    with pytest.raises(ResumeMismatchError, match=r"trained on other data.*: data.noise_ratio \(0.4 -> 0.1\), training.epochs \(1 -> 2\); .*--resume_ignore_mismatch") as caught:
+    with pytest.raises(
+        ResumeMismatchError,
+        match=r"trained on other data.*: data.noise_ratio \(0.4 -> 0.1\), training.epochs \(1 -> 2\); "
+        r".*--resume_ignore_mismatch",
+    ) as caught:
         micro_run(micro_data_dir, tmp_path, noise_ratio=0.1, epochs=2, resume=True)
     assert "\n" not in str(caught.value)
     assert (tmp_path / "noise_index.npy").read_bytes() == noise  # refused before the noise was made again
     other = generate_precomp(tmp_path_factory.mktemp("other_micro"), MICRO_DATA)  # the same shapes and captions
-    with pytest.raises(ResumeMismatchError, match=f"data.data_dir \\(\"{re.escape(str(micro_data_dir.resolve()))}\" -> "):
+    with pytest.raises(ResumeMismatchError, match=f'data.data_dir \\("{re.escape(str(micro_data_dir.resolve()))}" -> '):
         micro_run(other, tmp_path, resume=True)
 
 
@@ -340,16 +372,25 @@ def test_a_resume_across_a_mismatch_on_purpose_is_recorded_and_an_old_checkpoint
     from hfncl.engine.fingerprint import FINGERPRINT_FILE
 
     micro_run(micro_data_dir, tmp_path)
-    with pytest.warns(UserWarning, match=r"across a mismatch \(--resume_ignore_mismatch\): data.noise_ratio \(0.4 -> 0.2\)"):
-        result = micro_run(micro_data_dir, tmp_path, noise_ratio=0.2, epochs=2, resume=True, resume_ignore_mismatch=True)
+    with pytest.warns(
+        UserWarning, match=r"across a mismatch \(--resume_ignore_mismatch\): data.noise_ratio \(0.4 -> 0.2\)"
+    ):
+        result = micro_run(
+            micro_data_dir, tmp_path, noise_ratio=0.2, epochs=2, resume=True, resume_ignore_mismatch=True
+        )
     assert result["resumed_across_mismatch"] == ["data.noise_ratio", "noise_index", "training.epochs"]
-    assert json.loads((tmp_path / "results.json").read_text())["resumed_across_mismatch"] == result["resumed_across_mismatch"]
+    assert (
+        json.loads((tmp_path / "results.json").read_text())["resumed_across_mismatch"]
+        == result["resumed_across_mismatch"]
+    )
     assert [h["epoch"] for h in result["history"]] == [1, 2]
     latest = tmp_path / "checkpoints" / (tmp_path / "checkpoints" / "latest").read_text()
     assert json.loads((latest / FINGERPRINT_FILE).read_text())["continued_across"] == result["resumed_across_mismatch"]
     (latest / FINGERPRINT_FILE).unlink()  # as a checkpoint saved before fingerprints
     write_manifest(latest)
-    with pytest.warns(UserWarning, match=f"{re.escape(str(latest))} has no readable {FINGERPRINT_FILE} .* without checking"):
+    with pytest.warns(
+        UserWarning, match=f"{re.escape(str(latest))} has no readable {FINGERPRINT_FILE} .* without checking"
+    ):
         result = micro_run(micro_data_dir, tmp_path, noise_ratio=0.2, epochs=3, resume=True)
     assert "resumed_across_mismatch" not in result and len(result["history"]) == 3
 
@@ -368,6 +409,7 @@ def test_settings_that_do_not_change_training_are_not_in_the_fingerprint(micro_d
 
 def test_a_truncated_feature_cache_is_rebuilt_with_a_warning_naming_it(tmp_path):
     from conftest import MICRO_DATA
+
     from hfncl.data.precomp import load_precomp_split
     from hfncl.data.synthetic import generate_precomp
 
@@ -375,19 +417,26 @@ def test_a_truncated_feature_cache_is_rebuilt_with_a_warning_naming_it(tmp_path)
     first = load_precomp_split(data, "train", cache_dir=tmp_path / "cache").regions([0, 5])
     (arrow,) = (tmp_path / "cache").rglob("*.arrow")
     arrow.write_bytes(arrow.read_bytes()[: arrow.stat().st_size // 2])  # a full disk, a killed copy
-    with pytest.warns(UserWarning, match=f"rebuilding the damaged dataset cache {re.escape(str(arrow))} .*Expected to be able to read"):
+    with pytest.warns(
+        UserWarning, match=f"rebuilding the damaged dataset cache {re.escape(str(arrow))} .*Expected to be able to read"
+    ):
         again = load_precomp_split(data, "train", cache_dir=tmp_path / "cache")
     assert (again.regions([0, 5]) == first).all()
     load_precomp_split(data, "train", cache_dir=tmp_path / "cache")  # rebuilt: read back without a warning
 
 
-@pytest.mark.parametrize(("name", "text"), [("train_caps.txt", "a dog runs\n{bad}\n"), ("train_caps.tsv", "1\ta dog runs\n2\t{bad}\n")])
+@pytest.mark.parametrize(
+    ("name", "text"), [("train_caps.txt", "a dog runs\n{bad}\n"), ("train_caps.tsv", "1\ta dog runs\n2\t{bad}\n")]
+)
 def test_a_caption_with_control_characters_is_refused_naming_the_file_and_line(tmp_path, name, text):
     from hfncl.data.precomp import DataFormatError, read_captions
 
     path = tmp_path / name
     path.write_text(text.format(bad="a cat" + "\0" * 40 + " sleeps"))
-    with pytest.raises(DataFormatError, match=f"^{re.escape(str(path))}:2: the caption has a control character \\(U\\+0000 at column 6\\)"):
+    with pytest.raises(
+        DataFormatError,
+        match=f"^{re.escape(str(path))}:2: the caption has a control character \\(U\\+0000 at column 6\\)",
+    ):
         read_captions(path)
     path.write_text(text.format(bad="a cat sleeps\x1b[31m"))
     with pytest.raises(DataFormatError, match="U\\+001B at column 13"):
@@ -403,22 +452,32 @@ def test_an_imagefolder_caption_with_control_characters_is_refused_naming_the_ro
     from hfncl.data.precomp import DataFormatError
 
     rows = datasets.Dataset.from_dict({"captions": [["a dog", "a cat"], ["a bird", "x\0\0y"]]})
-    with pytest.raises(DataFormatError, match=r"split 'train' row 1: a caption has a control character \(U\+0000 at column 2\)"):
+    with pytest.raises(
+        DataFormatError, match=r"split 'train' row 1: a caption has a control character \(U\+0000 at column 2\)"
+    ):
         split_captions(rows, "captions", "train")
 
 
-def test_a_full_disk_while_writing_a_checkpoint_or_the_best_model_is_one_line_naming_it(tiny_data_dir, tmp_path, monkeypatch):
+def test_a_full_disk_while_writing_a_checkpoint_or_the_best_model_is_one_line_naming_it(
+    tiny_data_dir, tmp_path, monkeypatch
+):
     from collections import namedtuple
 
     trainer = noisy_trainer(tiny_data_dir, tiny_config(tmp_path, ["vsepp"]))
 
     def torch_writer_fails(*args, **kwargs):  # what torch.save raises on a full disk: no errno
-        raise RuntimeError("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file data/0: file write failed")
+        raise RuntimeError(
+            "[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file data/0: "
+            "file write failed"
+        )
 
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(trainer.accelerator, "save_state", torch_writer_fails)
     monkeypatch.setattr("shutil.disk_usage", lambda path: usage(100 << 20, 100 << 20, 0))
-    with pytest.raises(DiskFullError, match="no space left on the disk of .*checkpoints while writing checkpoint step-00000000-epoch-0000") as caught:
+    with pytest.raises(
+        DiskFullError,
+        match="no space left on the disk of .*checkpoints while writing checkpoint step-00000000-epoch-0000",
+    ) as caught:
         trainer.save_checkpoint()
     assert "\n" not in str(caught.value)
     monkeypatch.setattr("shutil.disk_usage", lambda path: usage(100 << 20, 0, 100 << 20))
@@ -429,7 +488,9 @@ def test_a_full_disk_while_writing_a_checkpoint_or_the_best_model_is_one_line_na
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr("hfncl.engine.checkpoints.save_trained_model", full_disk)
-    with pytest.raises(DiskFullError, match=f"no space left on the disk of {re.escape(str(tmp_path))} while writing best/"):
+    with pytest.raises(
+        DiskFullError, match=f"no space left on the disk of {re.escape(str(tmp_path))} while writing best/"
+    ):
         trainer._save_best({"rsum": 0.0}, {})
     assert not (tmp_path / "best").exists()
 
@@ -448,7 +509,9 @@ def test_demo_arguments_that_cannot_run_are_one_line(tmp_path, capsys, arguments
     arguments = [a.format(file=file) for a in arguments]
     status = main(["demo", "--size", "tiny", "--plugins", "vsepp", "--no-progress", *arguments])
     err = capsys.readouterr().err
-    assert status == 2 and err.count("\n") == 1 and message.format(file=file) in err and err.startswith("hfncl: error: ")
+    assert (
+        status == 2 and err.count("\n") == 1 and message.format(file=file) in err and err.startswith("hfncl: error: ")
+    )
 
 
 @pytest.mark.filterwarnings("ignore:Detected pickle protocol")
@@ -459,23 +522,33 @@ def test_a_resume_whose_rng_state_pickle_would_run_code_is_refused_not_skipped(t
     rng.write_bytes(pickle.dumps(_RunsCode(marker)))  # the optimizer's and the model's files are intact
     write_manifest(latest)
     resumed = noisy_trainer(tiny_data_dir, tiny_config(tmp_path, ["vsepp"], resume=True))
-    with pytest.raises(IntegrityError, match=f"^{re.escape(str(latest))}: accelerate's state files cannot be loaded safely \\({rng.name}: UnpicklingError") as caught:
+    with pytest.raises(
+        IntegrityError,
+        match=f"^{re.escape(str(latest))}: accelerate's state files cannot be loaded safely "
+        f"\\({rng.name}: UnpicklingError",
+    ) as caught:
         resumed.resume()
     assert "\n" not in str(caught.value) and not marker.exists() and resumed.state.global_step == 0
 
 
-def test_pickle_weights_are_refused_and_a_saved_model_without_its_manifest_loads_with_a_warning(tiny_data_dir, tmp_path):
+def test_pickle_weights_are_refused_and_a_saved_model_without_its_manifest_loads_with_a_warning(
+    tiny_data_dir, tmp_path
+):
     from hfncl.integrity import MANIFEST
 
     trainer = noisy_trainer(tiny_data_dir, tiny_config(tmp_path, ["vsepp"]))
     trainer._save_best({"rsum": 0.0}, {})
     best = tmp_path / "best"
     (best / MANIFEST).unlink()
-    with pytest.warns(UserWarning, match=f"{re.escape(str(best))} has no {MANIFEST}: its config and weights are loaded unverified"):
+    with pytest.warns(
+        UserWarning, match=f"{re.escape(str(best))} has no {MANIFEST}: its config and weights are loaded unverified"
+    ):
         NCLModel.from_pretrained(best)
     torch.save(trainer.model.state_dict(), best / "pytorch_model.bin")
     (best / "model.safetensors").unlink()
-    with pytest.raises(OSError, match=f"^{re.escape(str(best))} has only pickle weights \\(pytorch_model.bin\\): safetensors required"):
+    with pytest.raises(
+        OSError, match=f"^{re.escape(str(best))} has only pickle weights \\(pytorch_model.bin\\): safetensors required"
+    ):
         NCLModel.from_pretrained(best)
 
 
@@ -496,7 +569,9 @@ def test_another_split_written_into_the_data_directory_leaves_the_fingerprint_an
     base = fingerprint()
     micro_run(data_dir, tmp_path / "run")  # a checkpoint to resume
     for name in ("oracle_ims.npy", "oracle_caps.txt", "oracle_num_regions.npy", "oracle.partial.npy"):
-        shutil.copy(data_dir / "train_ims.npy" if name.endswith(".npy") else data_dir / "train_caps.txt", data_dir / name)
+        shutil.copy(
+            data_dir / "train_ims.npy" if name.endswith(".npy") else data_dir / "train_caps.txt", data_dir / name
+        )
     assert fingerprint() == base  # another run's split, as a benchmark writes while this run trains
     micro_run(data_dir, tmp_path / "run", resume=True)  # not refused
     (data_dir / "train_vocab.json").write_text("{}")  # a file every split shares
@@ -620,7 +695,9 @@ def test_a_checkpoint_saved_before_a_training_field_existed_resumes_while_the_ru
     assert differing_fields({**old, "training.unknown": 1}, current) == ["training.unknown"]
 
 
-def test_a_plugin_whose_model_defaults_changed_does_not_resume_into_another_model(micro_data_dir, tmp_path, monkeypatch):
+def test_a_plugin_whose_model_defaults_changed_does_not_resume_into_another_model(
+    micro_data_dir, tmp_path, monkeypatch
+):
     """The fingerprint records the model as resolved (``model_used.NAME``: the plugins' ``model_defaults`` under the
     arguments), not only the arguments, which stay the same when a plugin's defaults change; a checkpoint saved
     before those fields were recorded lacks all of them and is compared by its arguments alone."""

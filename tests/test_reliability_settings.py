@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-
 from conftest import MICRO_DATA
+
 from hfncl.cli import main
 from hfncl.config import RUN_ONLY_FIELDS, TrainConfig
 from hfncl.data import Vocabulary, load_precomp_split
@@ -71,7 +71,10 @@ def test_run_config_yaml_repeats_a_run_without_replacing_or_resuming_its_directo
         ("noise_seed: 1.5\n", "DataArguments.noise_seed must be an integer, got 1.5 (float)"),
         ("embed_dim: [8]\n", "ModelArguments.embed_dim must be an integer or null, got [8] (list)"),
         ("options: [1]\n", "TrainConfig.options must be a JSON object"),
-        ("epochz: 2\nbatchsize: 3\n", "unknown field(s) 'batchsize' (did you mean 'batch_size'?), 'epochz' (did you mean"),
+        (
+            "epochz: 2\nbatchsize: 3\n",
+            "unknown field(s) 'batchsize' (did you mean 'batch_size'?), 'epochz' (did you mean",
+        ),
     ],
 )
 def test_a_config_file_s_values_are_checked_like_flags(micro_data_dir, tmp_path, capsys, text, message):
@@ -147,7 +150,9 @@ def one_test_image(data_dir: Path, directory: Path) -> Path:
         (1, "the test split 'test' has 1 images; retrieval is scored on more than 10"),
     ],
 )
-def test_train_refuses_a_test_split_too_small_to_score_before_training(micro_data_dir, tmp_path, capsys, folds, message):
+def test_train_refuses_a_test_split_too_small_to_score_before_training(
+    micro_data_dir, tmp_path, capsys, folds, message
+):
     data_dir = micro_data_dir if folds > 1 else one_test_image(micro_data_dir, tmp_path / "data")
     err = refused(capsys, tmp_path / "run", "--data_dir", str(data_dir), "--test_folds", str(folds), *MICRO)
     assert message in err
@@ -171,7 +176,8 @@ def test_evaluate_refuses_a_split_too_small_to_score(micro_data_dir, tmp_path, c
 
 
 def test_report_to_takes_a_name_a_list_all_or_none_as_training_arguments_does():
-    """``report_to: tensorboard`` in a config file was read as the trackers 't', 'e', ...; ``--report_to none`` was refused."""
+    """``report_to: tensorboard`` in a config file was read as the trackers 't', 'e', ...; ``--report_to none`` was
+    refused."""
     from hfncl.config import TrainConfig
 
     assert TrainConfig(log_with="none").log_with == [] and TrainConfig(log_with=["none"]).log_with == []

@@ -6,7 +6,6 @@ import json
 import sys
 
 import pytest
-
 from conftest import BENCHMARKS, benchmark_module
 
 
@@ -46,4 +45,7 @@ def test_runs_a_recipe_and_prints_its_rsum_beside_the_papers(reproduce, tiny_dat
     rsum = json.loads((tmp_path / "ncr_f30k_50" / "results.json").read_text())["test"]["rsum"]
     assert f"| ncr_f30k | 50% | 482.8 | {rsum:.1f} | {rsum - 482.8:+.1f} |" in capsys.readouterr().out
     (row,) = json.loads((tmp_path / "reproduction.json").read_text())
-    assert row["paper_rsum"] == 482.8 and row["command"][:2] == [sys.executable, str(BENCHMARKS.parent / "recipes" / "ncr_f30k.py")]
+    assert row["paper_rsum"] == 482.8 and row["command"][:2] == [
+        sys.executable,
+        str(BENCHMARKS.parent / "recipes" / "ncr_f30k.py"),
+    ]

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from hfncl.models import NCLConfig, NCLModel
-from hfncl.models.scan import ScanHead
 from hfncl.models.heads import pack_local
+from hfncl.models.scan import ScanHead
 from hfncl.models.sgraf_kernels import DEFAULT_BLOCK_BYTES
 from tests.conftest import record_block_budgets
 
@@ -27,7 +27,8 @@ def _reference(image_embeds, text_embeds, smooth, pooling, lse_lambda, slope):
             clipped = [[torch.where(s > 0, s, slope * s) for s in line] for line in cos]
             relevances = []
             for i, t in enumerate(words):
-                norms = [torch.stack([line[j] for line in clipped]).norm() for j in range(len(regions))]  # sub-gradient 0 at 0
+                # sub-gradient 0 at 0
+                norms = [torch.stack([line[j] for line in clipped]).norm() for j in range(len(regions))]
                 logits = [smooth * clipped[i][j] / norms[j].clamp_min(1e-8) for j in range(len(regions))]  # 0 / 0 = 0
                 total = sum(torch.exp(x) for x in logits)
                 attended = sum(torch.exp(x) / total * v for x, v in zip(logits, regions, strict=True))

@@ -30,7 +30,6 @@ from hfncl.experiment import DataArguments, ModelArguments, run_experiment
 from hfncl.models import NCLConfig, NCLModel
 from hfncl.models.heads import pack_local, unpack_local
 from hfncl.models.sgraf import SAFHead, SGRHead
-from hfncl.models.sgraf_nodes import region_attention
 from hfncl.models.sgraf_kernels import (
     CAPTION_GROUP,
     CUDA_BLOCK_BYTES,
@@ -39,6 +38,7 @@ from hfncl.models.sgraf_kernels import (
     local_nodes,
     plan_blocks,
 )
+from hfncl.models.sgraf_nodes import region_attention
 from hfncl.retrieval import Retriever
 from hfncl.tasks.pairs import PAIRS
 from tests.conftest import local_nodes_of_regions, record_block_budgets, tiny_config
@@ -123,7 +123,11 @@ def _reference_pair(head, image: torch.Tensor, caption: torch.Tensor, words: int
     """S(image, caption) with explicit loops over regions, words and nodes (SGRAF Eq. 2-9)."""
     regions = [_unit(r) for r in image]
     tokens = [_unit(w) for w in caption[:words]]
-    nodes = [_unit(_linear(head.global_sim.transform, (_pool(head.image_pool, regions) - _pool(head.text_pool, tokens)) ** 2))]
+    nodes = [
+        _unit(
+            _linear(head.global_sim.transform, (_pool(head.image_pool, regions) - _pool(head.text_pool, tokens)) ** 2)
+        )
+    ]
     for y in tokens:
         logits = []
         for x in regions:
@@ -149,7 +153,9 @@ def _reference_pair(head, image: torch.Tensor, caption: torch.Tensor, words: int
     gates = []
     for s in nodes:
         t = float(_linear(head.attention, s))
-        normed = (t - float(bn.running_mean)) / math.sqrt(float(bn.running_var) + bn.eps) * float(bn.weight) + float(bn.bias)
+        normed = (
+            (t - float(bn.running_mean)) / math.sqrt(float(bn.running_var) + bn.eps) * float(bn.weight) + float(bn.bias)
+        )
         gates.append(1.0 / (1.0 + math.exp(-normed)))
     filtered = _unit(sum(g / sum(gates) * s for g, s in zip(gates, nodes, strict=True)))
     return float(torch.sigmoid(_linear(head.output, filtered)))
@@ -260,7 +266,9 @@ def _reference_saf_matrix(head, all_nodes: list[list[list[torch.Tensor]]], train
     stats = []
     for j in range(len(raw[0])):
         values = torch.stack([t for row in raw for t in row[j]])
-        stats.append((values.mean(), values.var(unbiased=False)) if training else (bn.running_mean[0], bn.running_var[0]))
+        stats.append(
+            (values.mean(), values.var(unbiased=False)) if training else (bn.running_mean[0], bn.running_var[0])
+        )
     rows = []
     for row_raw, row_nodes in zip(raw, all_nodes, strict=True):
         scores = []
@@ -309,7 +317,10 @@ def test_similarity_and_gradients_match_a_per_pair_loop_reference(similarity, tr
     image_glob = [_pool_t(head.image_pool, v, stats, masks((5, 4, 8), i)) for i, v in enumerate(image_units)]
     text_glob = [_pool_t(head.text_pool, v, None, masks((7, 7, 8), j)) for j, v in enumerate(text_units)]
     all_nodes = [
-        [_reference_nodes(head, states_i[i], states_t[j], int(lengths[j]), (image_glob[i], text_glob[j])) for j in range(7)]
+        [
+            _reference_nodes(head, states_i[i], states_t[j], int(lengths[j]), (image_glob[i], text_glob[j]))
+            for j in range(7)
+        ]
         for i in range(5)
     ]
     if similarity == "sgr":
@@ -319,12 +330,16 @@ def test_similarity_and_gradients_match_a_per_pair_loop_reference(similarity, tr
         # the official loop normalises caption j's (images, 1, nodes) logits, moving the running statistics each time
         with torch.no_grad():
             for j in range(7):
-                saf_norm(torch.stack([torch.stack([_linear(head.attention, s)[0] for s in row[j]]) for row in all_nodes])[:, None])
+                saf_norm(torch.stack([
+                    torch.stack([_linear(head.attention, s)[0] for s in row[j]]) for row in all_nodes
+                ])[:, None])
         for name in ("running_mean", "running_var", "num_batches_tracked"):
             torch.testing.assert_close(getattr(head.norm, name), getattr(saf_norm, name), rtol=1e-9, atol=1e-12)
     expected_grads = torch.autograd.grad((expected * weights).sum(), inputs, allow_unused=True, materialize_grads=True)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-7)
-    for name, g, e in zip(["images", "texts", *(n for n, _ in head.named_parameters())], got_grads, expected_grads, strict=True):
+    for name, g, e in zip(
+        ["images", "texts", *(n for n, _ in head.named_parameters())], got_grads, expected_grads, strict=True
+    ):
         torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-7, msg=lambda m, name=name: f"{name}: {m}")
 
 
@@ -332,7 +347,9 @@ def test_text_to_region_attention_by_hand():
     """Regions (1, 0), (0, 1); words (1, 0), (0.6, 0.8): c^ normalises each region's row over the words."""
     regions = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]], dtype=torch.float64)
     words = torch.tensor([[[1.0, 0.0], [0.6, 0.8]]], dtype=torch.float64)
-    alpha = region_attention(regions, torch.ones(1, 2, dtype=torch.bool), words, torch.ones(1, 2, dtype=torch.bool), 9.0)
+    alpha = region_attention(
+        regions, torch.ones(1, 2, dtype=torch.bool), words, torch.ones(1, 2, dtype=torch.bool), 9.0
+    )
     # region 1: c = (1, 0.6) / sqrt(1.36); region 2: c = (0, 0.8) / 0.8 = (0, 1)
     c1 = (1 / math.sqrt(1.36), 0.6 / math.sqrt(1.36))
     c2 = (0.0, 1.0)
@@ -476,7 +493,10 @@ def test_blocks_cover_every_pair_once_within_the_budget():
     for block in blocks:
         covered[block.rows, block.captions] += 1
         assert bool((lengths[block.captions] == block.length).all()) and len(block.captions) <= CAPTION_GROUP
-        assert (block.rows.stop - block.rows.start) * len(block.captions) * block.length * 8 * 4 <= 4 * 8 * 9 * CAPTION_GROUP * 2
+        assert (
+            (block.rows.stop - block.rows.start) * len(block.captions) * block.length * 8 * 4
+            <= 4 * 8 * 9 * CAPTION_GROUP * 2
+        )
     assert torch.equal(covered, torch.ones_like(covered))
     assert torch.equal(lengths[order], lengths.sort(descending=True, stable=True).values)
     assert torch.equal(torch.cat([b.captions for b in blocks if b.rows.start == 0]), order)
@@ -494,7 +514,10 @@ def test_local_nodes_match_the_plain_expression_in_values_and_gradients():
     alpha = torch.randn(3, 4, 5, 2, generator=generator, dtype=torch.float64).softmax(dim=-1)
     regions = torch.nn.functional.normalize(torch.randn(3, 2, 6, generator=generator, dtype=torch.float64), dim=-1)
     words = torch.nn.functional.normalize(torch.randn(4, 5, 6, generator=generator, dtype=torch.float64), dim=-1)
-    weight, bias = torch.randn(7, 6, generator=generator, dtype=torch.float64), torch.randn(7, generator=generator, dtype=torch.float64)
+    weight, bias = (
+        torch.randn(7, 6, generator=generator, dtype=torch.float64),
+        torch.randn(7, generator=generator, dtype=torch.float64),
+    )
     inputs = [t.requires_grad_(True) for t in (alpha, regions, words, weight, bias)]
     assert torch.autograd.gradcheck(local_nodes_of_regions, inputs)
     gram = torch.randn(3, 2, 2, generator=generator, dtype=torch.float64)
@@ -503,18 +526,28 @@ def test_local_nodes_match_the_plain_expression_in_values_and_gradients():
     got, plain = local_nodes_of_regions(*inputs), _plain_local_nodes(*inputs)
     torch.testing.assert_close(got, plain)
     upstream = torch.randn(got.shape, generator=generator, dtype=torch.float64)
-    for g, e in zip(torch.autograd.grad((got * upstream).sum(), inputs), torch.autograd.grad((plain * upstream).sum(), inputs), strict=True):
+    for g, e in zip(
+        torch.autograd.grad((got * upstream).sum(), inputs),
+        torch.autograd.grad((plain * upstream).sum(), inputs),
+        strict=True,
+    ):
         torch.testing.assert_close(g, e)
 
 
 def test_local_nodes_of_a_zero_attended_vector_compare_the_word_alone():
-    """Two opposite regions weighted equally attend to zero, which l2norm leaves at zero: the node is l2norm(W y^2 + b)."""
+    """Two opposite regions weighted equally attend to zero, which l2norm leaves at zero: the node is
+    l2norm(W y^2 + b)."""
     regions = torch.tensor([[[1.0, 0.0], [-1.0, 0.0]]], dtype=torch.float64)
     alpha = torch.full((1, 1, 1, 2), 0.5, dtype=torch.float64)
     words = torch.tensor([[[0.6, 0.8]]], dtype=torch.float64)
-    weight, bias = torch.tensor([[1.0, 2.0], [0.5, -1.0]], dtype=torch.float64), torch.tensor([0.1, 0.2], dtype=torch.float64)
+    weight, bias = (
+        torch.tensor([[1.0, 2.0], [0.5, -1.0]], dtype=torch.float64),
+        torch.tensor([0.1, 0.2], dtype=torch.float64),
+    )
     hidden = weight @ torch.tensor([0.36, 0.64], dtype=torch.float64) + bias
-    torch.testing.assert_close(local_nodes_of_regions(alpha, regions, words, weight, bias)[0, 0, 0], hidden / hidden.norm())
+    torch.testing.assert_close(
+        local_nodes_of_regions(alpha, regions, words, weight, bias)[0, 0, 0], hidden / hidden.norm()
+    )
 
 
 @pytest.mark.parametrize("similarity", HEADS)
@@ -530,7 +563,9 @@ def test_a_pairs_similarity_does_not_depend_on_the_rest_of_the_batch(similarity)
             torch.testing.assert_close(alone[0, 0], full[i, j], rtol=1e-5, atol=1e-6)
             # the caption encoded on its own (shorter padding) scores the same
             own = model.encode_text(captions[j : j + 1, : int(lengths[j])], lengths[j : j + 1])
-            torch.testing.assert_close(model.similarity(image_embeds[:, i : i + 1], own)[0, 0], full[i, j], rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(
+                model.similarity(image_embeds[:, i : i + 1], own)[0, 0], full[i, j], rtol=1e-5, atol=1e-6
+            )
 
 
 def test_sgr_without_the_pooling_batch_norm_is_batch_independent_in_training():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from conftest import tiny_config
+
 from hfncl.data.noise import caption_level_noise, save_noise_index
 from hfncl.experiment import DataArguments, run_experiment
 from hfncl.models import NCLConfig, NCLModel

@@ -333,7 +333,9 @@ def test_augmentation_depends_on_each_pair_not_on_the_batch_it_is_in():
     settings = tcvse.TcVSEOptions.read({"tcvse.region_drop": 0.5, "tcvse.word_augment": 0.5})
     trainer = _Trainer()
     whole = tcvse.augment(trainer, BATCH, settings)
-    halves = [tcvse.augment(trainer, {k: v[part] for k, v in BATCH.items()}, settings) for part in (slice(0, 3), slice(3, 6))]
+    halves = [
+        tcvse.augment(trainer, {k: v[part] for k, v in BATCH.items()}, settings) for part in (slice(0, 3), slice(3, 6))
+    ]
     for name in ("images", "captions", "lengths"):
         assert torch.equal(torch.cat([half[name] for half in halves]), whole[name])
     order = torch.tensor([5, 2, 0, 4, 1, 3])

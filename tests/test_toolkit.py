@@ -55,15 +55,24 @@ def test_recorded_or_pass_reads_complete_current_records_and_fills_gaps_from_a_p
     assert ledger.get("a").tolist() == [5.0, 2.0, 7.0] and len(passes) == 1  # the gap filled, the records kept
     assert toolkit.recorded_or_pass(trainer, ["a"], run_pass, recorded=True)[0].tolist() == [5.0, 2.0, 7.0]
     assert len(passes) == 1  # complete records: no pass
-    assert toolkit.recorded_or_pass(trainer, ["a"], run_pass, recorded=True, current=False)[0].tolist() == [1.0, 2.0, 3.0]
+    assert toolkit.recorded_or_pass(trainer, ["a"], run_pass, recorded=True, current=False)[0].tolist() == [
+        1.0,
+        2.0,
+        3.0,
+    ]
     assert toolkit.recorded_or_pass(SimpleNamespace(), ["a"], run_pass, recorded=False)[0].tolist() == [1.0, 2.0, 3.0]
     assert len(passes) == 3
 
 
 def test_batch_view_gathers_the_division_rows_of_the_batch():
-    division = Division(torch.tensor([0.1, 0.9, 0.6]), torch.tensor([False, True, True]), {"x": torch.tensor([1, 2, 3])})
+    division = Division(
+        torch.tensor([0.1, 0.9, 0.6]), torch.tensor([False, True, True]), {"x": torch.tensor([1, 2, 3])}
+    )
     view = toolkit.batch_view(division, torch.tensor([2, 0]), ["clean", "clean_prob", "x"], "cpu")
-    assert view["clean"].tolist() == [True, False] and view["clean_prob"].tolist() == [0.6000000238418579, 0.10000000149011612]
+    assert view["clean"].tolist() == [True, False] and view["clean_prob"].tolist() == [
+        0.6000000238418579,
+        0.10000000149011612,
+    ]
     assert view["x"].tolist() == [3, 1]
     trainer = type("T", (), {"gather": staticmethod(lambda tensor: torch.cat([tensor, tensor + 10]))})()
     assert toolkit.batch_index(trainer, {"index": torch.tensor([1, 2])}).tolist() == [1, 2, 11, 12]
@@ -107,8 +116,13 @@ def test_soft_margin_and_top_k_negatives_by_hand():
 
 def test_the_two_evidence_functions_and_the_fusion_by_hand():
     s = torch.tensor([[-1.0, 0.0], [0.5, 2.0]])
-    torch.testing.assert_close(evidential.softplus_evidence(s, 0.5), torch.tensor([[math.exp(math.log1p(math.exp(v)) / 0.5) for v in row] for row in s.tolist()]))
-    torch.testing.assert_close(evidential.scaled_evidence(s, 0.5, "relu"), torch.tensor([[0.0, 0.0], [1.0, 4.0]], dtype=torch.float64))
+    torch.testing.assert_close(
+        evidential.softplus_evidence(s, 0.5),
+        torch.tensor([[math.exp(math.log1p(math.exp(v)) / 0.5) for v in row] for row in s.tolist()]),
+    )
+    torch.testing.assert_close(
+        evidential.scaled_evidence(s, 0.5, "relu"), torch.tensor([[0.0, 0.0], [1.0, 4.0]], dtype=torch.float64)
+    )
     torch.testing.assert_close(evidential.scaled_evidence(s, 0.5, "exp"), (s.double() * 2).exp())
     # two views of K = 2: Dempster's rule written out
     e1, e2 = torch.tensor([3.0, 1.0]), torch.tensor([1.0, 1.0])
@@ -123,5 +137,8 @@ def test_the_two_evidence_functions_and_the_fusion_by_hand():
     torch.testing.assert_close(alpha, fused_b * 2 / fused_u + 1)
     target = torch.tensor([1.0, 0.0])
     strength = alpha.sum()
-    risk = sum((target[j] - alpha[j] / strength) ** 2 + alpha[j] * (strength - alpha[j]) / (strength**2 * (strength + 1)) for j in range(2))
+    risk = sum(
+        (target[j] - alpha[j] / strength) ** 2 + alpha[j] * (strength - alpha[j]) / (strength**2 * (strength + 1))
+        for j in range(2)
+    )
     torch.testing.assert_close(evidential.least_squares_risk(alpha, target), risk)

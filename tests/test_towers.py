@@ -14,6 +14,7 @@ from pathlib import Path
 import huggingface_hub.constants
 import pytest
 import torch
+from conftest import tiny_config
 from peft.tuners.lora import LoraLayer
 from transformers import (
     BertConfig,
@@ -25,7 +26,6 @@ from transformers import (
     HfArgumentParser,
 )
 
-from conftest import tiny_config
 from hfncl.data import TokenizerVocabulary, read_captions
 from hfncl.experiment import DataArguments, ModelArguments, run_experiment
 from hfncl.hub import checkpoint_files
@@ -49,7 +49,14 @@ def save_tiny_bert(directory: Path, words: list[str], seed: int = 0) -> Path:
 
 @pytest.fixture(scope="module")
 def bert_dir(tmp_path_factory: pytest.TempPathFactory, tiny_data_dir: Path) -> Path:
-    words = sorted({w for split in ("train", "dev", "test") for c in read_captions(tiny_data_dir / f"{split}_caps.txt") for w in c.split()})
+    words = sorted(
+        {
+            w
+            for split in ("train", "dev", "test")
+            for c in read_captions(tiny_data_dir / f"{split}_caps.txt")
+            for w in c.split()
+        }
+    )
     return save_tiny_bert(tmp_path_factory.mktemp("tiny_bert"), words)
 
 
@@ -310,7 +317,15 @@ def test_offline_hub_id_gives_a_clear_error(offline):
         ({"text_tower": "bert"}, "text_tower must be one of"),
         ({"text_tower": "transformer"}, "neither text_tower_name"),
         ({"text_pooling": "pooler"}, r"text_pooling must be one of \('mean', 'max'\), got 'pooler'"),
-        ({"lora_rank": 4, "lora_towers": ["image"], "text_tower": "transformer", "text_tower_config": {"model_type": "bert"}}, "not transformer towers"),
+        (
+            {
+                "lora_rank": 4,
+                "lora_towers": ["image"],
+                "text_tower": "transformer",
+                "text_tower_config": {"model_type": "bert"},
+            },
+            "not transformer towers",
+        ),
         ({"lora_rank": -1}, "lora_rank must be an integer >= 0"),
         ({"lora_dropout": 1.0}, "lora_dropout must be in"),
         ({"pretrained_heads": "no"}, "pretrained_heads must be True or False, got 'no'"),
@@ -325,7 +340,12 @@ def test_tokenizer_vocabulary_encodes_and_round_trips(bert_dir, tmp_path):
     vocab = TokenizerVocabulary.from_pretrained(bert_dir)
     tokenizer = BertTokenizer.from_pretrained(bert_dir)
     word = next(w for w in tokenizer.get_vocab() if w not in SPECIALS)
-    assert vocab.encode(f"{word} {word}") == [tokenizer.cls_token_id, tokenizer.vocab[word], tokenizer.vocab[word], tokenizer.sep_token_id]
+    assert vocab.encode(f"{word} {word}") == [
+        tokenizer.cls_token_id,
+        tokenizer.vocab[word],
+        tokenizer.vocab[word],
+        tokenizer.sep_token_id,
+    ]
     assert tokenizer.pad_token_id == 0 and len(vocab) == len(tokenizer)
     short = TokenizerVocabulary(tokenizer, max_length=3)
     assert len(short.encode(" ".join([word] * 10))) == 3
@@ -400,7 +420,9 @@ def test_pretrained_minilm_beats_a_random_tower_on_paraphrase_retrieval():
     source = str(minilm.get_model_path())
     vocab = TokenizerVocabulary.from_pretrained(source)
     pretrained = NCLConfig(image_dim=4, embed_dim=256, text_tower="transformer", text_tower_name=source)
-    random = NCLConfig(image_dim=4, embed_dim=256, text_tower="transformer", text_tower_config=pretrained.text_tower_config)
+    random = NCLConfig(
+        image_dim=4, embed_dim=256, text_tower="transformer", text_tower_config=pretrained.text_tower_config
+    )
     queries, answers = zip(*PARAPHRASES, strict=True)
     recall = {}
     for name, config in (("pretrained", pretrained), ("random", random)):

@@ -255,7 +255,9 @@ def test_ugncl_ensemble_size_is_checked(networks) -> None:
 
 
 def test_batch_statistics_are_the_opinions_the_division_reads() -> None:
-    evidence = evidential.softplus_evidence(torch.randn(2, 5, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(3)), 0.1)
+    evidence = evidential.softplus_evidence(
+        torch.randn(2, 5, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(3)), 0.1
+    )
     belief, uncertainty = ugncl.pair_opinions(evidence)
     statistics = ugncl.batch_statistics(evidence, "share")
     torch.testing.assert_close(statistics[:, 0], uncertainty)
@@ -281,7 +283,9 @@ def _division_trainer(data_dir, output_dir, statistics: str, callbacks: list):
 
 
 @pytest.mark.parametrize("statistics", ["steps", "pass"])
-def test_division_from_the_steps_reads_the_opinions_they_recorded_and_makes_no_pass(tiny_data_dir, tmp_path, statistics):
+def test_division_from_the_steps_reads_the_opinions_they_recorded_and_makes_no_pass(
+    tiny_data_dir, tmp_path, statistics
+):
     passes, checked = [], []
 
     class Check:

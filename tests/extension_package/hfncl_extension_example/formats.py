@@ -45,14 +45,18 @@ class NPZPairs:
     def detect(self, data_dir: Path, split: str) -> bool:
         return (data_dir / f"{split}.npz").is_file()
 
-    def load_split(self, data_dir: Path, split: str, *, feature_dtype: str, image_processor: Any, like: Any) -> NPZSplit:
+    def load_split(
+        self, data_dir: Path, split: str, *, feature_dtype: str, image_processor: Any, like: Any
+    ) -> NPZSplit:
         path = data_dir / f"{split}.npz"
         if not path.is_file():
             raise ValueError(f"{path} does not exist: npz_pairs keeps each split in {{split}}.npz")
         with np.load(path, allow_pickle=False) as arrays:
             regions, captions = arrays["regions"], arrays["captions"]
         if like is not None and tuple(regions.shape[1:]) != tuple(like.image_shape):
-            raise ValueError(f"{path}: regions of shape {regions.shape[1:]}, the training split's are {like.image_shape}")
+            raise ValueError(
+                f"{path}: regions of shape {regions.shape[1:]}, the training split's are {like.image_shape}"
+            )
         return NPZSplit(split, regions, [str(c) for c in captions.reshape(-1)], captions.shape[1])
 
 
