@@ -1,6 +1,7 @@
-"""Ruff passes on the package ``hfncl``, the recipe scripts, the built-in methods (``plugins/``) and the
-benchmark scripts (``benchmarks/``), mypy on ``hfncl``, with the settings of pyproject.toml (``[tool.ruff]``,
-``[tool.mypy]``). mypy keeps its cache in ``.mypy_cache``, so only the first run on a checkout is slow."""
+"""Ruff passes on the package ``hfncl``, the recipe scripts, the built-in methods (``plugins/``), the
+benchmark scripts (``benchmarks/``) and the tests (``tests/``), mypy on ``hfncl``, with the settings of
+pyproject.toml (``[tool.ruff]``, ``[tool.mypy]``). mypy keeps its cache in ``.mypy_cache``, so only the first run
+on a checkout is slow."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ def _run(*command: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_ruff_finds_nothing():
-    result = _run("ruff", "check", "hfncl", "recipes", "plugins", "benchmarks")
-    assert result.returncode == 0, f"ruff check hfncl recipes plugins benchmarks:\n{result.stdout}\n{result.stderr}"
+    result = _run("ruff", "check", "hfncl", "recipes", "plugins", "benchmarks", "tests")
+    assert result.returncode == 0, (
+        f"ruff check hfncl recipes plugins benchmarks tests:\n{result.stdout}\n{result.stderr}"
+    )
 
 
 def test_mypy_finds_nothing():
