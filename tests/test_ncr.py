@@ -9,6 +9,14 @@ from conftest import tiny_config
 from hfncl.equations.losses import soft_margin
 from hfncl_plugins.ncr import adaptive_prediction, rectified_labels
 
+CO_RECTIFY_OPTIONS = {
+    "ncr.alpha": 0.2,
+    "ncr.division_statistics": "pass",
+    "ncr.curve": 10.0,
+    "ncr.top_fraction": 0.1,
+    "ncr.co_rectify": True,
+}
+"""NCR's options with co-rectification, as the loss tests set them (alpha 0.2, division statistics per pass)."""
 S = torch.tensor([[0.5, 0.6, 0.4], [0.3, 0.2, 0.5], [0.1, 0.3, 0.4]])
 
 
@@ -54,13 +62,7 @@ def test_soft_margin_loss_takes_hardest_negatives_within_the_clean_and_noisy_par
     clean = torch.tensor([True, True, False, False])
     w = torch.tensor([0.9, 0.7, 0.2, 0.1])
     peer = torch.tensor([0.8, 0.4, 0.6, 0.0])
-    options = {
-        "ncr.alpha": 0.2,
-        "ncr.division_statistics": "pass",
-        "ncr.curve": 10.0,
-        "ncr.top_fraction": 0.1,
-        "ncr.co_rectify": True,
-    }
+    options = CO_RECTIFY_OPTIONS
     trainer = SimpleNamespace(batch_part=None, options_of=lambda kind: kind.read(options))
     outputs = SimpleNamespace(similarity=similarity)
     targets = {"clean": clean, "clean_prob": w, "peer_prediction": peer}
@@ -111,13 +113,7 @@ def test_a_batch_without_two_pairs_in_any_part_gives_a_zero_loss_that_still_back
 
     from hfncl_plugins.ncr import loss
 
-    options = {
-        "ncr.alpha": 0.2,
-        "ncr.division_statistics": "pass",
-        "ncr.curve": 10.0,
-        "ncr.top_fraction": 0.1,
-        "ncr.co_rectify": True,
-    }
+    options = CO_RECTIFY_OPTIONS
     similarity = torch.tensor([[0.9, 0.1], [0.2, 0.8]], requires_grad=True)
     targets = {
         "clean": torch.tensor([True, False]),
@@ -145,14 +141,7 @@ def test_the_noisy_part_joins_the_loss_from_the_start_epoch_on():
     similarity = torch.tensor(
         [[0.9, 0.8, 0.1, 0.7], [0.2, 0.6, 0.3, 0.1], [0.95, 0.1, 0.4, 0.2], [0.1, 0.3, 0.5, 0.3]]
     )
-    options = {
-        "ncr.alpha": 0.2,
-        "ncr.division_statistics": "pass",
-        "ncr.curve": 10.0,
-        "ncr.top_fraction": 0.1,
-        "ncr.co_rectify": True,
-        "ncr.noisy_part_start": 0.5,
-    }
+    options = {**CO_RECTIFY_OPTIONS, "ncr.noisy_part_start": 0.5}
 
     def peer_forward(net, batch, grad):
         raise AssertionError("no peer forward before the noisy part trains")

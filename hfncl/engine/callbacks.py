@@ -38,29 +38,14 @@ class CallbackTrainer(Protocol):
     epoch's divisions. Declared here, below the trainer, so that the trainer imports its callbacks and never
     the other way round."""
 
-    @property
-    def config(self) -> TrainConfig: ...
-
-    @property
-    def accelerator(self) -> Accelerator: ...
-
-    @property
-    def state(self) -> TrainerState: ...
-
-    @property
-    def output_dir(self) -> Path: ...
-
-    @property
-    def task(self) -> Task: ...
-
-    @property
-    def model(self) -> Any: ...
-
-    @property
-    def hook(self) -> Any: ...
-
-    @property
-    def divisions(self) -> list[Division | None]: ...
+    config: TrainConfig
+    accelerator: Accelerator
+    state: TrainerState
+    output_dir: Path
+    task: Task
+    model: Any
+    hook: Any
+    divisions: list[Division | None]
 
 
 class TrainerCallback:
