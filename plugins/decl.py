@@ -27,7 +27,7 @@ import torch
 
 from hfncl.equations import evidential
 from hfncl.equations.losses import triplet_top_k_negatives
-from hfncl.equations.toolkit import batch_index, batch_view, bibtex_citation, training_batches
+from hfncl.equations.toolkit import batch_index, batch_view, bibtex_citation, recorded_or_pass, training_batches
 from hfncl.hookspecs import hookimpl
 from hfncl.options import MethodOptions, option
 from hfncl.types import Division, NoiseProtocol
@@ -40,6 +40,9 @@ IMAGE_NOISE = NoiseProtocol(
 reuse its index files."""
 
 SCORES = ("tanh", "similarity")
+STEP_STATISTICS = "decl.step_statistics"
+"""Ledger column of each pair's (alignment label, evidence share, mean uncertainty) recorded by the training steps
+of the epoch before a division (``decl.division_statistics = "steps"``)."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,11 @@ class DECLOptions(MethodOptions, namespace="decl"):
 
     ``score``: ``"tanh"`` s = tanh(z) of the head's raw score z (the authors' code, ``forward_sim``);
     ``"similarity"`` s = S, the similarity the head ranks with (a sigmoid for SGR / SAF, a cosine).
+
+    ``division_statistics``: ``"pass"`` the alignment labels from a gradient-free pass over the training set before
+    each epoch after warmup (the authors' code); ``"steps"`` from the (label, share, uncertainty) the previous
+    epoch's training steps computed for their own batches with the same functions (:func:`batch_statistics`),
+    dropout on (:func:`divide` says when a pass still runs).
     """
 
     tau: float = option(0.1, exclusive_minimum=0)
@@ -58,6 +66,7 @@ class DECLOptions(MethodOptions, namespace="decl"):
     mu: int = option(5, minimum=1)
     margin: float = option(0.2, minimum=0)
     score: str = option("tanh", choices=SCORES)
+    division_statistics: str = option("pass", choices=("pass", "steps"))
 
 
 @hookimpl
@@ -103,6 +112,23 @@ def alignment_labels(evidence_matrix: torch.Tensor) -> tuple[torch.Tensor, torch
     return both.argmax(dim=1) == own, share
 
 
+def batch_statistics(evidence_matrix: torch.Tensor) -> torch.Tensor:
+    """(K, 3) per pair of a batch from its (K, K) evidence: the alignment label l_i (1 / 0), its evidence share
+    (:func:`alignment_labels`) and the mean uncertainty (u_i2t + u_t2i) / 2 (:func:`uncertainties`): what the
+    division reads, computed alike by the pass and by the training steps."""
+    labels, share = alignment_labels(evidence_matrix)
+    u_i2t, u_t2i = uncertainties(evidence_matrix)
+    return torch.stack([labels.to(share.dtype), share, (u_i2t + u_t2i) / 2], dim=1)
+
+
+def records_statistics(trainer) -> bool:
+    """Whether this step records its batch's :func:`batch_statistics` (``"steps"``): in the epochs a division
+    follows, every epoch after warmup and the last warmup epoch."""
+    if trainer.options_of(DECLOptions).division_statistics != "steps":
+        return False
+    return not trainer.in_warmup or trainer.epoch == trainer.config.warmup_epochs - 1
+
+
 def evidential_loss(evidence_matrix: torch.Tensor, labels: torch.Tensor, lambda2: float) -> torch.Tensor:
     """Per pair, L_e of the image query plus L_e of the caption query, each L_m + lambda2 L_kl (Supp. Eq. 1, 3-6).
 
@@ -131,14 +157,20 @@ def robust_dynamic_hinge(score: torch.Tensor, margin: float, hardest: int) -> to
 
 
 def _terms(trainer, outputs, labels: torch.Tensor) -> dict[str, torch.Tensor]:
-    """L_e averaged over the batch's pairs and lambda1 times L_h summed over its clean pairs (Algorithm 1, line 14)."""
+    """L_e averaged over the batch's pairs and lambda1 times L_h summed over its clean pairs (Algorithm 1, line 14).
+
+    With ``decl.division_statistics = "steps"`` it records the batch's :func:`batch_statistics` for the next
+    division (:func:`records_statistics`)."""
     settings = trainer.options_of(DECLOptions)
     score = matching_scores(outputs.view_scores, outputs.similarity, settings.score)
     size = score.size(0)
     hardest = num_hardest(trainer.config.batch_size, trainer.global_step + 1, settings.eta, settings.mu, size - 1)
     hinge = robust_dynamic_hinge(score, settings.margin, hardest)
+    values = evidence(score, settings.tau)
+    if records_statistics(trainer):
+        trainer.ledger.record(outputs.index, STEP_STATISTICS, batch_statistics(values.detach()))
     return {
-        "evidential": evidential_loss(evidence(score, settings.tau), labels, settings.lambda2).mean().float(),
+        "evidential": evidential_loss(values, labels, settings.lambda2).mean().float(),
         "robust_dynamic_hinge": settings.lambda1 * (hinge * labels).sum(),
     }
 
@@ -158,20 +190,54 @@ def division_of(labels: torch.Tensor, share: torch.Tensor, uncertainty: torch.Te
 
 @hookimpl
 def divide(trainer, epoch) -> Division:
-    """Algorithm 1, line 3: every pair's alignment label from a gradient-free pass over the training set in
-    batches drawn as training draws them (the evidence is among a batch's K candidates)."""
+    """Algorithm 1, line 3: every pair's alignment label, by default (``"pass"``) from a gradient-free pass over the
+    training set (:func:`pass_statistics`).
+
+    With ``decl.division_statistics = "steps"``, from the statistics the previous epoch's steps recorded. DECL
+    trains every pair every epoch but drops each shuffle's last partial batch (no ``batch_plan``), so fewer than
+    a batch of pairs have no record of that epoch. Records are forgotten once a division has read them, so no
+    record is ever older than the epoch before: the pairs without one (fewer than a batch) are scored as one
+    batch of their own in eval mode (:func:`score_unrecorded`), as the pass scores its own last partial batch;
+    more gaps than that (no records, as with warmup_epochs = 0) make the full pass (toolkit ``recorded_or_pass``).
+    """
     settings = trainer.options_of(DECLOptions)
+    recorded = settings.division_statistics == "steps"
+    if recorded:
+        score_unrecorded(trainer)
+    (stats,) = recorded_or_pass(trainer, [STEP_STATISTICS], lambda: [pass_statistics(trainer, epoch)], recorded)
+    if recorded:
+        trainer.ledger.record(torch.arange(trainer.num_train), STEP_STATISTICS, torch.full_like(stats, float("nan")))
+    return division_of(stats[:, 0] > 0.5, stats[:, 1], stats[:, 2])
+
+
+def pass_statistics(trainer, epoch: int) -> torch.Tensor:
+    """The (N, 3) :func:`batch_statistics` of every pair in a gradient-free pass over the training set in batches
+    drawn as training draws them (the evidence is among a batch's K candidates)."""
 
     def pair_statistics(batch) -> dict[str, torch.Tensor]:
-        outputs = trainer.forward(0, batch, grad=False)
-        values = evidence(matching_scores(outputs.view_scores, outputs.similarity, settings.score), settings.tau)
-        labels, share = alignment_labels(values)
-        u_i2t, u_t2i = uncertainties(values)
-        return {"labels": labels.double(), "share": share, "uncertainty": (u_i2t + u_t2i) / 2}
+        return {"statistics": batch_statistics(eval_evidence(trainer, batch)[1])}
 
     description = f"epoch {epoch} alignment labels"
-    stats = trainer.collect(pair_statistics, description=description, **training_batches(trainer, epoch))
-    return division_of(stats["labels"] > 0.5, stats["share"], stats["uncertainty"])
+    return trainer.collect(pair_statistics, description=description, **training_batches(trainer, epoch))["statistics"]
+
+
+def eval_evidence(trainer, batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """The dataset index and the (K, K) evidence of a batch from a gradient-free, eval-mode forward pass."""
+    settings = trainer.options_of(DECLOptions)
+    outputs = trainer.forward(0, batch, grad=False)
+    score = matching_scores(outputs.view_scores, outputs.similarity, settings.score)
+    return outputs.index, evidence(score, settings.tau)
+
+
+def score_unrecorded(trainer) -> None:
+    """Record the :func:`batch_statistics` of the pairs without a record, as one eval-mode batch, when they are
+    fewer than a training batch (the last partial batch the steps dropped)."""
+    if STEP_STATISTICS not in trainer.ledger:
+        return
+    missing = torch.isnan(trainer.ledger.get(STEP_STATISTICS)).any(dim=1).nonzero().squeeze(1)
+    if 0 < missing.numel() < trainer.config.batch_size:
+        index, values = eval_evidence(trainer, trainer.samples(missing))
+        trainer.ledger.record(index, STEP_STATISTICS, batch_statistics(values))
 
 
 @hookimpl

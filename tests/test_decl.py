@@ -188,3 +188,139 @@ def test_the_alignment_labels_pick_a_clean_set_purer_than_the_data(tiny_data_dir
     divided = result["history"][2]
     assert divided["division/true_noise_ratio"] == pytest.approx(0.4)
     assert divided["division/precision"] > 0.68 and divided["division/auc"] > 0.57
+
+
+def _plain_pair_statistics(raw: torch.Tensor, tau: float) -> list[list[float]]:
+    """Per pair, by loops: (own item has the largest e_ij + e_ji in row i, its share of that row, (u_i2t + u_t2i) / 2)
+    with s = mean over views of tanh(z), e = exp(s / tau) and u = K / (sum of the evidence + K)."""
+    size = raw.size(1)
+    s = [[sum(math.tanh(raw[w, i, j].item()) for w in range(raw.size(0))) / raw.size(0) for j in range(size)]
+         for i in range(size)]
+    e = [[math.exp(s[i][j] / tau) for j in range(size)] for i in range(size)]
+    rows = []
+    for i in range(size):
+        both = [e[i][j] + e[j][i] for j in range(size)]
+        u_i2t = size / (sum(e[i]) + size)
+        u_t2i = size / (sum(e[j][i] for j in range(size)) + size)
+        rows.append([float(max(range(size), key=both.__getitem__) == i), both[i] / sum(both), (u_i2t + u_t2i) / 2])
+    return rows
+
+
+def _steps_trainer(options: dict, num_train: int, batches: dict, calls: list[str], warmup_epochs: int = 2):
+    """A stand-in trainer whose eval-mode forward returns ``batches[tuple(index)]`` and whose ``collect`` runs the
+    statistic over those batches (and notes the call)."""
+    from types import SimpleNamespace
+
+    from hfncl.engine.ledger import Ledger
+
+    def forward(net, batch, grad=True):
+        calls.append(f"forward {batch['index'].tolist()}")
+        return batches[tuple(batch["index"].tolist())]
+
+    def collect(statistic, description, **loader):
+        calls.append(description)
+        columns = torch.full((num_train, 3), float("nan"))
+        for index in batches:
+            columns[list(index)] = statistic({"index": torch.tensor(index)})["statistics"].float()
+        return {"statistics": columns}
+
+    return SimpleNamespace(
+        options_of=lambda kind: kind.read(options), ledger=Ledger(num_train), num_train=num_train,
+        config=SimpleNamespace(seed=0, warmup_epochs=warmup_epochs, batch_size=3), global_step=0,
+        in_warmup=True, epoch=warmup_epochs - 1, forward=forward, collect=collect,
+        samples=lambda index: {"index": index},
+    )
+
+
+def _outputs(index: list[int], generator: torch.Generator):
+    from types import SimpleNamespace
+
+    raw = torch.randn(2, len(index), len(index), generator=generator) * 2
+    return SimpleNamespace(view_scores=raw, similarity=torch.sigmoid(raw).mean(dim=0), index=torch.tensor(index))
+
+
+def test_with_steps_the_training_steps_record_the_pass_s_statistics_and_divide_runs_no_pass() -> None:
+    """``decl.division_statistics = "steps"``: the last warmup epoch's and every later epoch's steps record each
+    pair's (label, share, mean u), the values a pass on the same outputs computes and a plain loop gives; the
+    division reads them without a pass, then forgets them."""
+    options = {"decl.division_statistics": "steps", "decl.eta": 1.0}
+    generator = _generator(0)
+    batches = {(4, 0, 2): _outputs([4, 0, 2], generator), (1, 5, 3): _outputs([1, 5, 3], generator)}
+    calls: list[str] = []
+    trainer = _steps_trainer(options, 6, batches, calls)
+    trainer.epoch = 0  # an earlier warmup epoch records nothing: no division follows it
+    decl.warmup_loss(trainer=trainer, batch={}, outputs=batches[(4, 0, 2)], net=0)
+    assert decl.STEP_STATISTICS not in trainer.ledger
+    trainer.epoch = 1
+    for outputs in batches.values():
+        decl.warmup_loss(trainer=trainer, batch={}, outputs=outputs, net=0)
+    recorded = trainer.ledger.get(decl.STEP_STATISTICS).clone()
+    assert recorded.shape == (6, 3) and torch.isfinite(recorded).all()
+    for index, outputs in batches.items():
+        expected = torch.tensor(_plain_pair_statistics(outputs.view_scores, 0.1), dtype=torch.float32)
+        torch.testing.assert_close(recorded[list(index)], expected, rtol=1e-5, atol=1e-6)
+    # the pass on the same outputs (eval-mode forward here returns them) computes the same statistics
+    torch.testing.assert_close(decl.pass_statistics(trainer, epoch=2), recorded)
+    calls.clear()
+    division = decl.divide(trainer=trainer, epoch=2)
+    assert calls == []
+    assert division.clean.tolist() == (recorded[:, 0] > 0.5).tolist()
+    torch.testing.assert_close(division.clean_prob, recorded[:, 1])
+    torch.testing.assert_close(division.extras["uncertainty"], recorded[:, 2])
+    assert torch.isnan(trainer.ledger.get(decl.STEP_STATISTICS)).all()  # read once: no record outlives its epoch
+    # after warmup every epoch's steps record, through loss
+    trainer.in_warmup, trainer.epoch = False, 2
+    for outputs in batches.values():
+        targets = {"clean": torch.tensor([1.0, 0.0, 1.0])}
+        decl.loss(trainer=trainer, batch={}, outputs=outputs, targets=targets, net=0)
+    torch.testing.assert_close(trainer.ledger.get(decl.STEP_STATISTICS), recorded)
+
+
+def test_with_steps_the_pairs_the_steps_dropped_are_scored_as_one_batch_and_no_records_make_the_pass() -> None:
+    """The last partial batch the steps drop (fewer pairs than a batch) is scored alone in eval mode; with more gaps
+    (no records yet) the full pass runs; with ``"pass"`` (the default) the pass runs whatever the ledger holds."""
+    generator = _generator(1)
+    batches = {(4, 0, 2): _outputs([4, 0, 2], generator), (1, 5): _outputs([1, 5], generator),
+               (3,): _outputs([3], generator)}
+    calls: list[str] = []
+    trainer = _steps_trainer({"decl.division_statistics": "steps"}, 6, batches, calls)
+    for index in ((4, 0, 2), (1, 5)):
+        decl.warmup_loss(trainer=trainer, batch={}, outputs=batches[index], net=0)
+    calls.clear()
+    division = decl.divide(trainer=trainer, epoch=2)
+    assert calls == ["forward [3]"]
+    # a batch of one pair: its own item holds all the evidence, u = 1 / (e + 1) both ways
+    z = batches[(3,)].view_scores[:, 0, 0]
+    e = math.exp(sum(math.tanh(v) for v in z.tolist()) / 2 / 0.1)
+    assert division.clean[3] and division.clean_prob[3].item() == pytest.approx(1.0)
+    assert division.extras["uncertainty"][3].item() == pytest.approx(1 / (e + 1), rel=1e-5)
+    calls.clear()
+    decl.divide(trainer=trainer, epoch=3)  # nothing recorded since: the pass
+    assert calls == ["epoch 3 alignment labels"] + [f"forward {list(index)}" for index in batches]
+    by_pass = _steps_trainer({}, 6, batches, calls)
+    by_pass.ledger.record(torch.arange(6), decl.STEP_STATISTICS, torch.zeros(6, 3))
+    calls.clear()
+    decl.warmup_loss(trainer=by_pass, batch={}, outputs=batches[(4, 0, 2)], net=0)
+    decl.divide(trainer=by_pass, epoch=2)
+    assert calls[0] == "epoch 2 alignment labels" and torch.equal(by_pass.ledger.get(decl.STEP_STATISTICS),
+                                                                   torch.zeros(6, 3))
+
+
+def test_decl_divides_from_its_steps_without_a_pass_in_training(tiny_data_dir, tmp_path, monkeypatch) -> None:
+    """A run with ``"steps"`` never calls the pass: batches of 30 leave a partial batch of the 800 pairs untrained
+    each epoch, which the division scores on its own."""
+    from conftest import TINY_MODEL, tiny_config
+
+    from hfncl.experiment import DataArguments, run_experiment
+
+    passes: list[int] = []
+    monkeypatch.setattr(decl, "pass_statistics", lambda trainer, epoch: passes.append(epoch))
+    result = run_experiment(
+        DataArguments(data_dir=str(tiny_data_dir), noise_ratio=0.4, noise_kind="image"),
+        tiny_config(tmp_path, ["decl"], epochs=3, warmup_epochs=1, batch_size=30, lr_decay_epochs=[],
+                    plot_divisions=False, options={"decl.division_statistics": "steps"}),
+        TINY_MODEL,
+    )
+    assert passes == []
+    for record in result["history"][1:]:
+        assert 0.0 <= record["division/predicted_clean_ratio"] <= 1.0 and math.isfinite(record["division/auc"])
