@@ -32,22 +32,31 @@ from hfncl.equations.toolkit import (
     epoch_at_share,
     networks_in_turn,
     peer,
+    recorded_or_pass,
     training_batches,
 )
 from hfncl.hookspecs import hookimpl
 from hfncl.models.heads import global_embeddings
 from hfncl.options import MethodOptions, option
-from hfncl.types import Division
+from hfncl.types import BatchPlan, Division
 
 NETWORKS = 2
 MIXTURES, ANCHOR_SCORES, AFFINITIES = ("gmm", "bmm"), ("loss", "clean_prob"), ("cosine", "euclidean")
 CLEAN_LABELS, LABEL_LAYOUTS = ("consistency", "one"), ("pair", "broadcast")
+DIVISION_STATISTICS = ("pass", "steps")
+STEP_LOSS = "bicro.step_lw{}"
 
 
 @dataclass(frozen=True)
 class BiCroOptions(MethodOptions, namespace="bicro"):
     """The margin alpha and curve m of the soft margin, the mixture and threshold of the division, the warmup's
-    small-loss share, the anchors' share of the clean part and the readings of docs/methods/bicro.md."""
+    small-loss share, the anchors' share of the clean part and the readings of docs/methods/bicro.md.
+
+    ``division_statistics``: ``"pass"`` co-divide's per-pair L_w from a gradient-free eval-mode pass of both
+    networks over the training set before each epoch (the authors' ``eval_train``); ``"steps"`` the L_w each
+    network's training steps of the previous epoch computed for their own batches (:func:`record_step_loss`), a
+    pass only when some pair has no record from that epoch (:func:`divide`).
+    """
 
     alpha: float = option(0.2, minimum=0)
     curve: float = option(10.0, exclusive_minimum=1)
@@ -61,6 +70,7 @@ class BiCroOptions(MethodOptions, namespace="bicro"):
     label_threshold: float = option(0.5, minimum=0, exclusive_maximum=1)
     noisy_part_start: float = option(0.5, minimum=0, maximum=1)
     label_layout: str = option("broadcast", choices=LABEL_LAYOUTS)
+    division_statistics: str = option("pass", choices=DIVISION_STATISTICS)
 
 
 @hookimpl
@@ -97,13 +107,40 @@ def small_loss_share(per_pair: torch.Tensor, share: float) -> torch.Tensor:
     return per_pair.topk(count, largest=False).values.sum() if count else per_pair.sum() * 0
 
 
+def per_pair_lw(similarity: torch.Tensor, alpha: float) -> torch.Tensor:
+    """Each pair's L_w (NCR Eq. 2) in its batch: its hinge terms against the batch's captions and images averaged
+    over the b columns (the authors' scale), from the (b, b) similarity: co-divide's statistic and the warmup's."""
+    return triplet_sum_negatives(similarity, alpha) / similarity.size(0)
+
+
+def record_step_loss(trainer, outputs, net: int, per_pair: torch.Tensor | None = None) -> None:
+    """With ``bicro.division_statistics = "steps"``: store the per-pair L_w of every pair of the step's batch, as
+    network ``net``'s training forward pass gives it (``per_pair`` when the caller has it), for the next division."""
+    settings = trainer.options_of(BiCroOptions)
+    if settings.division_statistics == "steps":
+        values = per_pair_lw(outputs.similarity.detach(), settings.alpha) if per_pair is None else per_pair.detach()
+        trainer.ledger.record(outputs.index, STEP_LOSS.format(net), values)
+
+
 @hookimpl
 def warmup_loss(trainer, batch, outputs, net) -> dict[str, torch.Tensor]:
     """Robust warmup: L_w (NCR Eq. 2, each pair's hinge terms averaged over the b columns) of the ``bicro.warmup_share``
-    pairs of smallest L_w in the batch; share 1 is NCR's warmup on every pair."""
+    pairs of smallest L_w in the batch; share 1 is NCR's warmup on every pair. With ``"steps"`` every pair's L_w is
+    recorded, before the small-loss selection."""
     settings = trainer.options_of(BiCroOptions)
-    per_pair = triplet_sum_negatives(outputs.similarity, settings.alpha) / outputs.similarity.size(0)
+    per_pair = per_pair_lw(outputs.similarity, settings.alpha)
+    record_step_loss(trainer, outputs, net, per_pair)
     return {"warmup_small_loss": small_loss_share(per_pair, settings.warmup_share)}
+
+
+@hookimpl
+def batch_plan(trainer, networks) -> BatchPlan | None:
+    """With ``"steps"``: one shuffle of every pair with its last partial batch trained too, so that every pair's L_w
+    is recorded in every epoch (the default pass drops it, which would leave up to b - 1 pairs unrecorded); with
+    ``"pass"``, the trainer's default (one shuffle, last partial batch dropped)."""
+    if trainer.options_of(BiCroOptions).division_statistics != "steps":
+        return None
+    return BatchPlan({"all": torch.ones(trainer.num_train, dtype=torch.bool)}, keep_last=True)
 
 
 def pass_losses(trainer, epoch: int) -> list[torch.Tensor]:
@@ -113,7 +150,7 @@ def pass_losses(trainer, epoch: int) -> list[torch.Tensor]:
 
     def per_pair_loss(batch) -> dict[str, torch.Tensor]:
         similarities = [trainer.forward(net, batch, grad=False).similarity for net in range(NETWORKS)]
-        return {f"loss{net}": triplet_sum_negatives(s, alpha) / s.size(0) for net, s in enumerate(similarities)}
+        return {f"loss{net}": per_pair_lw(s, alpha) for net, s in enumerate(similarities)}
 
     losses = trainer.collect(per_pair_loss, description=f"epoch {epoch} co-divide", **training_batches(trainer, epoch))
     return [losses[f"loss{net}"] for net in range(NETWORKS)]
@@ -129,9 +166,21 @@ def clean_probability(losses: torch.Tensor, mixture: str, seed: int) -> torch.Te
 @hookimpl
 def divide(trainer, epoch) -> list[Division]:
     """Co-divide: network k's division is the mixture fitted on its peer's per-pair L_w. When every pair looks clean,
-    the 1/100 of lowest clean probability is made noisy, as the authors' ``split_prob``."""
+    the 1/100 of lowest clean probability is made noisy, as the authors' ``split_prob``.
+
+    With ``bicro.division_statistics = "steps"`` the L_w are those the previous epoch's training steps recorded
+    (toolkit ``recorded_or_pass``). Each network trains in a pass of its own over one shuffle of every pair, warmup
+    and co-training alike (the noisy part's pairs go through the forward pass even in the epochs whose loss leaves
+    them out), and :func:`batch_plan` keeps the last partial batch: every pair is recorded by both networks every
+    epoch. The records are then forgotten once read (set to NaN), so a record can only serve the division right
+    after the epoch that made it: a pair no step of that epoch trained (a last batch of a single pair, which the
+    trainer drops) is a gap, and a gap makes the whole pass run, as with ``"pass"``, never a stale L_w.
+    """
     settings = trainer.options_of(BiCroOptions)
-    losses = pass_losses(trainer, epoch)
+    names, recorded = [STEP_LOSS.format(net) for net in range(NETWORKS)], settings.division_statistics == "steps"
+    losses = recorded_or_pass(trainer, names, lambda: pass_losses(trainer, epoch), recorded)
+    for name in names if recorded else ():
+        trainer.ledger.record(torch.arange(trainer.num_train), name, torch.full((trainer.num_train,), float("nan")))
     divisions = []
     for net in range(NETWORKS):
         peer_loss = losses[peer(net, NETWORKS)]
@@ -228,6 +277,7 @@ def loss(trainer, batch, outputs, targets, net) -> dict[str, torch.Tensor]:
     the noisy part: margin (m^y - 1) / (m - 1) alpha per pair, or (``"broadcast"``, the authors' code) caption j's
     margin in both hinges of cell (i, j)."""
     settings = trainer.options_of(BiCroOptions)
+    record_step_loss(trainer, outputs, net)
     margins = soft_margin(targets["labels"], settings.alpha, settings.curve)
     if settings.label_layout == "broadcast":
         margins = margins[None, :].expand(margins.numel(), -1)

@@ -217,3 +217,135 @@ def test_bicro_trains_two_networks_and_labels_every_pair_of_a_batch(tiny_data_di
     labels, clean = targets["labels"].cpu(), targets["clean"].cpu()
     assert labels.min() >= 0 and labels.max() <= 1
     assert (labels[clean] == 1).sum() >= int(0.1 * clean.sum()) + 1 and not (labels[~clean] == 1).any()
+
+
+def _hinge_mean_loop(similarity: torch.Tensor, i: int, alpha: float = 0.2) -> float:
+    """Pair i's L_w by a plain loop: its hinge terms against the batch's other captions and images, over b columns."""
+    b = similarity.size(0)
+    to_text = sum(max(0.0, alpha + similarity[i, j].item() - similarity[i, i].item()) for j in range(b) if j != i)
+    to_image = sum(max(0.0, alpha + similarity[j, i].item() - similarity[i, i].item()) for j in range(b) if j != i)
+    return (to_text + to_image) / b
+
+
+def _steps_trainer(options: dict, similarities: dict, num_train: int = 8) -> SimpleNamespace:
+    """A trainer whose networks give ``similarities[(net, batch)]`` for a batch's dataset positions, and whose
+    ``collect`` runs the statistic over those batches (counted in ``passes``)."""
+    from hfncl.engine.ledger import Ledger
+
+    passes: list[str] = []
+
+    def collect(statistic, description, **loader):
+        passes.append(description)
+        values: dict[str, torch.Tensor] = {}
+        for batch in {key[1] for key in similarities}:
+            for name, column in statistic({"index": torch.tensor(batch)}).items():
+                values.setdefault(name, torch.full((num_train,), float("nan")))[list(batch)] = column
+        return values
+
+    def forward(net, batch, grad=True):
+        key = (net, tuple(batch["index"].tolist()))
+        return SimpleNamespace(similarity=similarities[key], index=batch["index"])
+
+    config = SimpleNamespace(seed=0, epochs=6, warmup_epochs=2, batch_size=4)
+    return SimpleNamespace(
+        options_of=lambda kind: kind.read(options), ledger=Ledger(num_train), num_train=num_train, config=config,
+        epoch=2, in_warmup=False, collect=collect, forward=forward, passes=passes,
+    )
+
+
+@pytest.mark.parametrize("hook", ["warmup_loss", "loss"])
+def test_the_steps_record_the_pass_s_per_pair_loss_of_the_same_batch_and_network(hook):
+    """``bicro.division_statistics = "steps"``: the L_w a training step records for every pair of its batch (the
+    warmup's before its small-loss selection) is the pass's L_w of the same batch and network, and a plain loop's."""
+    import hfncl_plugins.bicro as bicro
+
+    generator = torch.Generator().manual_seed(3)
+    batches = [(5, 0, 7, 2), (1, 6, 3, 4)]
+    similarities = {(net, batch): torch.rand(4, 4, generator=generator) for net in (0, 1) for batch in batches}
+    options = {"bicro.division_statistics": "steps", "bicro.warmup_share": 0.5}
+    trainer = _steps_trainer(options, similarities)
+    for (net, batch), similarity in similarities.items():
+        outputs = SimpleNamespace(similarity=similarity.clone().requires_grad_(), index=torch.tensor(batch))
+        if hook == "warmup_loss":
+            warmup_loss(trainer=trainer, batch={}, outputs=outputs, net=net)
+        else:
+            targets = {"labels": torch.ones(4), "clean": torch.tensor([True, True, False, False])}
+            loss(trainer=trainer, batch={}, outputs=outputs, targets=targets, net=net)
+    passed = bicro.pass_losses(trainer, epoch=2)
+    for net in (0, 1):
+        recorded = trainer.ledger.get(bicro.STEP_LOSS.format(net))
+        torch.testing.assert_close(recorded, passed[net])
+        for batch in batches:
+            by_hand = [_hinge_mean_loop(similarities[(net, batch)], row) for row in range(4)]
+            torch.testing.assert_close(recorded[list(batch)], torch.tensor(by_hand))
+    with pytest.raises(AssertionError):  # the statistic a step would give at the other scale (b - 1 columns)
+        torch.testing.assert_close(passed[0], trainer.ledger.get(bicro.STEP_LOSS.format(0)) * 4 / 3)
+
+
+def test_the_division_from_the_steps_runs_no_pass_and_a_gap_or_a_used_record_brings_the_pass_back():
+    """Co-divide reads the peer's recorded L_w and makes no pass; it then forgets the records, so the next division
+    without new steps runs the pass (no stale record), as does one where a pair was not recorded. With ``"pass"`` the
+    steps record nothing and every division runs the pass."""
+    import hfncl_plugins.bicro as bicro
+
+    generator = torch.Generator().manual_seed(4)
+    batches = [(5, 0, 7, 2), (1, 6, 3, 4)]
+    similarities = {(net, batch): torch.rand(4, 4, generator=generator) for net in (0, 1) for batch in batches}
+    trainer = _steps_trainer({"bicro.division_statistics": "steps"}, similarities)
+    recorded = [torch.rand(8, generator=generator) for _ in (0, 1)]
+    for net in (0, 1):
+        trainer.ledger.record(torch.arange(8), bicro.STEP_LOSS.format(net), recorded[net])
+    divisions = bicro.divide(trainer=trainer, epoch=2)
+    assert trainer.passes == []
+    for net in (0, 1):
+        torch.testing.assert_close(divisions[net].extras["statistic"], recorded[1 - net])
+        assert torch.isnan(trainer.ledger.get(bicro.STEP_LOSS.format(net))).all()
+    divisions = bicro.divide(trainer=trainer, epoch=3)
+    assert trainer.passes == ["epoch 3 co-divide"]
+    passed = bicro.pass_losses(trainer, epoch=3)
+    torch.testing.assert_close(divisions[0].extras["statistic"], passed[1])
+    for net in (0, 1):
+        trainer.ledger.record(torch.arange(7), bicro.STEP_LOSS.format(net), recorded[net][:7])  # pair 7 untrained
+    bicro.divide(trainer=trainer, epoch=4)
+    assert trainer.passes == ["epoch 3 co-divide"] * 2 + ["epoch 4 co-divide"]  # the second: the reference above
+
+    plain = _steps_trainer({}, similarities)
+    outputs = SimpleNamespace(similarity=similarities[(0, batches[0])], index=torch.tensor(batches[0]))
+    warmup_loss(trainer=plain, batch={}, outputs=outputs, net=0)
+    assert bicro.STEP_LOSS.format(0) not in plain.ledger
+    assert bicro.batch_plan(trainer=plain, networks=[0]) is None
+    assert bicro.batch_plan(trainer=trainer, networks=[0]).keep_last
+    bicro.divide(trainer=plain, epoch=2)
+    bicro.divide(trainer=plain, epoch=3)
+    assert plain.passes == ["epoch 2 co-divide", "epoch 3 co-divide"]
+
+
+def test_with_steps_a_run_divides_on_the_previous_epoch_s_records_without_a_pass(tiny_data_dir, tmp_path):
+    """On the tiny benchmark (800 pairs in batches of 30: a last partial batch of 20), 1 warmup and 2 co-training
+    epochs with ``"steps"``: after each epoch both networks have a finite L_w recorded for every pair, each division
+    is fitted on its peer's records of the epoch before, and no pass runs."""
+    from conftest import noisy_trainer, tiny_config
+
+    import hfncl_plugins.bicro as bicro
+    from hfncl.engine.callbacks import TrainerCallback
+
+    snapshots, checked = [], []
+
+    class Check(TrainerCallback):
+        def on_epoch_end(self, trainer, record, seconds):
+            snapshots.append([trainer.ledger.get(bicro.STEP_LOSS.format(net)).clone() for net in (0, 1)])
+
+        def on_division(self, trainer, epoch, divisions, true_clean):
+            for net in (0, 1):
+                torch.testing.assert_close(divisions[net].extras["statistic"], snapshots[-1][1 - net])
+            checked.append(epoch)
+
+    options = {"bicro.division_statistics": "steps"}
+    config = tiny_config(tmp_path, ["bicro"], lr_decay_epochs=[], plot_divisions=False, batch_size=30, options=options)
+    trainer = noisy_trainer(tiny_data_dir, config, callbacks=[Check()])
+    collect, passes = trainer.collect, []
+    trainer.collect = lambda *args, **kwargs: passes.append(trainer.epoch) or collect(*args, **kwargs)
+    trainer.train()
+    assert checked == [1, 2] and passes == [] and len(snapshots) == 3
+    for columns in snapshots:
+        assert all(column.shape == (800,) and torch.isfinite(column).all() for column in columns)
