@@ -193,7 +193,9 @@ def effective_settings(data_args: Any, config: TrainConfig, model_args: Any) -> 
 
 def parse_with_config_file(parser: DataclassArgumentParser, argv: Sequence[str] | None = None) -> tuple[Any, ...]:
     """The parser's dataclasses from ``argv`` (default ``sys.argv[1:]``), with ``--config FILE``'s values as
-    defaults that the other flags override.
+    defaults that the other flags override. A mapping (``options``, ``head_options``) given in both is updated key
+    by key (:func:`updated_mappings`): ``--config RUN/run_config.yaml --options '{"ncr.alpha": 0.3}'`` changes that
+    one option and keeps the file's others, as a recipe's options are kept.
 
     Raises:
         ValueError: the file does not exist or is not a YAML or JSON mapping, names a field the parser does not
@@ -216,7 +218,19 @@ def parse_with_config_file(parser: DataclassArgumentParser, argv: Sequence[str] 
             if action.dest in values:
                 action.required = False
         parser.set_defaults(**values)
+        return updated_mappings(parser.parse_args_into_dataclasses(args=rest), values)
     return parser.parse_args_into_dataclasses(args=rest)
+
+
+def updated_mappings(parsed: tuple[Any, ...], file_values: dict[str, Any]) -> tuple[Any, ...]:
+    """``parsed`` with each mapping field the configuration file set updated by the command line's keys, in
+    place: ``{**file, **flag}`` (unchanged where no flag was given, the parsed value then being the file's)."""
+    for arguments in parsed:
+        for name, value in vars(arguments).items():
+            given = file_values.get(name)
+            if isinstance(value, dict) and isinstance(given, dict):
+                setattr(arguments, name, type(value)({**given, **value}))
+    return parsed
 
 
 def config_file_values(parser: argparse.ArgumentParser, path: str | Path) -> dict[str, Any]:

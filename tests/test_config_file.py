@@ -79,3 +79,25 @@ def test_a_run_config_of_before_head_options_reads_and_its_set_flat_head_field_i
     with pytest.raises(ValueError, match=r"set.yaml: field\(s\) reasoning_steps, sim_dim are a head's options now: "
                                          r"give them as head_options, e\.g\. head_options: \{\"sgr\.sim_dim\": 256\}"):
         parse_with_config_file(recipe_parser(), ["--config", str(tmp_path / "set.yaml")])
+
+
+def test_options_on_the_command_line_update_the_config_file_s_by_name_not_replace_them(tmp_path):
+    """``--config RUN/run_config.yaml --options '{...}'`` changes the named options and keeps the file's others
+    (a run's configuration plus one setting); the same for ``head_options``; without the flag, the file's."""
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({
+        "data_dir": str(tmp_path),
+        "options": {"ncr.noisy_batch": "split", "ncr.alpha": 0.2},
+        "head_options": {"sgr.sim_dim": 64, "sgr.reasoning_steps": 2},
+    }))
+    data, config, model = parse_with_config_file(recipe_parser(), [
+        "--config", str(path), "--options", '{"ncr.alpha": 0.3}', "--head_options", '{"sgr.sim_dim": 32}'
+    ])
+    assert dict(config.options) == {"ncr.noisy_batch": "split", "ncr.alpha": 0.3}
+    assert type(config.options) is type(TrainConfig().options)
+    assert dict(model.head_options) == {"sgr.sim_dim": 32, "sgr.reasoning_steps": 2}
+    _, alone, _ = parse_with_config_file(recipe_parser(), ["--config", str(path)])
+    assert dict(alone.options) == {"ncr.noisy_batch": "split", "ncr.alpha": 0.2}
+    argv = ["--data_dir", str(tmp_path), "--options", '{"ncr.alpha": 0.3}']
+    _, without_file, _ = parse_with_config_file(recipe_parser(), argv)
+    assert dict(without_file.options) == {"ncr.alpha": 0.3}
