@@ -30,6 +30,7 @@ from hfncl.equations.toolkit import (
     batch_view,
     bibtex_citation,
     epoch_at_share,
+    forget_records,
     networks_in_turn,
     peer,
     recorded_or_pass,
@@ -179,8 +180,8 @@ def divide(trainer, epoch) -> list[Division]:
     settings = trainer.options_of(BiCroOptions)
     names, recorded = [STEP_LOSS.format(net) for net in range(NETWORKS)], settings.division_statistics == "steps"
     losses = recorded_or_pass(trainer, names, lambda: pass_losses(trainer, epoch), recorded)
-    for name in names if recorded else ():
-        trainer.ledger.record(torch.arange(trainer.num_train), name, torch.full((trainer.num_train,), float("nan")))
+    if recorded:
+        forget_records(trainer, names)
     divisions = []
     for net in range(NETWORKS):
         peer_loss = losses[peer(net, NETWORKS)]

@@ -27,7 +27,14 @@ import torch
 
 from hfncl.equations import evidential
 from hfncl.equations.losses import triplet_top_k_negatives
-from hfncl.equations.toolkit import batch_index, batch_view, bibtex_citation, recorded_or_pass, training_batches
+from hfncl.equations.toolkit import (
+    batch_index,
+    batch_view,
+    bibtex_citation,
+    forget_records,
+    recorded_or_pass,
+    training_batches,
+)
 from hfncl.hookspecs import hookimpl
 from hfncl.options import MethodOptions, option
 from hfncl.types import Division, NoiseProtocol
@@ -206,7 +213,7 @@ def divide(trainer, epoch) -> Division:
         score_unrecorded(trainer)
     (stats,) = recorded_or_pass(trainer, [STEP_STATISTICS], lambda: [pass_statistics(trainer, epoch)], recorded)
     if recorded:
-        trainer.ledger.record(torch.arange(trainer.num_train), STEP_STATISTICS, torch.full_like(stats, float("nan")))
+        forget_records(trainer, [STEP_STATISTICS])
     return division_of(stats[:, 0] > 0.5, stats[:, 1], stats[:, 2])
 
 

@@ -142,3 +142,16 @@ def test_the_two_evidence_functions_and_the_fusion_by_hand():
         for j in range(2)
     )
     torch.testing.assert_close(evidential.least_squares_risk(alpha, target), risk)
+
+
+def test_forget_records_makes_every_row_of_the_named_columns_unrecorded_and_leaves_the_others():
+    from types import SimpleNamespace
+
+    from hfncl.engine.ledger import Ledger
+
+    ledger = Ledger(3)
+    ledger.record(torch.tensor([0, 2]), "a", torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
+    ledger.record(torch.tensor([1]), "b", torch.tensor([5.0]))
+    toolkit.forget_records(SimpleNamespace(ledger=ledger), ["a", "never recorded"])
+    assert ledger.get("a").shape == (3, 2) and torch.isnan(ledger.get("a")).all()
+    assert ledger.get("b")[1].item() == 5.0 and "never recorded" not in ledger

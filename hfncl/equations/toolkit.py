@@ -70,6 +70,15 @@ def recorded_or_pass(
     return columns
 
 
+def forget_records(trainer: "TrainerView", names: Iterable[str]) -> None:
+    """Every row of the ledger columns ``names`` back to unrecorded (NaN), after a division has read them: the next
+    :func:`recorded_or_pass` then reads only what the steps record in between, never an older epoch's value."""
+    for name in names:
+        if name in trainer.ledger:
+            column = trainer.ledger.get(name)
+            trainer.ledger.record(torch.arange(column.shape[0]), name, torch.full_like(column, float("nan")))
+
+
 def batch_index(trainer: "TrainerView", batch: "Batch") -> torch.Tensor:
     """The dataset index of the global batch (every process's slice, in ``forward(...).index`` order), on the CPU."""
     return trainer.gather(batch["index"]).cpu()
